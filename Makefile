@@ -1,0 +1,48 @@
+# Two commands set everything up on a fresh Debian machine with Python 3.11:
+#   make demo   creates .venv, installs fleetguard, runs the embedded default on a simulated fleet
+#   make test   installs everything the suite needs (system packages included) and runs lint, types and tests
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-runtime
+DEVSTAMP := $(VENV)/.installed-dev
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_PACKAGES := prometheus
+
+.PHONY: demo test lint typecheck unit system-deps bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[predictor]'
+	touch $@
+
+$(DEVSTAMP): $(STAMP)
+	# torch 2.13.0 CPU: pip takes the wheel already on this machine's disk; never a bare 'torch' (CUDA build).
+	$(BIN)/pip install -q -e '.[predictor,dev]' 'torch==2.13.0'
+	touch $@
+
+system-deps:
+	@command -v promtool >/dev/null || { $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(APT_PACKAGES); }
+
+demo: $(STAMP)
+	$(BIN)/fleetguard up --simulate 2x8
+
+lint: $(DEVSTAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(DEVSTAMP)
+	$(BIN)/mypy
+
+unit: $(DEVSTAMP) system-deps
+	$(BIN)/pytest
+
+test: lint typecheck unit
+
+bench: $(DEVSTAMP)
+	$(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

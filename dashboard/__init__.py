@@ -1,0 +1,1 @@
+"""The operators' Dash dashboard (next issue), mounted in the controller process."""

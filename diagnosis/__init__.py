@@ -1,0 +1,1 @@
+"""Diagnosis (next issue): fault-signature catalog, rules -> findings -> incidents -> actions, webhooks."""

@@ -1,0 +1,5 @@
+"""`python -m fleetguard` is the same as the `fleetguard` console script."""
+
+from fleetguard.cli import main
+
+main()

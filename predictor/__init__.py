@@ -1,0 +1,1 @@
+"""Failure prediction: datasets from telemetry, single models, cascade/parallel ensembles, sliding backtests."""
