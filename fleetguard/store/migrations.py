@@ -1,0 +1,74 @@
+"""Schema versions. A store made by an older fleetguard is brought forward step by step when opened.
+
+Each step only adds (tables, columns) and is idempotent, so a step can be re-run after a crash mid-upgrade.
+A field added to a record later needs a new step with `ALTER TABLE ... ADD COLUMN IF NOT EXISTS`; the test
+suite checks that every table matches its record after all steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import duckdb
+
+from fleetguard.store.schema import TABLES
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    apply: Callable[[duckdb.DuckDBPyConnection], None]
+
+
+def _create(*tables: str) -> Callable[[duckdb.DuckDBPyConnection], None]:
+    def apply(con: duckdb.DuckDBPyConnection) -> None:
+        for name in tables:
+            con.execute(TABLES[name].create_sql())
+
+    return apply
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "telemetry: GPU and NIC samples, NIC counters, events",
+              _create("gpu_samples", "nic_samples", "nic_counters", "events")),
+    Migration(2, "training runtime: heartbeats, step timings, collective progress, findings, actions",
+              _create("heartbeats", "step_timings", "collective_progress", "findings", "actions")),
+    Migration(3, "failure predictor: live predictions", _create("predictions")),
+)
+
+CURRENT_VERSION = MIGRATIONS[-1].version
+
+META_SQL = "CREATE TABLE IF NOT EXISTS fleetguard_meta (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL)"
+
+
+def schema_version(con: duckdb.DuckDBPyConnection) -> int:
+    con.execute(META_SQL)
+    row = con.execute("SELECT value FROM fleetguard_meta WHERE key = 'schema_version'").fetchall()
+    return int(row[0][0]) if row else 0
+
+
+def migrate(con: duckdb.DuckDBPyConnection, target: int = CURRENT_VERSION) -> list[int]:
+    """Apply every step above the store's version up to `target`; return the versions applied."""
+    current = schema_version(con)
+    if current > CURRENT_VERSION:
+        raise RuntimeError(
+            f"store schema version {current} is newer than this fleetguard understands ({CURRENT_VERSION}); "
+            "upgrade fleetguard"
+        )
+    applied = []
+    for step in MIGRATIONS:
+        if current < step.version <= target:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                step.apply(con)
+                con.execute(
+                    "INSERT OR REPLACE INTO fleetguard_meta VALUES ('schema_version', ?)", [str(step.version)]
+                )
+                con.execute("COMMIT")
+            except Exception:
+                con.execute("ROLLBACK")
+                raise
+            applied.append(step.version)
+    return applied

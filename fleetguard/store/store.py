@@ -1,0 +1,271 @@
+"""The store: one DuckDB file, written in batches by one process (the agent, or `fleetguard up`).
+
+Two write paths, both one statement per table per batch, never row-by-row:
+- `append(records)`: record dataclasses (the agent's path). Columns travel as Python lists unnested by DuckDB,
+  so the agent needs neither numpy, pandas nor pyarrow.
+- `append_columns(table, frame)`: a pandas DataFrame, Arrow table or dict of columns (bulk ingest), scanned by
+  DuckDB in place.
+"""
+
+from __future__ import annotations
+
+import operator
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from fleetguard.store.migrations import CURRENT_VERSION, migrate, schema_version
+from fleetguard.store.schema import TABLE_BY_RECORD, TABLES, Table, quote_ident
+
+
+class StoreError(Exception):
+    """A store operation that cannot succeed as asked; the message says why and what to do."""
+
+
+class StoreLocked(StoreError):
+    """Another process holds the store's write lock."""
+
+
+def _quote_literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _epoch_to_timestamp(expr: str) -> str:
+    # Microsecond precision, UTC: make_timestamp(BIGINT microseconds) involves no time zone.
+    return f"make_timestamp(CAST(round(({expr}) * 1000000) AS BIGINT))"
+
+
+class Store:
+    """A fleetguard DuckDB file. Use `Store.open`; close it (or use `with`) to release the lock."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, path: str, read_only: bool) -> None:
+        self._con = con
+        self.path = path
+        self.read_only = read_only
+        self._insert_sql: dict[str, str] = {}
+        self._getters = {
+            t.name: operator.attrgetter(*t.column_names) for t in TABLES.values()
+        }
+
+    @classmethod
+    def open(cls, path: str | Path, *, read_only: bool = False, schema_version_target: int = CURRENT_VERSION
+             ) -> Store:
+        """Open (creating and migrating as needed) the store at `path`; ":memory:" for a throwaway one."""
+        target = str(path)
+        if target != ":memory:":
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
+            if read_only and not Path(target).exists():
+                raise StoreError(f"no store at {target}: run `fleetguard up` or `fleetguard agent` first")
+        try:
+            con = duckdb.connect(target, read_only=read_only)
+        except duckdb.IOException as exc:
+            if "lock" in str(exc).lower():
+                raise StoreLocked(
+                    f"store {target} is open for writing by another process (a running `fleetguard up` or "
+                    "`fleetguard agent`); stop it first, or point this command at another store"
+                ) from exc
+            raise StoreError(f"cannot open store {target}: {exc}") from exc
+        except duckdb.Error as exc:
+            raise StoreError(f"cannot open store {target}: {exc}") from exc
+        if read_only:
+            version = schema_version_of(con)
+            if version > CURRENT_VERSION:
+                con.close()
+                raise StoreError(f"store {target} has schema version {version}, newer than this fleetguard")
+        else:
+            try:
+                migrate(con, schema_version_target)
+            except RuntimeError as exc:
+                con.close()
+                raise StoreError(f"store {target}: {exc}") from exc
+        return cls(con, target, read_only)
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def connection(self) -> duckdb.DuckDBPyConnection:
+        """The DuckDB connection, for reads. Writes go through `append` / `append_columns`."""
+        return self._con
+
+    @property
+    def schema_version(self) -> int:
+        return schema_version_of(self._con)
+
+    def close(self) -> None:
+        self._con.close()
+
+    # ---- writes ---------------------------------------------------------------------------------------
+
+    def append(self, records: Iterable[object]) -> int:
+        """Store record dataclasses of any known type, one INSERT per table, all in one transaction."""
+        by_table: dict[str, list[object]] = {}
+        for record in records:
+            table = TABLE_BY_RECORD.get(type(record))
+            if table is None:
+                raise StoreError(f"no table stores records of type {type(record).__name__}")
+            by_table.setdefault(table.name, []).append(record)
+        if not by_table:
+            return 0
+        with self._transaction():
+            for name, rows in by_table.items():
+                self._insert_rows(TABLES[name], rows)
+        return sum(len(rows) for rows in by_table.values())
+
+    def _insert_rows(self, table: Table, rows: Sequence[object]) -> None:
+        getter = self._getters[table.name]
+        if len(table.columns) == 1:
+            columns: list[list[Any]] = [[getter(r) for r in rows]]
+        else:
+            columns = [list(col) for col in zip(*map(getter, rows), strict=True)]
+        self._con.execute(self._records_insert_sql(table), columns)
+
+    def _records_insert_sql(self, table: Table) -> str:
+        sql = self._insert_sql.get(table.name)
+        if sql is None:
+            exprs = [
+                _epoch_to_timestamp(f"unnest(${i})") if c.is_timestamp else f"unnest(${i})"
+                for i, c in enumerate(table.columns, start=1)
+            ]
+            names = ", ".join(quote_ident(n) for n in table.column_names)
+            sql = f"INSERT INTO {table.name} ({names}) SELECT {', '.join(exprs)}"
+            self._insert_sql[table.name] = sql
+        return sql
+
+    def append_columns(self, table_name: str, frame: Any) -> int:
+        """Store a columnar batch (pandas DataFrame, Arrow table or dict of equal-length lists).
+
+        Columns are matched by name; a timestamp column may be datetime or epoch seconds. Unknown columns or
+        missing required ones are an error naming them; nothing is written then.
+        """
+        table = TABLES.get(table_name)
+        if table is None:
+            raise StoreError(f"unknown table {table_name!r}; tables: {', '.join(sorted(TABLES))}")
+        if isinstance(frame, Mapping):
+            return self._append_mapping(table, frame)
+        self._con.register("__fleetguard_batch", frame)
+        try:
+            rel = self._con.sql("SELECT * FROM __fleetguard_batch")
+            given = dict(zip(rel.columns, (str(t) for t in rel.types), strict=True))
+            self._check_columns(table, given)
+            exprs = []
+            for name, sql_type in given.items():
+                column = next(c for c in table.columns if c.name == name)
+                quoted = quote_ident(name)
+                numeric = sql_type.upper() in {"DOUBLE", "FLOAT", "BIGINT", "INTEGER", "HUGEINT", "UBIGINT"}
+                exprs.append(_epoch_to_timestamp(quoted) if column.is_timestamp and numeric else quoted)
+            names = ", ".join(quote_ident(n) for n in given)
+            with self._transaction():
+                self._con.execute(
+                    f"INSERT INTO {table.name} ({names}) SELECT {', '.join(exprs)} FROM __fleetguard_batch"
+                )
+            return len(rel)
+        finally:
+            self._con.unregister("__fleetguard_batch")
+
+    def _append_mapping(self, table: Table, frame: Mapping[str, Sequence[Any]]) -> int:
+        self._check_columns(table, dict.fromkeys(frame, ""))
+        lengths = {len(v) for v in frame.values()}
+        if len(lengths) > 1:
+            raise StoreError(f"{table.name}: columns have different lengths {sorted(lengths)}")
+        names = list(frame)
+        exprs = []
+        for i, name in enumerate(names, start=1):
+            column = next(c for c in table.columns if c.name == name)
+            exprs.append(_epoch_to_timestamp(f"unnest(${i})") if column.is_timestamp else f"unnest(${i})")
+        with self._transaction():
+            self._con.execute(
+                f"INSERT INTO {table.name} ({', '.join(map(quote_ident, names))}) SELECT {', '.join(exprs)}",
+                [list(frame[n]) for n in names],
+            )
+        return lengths.pop() if lengths else 0
+
+    @staticmethod
+    def _check_columns(table: Table, given: Mapping[str, str]) -> None:
+        known = set(table.column_names)
+        unknown = sorted(set(given) - known)
+        missing = sorted(c.name for c in table.columns if not c.nullable and c.name not in given)
+        if unknown or missing:
+            parts = []
+            if unknown:
+                parts.append(f"unknown columns {unknown}")
+            if missing:
+                parts.append(f"missing required columns {missing}")
+            raise StoreError(f"{table.name}: " + "; ".join(parts))
+
+    def _transaction(self) -> _Transaction:
+        if self.read_only:
+            raise StoreError(f"store {self.path} is open read-only")
+        return _Transaction(self._con)
+
+    # ---- maintenance ----------------------------------------------------------------------------------
+
+    def apply_retention(self, days: float, now: float | None = None) -> dict[str, int]:
+        """Delete rows older than `days` days from every table; return rows deleted per table."""
+        if days <= 0:
+            raise StoreError(f"retention must be a positive number of days, got {days}")
+        cutoff = (time.time() if now is None else now) - days * 86400.0
+        deleted: dict[str, int] = {}
+        with self._transaction():
+            for table in TABLES.values():
+                row = self._con.execute(
+                    f"DELETE FROM {table.name} WHERE ts < {_epoch_to_timestamp('?')}", [cutoff]
+                ).fetchall()
+                deleted[table.name] = int(row[0][0]) if row else 0
+        return deleted
+
+    def counts(self) -> dict[str, int]:
+        out = {}
+        for name in TABLES:
+            row = self._con.execute(f"SELECT count(*) FROM {name}").fetchall()
+            out[name] = int(row[0][0]) if row else 0
+        return out
+
+    def export_parquet(self, out_dir: str | Path, tables: Iterable[str] | None = None) -> dict[str, int]:
+        """Write hive-partitioned Parquet, `OUT/<table>/dt=YYYY-MM-DD/host=H/*.parquet`; rows per table.
+
+        A table's directory is replaced whole, so a repeated export never duplicates rows.
+        """
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        written: dict[str, int] = {}
+        for name in tables if tables is not None else TABLES:
+            table = TABLES.get(name)
+            if table is None:
+                raise StoreError(f"unknown table {name!r}")
+            row = self._con.execute(f"SELECT count(*) FROM {name}").fetchall()
+            count = int(row[0][0]) if row else 0
+            if count == 0:
+                continue
+            partitions = "dt, host" if table.partition_by_host else "dt"
+            target = _quote_literal(str(out / name))
+            self._con.execute(
+                f"COPY (SELECT *, CAST(ts AS DATE) AS dt FROM {name}) TO {target} "
+                f"(FORMAT parquet, PARTITION_BY ({partitions}), OVERWRITE true)"
+            )
+            written[name] = count
+        return written
+
+
+def schema_version_of(con: duckdb.DuckDBPyConnection) -> int:
+    tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+    if "fleetguard_meta" not in tables:
+        return 0
+    return schema_version(con)
+
+
+class _Transaction:
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self._con = con
+
+    def __enter__(self) -> None:
+        self._con.execute("BEGIN TRANSACTION")
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        self._con.execute("ROLLBACK" if exc_type is not None else "COMMIT")
