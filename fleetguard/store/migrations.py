@@ -31,10 +31,16 @@ def _create(*tables: str) -> Callable[[duckdb.DuckDBPyConnection], None]:
 
 
 MIGRATIONS: tuple[Migration, ...] = (
-    Migration(1, "telemetry: GPU and NIC samples, NIC counters, events",
-              _create("gpu_samples", "nic_samples", "nic_counters", "events")),
-    Migration(2, "training runtime: heartbeats, step timings, collective progress, findings, actions",
-              _create("heartbeats", "step_timings", "collective_progress", "findings", "actions")),
+    Migration(
+        1,
+        "telemetry: GPU and NIC samples, NIC counters, events",
+        _create("gpu_samples", "nic_samples", "nic_counters", "events"),
+    ),
+    Migration(
+        2,
+        "training runtime: heartbeats, step timings, collective progress, findings, actions",
+        _create("heartbeats", "step_timings", "collective_progress", "findings", "actions"),
+    ),
     Migration(3, "failure predictor: live predictions", _create("predictions")),
 )
 

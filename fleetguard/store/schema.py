@@ -79,7 +79,8 @@ def _column(name: str, annotation: Any, override: str | None = None) -> Column:
 def table_for(name: str, record: type) -> Table:
     hints = typing.get_type_hints(record)
     columns = tuple(
-        _column(f.name, hints[f.name], _TYPE_OVERRIDES.get((record, f.name))) for f in dataclasses.fields(record)
+        _column(f.name, hints[f.name], _TYPE_OVERRIDES.get((record, f.name)))
+        for f in dataclasses.fields(record)
     )
     return Table(name, record, columns, partition_by_host=any(c.name == "host" for c in columns))
 

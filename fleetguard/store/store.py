@@ -46,13 +46,12 @@ class Store:
         self.path = path
         self.read_only = read_only
         self._insert_sql: dict[str, str] = {}
-        self._getters = {
-            t.name: operator.attrgetter(*t.column_names) for t in TABLES.values()
-        }
+        self._getters = {t.name: operator.attrgetter(*t.column_names) for t in TABLES.values()}
 
     @classmethod
-    def open(cls, path: str | Path, *, read_only: bool = False, schema_version_target: int = CURRENT_VERSION
-             ) -> Store:
+    def open(
+        cls, path: str | Path, *, read_only: bool = False, schema_version_target: int = CURRENT_VERSION
+    ) -> Store:
         """Open (creating and migrating as needed) the store at `path`; ":memory:" for a throwaway one."""
         target = str(path)
         if target != ":memory:":

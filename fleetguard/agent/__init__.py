@@ -1,0 +1,1 @@
+"""The per-host agent: samples collectors on a schedule, stores batches, serves /metrics."""

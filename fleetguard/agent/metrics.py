@@ -1,0 +1,400 @@
+"""What the agent exposes on /metrics: the latest reading of everything plus cumulative counts.
+
+A custom prometheus_client collector renders the agent's state at scrape time, so sampling never formats
+text. Cumulative sources (ECC, PCIe replay, NVLink, NIC counters, XIDs, energy) are counters; they can reset
+(driver reload), which Prometheus' rate() handles. Every XID occurrence is counted, including repeats that the
+store folds into one row.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector as PromCollector
+
+from fleetguard.records.prediction import Prediction
+from fleetguard.records.telemetry import Batch, Event, EventKind, GpuSample, NicSample
+
+# NVML clocks-event reason bits (nvmlClocksEventReason*), exported as one 0/1 series per reason.
+CLOCKS_EVENT_REASONS: Mapping[str, int] = {
+    "gpu_idle": 0x1,
+    "applications_clocks_setting": 0x2,
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sync_boost": 0x10,
+    "sw_thermal_slowdown": 0x20,
+    "hw_thermal_slowdown": 0x40,
+    "hw_power_brake_slowdown": 0x80,
+    "display_clock_setting": 0x100,
+}
+
+_GPU_LABELS = ["host", "gpu", "uuid"]
+_NIC_LABELS = ["host", "device", "port"]
+
+
+@dataclass(frozen=True)
+class _GpuMetric:
+    name: str
+    doc: str
+    field: str
+    scale: float = 1.0
+    counter: bool = False
+
+
+_GPU_METRICS: tuple[_GpuMetric, ...] = (
+    _GpuMetric(
+        "fleetguard_gpu_utilization_ratio",
+        "GPU busy time ratio (nvmlDeviceGetUtilizationRates.gpu)",
+        "utilization_gpu_percent",
+        0.01,
+    ),
+    _GpuMetric(
+        "fleetguard_gpu_memory_utilization_ratio",
+        "Memory controller busy ratio (utilization.memory)",
+        "utilization_memory_percent",
+        0.01,
+    ),
+    _GpuMetric("fleetguard_gpu_memory_used_bytes", "Framebuffer memory used", "memory_used_bytes"),
+    _GpuMetric("fleetguard_gpu_memory_total_bytes", "Framebuffer memory total", "memory_total_bytes"),
+    _GpuMetric("fleetguard_gpu_temperature_celsius", "GPU die temperature", "temperature_celsius"),
+    _GpuMetric("fleetguard_gpu_power_watts", "Power draw", "power_watts"),
+    _GpuMetric(
+        "fleetguard_gpu_energy_joules", "Energy consumed since driver load", "energy_joules", counter=True
+    ),
+    _GpuMetric("fleetguard_gpu_sm_clock_hertz", "SM clock", "sm_clock_mhz", 1e6),
+    _GpuMetric("fleetguard_gpu_memory_clock_hertz", "Memory clock", "memory_clock_mhz", 1e6),
+    _GpuMetric(
+        "fleetguard_gpu_performance_state", "Performance state (0 = P0, maximum)", "performance_state"
+    ),
+    _GpuMetric(
+        "fleetguard_gpu_pcie_replay_errors", "PCIe replay counter", "pcie_replay_errors", counter=True
+    ),
+    _GpuMetric("fleetguard_gpu_pcie_tx_bytes_per_second", "PCIe TX throughput", "pcie_tx_bytes_per_second"),
+    _GpuMetric("fleetguard_gpu_pcie_rx_bytes_per_second", "PCIe RX throughput", "pcie_rx_bytes_per_second"),
+    _GpuMetric("fleetguard_gpu_pcie_link_generation", "Current PCIe link generation", "pcie_link_gen"),
+    _GpuMetric(
+        "fleetguard_gpu_pcie_link_generation_max", "Maximum PCIe link generation", "pcie_link_gen_max"
+    ),
+    _GpuMetric("fleetguard_gpu_pcie_link_width", "Current PCIe link width (lanes)", "pcie_link_width"),
+    _GpuMetric(
+        "fleetguard_gpu_pcie_link_width_max", "Maximum PCIe link width (lanes)", "pcie_link_width_max"
+    ),
+    _GpuMetric("fleetguard_gpu_nvlink_links_active", "NVLink links in ACTIVE state", "nvlink_links_active"),
+    _GpuMetric(
+        "fleetguard_gpu_retired_pages_pending",
+        "Retired pages pending a reboot (1 = yes)",
+        "retired_pages_pending",
+    ),
+    _GpuMetric(
+        "fleetguard_gpu_remapped_rows_pending",
+        "Row remapping pending a reset (1 = yes)",
+        "remapped_rows_pending",
+    ),
+    _GpuMetric(
+        "fleetguard_gpu_remapped_rows_failure", "Row remapping failed (1 = yes)", "remapped_rows_failure"
+    ),
+)
+
+# (metric, label value, field) for counter families split by a label.
+_ECC_FIELDS = (
+    ("corrected", "volatile", "ecc_corrected_volatile"),
+    ("uncorrected", "volatile", "ecc_uncorrected_volatile"),
+    ("corrected", "aggregate", "ecc_corrected_aggregate"),
+    ("uncorrected", "aggregate", "ecc_uncorrected_aggregate"),
+)
+_NVLINK_FIELDS = (
+    ("crc_flit", "nvlink_crc_flit_errors"),
+    ("crc_data", "nvlink_crc_data_errors"),
+    ("replay", "nvlink_replay_errors"),
+    ("recovery", "nvlink_recovery_errors"),
+)
+_REMAPPED_FIELDS = (("corrected", "remapped_rows_corrected"), ("uncorrected", "remapped_rows_uncorrected"))
+_RETIRED_FIELDS = (("single_bit", "retired_pages_sbe"), ("double_bit", "retired_pages_dbe"))
+
+
+@dataclass
+class AgentStats:
+    """The agent's own health, exported beside the signals."""
+
+    rounds: int = 0
+    round_cpu_seconds: float = 0.0
+    rows_written: dict[str, int] = field(default_factory=dict)
+    store_write_errors: int = 0
+    buffered_rows: int = 0
+    collector_errors: dict[str, int] = field(default_factory=dict)  # exceptions escaping a collector
+
+
+class MetricsState(PromCollector):
+    """Latest readings and cumulative counts, updated by the agent, rendered at scrape time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._gpus: dict[tuple[str, int], GpuSample] = {}
+        self._nics: dict[tuple[str, str, int], NicSample] = {}
+        self._nic_counters: dict[tuple[str, str, int, str, str], int] = {}
+        self._xids: dict[tuple[str, str, str], int] = {}  # (host, pci_bus_id, xid) -> occurrences
+        self._events: dict[tuple[str, str], int] = {}  # (host, kind) -> occurrences
+        self._problems: dict[tuple[str, str], int] = {}
+        self._collectors_up: dict[str, bool] = {}
+        self._risk: dict[tuple[str, str], float] = {}
+        self.stats = AgentStats()
+
+    # ---- updates (agent thread) ---------------------------------------------------------------------
+
+    def observe(self, batch: Batch) -> None:
+        with self._lock:
+            for s in batch.gpu_samples:
+                self._gpus[(s.host, s.gpu_index)] = s
+            for n in batch.nic_samples:
+                self._nics[(n.host, n.device, n.port)] = n
+            for c in batch.nic_counters:
+                self._nic_counters[(c.host, c.device, c.port, c.group, c.counter)] = c.value
+            self._count_events(batch.events)
+
+    def _count_events(self, events: Iterable[Event]) -> None:
+        for e in events:
+            key = (e.host, e.kind)
+            self._events[key] = self._events.get(key, 0) + e.count
+            if e.kind == EventKind.XID and e.code is not None:
+                xkey = (e.host, e.pci_bus_id or "", str(e.code))
+                self._xids[xkey] = self._xids.get(xkey, 0) + e.count
+
+    def forget_gpu(self, host: str, gpu_index: int) -> None:
+        """Stop exporting a GPU's last reading (it was lost): stale values must not look live."""
+        with self._lock:
+            self._gpus.pop((host, gpu_index), None)
+
+    def set_problems(self, collector: str, problems: Mapping[str, int]) -> None:
+        with self._lock:
+            for reason, count in problems.items():
+                self._problems[(collector, reason)] = count
+
+    def set_collector_up(self, collector: str, up: bool) -> None:
+        with self._lock:
+            self._collectors_up[collector] = up
+
+    def set_predictions(self, predictions: Iterable[Prediction]) -> None:
+        with self._lock:
+            self._risk = {(p.host, p.device_id): p.risk for p in predictions}
+
+    # ---- rendering (scrape thread) ------------------------------------------------------------------
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            gpus = list(self._gpus.values())
+            nics = list(self._nics.values())
+            nic_counters = dict(self._nic_counters)
+            xids = dict(self._xids)
+            events = dict(self._events)
+            problems = dict(self._problems)
+            up = dict(self._collectors_up)
+            risk = dict(self._risk)
+            stats = AgentStats(
+                self.stats.rounds,
+                self.stats.round_cpu_seconds,
+                dict(self.stats.rows_written),
+                self.stats.store_write_errors,
+                self.stats.buffered_rows,
+                dict(self.stats.collector_errors),
+            )
+        yield from _gpu_families(gpus)
+        yield from _nic_families(nics, nic_counters)
+        xid = CounterMetricFamily(
+            "fleetguard_gpu_xid_errors",
+            "XID errors reported by the NVIDIA driver",
+            labels=["host", "pci_bus_id", "xid"],
+        )
+        for (host, bus, code), n in sorted(xids.items()):
+            xid.add_metric([host, bus, code], n)
+        yield xid
+        ev = CounterMetricFamily(
+            "fleetguard_events", "Fault events by kind (every occurrence)", labels=["host", "kind"]
+        )
+        for (host, kind), n in sorted(events.items()):
+            ev.add_metric([host, kind], n)
+        yield ev
+        risk_family = GaugeMetricFamily(
+            "fleetguard_gpu_failure_risk",
+            "Predicted risk that the GPU fails within the model horizon",
+            labels=["host", "uuid"],
+        )
+        for (host, uuid), value in sorted(risk.items()):
+            risk_family.add_metric([host, uuid], value)
+        yield risk_family
+        yield from _agent_families(stats, problems, up)
+
+
+def _gpu_families(gpus: list[GpuSample]) -> Iterator[Metric]:
+    def labels(s: GpuSample) -> list[str]:
+        return [s.host, str(s.gpu_index), s.uuid]
+
+    info = GaugeMetricFamily(
+        "fleetguard_gpu_info",
+        "GPU identity (value is always 1)",
+        labels=[*_GPU_LABELS, "name", "pci_bus_id", "driver_version"],
+    )
+    for s in gpus:
+        info.add_metric([*labels(s), s.name or "", s.pci_bus_id or "", s.driver_version or ""], 1)
+    yield info
+    for m in _GPU_METRICS:
+        family: GaugeMetricFamily | CounterMetricFamily = (
+            CounterMetricFamily(m.name, m.doc, labels=_GPU_LABELS)
+            if m.counter
+            else GaugeMetricFamily(m.name, m.doc, labels=_GPU_LABELS)
+        )
+        for s in gpus:
+            value = getattr(s, m.field)
+            if value is not None:  # not supported on this GPU: no series, rather than a fake 0
+                family.add_metric(labels(s), float(value) * m.scale)
+        yield family
+    ecc = CounterMetricFamily(
+        "fleetguard_gpu_ecc_errors",
+        "ECC errors (NVML total ECC errors)",
+        labels=[*_GPU_LABELS, "type", "scope"],
+    )
+    for s in gpus:
+        for kind, scope, name in _ECC_FIELDS:
+            value = getattr(s, name)
+            if value is not None:
+                ecc.add_metric([*labels(s), kind, scope], value)
+    yield ecc
+    yield _split_family(
+        gpus,
+        labels,
+        "fleetguard_gpu_nvlink_errors",
+        "NVLink errors summed over links",
+        "type",
+        _NVLINK_FIELDS,
+        counter=True,
+    )
+    yield _split_family(
+        gpus,
+        labels,
+        "fleetguard_gpu_remapped_rows",
+        "Rows remapped (Ampere and later)",
+        "type",
+        _REMAPPED_FIELDS,
+        counter=False,
+    )
+    yield _split_family(
+        gpus,
+        labels,
+        "fleetguard_gpu_retired_pages",
+        "Pages retired (before Ampere)",
+        "cause",
+        _RETIRED_FIELDS,
+        counter=False,
+    )
+    reasons = GaugeMetricFamily(
+        "fleetguard_gpu_clocks_event_active",
+        "Clocks held down for this reason (1 = active)",
+        labels=[*_GPU_LABELS, "reason"],
+    )
+    for s in gpus:
+        if s.clocks_event_reasons is not None:
+            for reason, bit in CLOCKS_EVENT_REASONS.items():
+                reasons.add_metric([*labels(s), reason], 1.0 if s.clocks_event_reasons & bit else 0.0)
+    yield reasons
+
+
+def _split_family(
+    gpus: list[GpuSample],
+    labels: Callable[[GpuSample], list[str]],
+    name: str,
+    doc: str,
+    label: str,
+    fields: tuple[tuple[str, str], ...],
+    counter: bool,
+) -> Metric:
+    family: GaugeMetricFamily | CounterMetricFamily = (
+        CounterMetricFamily(name, doc, labels=[*_GPU_LABELS, label])
+        if counter
+        else GaugeMetricFamily(name, doc, labels=[*_GPU_LABELS, label])
+    )
+    for s in gpus:
+        for value_label, field_name in fields:
+            value = getattr(s, field_name)
+            if value is not None:
+                family.add_metric([*labels(s), value_label], value)
+    return family
+
+
+def _nic_families(
+    nics: list[NicSample], counters: Mapping[tuple[str, str, int, str, str], int]
+) -> Iterator[Metric]:
+    up = GaugeMetricFamily(
+        "fleetguard_nic_port_up", "Port state is ACTIVE (1) or not (0)", labels=_NIC_LABELS
+    )
+    rate = GaugeMetricFamily("fleetguard_nic_port_rate_bits_per_second", "Port link rate", labels=_NIC_LABELS)
+    info = GaugeMetricFamily(
+        "fleetguard_nic_port_info",
+        "Port state and link layer (value is always 1)",
+        labels=[*_NIC_LABELS, "state", "phys_state", "link_layer"],
+    )
+    for n in nics:
+        port_labels = [n.host, n.device, str(n.port)]
+        up.add_metric(port_labels, 1.0 if n.state == "ACTIVE" else 0.0)
+        if n.rate_gbps is not None:
+            rate.add_metric(port_labels, n.rate_gbps * 1e9)
+        info.add_metric([*port_labels, n.state or "", n.phys_state or "", n.link_layer or ""], 1)
+    yield up
+    yield rate
+    yield info
+    family = CounterMetricFamily(
+        "fleetguard_nic_port_counter",
+        "InfiniBand/RoCE port counter as read from sysfs (cumulative)",
+        labels=[*_NIC_LABELS, "group", "counter"],
+    )
+    for (host, device, port, group, counter), value in sorted(counters.items()):
+        family.add_metric([host, device, str(port), group, counter], value)
+    yield family
+
+
+def _agent_families(
+    stats: AgentStats, problems: Mapping[tuple[str, str], int], up: Mapping[str, bool]
+) -> Iterator[Metric]:
+    yield CounterMetricFamily("fleetguard_agent_rounds", "Sampling rounds completed", value=stats.rounds)
+    yield CounterMetricFamily(
+        "fleetguard_agent_round_cpu_seconds",
+        "CPU time spent in sampling rounds",
+        value=stats.round_cpu_seconds,
+    )
+    yield GaugeMetricFamily(
+        "fleetguard_agent_buffered_rows", "Rows waiting to be written to the store", value=stats.buffered_rows
+    )
+    written = CounterMetricFamily(
+        "fleetguard_store_rows_written", "Rows written to the store", labels=["table"]
+    )
+    for table, n in sorted(stats.rows_written.items()):
+        written.add_metric([table], n)
+    yield written
+    yield CounterMetricFamily(
+        "fleetguard_store_write_errors",
+        "Failed store writes (rows kept and retried)",
+        value=stats.store_write_errors,
+    )
+    errors = CounterMetricFamily(
+        "fleetguard_collector_errors",
+        "Unexpected exceptions inside a collector (the round went on without it)",
+        labels=["collector"],
+    )
+    for name, n in sorted(stats.collector_errors.items()):
+        errors.add_metric([name], n)
+    yield errors
+    skipped = CounterMetricFamily(
+        "fleetguard_collector_skipped_inputs",
+        "Inputs a collector skipped (unreadable file, garbage value, bad line)",
+        labels=["collector", "reason"],
+    )
+    for (collector, reason), n in sorted(problems.items()):
+        skipped.add_metric([collector, reason], n)
+    yield skipped
+    collector_up = GaugeMetricFamily(
+        "fleetguard_collector_up", "Collector is running (1) or unavailable (0)", labels=["collector"]
+    )
+    for name, is_up in sorted(up.items()):
+        collector_up.add_metric([name], 1.0 if is_up else 0.0)
+    yield collector_up
