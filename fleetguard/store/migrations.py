@@ -50,7 +50,10 @@ META_SQL = "CREATE TABLE IF NOT EXISTS fleetguard_meta (key VARCHAR PRIMARY KEY,
 
 
 def schema_version(con: duckdb.DuckDBPyConnection) -> int:
-    con.execute(META_SQL)
+    """The store's version; 0 for a new, empty database."""
+    tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+    if "fleetguard_meta" not in tables:
+        return 0
     row = con.execute("SELECT value FROM fleetguard_meta WHERE key = 'schema_version'").fetchall()
     return int(row[0][0]) if row else 0
 
@@ -58,6 +61,7 @@ def schema_version(con: duckdb.DuckDBPyConnection) -> int:
 def migrate(con: duckdb.DuckDBPyConnection, target: int = CURRENT_VERSION) -> list[int]:
     """Apply every step above the store's version up to `target`; return the versions applied."""
     current = schema_version(con)
+    con.execute(META_SQL)
     if current > CURRENT_VERSION:
         raise RuntimeError(
             f"store schema version {current} is newer than this fleetguard understands ({CURRENT_VERSION}); "

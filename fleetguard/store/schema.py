@@ -32,6 +32,12 @@ class Column:
     name: str
     sql_type: str
     nullable: bool
+    default_sql: str | None = None  # SQL literal for a non-None dataclass default
+
+    @property
+    def required(self) -> bool:
+        """A batch must carry this column: it can be neither NULL nor defaulted."""
+        return not self.nullable and self.default_sql is None
 
     @property
     def is_timestamp(self) -> bool:
@@ -48,7 +54,9 @@ class Table:
 
     def create_sql(self) -> str:
         cols = ",\n  ".join(
-            f"{quote_ident(c.name)} {c.sql_type}{'' if c.nullable else ' NOT NULL'}" for c in self.columns
+            f"{quote_ident(c.name)} {c.sql_type}{'' if c.nullable else ' NOT NULL'}"
+            + (f" DEFAULT {c.default_sql}" if c.default_sql is not None else "")
+            for c in self.columns
         )
         return f"CREATE TABLE IF NOT EXISTS {self.name} (\n  {cols}\n)"
 
@@ -76,10 +84,25 @@ def _column(name: str, annotation: Any, override: str | None = None) -> Column:
     raise TypeError(f"field {name}: no column type for {annotation!r}")
 
 
+def _default_sql(default: object) -> str | None:
+    if default is dataclasses.MISSING or default is None:
+        return None
+    if isinstance(default, bool):
+        return "true" if default else "false"
+    if isinstance(default, int | float):
+        return repr(default)
+    if isinstance(default, str):
+        return "'" + default.replace("'", "''") + "'"
+    raise TypeError(f"no SQL literal for default {default!r}")
+
+
 def table_for(name: str, record: type) -> Table:
     hints = typing.get_type_hints(record)
     columns = tuple(
-        _column(f.name, hints[f.name], _TYPE_OVERRIDES.get((record, f.name)))
+        dataclasses.replace(
+            _column(f.name, hints[f.name], _TYPE_OVERRIDES.get((record, f.name))),
+            default_sql=_default_sql(f.default),
+        )
         for f in dataclasses.fields(record)
     )
     return Table(name, record, columns, partition_by_host=any(c.name == "host" for c in columns))

@@ -70,7 +70,7 @@ class Store:
         except duckdb.Error as exc:
             raise StoreError(f"cannot open store {target}: {exc}") from exc
         if read_only:
-            version = schema_version_of(con)
+            version = schema_version(con)
             if version > CURRENT_VERSION:
                 con.close()
                 raise StoreError(f"store {target} has schema version {version}, newer than this fleetguard")
@@ -95,7 +95,7 @@ class Store:
 
     @property
     def schema_version(self) -> int:
-        return schema_version_of(self._con)
+        return schema_version(self._con)
 
     def close(self) -> None:
         self._con.close()
@@ -189,7 +189,7 @@ class Store:
     def _check_columns(table: Table, given: Mapping[str, str]) -> None:
         known = set(table.column_names)
         unknown = sorted(set(given) - known)
-        missing = sorted(c.name for c in table.columns if not c.nullable and c.name not in given)
+        missing = sorted(c.name for c in table.columns if c.required and c.name not in given)
         if unknown or missing:
             parts = []
             if unknown:
@@ -250,13 +250,6 @@ class Store:
             )
             written[name] = count
         return written
-
-
-def schema_version_of(con: duckdb.DuckDBPyConnection) -> int:
-    tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
-    if "fleetguard_meta" not in tables:
-        return 0
-    return schema_version(con)
 
 
 class _Transaction:

@@ -1,0 +1,234 @@
+"""The agent loop: sample on a monotonic schedule, read streams as they arrive, buffer, flush, stop."""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from collectors.protocol import Collector
+from fleetguard.agent.buffer import WriteBuffer
+from fleetguard.agent.metrics import MetricsState
+from fleetguard.clock import Clock
+from fleetguard.records.telemetry import Batch, Event, EventKind
+
+log = logging.getLogger(__name__)
+
+
+class EventFolder(Protocol):
+    """Folds repeats of the same event into one stored row (see collectors.event_dedup)."""
+
+    def add(self, event: Event) -> list[Event]: ...
+
+    def drain(self, now: float, force: bool = False) -> list[Event]: ...
+
+
+@dataclass(frozen=True)
+class Schedule:
+    sample_interval_seconds: float = 1.0
+    flush_interval_seconds: float = 5.0
+    retention_days: float | None = None
+    retention_interval_seconds: float = 3600.0
+
+
+@dataclass
+class RoundReport:
+    """What one call of `sample_round` did, for status lines and tests."""
+
+    ts: float
+    rows: int
+    cpu_seconds: float
+    failed: list[str] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)  # as stored (repeats folded), since the last report
+
+
+class Agent:
+    """Owns the collectors, the write buffer and the metrics state; all I/O and threads live here."""
+
+    def __init__(
+        self,
+        collectors: Sequence[Collector],
+        buffer: WriteBuffer,
+        metrics: MetricsState,
+        clock: Clock,
+        folder: EventFolder | None = None,
+        schedule: Schedule | None = None,
+        apply_retention: Callable[[float], object] | None = None,
+        on_round: Callable[[RoundReport], None] | None = None,
+    ) -> None:
+        self.collectors = list(collectors)
+        self.buffer = buffer
+        self.metrics = metrics
+        self.clock = clock
+        self.folder = folder
+        self.schedule = schedule or Schedule()
+        self._apply_retention = apply_retention
+        self._on_round = on_round
+        self._streams = [c for c in self.collectors if _fileno(c) is not None]
+        self._periodic = [c for c in self.collectors if _fileno(c) is None]
+        self._error_logged: set[str] = set()
+        self._unreported_events: list[Event] = []
+        for c in self.collectors:
+            metrics.set_collector_up(c.name, True)
+
+    # ---- one step each; the loop below only decides when ---------------------------------------------
+
+    def sample_round(self) -> RoundReport:
+        """Collect once from every periodic collector (and drain streams), then buffer and count."""
+        cpu0 = time.thread_time()
+        now = self.clock.time()
+        batch = Batch()
+        failed = self._collect_into(batch, self._periodic + self._streams, now)
+        self._ingest(batch, now)
+        cpu = time.thread_time() - cpu0
+        stats = self.metrics.stats
+        stats.rounds += 1
+        stats.round_cpu_seconds += cpu
+        stats.buffered_rows = len(self.buffer)
+        report = RoundReport(now, len(batch), cpu, failed, self._unreported_events)
+        self._unreported_events = []
+        if self._on_round is not None:
+            self._on_round(report)
+        return report
+
+    def read_streams(self, ready: Iterable[Collector]) -> None:
+        """Drain stream collectors that select() found readable, between rounds."""
+        now = self.clock.time()
+        batch = Batch()
+        self._collect_into(batch, list(ready), now)
+        self._ingest(batch, now)
+
+    def submit(self, records: Iterable[object]) -> None:
+        """Records from other parts of the process (training runtime, predictor): buffered like samples."""
+        self.buffer.add(records)
+
+    def flush(self) -> int:
+        written = self.buffer.flush()
+        stats = self.metrics.stats
+        stats.rows_written = dict(self.buffer.rows_written)
+        stats.store_write_errors = self.buffer.write_errors
+        stats.buffered_rows = len(self.buffer)
+        return written
+
+    def shutdown(self) -> int:
+        """Last round of streams, every folded event released, everything flushed, collectors closed."""
+        now = self.clock.time()
+        batch = Batch()
+        self._collect_into(batch, self._streams, now)
+        self._ingest(batch, now, force_drain=True)
+        written = self.flush()
+        for c in self.collectors:
+            try:
+                c.close()
+            except Exception as exc:
+                log.warning("closing collector %s failed: %s", c.name, exc)
+        return written
+
+    def _collect_into(self, batch: Batch, collectors: Sequence[Collector], now: float) -> list[str]:
+        failed = []
+        for c in collectors:
+            try:
+                batch.extend(c.collect(now))
+            except Exception as exc:
+                # A collector bug must not stop the others, nor the daemon.
+                failed.append(c.name)
+                errors = self.metrics.stats.collector_errors
+                errors[c.name] = errors.get(c.name, 0) + 1
+                if c.name not in self._error_logged:
+                    self._error_logged.add(c.name)
+                    log.exception("collector %s failed (logged once; counted in /metrics): %s", c.name, exc)
+            self.metrics.set_problems(c.name, c.problems())
+        return failed
+
+    def _ingest(self, batch: Batch, now: float, force_drain: bool = False) -> None:
+        self.metrics.observe(batch)
+        for e in batch.events:
+            if e.kind == EventKind.GPU_LOST and e.gpu_index is not None:
+                self.metrics.forget_gpu(e.host, e.gpu_index)
+        stored_events: list[Event] = []
+        if self.folder is None:
+            stored_events = batch.events
+        else:
+            for e in batch.events:
+                stored_events.extend(self.folder.add(e))
+            stored_events.extend(self.folder.drain(now, force=force_drain))
+        self.buffer.add(batch.gpu_samples)
+        self.buffer.add(batch.nic_samples)
+        self.buffer.add(batch.nic_counters)
+        self.buffer.add(stored_events)
+        if self._on_round is not None:
+            self._unreported_events.extend(stored_events)
+
+    # ---- the loop -------------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event, wakeup_fd: int | None = None) -> None:
+        """Run until `stop` is set. `wakeup_fd` (readable when stop is set, e.g. a signal wakeup pipe) makes
+        shutdown immediate instead of waiting for the next tick."""
+        interval = self.schedule.sample_interval_seconds
+        start = self.clock.monotonic()
+        next_round = start
+        next_flush = start + self.schedule.flush_interval_seconds
+        next_retention = start
+        rounds_skipped = 0
+        fds = {_fileno(c): c for c in self._streams}
+        while not stop.is_set():
+            now = self.clock.monotonic()
+            if now >= next_round:
+                self.sample_round()
+                next_round += interval
+                if self.clock.monotonic() > next_round + interval:
+                    # Fell behind (suspended VM, slow disk): skip missed rounds rather than burst.
+                    missed = int((self.clock.monotonic() - next_round) // interval)
+                    rounds_skipped += missed
+                    next_round += missed * interval
+            if now >= next_flush:
+                self.flush()
+                next_flush = now + self.schedule.flush_interval_seconds
+            if self._apply_retention is not None and self.schedule.retention_days and now >= next_retention:
+                try:
+                    self._apply_retention(self.schedule.retention_days)
+                except Exception as exc:
+                    log.warning("retention failed: %s", exc)
+                next_retention = now + self.schedule.retention_interval_seconds
+            timeout = max(0.0, min(next_round, next_flush) - self.clock.monotonic())
+            wait_fds = [fd for fd in fds if fd is not None]
+            if wakeup_fd is not None:
+                wait_fds.append(wakeup_fd)
+            if not wait_fds:
+                stop.wait(timeout)
+                continue
+            try:
+                readable, _, _ = select.select(wait_fds, [], [], timeout)
+            except InterruptedError:
+                continue
+            if wakeup_fd is not None and wakeup_fd in readable:
+                _drain_fd(wakeup_fd)
+            ready = [fds[fd] for fd in readable if fd in fds]
+            if ready:
+                self.read_streams(ready)
+        if rounds_skipped:
+            log.info("skipped %d rounds while behind schedule", rounds_skipped)
+
+
+def _fileno(collector: Collector) -> int | None:
+    fileno = getattr(collector, "fileno", None)
+    if not callable(fileno):
+        return None
+    try:
+        fd = fileno()
+    except (OSError, ValueError):
+        return None
+    return fd if isinstance(fd, int) and fd >= 0 else None
+
+
+def _drain_fd(fd: int) -> None:
+    try:
+        while os.read(fd, 512):
+            pass
+    except (BlockingIOError, OSError):
+        pass

@@ -1,0 +1,222 @@
+"""The `fleetguard` command line. Heavy subcommands (the predictor's) load only when invoked, so the host
+agent never imports pandas, scikit-learn or xgboost."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from fleetguard import __version__
+from fleetguard.config import Config, ConfigError, load_config
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands named in `lazy` ("module:attr") are imported on first use."""
+
+    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = lazy or {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *self.lazy])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy:
+            module, _, attr = self.lazy[cmd_name].partition(":")
+            command = getattr(importlib.import_module(module), attr)
+            assert isinstance(command, click.Command)
+            return command
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(
+    cls=LazyGroup,
+    lazy={
+        "train": "predictor.cli:train",
+        "evaluate": "predictor.cli:evaluate",
+        "predict": "predictor.cli:predict",
+    },
+)
+@click.version_option(__version__, prog_name="fleetguard")
+@click.option(
+    "--log-level",
+    default="warning",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+)
+def cli(log_level: str) -> None:
+    """fleetguard: GPU-fleet fault diagnosis, failure prediction and training-runtime resilience."""
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def config_options(fn: Any) -> Any:
+    fn = click.option(
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False),
+        help="TOML config file (FLEETGUARD_<SECTION>_<KEY> variables override it).",
+    )(fn)
+    fn = click.option("--store", "store_path", help="DuckDB store file (store.path).")(fn)
+    return fn
+
+
+def load(config_path: str | None, **overrides: Any) -> Config:
+    """Load the config or exit non-zero with the key and the reason."""
+    try:
+        return load_config(config_path, overrides={k: v for k, v in overrides.items() if v is not None})
+    except ConfigError as exc:
+        raise click.ClickException(f"invalid configuration: {exc}") from exc
+
+
+def _daemon_overrides(
+    store_path: str | None, metrics_port: int | None, simulate: str | None, no_faults: bool
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "store.path": store_path,
+        "agent.metrics_port": metrics_port,
+        "simulate.fleet": simulate,
+    }
+    if no_faults:
+        out["simulate.faults"] = False
+    return out
+
+
+def daemon_options(fn: Any) -> Any:
+    fn = config_options(fn)
+    fn = click.option(
+        "--simulate",
+        metavar="HOSTSxGPUS",
+        help="Sample a simulated fleet, e.g. 2x8, instead of this host's hardware.",
+    )(fn)
+    fn = click.option("--no-faults", is_flag=True, help="With --simulate: no scripted faults.")(fn)
+    fn = click.option(
+        "--metrics-port", type=int, help="Port of /metrics (agent.metrics_port; 0 = any free)."
+    )(fn)
+    fn = click.option(
+        "--duration", type=float, help="Stop after this many seconds (default: run until SIGTERM)."
+    )(fn)
+    return fn
+
+
+@cli.command()
+@daemon_options
+def agent(
+    config_path: str | None,
+    store_path: str | None,
+    simulate: str | None,
+    no_faults: bool,
+    metrics_port: int | None,
+    duration: float | None,
+) -> None:
+    """The host daemon: sample collectors into the store and serve /metrics until SIGTERM."""
+    from fleetguard.agent.daemon import run_daemon
+    from fleetguard.agent.sources import NoSources, build_sources
+
+    config = load(config_path, **_daemon_overrides(store_path, metrics_port, simulate, no_faults))
+    try:
+        sources = build_sources(config)
+    except NoSources as exc:
+        raise click.ClickException(str(exc)) from exc
+    for message in sources.unavailable:
+        click.echo(f"note: {message}", err=True)
+    run_daemon(
+        config,
+        sources.collectors,
+        sources.folder,
+        duration_seconds=duration,
+        on_ready=lambda port: click.echo(f"fleetguard agent: /metrics on port {port}", err=True),
+    )
+
+
+@cli.command()
+@daemon_options
+@click.option("--no-runtime", is_flag=True, help="Do not listen for training-job heartbeats.")
+@click.option("--no-predict", is_flag=True, help="Do not score GPU failure risk.")
+def up(
+    config_path: str | None,
+    store_path: str | None,
+    simulate: str | None,
+    no_faults: bool,
+    metrics_port: int | None,
+    duration: float | None,
+    no_runtime: bool,
+    no_predict: bool,
+) -> None:
+    """The embedded default: agent, store, training runtime and live risk scoring in one process."""
+    from fleetguard.embedded import run_embedded
+
+    config = load(config_path, **_daemon_overrides(store_path, metrics_port, simulate, no_faults))
+    code = run_embedded(config, duration_seconds=duration, runtime=not no_runtime, predict=not no_predict)
+    sys.exit(code)
+
+
+@cli.command()
+@click.option("--once", is_flag=True, required=True, help="One round of every collector (the only mode).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (default: a short summary).")
+@click.option("--sysfs-root", default=None, help="Root of the sysfs tree for the RDMA collector.")
+@click.option(
+    "--kmsg-file",
+    default=None,
+    type=click.Path(dir_okay=False, exists=True),
+    help="Parse this kernel-log file (raw kmsg, dmesg -T or dmesg --time-format=iso) instead of /dev/kmsg.",
+)
+@click.option("--no-nvml", is_flag=True, help="Skip NVML.")
+@click.option("--simulate", metavar="HOSTSxGPUS", help="Collect from a simulated fleet instead.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False))
+def collect(
+    once: bool,
+    as_json: bool,
+    sysfs_root: str | None,
+    kmsg_file: str | None,
+    no_nvml: bool,
+    simulate: str | None,
+    config_path: str | None,
+) -> None:
+    """Show what this host reports: one round of every collector."""
+    from fleetguard.agent.sources import collect_once
+
+    overrides: dict[str, Any] = {"collectors.sysfs_root": sysfs_root, "simulate.fleet": simulate}
+    if no_nvml:
+        overrides["collectors.nvml"] = False
+    config = load(config_path, **overrides)
+    report = collect_once(config, kmsg_file=kmsg_file)
+    if as_json:
+        click.echo(json.dumps(report, indent=2, default=str))
+        return
+    for name, info in report["collectors"].items():
+        click.echo(f"{name:10s} {info}")
+
+
+@cli.command()
+@click.option(
+    "--parquet",
+    "parquet_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Directory for hive-partitioned Parquet (TABLE/dt=YYYY-MM-DD/host=H/).",
+)
+@config_options
+def export(parquet_dir: str, config_path: str | None, store_path: str | None) -> None:
+    """Export the store to hive-partitioned Parquet for offline training and ad-hoc queries."""
+    from fleetguard.store import Store, StoreError
+
+    config = load(config_path, **{"store.path": store_path})
+    try:
+        with Store.open(config.store.path, read_only=True) as store:
+            written = store.export_parquet(Path(parquet_dir))
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from exc
+    for table, rows in written.items():
+        click.echo(f"{table:20s} {rows:>10d} rows")
+    if not written:
+        click.echo("the store is empty: nothing exported")
+
+
+def main() -> None:
+    cli(prog_name="fleetguard")

@@ -1,0 +1,299 @@
+"""The DuckDB store: records round-trip, schema versions, batched writes, retention and Parquet export."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import pytest
+
+from fleetguard.records.findings import ActionRecord, Finding
+from fleetguard.records.prediction import Prediction
+from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
+from fleetguard.records.telemetry import Event, GpuSample, NicCounterSample, NicSample
+from fleetguard.store import Store, StoreError, StoreLocked
+from fleetguard.store.migrations import CURRENT_VERSION, MIGRATIONS
+from fleetguard.store.schema import TABLE_BY_RECORD, TABLES
+
+NOW = 1_763_800_000.25
+
+
+def full_gpu_sample(**changes: object) -> GpuSample:
+    values: dict[str, object] = {}
+    for f in dataclasses.fields(GpuSample):
+        if f.name == "ts":
+            values[f.name] = NOW
+        elif f.name == "host":
+            values[f.name] = "host-a"
+        elif "bool" in str(f.type):
+            values[f.name] = True
+        elif "int" in str(f.type):
+            values[f.name] = 7
+        elif "float" in str(f.type):
+            values[f.name] = 1.5
+        else:
+            values[f.name] = f"{f.name}-text"
+    values.update(changes)
+    return GpuSample(**values)  # type: ignore[arg-type]
+
+
+ONE_OF_EACH: list[object] = [
+    full_gpu_sample(),
+    NicSample(NOW, "host-a", "mlx5_0", 1, "ACTIVE", "LinkUp", 400.0, "InfiniBand"),
+    NicCounterSample(NOW, "host-a", "mlx5_0", 1, "symbol_error", "counters", 12, 2, 0.5, False),
+    Event(
+        NOW,
+        "host-a",
+        "xid",
+        "kmsg",
+        "NVRM: Xid (PCI:0000:9b:00): 79",
+        79,
+        "0000:9b:00.0",
+        3,
+        None,
+        42,
+        "python",
+        1001,
+        5,
+        NOW + 30.0,
+    ),
+    Heartbeat(NOW, "host-a", "job-1", 3, 3, 8, 4242, 100, "step", "running"),
+    StepTiming(NOW, "host-a", "job-1", 3, 100, "compute", 0.125),
+    CollectiveProgress(NOW, "host-a", "job-1", 3, "0", 10, 9, 8, "nccl:all_reduce", 1024, "client"),
+    Finding(
+        NOW,
+        "f-1",
+        "dead_rank",
+        "critical",
+        "job-1/rank 3",
+        "rank 3 died",
+        "host-a",
+        "job-1",
+        3,
+        None,
+        '{"pid": 4242}',
+    ),
+    ActionRecord(NOW, "a-1", "restart", "job-1", "f-1", "succeeded", "SIGTERM to worker group"),
+    Prediction(NOW, "host-a", "GPU-1", 0.83, 1, "model-1", 168.0),
+]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    s = Store.open(tmp_path / "fleet.duckdb")
+    yield s  # type: ignore[misc]
+    s.close()
+
+
+def read_back(store: Store, record: object) -> object:
+    table = TABLE_BY_RECORD[type(record)]
+    cols = ", ".join(f"epoch_us({c.name}) / 1e6" if c.is_timestamp else f'"{c.name}"' for c in table.columns)
+    row = store.connection.execute(f"SELECT {cols} FROM {table.name}").fetchall()
+    assert len(row) == 1
+    return type(record)(*row[0])
+
+
+def test_every_record_type_round_trips_through_its_table(store: Store) -> None:
+    assert store.append(ONE_OF_EACH) == len(ONE_OF_EACH)
+    for record in ONE_OF_EACH:
+        assert read_back(store, record) == record
+
+
+def test_a_field_the_gpu_does_not_support_is_stored_as_null_not_zero(store: Store) -> None:
+    store.append([full_gpu_sample(power_watts=None, remapped_rows_pending=None)])
+    row = store.connection.execute(
+        "SELECT power_watts, remapped_rows_pending, temperature_celsius FROM gpu_samples"
+    ).fetchall()
+    assert row == [(None, None, 1.5)]
+
+
+def test_timestamps_are_stored_as_utc_timestamps_to_the_microsecond(store: Store) -> None:
+    store.append([full_gpu_sample(ts=1_700_000_000.123456)])
+    row = store.connection.execute("SELECT CAST(ts AS VARCHAR) FROM gpu_samples").fetchall()
+    assert row == [("2023-11-14 22:13:20.123456",)]
+
+
+def test_unsigned_64_bit_counter_values_fit(store: Store) -> None:
+    store.append([NicCounterSample(NOW, "h", "mlx5_0", 1, "port_xmit_data", "counters", 2**64 - 1)])
+    assert store.connection.execute("SELECT value FROM nic_counters").fetchall() == [(2**64 - 1,)]
+
+
+def test_a_batch_with_a_bad_record_writes_nothing(store: Store) -> None:
+    bad = full_gpu_sample(gpu_index="not a number")
+    with pytest.raises(duckdb.Error):
+        store.append([full_gpu_sample(), bad])
+    assert store.counts()["gpu_samples"] == 0
+
+
+def test_unknown_record_types_are_refused_by_name(store: Store) -> None:
+    with pytest.raises(StoreError, match="str"):
+        store.append(["not a record"])
+
+
+def test_every_table_matches_its_record_after_all_migrations(store: Store) -> None:
+    for table in TABLES.values():
+        rows = store.connection.execute(
+            "SELECT column_name, data_type, is_nullable, column_default IS NOT NULL "
+            "FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
+            [table.name],
+        ).fetchall()
+        expected = [
+            (c.name, c.sql_type, "YES" if c.nullable else "NO", c.default_sql is not None)
+            for c in table.columns
+        ]
+        assert rows == expected, table.name
+
+
+def test_a_store_made_by_an_older_version_opens_and_is_upgraded(tmp_path: Path) -> None:
+    path = tmp_path / "old.duckdb"
+    with Store.open(path, schema_version_target=1) as old:
+        assert old.schema_version == 1
+        old.append([full_gpu_sample()])
+        tables = {r[0] for r in old.connection.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+        assert "heartbeats" not in tables
+    with Store.open(path) as new:
+        assert new.schema_version == CURRENT_VERSION == MIGRATIONS[-1].version
+        assert new.counts()["gpu_samples"] == 1
+        new.append(ONE_OF_EACH)
+        assert new.counts()["heartbeats"] == 1
+
+
+def test_a_store_from_a_newer_fleetguard_is_refused_with_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "future.duckdb"
+    Store.open(path).close()
+    con = duckdb.connect(str(path))
+    con.execute("UPDATE fleetguard_meta SET value = '999' WHERE key = 'schema_version'")
+    con.close()
+    with pytest.raises(StoreError, match="newer"):
+        Store.open(path)
+
+
+def test_a_second_writer_gets_a_clear_locked_error(tmp_path: Path) -> None:
+    path = tmp_path / "locked.duckdb"
+    Store.open(path).close()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
+            import sys, duckdb
+            con = duckdb.connect({str(path)!r})
+            print("ready", flush=True)
+            sys.stdin.read()
+        """),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        with pytest.raises(StoreLocked, match="another process"):
+            Store.open(path)
+    finally:
+        holder.communicate("")
+
+
+def test_read_only_store_refuses_writes(tmp_path: Path) -> None:
+    path = tmp_path / "ro.duckdb"
+    Store.open(path).close()
+    with Store.open(path, read_only=True) as ro, pytest.raises(StoreError, match="read-only"):
+        ro.append([full_gpu_sample()])
+
+
+def test_opening_a_missing_store_read_only_says_how_to_make_one(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="fleetguard up"):
+        Store.open(tmp_path / "missing.duckdb", read_only=True)
+
+
+def test_dataframes_append_by_column_name_with_epoch_or_datetime_times(store: Store) -> None:
+    epoch = pd.DataFrame({"uuid": ["u0", "u1"], "gpu_index": [0, 1], "host": ["h", "h"], "ts": [NOW, NOW]})
+    dated = epoch.assign(ts=pd.to_datetime(epoch["ts"], unit="s"))
+    assert store.append_columns("gpu_samples", epoch) == 2
+    assert store.append_columns("gpu_samples", dated) == 2
+    rows = store.connection.execute("SELECT DISTINCT epoch(ts) FROM gpu_samples").fetchall()
+    assert rows == [(NOW,)]
+
+
+def test_dict_columns_append_like_dataframes(store: Store) -> None:
+    assert (
+        store.append_columns(
+            "events", {"ts": [NOW], "host": ["h"], "kind": ["xid"], "source": ["t"], "message": ["m"]}
+        )
+        == 1
+    )
+    assert store.connection.execute("SELECT count, code FROM events").fetchall() == [(1, None)]
+
+
+@pytest.mark.parametrize(
+    ("frame", "message"),
+    [
+        (
+            pd.DataFrame({"ts": [NOW], "host": ["h"], "gpu_index": [0], "uuid": ["u"], "bogus": [1]}),
+            "unknown columns \\['bogus'\\]",
+        ),
+        (pd.DataFrame({"ts": [NOW], "host": ["h"]}), "missing required columns \\['gpu_index', 'uuid'\\]"),
+    ],
+)
+def test_columns_that_do_not_fit_the_table_are_named_and_nothing_is_written(
+    store: Store, frame: pd.DataFrame, message: str
+) -> None:
+    with pytest.raises(StoreError, match=message):
+        store.append_columns("gpu_samples", frame)
+    assert store.counts()["gpu_samples"] == 0
+
+
+def test_retention_deletes_only_rows_older_than_the_limit(store: Store) -> None:
+    day = 86400.0
+    store.append(
+        [
+            full_gpu_sample(ts=NOW - 40 * day),
+            full_gpu_sample(ts=NOW - 10 * day),
+            Event(NOW - 31 * day, "h", "xid", "kmsg", "old"),
+            Event(NOW, "h", "xid", "kmsg", "new"),
+        ]
+    )
+    deleted = store.apply_retention(30, now=NOW)
+    assert deleted["gpu_samples"] == 1 and deleted["events"] == 1
+    assert store.counts()["gpu_samples"] == 1
+    assert store.connection.execute("SELECT message FROM events").fetchall() == [("new",)]
+
+
+def test_retention_refuses_a_non_positive_limit(store: Store) -> None:
+    with pytest.raises(StoreError, match="positive"):
+        store.apply_retention(0)
+
+
+def test_export_writes_hive_partitions_by_day_and_host_and_never_duplicates(
+    store: Store, tmp_path: Path
+) -> None:
+    day = 86400.0
+    store.append(
+        [
+            full_gpu_sample(host="a"),
+            full_gpu_sample(host="b"),
+            full_gpu_sample(host="a", ts=NOW + day),
+            ActionRecord(NOW, "a1", "restart", "job", None, "succeeded"),
+        ]
+    )
+    out = tmp_path / "parquet"
+    for _ in range(2):
+        written = store.export_parquet(out)
+    assert written == {"gpu_samples": 3, "actions": 1}
+    dirs = sorted(str(p.relative_to(out)) for p in out.glob("gpu_samples/dt=*/host=*"))
+    assert dirs == [
+        "gpu_samples/dt=2025-11-22/host=a",
+        "gpu_samples/dt=2025-11-22/host=b",
+        "gpu_samples/dt=2025-11-23/host=a",
+    ]
+    assert list(out.glob("actions/dt=*/*.parquet"))
+    rows = duckdb.sql(
+        f"SELECT host, count(*) FROM read_parquet('{out}/gpu_samples/**/*.parquet', hive_partitioning=true) "
+        "GROUP BY host ORDER BY host"
+    ).fetchall()
+    assert rows == [("a", 2), ("b", 1)]
