@@ -129,16 +129,16 @@ def _ENV_TEXT(text: str) -> _EnvText:
 
 
 def _env_overrides(env: Mapping[str, str]) -> dict[str, str]:
-    sections = {f.name for f in dataclasses.fields(Config)}
+    hints = typing.get_type_hints(Config)
     out = {}
     for name, value in env.items():
         if not name.startswith(ENV_PREFIX):
             continue
-        rest = name[len(ENV_PREFIX) :].lower()
-        section, _, key = rest.partition("_")
-        if section not in sections or not key:
-            continue  # FLEETGUARD_AGENT_URL and friends belong to the training client, not to this config
-        out[f"{section}.{key}"] = value
+        section, _, key = name[len(ENV_PREFIX) :].lower().partition("_")
+        # Only variables naming a config key count: the training client shares the prefix
+        # (FLEETGUARD_AGENT_URL, FLEETGUARD_JOB_ID), so anything else is not ours to reject.
+        if section in hints and key in {f.name for f in dataclasses.fields(hints[section])}:
+            out[f"{section}.{key}"] = value
     return out
 
 
