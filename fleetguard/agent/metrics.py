@@ -328,7 +328,9 @@ def _nic_families(
     up = GaugeMetricFamily(
         "fleetguard_nic_port_up", "Port state is ACTIVE (1) or not (0)", labels=_NIC_LABELS
     )
-    rate = GaugeMetricFamily("fleetguard_nic_port_rate_bits_per_second", "Port link rate", labels=_NIC_LABELS)
+    rate = GaugeMetricFamily(
+        "fleetguard_nic_port_rate_bytes_per_second", "Port link rate", labels=_NIC_LABELS
+    )
     info = GaugeMetricFamily(
         "fleetguard_nic_port_info",
         "Port state and link layer (value is always 1)",
@@ -338,13 +340,13 @@ def _nic_families(
         port_labels = [n.host, n.device, str(n.port)]
         up.add_metric(port_labels, 1.0 if n.state == "ACTIVE" else 0.0)
         if n.rate_gbps is not None:
-            rate.add_metric(port_labels, n.rate_gbps * 1e9)
+            rate.add_metric(port_labels, n.rate_gbps * 1e9 / 8)
         info.add_metric([*port_labels, n.state or "", n.phys_state or "", n.link_layer or ""], 1)
     yield up
     yield rate
     yield info
     family = CounterMetricFamily(
-        "fleetguard_nic_port_counter",
+        "fleetguard_nic_port_stat",
         "InfiniBand/RoCE port counter as read from sysfs (cumulative)",
         labels=[*_NIC_LABELS, "group", "counter"],
     )

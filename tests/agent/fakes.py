@@ -1,0 +1,45 @@
+"""Collectors with scripted output, for testing the agent loop without any signal source."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from fleetguard.records.telemetry import Batch, Event, GpuSample
+
+
+class ScriptedCollector:
+    """Yields `gpus` GPU samples per round, plus any events queued with `emit`; can be told to fail."""
+
+    def __init__(self, name: str = "scripted", host: str = "h", gpus: int = 2) -> None:
+        self.name = name
+        self.host = host
+        self.gpus = gpus
+        self.fail_next = 0
+        self.queued: list[Event] = []
+        self.rounds = 0
+        self.closed = False
+        self._problems: dict[str, int] = {}
+
+    def emit(self, event: Event) -> None:
+        self.queued.append(event)
+
+    def collect(self, now: float) -> Batch:
+        if self.fail_next:
+            self.fail_next -= 1
+            raise RuntimeError("collector bug")
+        self.rounds += 1
+        batch = Batch(
+            gpu_samples=[
+                GpuSample(ts=now, host=self.host, gpu_index=i, uuid=f"GPU-{i}", power_watts=300.0 + i)
+                for i in range(self.gpus)
+            ],
+            events=self.queued,
+        )
+        self.queued = []
+        return batch
+
+    def problems(self) -> Mapping[str, int]:
+        return dict(self._problems)
+
+    def close(self) -> None:
+        self.closed = True

@@ -1,0 +1,155 @@
+"""The agent: rounds, buffering, flushing, failure isolation and shutdown, with a fake clock and a real store."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from pathlib import Path
+
+import pytest
+
+from fleetguard.agent.agent import Agent, RoundReport, Schedule
+from fleetguard.agent.buffer import WriteBuffer
+from fleetguard.agent.metrics import MetricsState
+from fleetguard.clock import FakeClock
+from fleetguard.records.telemetry import Event, GpuSample
+from fleetguard.store import Store
+from tests.agent.fakes import ScriptedCollector
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    s = Store.open(tmp_path / "agent.duckdb")
+    yield s  # type: ignore[misc]
+    s.close()
+
+
+def make_agent(
+    store: Store,
+    *collectors: ScriptedCollector,
+    clock: FakeClock | None = None,
+    rejected: Path | None = None,
+    **kwargs: object,
+) -> Agent:
+    return Agent(
+        list(collectors), WriteBuffer(store, rejected), MetricsState(), clock or FakeClock(), **kwargs
+    )  # type: ignore[arg-type]
+
+
+def test_a_round_buffers_every_sample_and_a_flush_stores_them(store: Store) -> None:
+    agent = make_agent(store, ScriptedCollector(gpus=8))
+    agent.sample_round()
+    assert store.counts()["gpu_samples"] == 0  # batched: nothing written until the flush
+    assert agent.flush() == 8
+    assert store.counts()["gpu_samples"] == 8
+
+
+def test_a_failing_collector_does_not_stop_the_others(store: Store) -> None:
+    broken, healthy = ScriptedCollector("broken"), ScriptedCollector("healthy", host="h2")
+    broken.fail_next = 1
+    agent = make_agent(store, broken, healthy)
+    report = agent.sample_round()
+    agent.flush()
+    assert report.failed == ["broken"]
+    assert agent.metrics.stats.collector_errors == {"broken": 1}
+    assert store.connection.execute("SELECT DISTINCT host FROM gpu_samples").fetchall() == [("h2",)]
+
+
+def test_rows_survive_a_failed_store_write_and_land_on_the_next_flush(store: Store, tmp_path: Path) -> None:
+    agent = make_agent(store, ScriptedCollector(gpus=4))
+    agent.sample_round()
+    original = store.append
+    calls = {"n": 0}
+
+    def broken_append(records: object) -> int:
+        calls["n"] += 1
+        raise OSError("I/O error: disk went away")
+
+    store.append = broken_append  # type: ignore[method-assign]
+    assert agent.flush() == 0
+    assert len(agent.buffer) == 4  # kept, not dropped
+    store.append = original  # type: ignore[method-assign]
+    assert agent.flush() == 4
+    assert store.counts()["gpu_samples"] == 4
+    assert agent.metrics.stats.store_write_errors == 1
+
+
+def test_a_poison_record_is_set_aside_and_the_rest_is_stored(store: Store, tmp_path: Path) -> None:
+    rejected = tmp_path / "rejected.jsonl"
+    agent = make_agent(store, ScriptedCollector(gpus=3), rejected=rejected)
+    agent.sample_round()
+    agent.submit([GpuSample(ts=1.0, host="h", gpu_index="bad", uuid="x")])  # type: ignore[arg-type]
+    assert agent.flush() == 3
+    assert store.counts()["gpu_samples"] == 3
+    assert agent.buffer.rejected_rows == 1
+    assert '"gpu_index": "bad"' in rejected.read_text()
+
+
+class CountingFolder:
+    """Folds every repeat of (kind, code) until drained with force."""
+
+    def __init__(self) -> None:
+        self.held: dict[tuple[str, int | None], Event] = {}
+
+    def add(self, event: Event) -> list[Event]:
+        key = (event.kind, event.code)
+        if key in self.held:
+            self.held[key] = dataclasses.replace(self.held[key], count=self.held[key].count + 1)
+            return []
+        self.held[key] = event
+        return []
+
+    def drain(self, now: float, force: bool = False) -> list[Event]:
+        if not force:
+            return []
+        out, self.held = list(self.held.values()), {}
+        return out
+
+
+def test_shutdown_releases_folded_events_flushes_and_closes_collectors(store: Store) -> None:
+    collector = ScriptedCollector(gpus=1)
+    collector.emit(Event(1.0, "h", "xid", "test", "Xid 13", code=13))
+    collector.emit(Event(1.5, "h", "xid", "test", "Xid 13", code=13))
+    folder = CountingFolder()
+    agent = make_agent(store, collector, folder=folder)
+    agent.sample_round()
+    assert store.counts()["events"] == 0
+    agent.shutdown()
+    assert store.connection.execute("SELECT code, count FROM events").fetchall() == [(13, 2)]
+    assert store.counts()["gpu_samples"] == 1
+    assert collector.closed
+
+
+def test_the_loop_keeps_a_fixed_schedule_and_stops_when_asked(store: Store) -> None:
+    clock = FakeClock()
+    stop = threading.Event()
+    reports: list[RoundReport] = []
+
+    def on_round(report: RoundReport) -> None:
+        reports.append(report)
+        clock.advance(1.0)
+        if len(reports) == 5:
+            stop.set()
+
+    agent = make_agent(
+        store,
+        ScriptedCollector(gpus=2),
+        clock=clock,
+        on_round=on_round,
+        schedule=Schedule(sample_interval_seconds=1.0, flush_interval_seconds=2.0),
+    )
+    agent.run(stop)
+    agent.shutdown()
+    assert len(reports) == 5
+    assert [r.ts - reports[0].ts for r in reports] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert store.counts()["gpu_samples"] == 10
+
+
+def test_events_reach_the_round_report_once(store: Store) -> None:
+    collector = ScriptedCollector(gpus=0)
+    collector.emit(Event(1.0, "h", "xid", "test", "Xid 79", code=79))
+    seen: list[RoundReport] = []
+    agent = make_agent(store, collector, on_round=seen.append)
+    agent.sample_round()
+    agent.sample_round()
+    assert [len(r.events) for r in seen] == [1, 0]
