@@ -1,4 +1,4 @@
-"""The agent: rounds, buffering, flushing, failure isolation and shutdown, with a fake clock and a real store."""
+"""The agent: rounds, buffering, flushing, failure isolation and shutdown (fake clock, real store)."""
 
 from __future__ import annotations
 
