@@ -120,20 +120,27 @@ class Store:
     def _insert_rows(self, table: Table, rows: Sequence[object]) -> None:
         getter = self._getters[table.name]
         if len(table.columns) == 1:
-            columns: list[list[Any]] = [[getter(r) for r in rows]]
+            columns: list[Sequence[Any]] = [[getter(r) for r in rows]]
         else:
-            columns = [list(col) for col in zip(*map(getter, rows), strict=True)]
-        self._con.execute(self._records_insert_sql(table), columns)
+            columns = list(zip(*map(getter, rows), strict=True))
+        # DuckDB scans numpy arrays in C; Python lists passed as parameters cost ~4x more CPU per value,
+        # and pyarrow would add ~40 MB to the agent. numpy costs ~7 MB.
+        batch = {c.name: _numpy_column(values) for c, values in zip(table.columns, columns, strict=True)}
+        self._con.register("__fleetguard_rows", batch)
+        try:
+            self._con.execute(self._records_insert_sql(table))
+        finally:
+            self._con.unregister("__fleetguard_rows")
 
     def _records_insert_sql(self, table: Table) -> str:
         sql = self._insert_sql.get(table.name)
         if sql is None:
             exprs = [
-                _epoch_to_timestamp(f"unnest(${i})") if c.is_timestamp else f"unnest(${i})"
-                for i, c in enumerate(table.columns, start=1)
+                _epoch_to_timestamp(quote_ident(c.name)) if c.is_timestamp else quote_ident(c.name)
+                for c in table.columns
             ]
             names = ", ".join(quote_ident(n) for n in table.column_names)
-            sql = f"INSERT INTO {table.name} ({names}) SELECT {', '.join(exprs)}"
+            sql = f"INSERT INTO {table.name} ({names}) SELECT {', '.join(exprs)} FROM __fleetguard_rows"
             self._insert_sql[table.name] = sql
         return sql
 
@@ -250,6 +257,23 @@ class Store:
             )
             written[name] = count
         return written
+
+
+def _numpy_column(values: Sequence[Any]) -> Any:
+    """A column as a numpy array DuckDB can scan. A column holding None stays an object array, so None is
+    NULL (a float array would turn it into NaN, which is not missing)."""
+    import numpy as np
+
+    if any(v is None for v in values):
+        array = np.empty(len(values), dtype=object)
+        array[:] = values
+        return array
+    first = values[0] if values else None
+    if isinstance(first, str) or first is None:
+        array = np.empty(len(values), dtype=object)
+        array[:] = values
+        return array
+    return np.asarray(values)
 
 
 class _Transaction:
