@@ -1,44 +1,41 @@
 """Store ingest: rows/s of fleetguard's write paths against a raw DuckDB append of the same DataFrame.
 
-Each run writes the same gpu_samples DataFrame (every column of GpuSample filled) into a fresh DuckDB file:
-  raw           duckdb `con.append("gpu_samples", df)` on a table made by the same DDL
-  append_columns  fleetguard `Store.append_columns("gpu_samples", df)` (bulk path: validation + INSERT BY NAME)
-  append_records  fleetguard `Store.append(records)` in agent-sized batches (the agent's path, no pandas)
-Usage: python bench/store_ingest.py [--rows 2000000] [--repeat 3]
+For a wide table (gpu_samples, 42 columns) and a narrow one (nic_counters, 10 columns), each repeat writes the
+same DataFrame into fresh DuckDB files, in the same run:
+  raw             duckdb `con.append(table, df)` on a table made by the same DDL
+  append_columns  fleetguard `Store.append_columns(table, df)` (bulk path: validation + INSERT by name)
+  append          fleetguard `Store.append(records)` in agent-sized batches (the agent's path, no pandas)
+Usage: python bench/store_ingest.py [--rows 2000000] [--repeat 3] [--record-rows 200000]
 """
 
 from __future__ import annotations
 
 import argparse
-
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
 import numpy as np
 import pandas as pd
 
-from fleetguard.records.telemetry import GpuSample
 from fleetguard.store import Store
-from fleetguard.store.schema import TABLES
+from fleetguard.store.schema import TABLES, Table
 
 
-def make_frame(rows: int, seed: int = 0) -> pd.DataFrame:
+def make_frame(table: Table, rows: int, seed: int = 0) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
-    gpus = 8
     cols: dict[str, object] = {}
-    for column in TABLES["gpu_samples"].columns:
+    for column in table.columns:
         name = column.name
-        if name == "ts":
-            cols[name] = pd.to_datetime(1.7e9 + np.arange(rows) // (gpus * 64), unit="s")
+        if column.is_timestamp:
+            cols[name] = pd.to_datetime(1.7e9 + np.arange(rows) // 512, unit="s")
         elif name == "host":
             cols[name] = pd.Series([f"host-{i % 64:03d}" for i in range(rows)], dtype="string")
-        elif name == "gpu_index":
-            cols[name] = np.arange(rows) % gpus
         elif column.sql_type == "VARCHAR":
-            cols[name] = pd.Series([f"{name}-{i % 512}" for i in range(rows)], dtype="string")
+            cols[name] = pd.Series([f"{name}-{i % 80}" for i in range(rows)], dtype="string")
         elif column.sql_type == "DOUBLE":
             cols[name] = rng.normal(100.0, 10.0, rows)
         elif column.sql_type == "BOOLEAN":
@@ -48,51 +45,58 @@ def make_frame(rows: int, seed: int = 0) -> pd.DataFrame:
     return pd.DataFrame(cols)
 
 
-def timed(fn: object) -> float:
+def records_from(table: Table, df: pd.DataFrame) -> list[object]:
+    out = []
+    for row in df.astype(object).itertuples(index=False):
+        values = {
+            c.name: (v.timestamp() if c.is_timestamp else v) for c, v in zip(table.columns, row, strict=True)
+        }
+        out.append(table.record(**values))
+    return out
+
+
+def timed(fn: Callable[[], object]) -> float:
     t0 = time.perf_counter()
-    fn()  # type: ignore[operator]
+    fn()
     return time.perf_counter() - t0
 
 
-def run(rows: int, repeat: int, record_batch: int, record_rows: int) -> None:
-    df = make_frame(rows)
-    records = [
-        GpuSample(**{k: (v.timestamp() if k == "ts" else v) for k, v in zip(df.columns, row, strict=True)})
-        for row in df.head(record_rows).astype(object).itertuples(index=False)
-    ]
+def bench_table(name: str, rows: int, repeat: int, record_rows: int, record_batch: int, tmp: Path) -> None:
+    table = TABLES[name]
+    df = make_frame(table, rows)
+    records = records_from(table, df.head(record_rows))
     raw_s, cols_s, rec_s = [], [], []
-    with tempfile.TemporaryDirectory() as tmp:
-        for i in range(repeat):
-            con = duckdb.connect(str(Path(tmp) / f"raw{i}.duckdb"))
-            con.execute(TABLES["gpu_samples"].create_sql())
-            raw_s.append(timed(lambda: con.append("gpu_samples", df)))
-            assert con.execute("SELECT count(*) FROM gpu_samples").fetchall()[0][0] == rows
-            con.close()
-            store = Store.open(Path(tmp) / f"fg{i}.duckdb")
-            cols_s.append(timed(lambda: store.append_columns("gpu_samples", df)))
-            assert store.counts()["gpu_samples"] == rows
-            store.close()
-            store = Store.open(Path(tmp) / f"rec{i}.duckdb")
+    for i in range(repeat):
+        con = duckdb.connect(str(tmp / f"{name}-raw{i}.duckdb"))
+        con.execute(table.create_sql())
+        raw_s.append(timed(lambda con=con: con.append(name, df)))  # type: ignore[misc]
+        assert con.execute(f"SELECT count(*) FROM {name}").fetchall()[0][0] == rows
+        con.close()
+        with Store.open(tmp / f"{name}-cols{i}.duckdb") as store:
+            cols_s.append(timed(lambda store=store: store.append_columns(name, df)))  # type: ignore[misc]
+            assert store.counts()[name] == rows
+        with Store.open(tmp / f"{name}-rec{i}.duckdb") as store:
 
-            def batches() -> None:
+            def batches(store: Store = store) -> None:
                 for start in range(0, len(records), record_batch):
                     store.append(records[start : start + record_batch])
 
             rec_s.append(timed(batches))
-            assert store.counts()["gpu_samples"] == len(records)
-            store.close()
+            assert store.counts()[name] == len(records)
     raw, cols, rec = (statistics.median(x) for x in (raw_s, cols_s, rec_s))
-    ncols = len(df.columns)
-    print(f"| path | rows | columns | median seconds | rows/s | vs raw |")
-    print("|---|---|---|---|---|---|")
-    print(f"| raw DuckDB `append` (DataFrame) | {rows:,} | {ncols} | {raw:.3f} | {rows / raw:,.0f} | 1.00 |")
+    n = len(table.columns)
+    raw_rate = rows / raw
     print(
-        f"| fleetguard `append_columns` (DataFrame) | {rows:,} | {ncols} | {cols:.3f} | {rows / cols:,.0f} "
-        f"| {raw / cols:.2f} |"
+        f"| {name} | raw DuckDB `append` (DataFrame) | {rows:,} | {n} | {raw:.3f} | {raw_rate:,.0f} | 1.00 |"
     )
     print(
-        f"| fleetguard `append` (records, batches of {record_batch:,}) | {len(records):,} | {ncols} | "
-        f"{rec:.3f} | {len(records) / rec:,.0f} | {(len(records) / rec) / (rows / raw):.2f} |"
+        f"| {name} | fleetguard `append_columns` (DataFrame) | {rows:,} | {n} | {cols:.3f} "
+        f"| {rows / cols:,.0f} | {raw / cols:.2f} |"
+    )
+    rec_rate = len(records) / rec
+    print(
+        f"| {name} | fleetguard `append` (records, batches of {record_batch:,}) | {len(records):,} | {n} "
+        f"| {rec:.3f} | {rec_rate:,.0f} | {rec_rate / raw_rate:.2f} |"
     )
 
 
@@ -102,10 +106,15 @@ def main() -> None:
     )
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--record-batch", type=int, default=5_000)
     parser.add_argument("--record-rows", type=int, default=200_000)
+    parser.add_argument("--record-batch", type=int, default=5_000)
+    parser.add_argument("--tables", default="nic_counters,gpu_samples")
     args = parser.parse_args()
-    run(args.rows, args.repeat, args.record_batch, args.record_rows)
+    print("| table | path | rows | columns | median seconds | rows/s | vs raw |")
+    print("|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.tables.split(","):
+            bench_table(name, args.rows, args.repeat, args.record_rows, args.record_batch, Path(tmp))
 
 
 if __name__ == "__main__":
