@@ -33,7 +33,7 @@ class Extension:
     ready with a function that hands records to the store, stopped before the final flush."""
 
     name: str
-    start: Callable[[Agent], None]
+    start: Callable[[Agent, Store], None]  # the store is for reads (use store.connection.cursor())
     stop: Callable[[], None]
 
 
@@ -98,7 +98,7 @@ def run_daemon(
     started: list[Extension] = []
     try:
         for ext in extensions:
-            ext.start(agent)
+            ext.start(agent, store)
             started.append(ext)
         if on_ready is not None:
             on_ready(port)

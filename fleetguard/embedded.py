@@ -1,0 +1,158 @@
+"""`fleetguard up`: the embedded default: agent, store, training runtime and live scoring in one process."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from pathlib import Path
+from typing import TextIO
+
+from fleetguard.agent.agent import Agent
+from fleetguard.agent.daemon import Extension, run_daemon
+from fleetguard.agent.sources import NoSources, Sources, build_sources
+from fleetguard.config import Config
+from fleetguard.status import StatusPrinter
+from fleetguard.store import Store
+
+log = logging.getLogger(__name__)
+
+
+def run_embedded(
+    config: Config,
+    *,
+    duration_seconds: float | None = None,
+    runtime: bool = True,
+    predict: bool = True,
+    out: TextIO = sys.stdout,
+) -> int:
+    """Run until SIGTERM; return the process exit code (2 when there is nothing to sample)."""
+    try:
+        sources = build_sources(config, require_gpu=True)
+    except NoSources as exc:
+        out.write(f"fleetguard up: {exc}\n")
+        return 2
+    extensions: list[Extension] = []
+    risk = _RiskSummary()
+    if runtime and config.runtime.enabled:
+        extensions.append(_runtime_extension(config))
+    if predict and (config.predictor.model_dir or sources.simulated):
+        extensions.append(_scoring_extension(config, sources, risk))
+    status = StatusPrinter(out, xid_names=_xid_names(), extra=risk.describe)
+
+    def banner(port: int) -> None:
+        what = f"simulated fleet {config.simulate.fleet}" if sources.simulated else f"host {config.host}"
+        interval = config.agent.sample_interval_seconds
+        store_path = Path(config.store.path).resolve()
+        out.write(
+            f"fleetguard up: sampling {what} ({sources.gpus} GPUs) every {interval:g} s\n"
+            f"  metrics   http://127.0.0.1:{port}/metrics  (curl -s localhost:{port}/metrics | grep xid)\n"
+            f"  store     {store_path}  (after stopping: fleetguard export --parquet DIR)\n"
+        )
+        if runtime and config.runtime.enabled:
+            out.write(
+                f"  training  ranks send heartbeats to 127.0.0.1:{config.runtime.port} "
+                "(see README: three lines in your training loop)\n"
+            )
+        for note in sources.unavailable:
+            out.write(f"  note      {note}\n")
+        out.write("  stop with Ctrl-C (everything buffered is flushed first)\n")
+        out.flush()
+
+    run_daemon(
+        config,
+        sources.collectors,
+        sources.folder,
+        extensions=extensions,
+        on_round=status,
+        on_ready=banner,
+        duration_seconds=duration_seconds,
+        out=out,
+    )
+    return 0
+
+
+def _xid_names() -> dict[int, str]:
+    try:
+        from collectors.xid_catalog import load_xid_catalog
+
+        return {entry.xid: entry.name for entry in load_xid_catalog()}
+    except Exception as exc:  # the status line is a convenience: never fail `up` over it
+        log.debug("no XID catalog for the status line: %s", exc)
+        return {}
+
+
+class _RiskSummary:
+    def __init__(self) -> None:
+        self.text = ""
+
+    def describe(self) -> str:
+        return self.text or "risk: no model"
+
+
+def _runtime_extension(config: Config) -> Extension:
+    holder: dict[str, object] = {}
+
+    def start(agent: Agent, store: Store) -> None:
+        from fleetguard.runtime.service import RuntimeService, runtime_config_from
+
+        service = RuntimeService(runtime_config_from(config), agent.clock, sink=agent.submit)
+        service.start()
+        holder["service"] = service
+
+    def stop() -> None:
+        service = holder.get("service")
+        if service is not None:
+            service.stop()  # type: ignore[attr-defined]
+
+    return Extension("training runtime", start, stop)
+
+
+def _scoring_extension(config: Config, sources: Sources, risk: _RiskSummary) -> Extension:
+    stop_event = threading.Event()
+    threads: list[threading.Thread] = []
+
+    def start(agent: Agent, store: Store) -> None:
+        def loop() -> None:
+            try:
+                from predictor.live import LiveScorer, at_risk_findings, train_demo_model
+
+                model_dir = Path(config.predictor.model_dir) if config.predictor.model_dir else None
+                if model_dir is None:
+                    model_dir = train_demo_model(
+                        Path(config.store.path).parent / "demo-model", seed=config.simulate.seed
+                    )
+                scorer = LiveScorer(model_dir)
+            except Exception as exc:
+                log.warning("live risk scoring is off: %s", exc)
+                risk.text = "risk: off (see log)"
+                return
+            risk.text = "risk: waiting for data"
+            cursor = store.connection.cursor()
+            while not stop_event.is_set():
+                agent.flush()  # score what has been sampled so far
+                try:
+                    predictions = scorer.score(cursor, agent.clock.time())
+                except Exception as exc:
+                    log.warning("scoring failed: %s", exc)
+                    predictions = []
+                if predictions:
+                    agent.metrics.set_predictions(predictions)
+                    findings = at_risk_findings(predictions, config.predictor.risk_threshold)
+                    agent.submit([*predictions, *findings])
+                    top = max(predictions, key=lambda p: p.risk)
+                    risk.text = (
+                        f"at-risk GPUs {len(findings)} (top {top.host}/{top.device_id[:12]} {top.risk:.2f})"
+                    )
+                stop_event.wait(config.predictor.score_interval_seconds)
+
+        thread = threading.Thread(target=loop, name="fleetguard-scoring", daemon=True)
+        thread.start()
+        threads.append(thread)
+
+    def stop() -> None:
+        stop_event.set()
+        for thread in threads:
+            thread.join(timeout=10)
+
+    return Extension("live scoring", start, stop)
