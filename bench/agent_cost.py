@@ -1,0 +1,104 @@
+"""Agent cost at 1 Hz: CPU time per sampling round and peak RSS of a real `fleetguard agent` process.
+
+Runs `fleetguard agent --simulate 1x8` (8 simulated GPUs, 8 IB ports, kernel-log faults) as a subprocess
+with a DuckDB store, lets it warm up, then measures the process's CPU time (utime + stime from /proc, all
+threads, flushes and /metrics scrapes included) over the steady-state rounds, and its peak RSS (VmHWM).
+Usage: python bench/agent_cost.py [--seconds 60] [--warmup 10] [--fleet 1x8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
+
+
+def peak_rss_mb(pid: int) -> float:
+    match = re.search(r"VmHWM:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
+    assert match
+    return int(match.group(1)) / 1024
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        return resp.read().decode()
+
+
+def metric(text: str, name: str) -> float:
+    match = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
+    return float(match.group(1)) if match else 0.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--warmup", type=float, default=10.0)
+    parser.add_argument("--fleet", default="1x8")
+    args = parser.parse_args()
+    exe = Path(sys.executable).with_name("fleetguard")
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.Popen(
+            [
+                str(exe),
+                "agent",
+                "--simulate",
+                args.fleet,
+                "--metrics-port",
+                "0",
+                "--store",
+                f"{tmp}/a.duckdb",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "FLEETGUARD_COLLECTORS_KMSG_STATE_PATH": f"{tmp}/kmsg.seq"},
+        )
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        port_match = re.search(r"port (\d+)", line)
+        assert port_match, line
+        port = int(port_match.group(1))
+        time.sleep(args.warmup)
+        m0 = scrape(port)
+        cpu0, rounds0 = cpu_seconds(proc.pid), metric(m0, "fleetguard_agent_rounds_total")
+        time.sleep(args.seconds)
+        m1 = scrape(port)
+        cpu1, rounds1 = cpu_seconds(proc.pid), metric(m1, "fleetguard_agent_rounds_total")
+        rss = peak_rss_mb(proc.pid)
+        in_round = metric(m1, "fleetguard_agent_round_cpu_seconds_total") - metric(
+            m0, "fleetguard_agent_round_cpu_seconds_total"
+        )
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    rounds = rounds1 - rounds0
+    per_round_ms = 1000 * (cpu1 - cpu0) / rounds
+    print(
+        "| fleet | rounds | process CPU per round (ms) | of which in the sampling round (ms) "
+        "| CPU share of one core | peak RSS (MB) |"
+    )
+    print("|---|---|---|---|---|---|")
+    print(
+        f"| {args.fleet} + 8 ports/host | {rounds:.0f} | {per_round_ms:.2f} | {1000 * in_round / rounds:.2f} "
+        f"| {per_round_ms / 10:.2f}% | {rss:.0f} |"
+    )
+    print(f"shutdown summary: {out.strip()}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
