@@ -1,0 +1,42 @@
+"""The agent as operators run it: a real process on the simulated fleet, stopped with SIGTERM."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from tests.integration.daemon import Daemon
+
+pytestmark = pytest.mark.integration
+
+
+def test_every_sample_produced_before_sigterm_is_in_duckdb(tmp_path: Path) -> None:
+    daemon = Daemon(
+        ["agent", "--simulate", "2x4", "--no-faults"],
+        tmp_path,
+        env={"FLEETGUARD_AGENT_FLUSH_INTERVAL_SECONDS": "30"},
+    )  # the last rows exist only in memory
+    daemon.wait_for_rounds(3)
+    summary = json.loads(daemon.stop().strip().splitlines()[-1])
+    con = duckdb.connect(str(tmp_path / "fleet.duckdb"), read_only=True)
+    gpu_rows, distinct_ts = con.execute("SELECT count(*), count(DISTINCT ts) FROM gpu_samples").fetchall()[0]
+    assert summary["rounds"] >= 3
+    assert distinct_ts == summary["rounds"]  # every round, including the one just before SIGTERM
+    assert gpu_rows == 8 * summary["rounds"]  # 2 hosts x 4 GPUs each round
+    assert con.execute("SELECT count(*) FROM nic_samples").fetchall()[0][0] == 16 * summary["rounds"]
+    for table, rows in summary["rows_written"].items():
+        assert con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] == rows
+    assert summary["write_errors"] == 0 and summary["rejected_rows"] == 0
+
+
+def test_metrics_are_served_while_sampling(tmp_path: Path) -> None:
+    daemon = Daemon(["agent", "--simulate", "1x2"], tmp_path)
+    try:
+        daemon.wait_for_rounds(2)
+        metrics = daemon.metrics()
+        assert metrics["fleetguard_agent_rounds_total"] >= 2
+    finally:
+        daemon.stop()
