@@ -1,0 +1,100 @@
+"""Following a growing text file like ``tail -F``: each call returns the complete lines appended since the
+last one.
+
+A line without its newline yet is held back until it is complete. A file that is replaced (new inode, log
+rotation) or truncated is read again from its start. Errors are returned as reasons, never raised, so a
+collector can count them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import BinaryIO, Final
+
+CHUNK_BYTES: Final = 1 << 20
+# A "line" longer than this is not a log line; it is cut so that one bad file cannot take all memory.
+MAX_LINE_BYTES: Final = 64 * 1024
+
+
+@dataclass
+class TailResult:
+    lines: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # reasons, e.g. "file_missing", "line_too_long"
+    rotated: bool = False
+
+
+class FileTail:
+    """Follows one path. `from_start=False` skips what the file holds when it is first seen."""
+
+    def __init__(self, path: str, from_start: bool = True, max_bytes_per_read: int | None = None) -> None:
+        self.path = path
+        self._from_start = from_start
+        self._max_bytes = max_bytes_per_read
+        self._inode: tuple[int, int] | None = None
+        self._offset = 0
+        self._partial = b""
+
+    @property
+    def offset(self) -> int:
+        """Bytes of the current file consumed so far (complete lines plus a held partial line)."""
+        return self._offset
+
+    def read(self) -> TailResult:
+        result = TailResult()
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            result.problems.append("file_missing")
+            return result
+        except OSError:
+            result.problems.append("stat_error")
+            return result
+        inode = (st.st_dev, st.st_ino)
+        if self._inode is None:
+            self._inode = inode
+            if not self._from_start:
+                self._offset = st.st_size
+        elif inode != self._inode or st.st_size < self._offset:
+            self._inode = inode
+            self._offset = 0
+            self._partial = b""
+            result.rotated = True
+        if st.st_size == self._offset:
+            return result
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                for chunk in _chunks(f, self._max_bytes):
+                    self._offset += len(chunk)
+                    self._split(chunk, result)
+        except OSError:
+            result.problems.append("read_error")
+        return result
+
+    def _split(self, chunk: bytes, result: TailResult) -> None:
+        data = self._partial + chunk
+        parts = data.split(b"\n")
+        self._partial = parts.pop()
+        if len(self._partial) > MAX_LINE_BYTES:
+            result.problems.append("line_too_long")
+            parts.append(self._partial[:MAX_LINE_BYTES])
+            self._partial = b""
+        for raw in parts:
+            if len(raw) > MAX_LINE_BYTES:
+                result.problems.append("line_too_long")
+                raw = raw[:MAX_LINE_BYTES]
+            result.lines.append(raw.decode("utf-8", errors="replace"))
+
+
+def _chunks(f: BinaryIO, max_bytes: int | None) -> Iterator[bytes]:
+    left = max_bytes
+    while left is None or left > 0:
+        size = CHUNK_BYTES if left is None else min(CHUNK_BYTES, left)
+        chunk = f.read(size)
+        if not chunk:
+            return
+        if left is not None:
+            left -= len(chunk)
+        yield chunk

@@ -1,0 +1,244 @@
+"""PyTorch NCCL flight-recorder dumps (``nccl_trace_rank_<r>``) read safely into CollectiveProgress records.
+
+PyTorch (torch/csrc/distributed/c10d/FlightRecorderDetail.hpp, dump version "2.x") writes a protocol-2 pickle
+of plain containers::
+
+    {"version": "2.10", "comm_lib_version": "...", "pg_config": {name: {"name", "desc", "ranks"}},
+     "pg_status": {"<pg_id>": {"last_enqueued_collective", "last_started_collective",
+                               "last_completed_collective"}},
+     "entries": [{"pg_id", "process_group": (name, desc), "collective_seq_id", "profiling_name",
+                  "input_sizes": [[dims...]], "state": "scheduled|started|completed", ...}]}
+
+A pickle can run code when loaded, and a dump is a file anyone who can write the dump directory controls. The
+loader therefore refuses every global: the real dump needs none (dict, list, tuple, str, int, float, bool and
+None are built by opcodes alone), and anything that asks for one (``os.system`` via ``__reduce__``) is a
+FlightRecorderError before any of it runs. Stdlib only; torch is not imported.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import pickle
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from fleetguard.records.runtime import CollectiveProgress
+
+DEFAULT_PREFIX: Final = "nccl_trace_rank_"
+MAX_DUMP_BYTES: Final = 256 * 1024 * 1024
+SOURCE: Final = "flight_recorder"
+
+
+class FlightRecorderError(Exception):
+    """The dump cannot be used: too large, not a pickle, unsafe, or not shaped like a flight-recorder dump."""
+
+
+class _PlainDataUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        raise FlightRecorderError(
+            f"refusing to load {module}.{name}: a flight-recorder dump holds only plain data, "
+            "so this file is corrupt or hostile"
+        )
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise FlightRecorderError("refusing a persistent id: a flight-recorder dump has none")
+
+
+def load_dump_bytes(data: bytes) -> dict[str, Any]:
+    """Unpickle a dump with every global refused; the top level must be a dict with an "entries" or
+    "pg_status" key."""
+    try:
+        obj = _PlainDataUnpickler(io.BytesIO(data)).load()
+    except FlightRecorderError:
+        raise
+    except RecursionError as exc:
+        raise FlightRecorderError("dump is nested too deeply to be a flight-recorder dump") from exc
+    except MemoryError as exc:
+        raise FlightRecorderError("dump needs more memory than a flight-recorder dump can") from exc
+    except Exception as exc:  # UnpicklingError, EOFError, ValueError, TypeError, ... from malformed input
+        raise FlightRecorderError(f"not a readable pickle: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(obj, dict) or not ({"entries", "pg_status"} & obj.keys()):
+        raise FlightRecorderError("not a flight-recorder dump: expected a dict with 'entries' or 'pg_status'")
+    return obj
+
+
+def load_dump(path: str | Path, max_bytes: int = MAX_DUMP_BYTES) -> dict[str, Any]:
+    """Read and safely unpickle one dump file; larger than `max_bytes` is refused before reading."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > max_bytes:
+                raise FlightRecorderError(
+                    f"{path} is {size} bytes, over the {max_bytes}-byte limit for a dump"
+                )
+            data = f.read(max_bytes + 1)
+    except OSError as exc:
+        raise FlightRecorderError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if len(data) > max_bytes:  # grew while we read it
+        raise FlightRecorderError(f"{path} is over the {max_bytes}-byte limit for a dump")
+    try:
+        return load_dump_bytes(data)
+    except FlightRecorderError as exc:
+        raise FlightRecorderError(f"{path}: {exc}") from exc
+
+
+def rank_from_path(path: str | Path, prefix: str = DEFAULT_PREFIX) -> int | None:
+    """``.../nccl_trace_rank_12`` -> 12; None when the name does not end in the prefix and a number."""
+    match = re.fullmatch(re.escape(prefix) + r"(\d{1,9})", Path(path).name)
+    return int(match.group(1)) if match else None
+
+
+def progress_from_dump(
+    dump: Mapping[str, Any], *, host: str, job_id: str, rank: int, ts: float
+) -> list[CollectiveProgress]:
+    """One CollectiveProgress per process group of one rank's dump, with op and size of the last enqueued
+    collective where the entry is still in the ring buffer. Malformed parts are skipped, never raised."""
+    entries = [e for e in _list(dump.get("entries")) if isinstance(e, dict)]
+    names: dict[str, str] = {}
+    for entry in entries:
+        pg_id = _int(entry.get("pg_id"))
+        group = entry.get("process_group")
+        if pg_id is not None and isinstance(group, tuple | list) and group and isinstance(group[0], str):
+            names.setdefault(str(pg_id), group[0])
+    status = dump.get("pg_status")
+    per_group = _status_by_group(status) if isinstance(status, dict) else {}
+    if not per_group:
+        per_group = _status_from_entries(entries)
+    out: list[CollectiveProgress] = []
+    for pg_key in sorted(per_group, key=_sort_key):
+        enqueued, started, completed = per_group[pg_key]
+        last = _find_entry(entries, pg_key, enqueued)
+        out.append(
+            CollectiveProgress(
+                ts=ts,
+                host=host,
+                job_id=job_id,
+                rank=rank,
+                process_group=names.get(pg_key, pg_key),
+                last_enqueued=enqueued,
+                last_started=started,
+                last_completed=completed,
+                op=_str(last.get("profiling_name")) if last else None,
+                size=_elements(last.get("input_sizes")) if last else None,
+                source=SOURCE,
+            )
+        )
+    return out
+
+
+@dataclass
+class DumpReport:
+    progress: list[CollectiveProgress] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)  # file -> why it was skipped
+
+
+def read_dump_dir(
+    directory: str | Path,
+    *,
+    host: str,
+    job_id: str,
+    ts: float,
+    prefix: str = DEFAULT_PREFIX,
+    max_bytes: int = MAX_DUMP_BYTES,
+) -> DumpReport:
+    """Every ``<prefix><rank>`` file in `directory`; bad files are listed in `errors`, the rest still read."""
+    report = DumpReport()
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError as exc:
+        report.errors[str(directory)] = f"cannot list: {exc.strerror or exc}"
+        return report
+    for name in names:
+        path = Path(directory) / name
+        rank = rank_from_path(path, prefix)
+        if rank is None or not path.is_file():
+            continue
+        try:
+            dump = load_dump(path, max_bytes)
+        except FlightRecorderError as exc:
+            report.errors[str(path)] = str(exc)
+            continue
+        report.progress.extend(progress_from_dump(dump, host=host, job_id=job_id, rank=rank, ts=ts))
+    return report
+
+
+# ---- helpers over untrusted plain data ---------------------------------------------------------------------
+
+
+def _status_by_group(status: dict[Any, Any]) -> dict[str, tuple[int, int, int]]:
+    out: dict[str, tuple[int, int, int]] = {}
+    for pg_id, values in status.items():
+        if not isinstance(values, dict):
+            continue
+        enqueued = _int(values.get("last_enqueued_collective"))
+        started = _int(values.get("last_started_collective"))
+        completed = _int(values.get("last_completed_collective"))
+        if enqueued is None or started is None or completed is None:
+            continue
+        out[str(pg_id)] = (enqueued, started, completed)
+    return out
+
+
+def _status_from_entries(entries: list[dict[Any, Any]]) -> dict[str, tuple[int, int, int]]:
+    """Older dumps (no pg_status): the highest sequence number seen in each state; -1 for none, as PyTorch."""
+    out: dict[str, list[int]] = {}
+    for entry in entries:
+        pg_id = _int(entry.get("pg_id"))
+        seq = _int(entry.get("collective_seq_id"))
+        if pg_id is None or seq is None or entry.get("is_p2p") is True:
+            continue
+        marks = out.setdefault(str(pg_id), [-1, -1, -1])
+        state = entry.get("state")
+        marks[0] = max(marks[0], seq)
+        if state in ("started", "completed"):
+            marks[1] = max(marks[1], seq)
+        if state == "completed":
+            marks[2] = max(marks[2], seq)
+    return {k: (v[0], v[1], v[2]) for k, v in out.items()}
+
+
+def _find_entry(entries: list[dict[Any, Any]], pg_key: str, seq: int) -> dict[Any, Any] | None:
+    for entry in reversed(entries):
+        if (
+            str(_int(entry.get("pg_id"))) == pg_key
+            and _int(entry.get("collective_seq_id")) == seq
+            and entry.get("is_p2p") is not True
+        ):
+            found: dict[Any, Any] = entry
+            return found
+    return None
+
+
+def _elements(sizes: Any) -> int | None:
+    """Total elements over the input tensors (``[[1024, 4], [8]]`` -> 4104); None when unknown or empty."""
+    if not isinstance(sizes, list) or not sizes:
+        return None
+    total = 0
+    for dims in sizes:
+        if not isinstance(dims, list | tuple) or not all(_int(d) is not None and d >= 0 for d in dims):
+            return None
+        total += math.prod(dims)
+    return total
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _sort_key(pg_key: str) -> tuple[int, str]:
+    if pg_key.isascii() and pg_key.isdigit() and len(pg_key) <= 18:
+        return (int(pg_key), "")
+    return (1 << 62, pg_key)

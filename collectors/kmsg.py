@@ -1,0 +1,345 @@
+"""Kernel-log collectors: follow /dev/kmsg (`KmsgCollector`) or a saved log file (`KmsgFileCollector`).
+
+Both turn XID, SXID, GPU-off-the-bus, PCIe AER, mlx5 and NCCL/CUDA segfault lines into Events (source "kmsg");
+every other line is ignored, and lines in no known form are counted in `problems()` by reason.
+
+/dev/kmsg semantics (Documentation/ABI/testing/dev-kmsg): every read() returns one record; EAGAIN means no
+more for now; EPIPE means the ring buffer overwrote records we had not read yet (counted as ``overrun``;
+reading goes on with the oldest record still there). Where to start:
+
+- with `state_path`, the last sequence number handled is saved there together with the boot id; on start,
+  records up to it are skipped, so a restart neither loses nor repeats records. After a reboot (other boot id)
+  the saved number means nothing and reading starts from the oldest record;
+- without saved state, ``start="beginning"`` (the default) replays the whole ring buffer: XIDs logged during
+  boot or while the agent was down matter more than the noise of a replay, which folding absorbs;
+  ``start="end"`` reads only records logged from now on.
+
+Repeats inside one read are folded (`collectors.event_dedup.fold_burst`) so that a storm replayed from the
+ring buffer or a large file is a handful of rows; folding across reads is the agent's EventDeduplicator.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import stat
+import time
+from collections.abc import Iterable, Mapping
+from datetime import tzinfo
+from pathlib import Path
+from typing import Final, Literal
+
+from collectors.event_dedup import DEFAULT_WINDOW_SECONDS, fold_burst
+from collectors.file_tail import FileTail
+from collectors.kmsg_classify import MAX_MESSAGE_CHARS, classify_kernel_message
+from collectors.kmsg_parse import KernelLine, Unparsed, parse_kernel_line
+from collectors.protocol import CollectorUnavailable
+from fleetguard.records.telemetry import Batch, Event
+
+SOURCE: Final = "kmsg"
+# /dev/kmsg rejects a read() buffer smaller than the record (EINVAL); record + dictionary is <= 8 KiB.
+_READ_BYTES: Final = 16 * 1024
+DEFAULT_BOOT_ID_PATH: Final = "/proc/sys/kernel/random/boot_id"
+
+Start = Literal["beginning", "end"]
+
+
+def kernel_event(line: KernelLine, host: str, now: float, boot_time: float | None) -> Event | None:
+    """The Event a parsed kernel line reports, or None. Boot-relative times become wall time via `boot_time`
+    (epoch seconds at boot); without it, or for an estimate that lands in the future, the event gets `now`."""
+    fault = classify_kernel_message(line.message)
+    if fault is None:
+        return None
+    if line.ts is not None:
+        ts = line.ts
+    elif line.uptime_seconds is not None and boot_time is not None:
+        ts = min(boot_time + line.uptime_seconds, now)
+    else:
+        ts = now
+    return Event(
+        ts=ts,
+        host=host,
+        kind=fault.kind,
+        source=SOURCE,
+        message=line.message[:MAX_MESSAGE_CHARS].strip(),
+        code=fault.code,
+        pci_bus_id=fault.pci_bus_id,
+        device=fault.device,
+        pid=fault.pid,
+        process_name=fault.process_name,
+        seq=line.seq,
+    )
+
+
+def boot_time_from_clocks() -> float:
+    """Epoch seconds at boot as /dev/kmsg timestamps count it (CLOCK_MONOTONIC, which stops in suspend)."""
+    return time.time() - time.clock_gettime(time.CLOCK_MONOTONIC)
+
+
+class _LineEvents:
+    """Parses lines into events for one host and counts what could not be parsed."""
+
+    def __init__(
+        self, host: str, boot_time: float | None, tz: tzinfo | None, fold_window_seconds: float | None
+    ):
+        self.host = host
+        self.boot_time = boot_time
+        self.tz = tz
+        self.fold_window_seconds = fold_window_seconds
+        self.problems: dict[str, int] = {}
+        self.lines = 0
+
+    def count(self, reason: str, n: int = 1) -> None:
+        self.problems[reason] = self.problems.get(reason, 0) + n
+
+    def parse(self, text: str) -> KernelLine | None:
+        self.lines += 1
+        try:
+            parsed = parse_kernel_line(text, self.tz)
+        except Exception:  # a parser bug must cost one line, not the collector (fuzzed, but still)
+            self.count("parser_error")
+            return None
+        if isinstance(parsed, Unparsed):
+            self.count(parsed.reason)
+            return None
+        return parsed
+
+    def event(self, line: KernelLine, now: float) -> Event | None:
+        try:
+            return kernel_event(line, self.host, now, self.boot_time)
+        except Exception:
+            self.count("parser_error")
+            return None
+
+    def fold(self, events: list[Event]) -> list[Event]:
+        if self.fold_window_seconds is None:
+            return events
+        return fold_burst(events, self.fold_window_seconds)
+
+
+class KmsgCollector:
+    """Follows /dev/kmsg (or any path that yields kmsg records). `fileno()` lets the agent select() on it."""
+
+    name = "kmsg"
+
+    def __init__(
+        self,
+        host: str,
+        path: str = "/dev/kmsg",
+        state_path: str | None = None,
+        *,
+        start: Start = "beginning",
+        boot_time: float | None = None,
+        boot_id_path: str = DEFAULT_BOOT_ID_PATH,
+        fold_window_seconds: float | None = DEFAULT_WINDOW_SECONDS,
+        max_reads_per_collect: int = 100_000,
+    ) -> None:
+        if start not in ("beginning", "end"):
+            raise ValueError(f"start must be 'beginning' or 'end', got {start!r}")
+        self.host = host
+        self.path = path
+        self.state_path = Path(state_path) if state_path else None
+        self.max_reads_per_collect = max_reads_per_collect
+        self._lines = _LineEvents(
+            host, boot_time if boot_time is not None else boot_time_from_clocks(), None, fold_window_seconds
+        )
+        self._boot_id = _read_boot_id(boot_id_path)
+        self._last_seq = self._load_state()
+        self._saved_seq = self._last_seq
+        self._resumed = self._last_seq is not None
+        self.skipped_replayed = 0  # records at or before the saved sequence: already handled before a restart
+        self._partial = b""
+        try:
+            self._fd: int | None = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        except FileNotFoundError as exc:
+            raise CollectorUnavailable(
+                f"{path} does not exist, so the kernel log cannot be followed; "
+                "parse a saved log with `fleetguard collect --kmsg-file FILE` instead."
+            ) from exc
+        except PermissionError as exc:
+            raise CollectorUnavailable(
+                f"permission denied reading {path}: run the agent as root or with CAP_SYSLOG "
+                "(or set the sysctl kernel.dmesg_restrict=0)."
+            ) from exc
+        except OSError as exc:
+            raise CollectorUnavailable(f"cannot open {path}: {exc.strerror or exc}.") from exc
+        if start == "end" and self._last_seq is None:
+            # A pipe standing in for /dev/kmsg cannot seek, and has no backlog to skip either.
+            with contextlib.suppress(OSError):
+                os.lseek(self._fd, 0, os.SEEK_END)
+
+    # ---- Collector protocol ---------------------------------------------------------------------------
+
+    def fileno(self) -> int:
+        if self._fd is None:
+            raise ValueError("collector is closed")
+        return self._fd
+
+    def collect(self, now: float) -> Batch:
+        events: list[Event] = []
+        for text in self._read_lines():
+            line = self._lines.parse(text)
+            if line is None or not self._is_new(line):
+                continue
+            event = self._lines.event(line, now)
+            if event is not None:
+                events.append(event)
+        self._save_state()
+        return Batch(events=self._lines.fold(events))
+
+    def problems(self) -> Mapping[str, int]:
+        return dict(self._lines.problems)
+
+    def close(self) -> None:
+        self._save_state()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    @property
+    def last_seq(self) -> int | None:
+        """The last kernel sequence number handled (what `state_path` holds)."""
+        return self._last_seq
+
+    # ---- internals --------------------------------------------------------------------------------------
+
+    def _read_lines(self) -> Iterable[str]:
+        if self._fd is None:
+            return []
+        chunks: list[bytes] = []
+        for _ in range(self.max_reads_per_collect):
+            try:
+                chunk = os.read(self._fd, _READ_BYTES)
+            except BlockingIOError:
+                break
+            except BrokenPipeError:
+                self._lines.count("overrun")
+                continue
+            except OSError as exc:
+                self._lines.count("read_error" if exc.errno != errno.EINVAL else "record_too_large")
+                break
+            if not chunk:
+                break  # end of a regular file or of a pipe whose writer left
+            chunks.append(chunk)
+        data = self._partial + b"".join(chunks)
+        parts = data.split(b"\n")
+        self._partial = parts.pop()
+        if len(self._partial) > _READ_BYTES:
+            self._lines.count("line_too_long")
+            self._partial = b""
+        return [p.decode("utf-8", errors="replace") for p in parts if p]
+
+    def _is_new(self, line: KernelLine) -> bool:
+        if line.seq is None:
+            return True
+        if self._last_seq is not None:
+            if line.seq <= self._last_seq:
+                self.skipped_replayed += 1
+                return False
+            if line.seq > self._last_seq + 1 and self._resumed:
+                # Records between the two were overwritten before we read them (ring buffer overrun, or
+                # logged while the agent was down and already rotated out).
+                self._lines.count("records_lost", line.seq - self._last_seq - 1)
+        self._resumed = True
+        self._last_seq = line.seq
+        return True
+
+    def _load_state(self) -> int | None:
+        if self.state_path is None:
+            return None
+        try:
+            state = json.loads(self.state_path.read_text())
+            seq = state["seq"]
+            boot_id = state.get("boot_id")
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            self._lines.count("state_unreadable")
+            return None
+        if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+            self._lines.count("state_unreadable")
+            return None
+        if boot_id != self._boot_id:
+            return None  # another boot: its sequence numbers started again from zero
+        return seq
+
+    def _save_state(self) -> None:
+        if self.state_path is None or self._last_seq is None or self._last_seq == self._saved_seq:
+            return
+        tmp = self.state_path.with_name(self.state_path.name + ".tmp")
+        try:
+            self.state_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps({"boot_id": self._boot_id, "seq": self._last_seq}))
+            os.replace(tmp, self.state_path)
+        except OSError:
+            self._lines.count("state_write_error")
+            return
+        self._saved_seq = self._last_seq
+
+
+class KmsgFileCollector:
+    """Parses a kernel-log text file in any supported form and follows what is appended to it (tail -F).
+
+    Saved logs carry no boot time: boot-relative lines (raw kmsg, plain dmesg) get `now` unless `boot_time` is
+    given. ``dmesg -T`` times are read in `tz` (None: this machine's zone).
+    """
+
+    name = "kmsg_file"
+
+    def __init__(
+        self,
+        host: str,
+        path: str,
+        *,
+        from_start: bool = True,
+        boot_time: float | None = None,
+        tz: tzinfo | None = None,
+        fold_window_seconds: float | None = DEFAULT_WINDOW_SECONDS,
+    ) -> None:
+        try:
+            st = os.stat(path)
+            with open(path, "rb"):
+                pass
+        except FileNotFoundError as exc:
+            raise CollectorUnavailable(f"kernel-log file {path} does not exist.") from exc
+        except PermissionError as exc:
+            raise CollectorUnavailable(f"permission denied reading kernel-log file {path}.") from exc
+        except OSError as exc:
+            raise CollectorUnavailable(f"cannot read kernel-log file {path}: {exc.strerror or exc}.") from exc
+        if not stat.S_ISREG(st.st_mode):
+            raise CollectorUnavailable(
+                f"{path} is not a regular file; to follow the live kernel log use the kmsg collector."
+            )
+        self.host = host
+        self.path = path
+        self._tail = FileTail(path, from_start=from_start)
+        self._lines = _LineEvents(host, boot_time, tz, fold_window_seconds)
+
+    def collect(self, now: float) -> Batch:
+        result = self._tail.read()
+        for reason in result.problems:
+            self._lines.count(reason)
+        events: list[Event] = []
+        for text in result.lines:
+            line = self._lines.parse(text)
+            if line is None:
+                continue
+            event = self._lines.event(line, now)
+            if event is not None:
+                events.append(event)
+        return Batch(events=self._lines.fold(events))
+
+    def problems(self) -> Mapping[str, int]:
+        return dict(self._lines.problems)
+
+    def close(self) -> None:
+        pass
+
+
+def _read_boot_id(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip() or None
+    except OSError:
+        return None
