@@ -1,0 +1,226 @@
+"""Dataset builder: window features and horizon labels, computed in DuckDB SQL over the contract views.
+
+Samples are first reduced to one row per device and time step (sums, extremes, first and last values), then
+windows over the last W of steps combine those: one scan of the raw data, and window functions over a table
+that is a step's worth of rows smaller. An instance at time t (the end of a step) sees only samples with
+ts < t; its label is whether the device's next failure at or after t comes before t + H. Every step in the H
+before a failure is a positive instance (the study's extra positives from sliding windows). An instance whose
+future is not yet known (t + H past the end of the data, no failure seen) gets label NULL.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+import duckdb
+import numpy as np
+import numpy.typing as npt
+
+from predictor.contract import EVENTS_VIEW, FAILURES_VIEW, SAMPLES_VIEW, quote
+
+INSTANCES_TABLE = "fg_instances"
+STATS = ("mean", "std", "min", "max", "last", "delta", "slope")
+ID_COLUMNS = ("device_id", "ts", "label", "next_failure_ts")
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """How instances are cut: feature window W, label horizon H, instance step, event kinds counted."""
+
+    window_seconds: float = 3 * 86400.0
+    horizon_seconds: float = 7 * 86400.0
+    step_seconds: float = 86400.0
+    event_kinds: tuple[str, ...] = ()  # counted per window; the failure kinds are always counted too
+    max_event_kinds: int = 8  # when event_kinds is empty, the most frequent kinds are taken
+
+    @property
+    def window_steps(self) -> int:
+        return max(1, math.ceil(self.window_seconds / self.step_seconds - 1e-9))
+
+
+@dataclass
+class Instances:
+    """Feature matrix and labels as numpy arrays (times in epoch seconds; label NaN = not yet known)."""
+
+    device_id: npt.NDArray[np.object_]
+    ts: npt.NDArray[np.float64]
+    label: npt.NDArray[np.float64]
+    next_failure_ts: npt.NDArray[np.float64]
+    x: npt.NDArray[np.float32]
+    feature_names: tuple[str, ...]
+    meta: dict[str, float] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def subset(self, mask: npt.NDArray[np.bool_] | npt.NDArray[np.int64]) -> Instances:
+        return Instances(
+            self.device_id[mask],
+            self.ts[mask],
+            self.label[mask],
+            self.next_failure_ts[mask],
+            self.x[mask],
+            self.feature_names,
+            dict(self.meta),
+        )
+
+
+def _window_clause(window_steps: int) -> str:
+    """The frame every feature uses: the current step and the W-1 before it, never a later one."""
+    return f"PARTITION BY device_id ORDER BY b RANGE BETWEEN {window_steps - 1} PRECEDING AND CURRENT ROW"
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^0-9A-Za-z_]+", "_", name).strip("_") or "x"
+
+
+def event_kinds(con: duckdb.DuckDBPyConnection, spec: DatasetSpec) -> tuple[str, ...]:
+    if spec.event_kinds:
+        return spec.event_kinds
+    rows = con.execute(
+        f"SELECT kind FROM {EVENTS_VIEW} GROUP BY kind ORDER BY count(*) DESC, kind LIMIT ?",
+        [spec.max_event_kinds],
+    ).fetchall()
+    return tuple(str(r[0]) for r in rows)
+
+
+def feature_names(columns: tuple[str, ...], kinds: tuple[str, ...]) -> tuple[str, ...]:
+    names = [f"{c}__{s}" for c in columns for s in STATS]
+    names += [f"events_{_safe(k)}__count" for k in kinds]
+    names += ["failures__count", "hours_since_last_failure", "samples__count"]
+    return tuple(names)
+
+
+def build_instances_sql(
+    columns: tuple[str, ...], kinds: tuple[str, ...], spec: DatasetSpec, where_samples: str = "true"
+) -> str:
+    """The SELECT producing one row per (device, step end): id columns, label, then the features."""
+    step = float(spec.step_seconds)
+    horizon = float(spec.horizon_seconds)
+    bucket_aggs = []
+    for i, c in enumerate(columns):
+        x = quote(c)
+        bucket_aggs.append(
+            f"count({x}) AS n{i}, sum({x}) AS s{i}, sum({x} * {x}) AS ss{i}, min({x}) AS lo{i}, max({x}) AS hi{i}, "
+            f"arg_min({x}, ts) FILTER (WHERE {x} IS NOT NULL) AS fi{i}, "
+            f"arg_max({x}, ts) FILTER (WHERE {x} IS NOT NULL) AS la{i}"
+        )
+    event_aggs = [
+        f"count(*) FILTER (WHERE kind = '{k.replace(chr(39), chr(39) * 2)}') AS e{j}"
+        for j, k in enumerate(kinds)
+    ]
+    features = []
+    for i, c in enumerate(columns):
+        n = f"sum(n{i}) OVER w"
+        mean = f"sum(s{i}) OVER w / nullif({n}, 0)"
+        features += [
+            f"{mean} AS {quote(c + '__mean')}",
+            f"sqrt(greatest(sum(ss{i}) OVER w / nullif({n}, 0) - pow({mean}, 2), 0)) AS {quote(c + '__std')}",
+            f"min(lo{i}) OVER w AS {quote(c + '__min')}",
+            f"max(hi{i}) OVER w AS {quote(c + '__max')}",
+            f"last_value(la{i} IGNORE NULLS) OVER w AS {quote(c + '__last')}",
+            f"last_value(la{i} IGNORE NULLS) OVER w - first_value(fi{i} IGNORE NULLS) OVER w AS {quote(c + '__delta')}",
+            f"regr_slope(s{i} / nullif(n{i}, 0), b) OVER w AS {quote(c + '__slope')}",
+        ]
+    for j, k in enumerate(kinds):
+        features.append(f"coalesce(sum(e{j}) OVER w, 0) AS {quote('events_' + _safe(k) + '__count')}")
+    features += [
+        "coalesce(sum(nf) OVER w, 0) AS failures__count",
+        "coalesce((b + 1) * $step - max(last_fail) OVER (PARTITION BY device_id ORDER BY b ROWS UNBOUNDED PRECEDING), "
+        "1e9) / 3600.0 AS hours_since_last_failure",
+        "coalesce(sum(n_rows) OVER w, 0) AS samples__count",
+    ]
+    aggs = ", ".join(bucket_aggs)
+    ev = "".join(", " + a for a in event_aggs)
+    sql = f"""
+WITH sb AS (
+  SELECT device_id, CAST(floor(ts / $step) AS BIGINT) AS b, count(*) AS n_rows, {aggs}
+  FROM {SAMPLES_VIEW} WHERE {where_samples} GROUP BY ALL
+),
+eb AS (
+  SELECT device_id, CAST(floor(ts / $step) AS BIGINT) AS b, count(*) FILTER (WHERE is_failure) AS nf,
+         max(ts) FILTER (WHERE is_failure) AS last_fail{ev}
+  FROM (SELECT device_id, ts, kind, false AS is_failure FROM {EVENTS_VIEW}
+        UNION ALL SELECT device_id, ts, kind, true FROM {FAILURES_VIEW}) GROUP BY ALL
+),
+keys AS (SELECT device_id, b FROM sb UNION SELECT device_id, b FROM eb),
+joined AS (
+  SELECT * FROM keys LEFT JOIN sb USING (device_id, b) LEFT JOIN eb USING (device_id, b)
+),
+feats AS (
+  SELECT device_id, b, n_rows, CAST((b + 1) * $step AS DOUBLE) AS ts, {", ".join(features)}
+  FROM joined WINDOW w AS ({_window_clause(spec.window_steps)})
+),
+fail AS (SELECT device_id, ts AS fail_ts FROM {FAILURES_VIEW}),
+data_end AS (
+  SELECT greatest((SELECT max(ts) FROM {SAMPLES_VIEW} WHERE {where_samples}),
+                  coalesce((SELECT max(ts) FROM {FAILURES_VIEW}), 0)) AS t
+)
+SELECT feats.device_id, feats.ts,
+  CASE WHEN fail.fail_ts < feats.ts + $horizon THEN 1.0
+       WHEN fail.fail_ts IS NOT NULL OR feats.ts + $horizon <= (SELECT t FROM data_end) THEN 0.0
+       ELSE NULL END AS label,
+  fail.fail_ts AS next_failure_ts,
+  {", ".join(quote(f) for f in feature_names(columns, kinds))}
+FROM feats ASOF LEFT JOIN fail ON feats.device_id = fail.device_id AND fail.fail_ts >= feats.ts
+WHERE feats.n_rows IS NOT NULL
+"""
+    return sql.replace("$step", repr(step)).replace("$horizon", repr(horizon))
+
+
+def build_instances(
+    con: duckdb.DuckDBPyConnection,
+    columns: tuple[str, ...],
+    spec: DatasetSpec,
+    kinds: tuple[str, ...] | None = None,
+    table: str = INSTANCES_TABLE,
+) -> tuple[str, ...]:
+    """Materialise the instances table from the contract views; returns the feature names."""
+    kinds = event_kinds(con, spec) if kinds is None else kinds
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS {build_instances_sql(columns, kinds, spec)}")
+    return feature_names(columns, kinds)
+
+
+def fetch_instances(
+    con: duckdb.DuckDBPyConnection, names: tuple[str, ...], table: str = INSTANCES_TABLE, where: str = "true"
+) -> Instances:
+    """Read instances into numpy, ordered by time then device (deterministic)."""
+    cols = ", ".join(quote(n) for n in names)
+    rel = con.execute(
+        f"SELECT device_id, ts, label, next_failure_ts{', ' if names else ''}{cols} FROM {table} "
+        f"WHERE {where} ORDER BY ts, device_id"
+    )
+    arrays = rel.fetchnumpy()
+    x = np.empty((len(arrays["ts"]), len(names)), dtype=np.float32)
+    for j, n in enumerate(names):
+        x[:, j] = _as_float(arrays[n])
+    return Instances(
+        device_id=np.asarray(arrays["device_id"], dtype=object),
+        ts=_as_float(arrays["ts"]).astype(np.float64),
+        label=_as_float(arrays["label"]).astype(np.float64),
+        next_failure_ts=_as_float(arrays["next_failure_ts"]).astype(np.float64),
+        x=x,
+        feature_names=names,
+    )
+
+
+def _as_float(values: object) -> npt.NDArray[np.float64]:
+    """Masked arrays (NULLs) become NaN."""
+    if isinstance(values, np.ma.MaskedArray):
+        return np.asarray(values.astype(np.float64).filled(np.nan))
+    return np.asarray(values, dtype=np.float64)
+
+
+def data_end_ts(con: duckdb.DuckDBPyConnection) -> float:
+    """The time up to which the history is known: the last sample or failure."""
+    row = con.execute(
+        f"SELECT greatest((SELECT max(ts) FROM {SAMPLES_VIEW}), coalesce((SELECT max(ts) FROM {FAILURES_VIEW}), 0))"
+    ).fetchone()
+    return float(row[0]) if row and row[0] is not None else 0.0
+
+
+def fetch_failures(con: duckdb.DuckDBPyConnection) -> tuple[npt.NDArray[np.object_], npt.NDArray[np.float64]]:
+    arrays = con.execute(f"SELECT device_id, ts FROM {FAILURES_VIEW} ORDER BY ts, device_id").fetchnumpy()
+    return np.asarray(arrays["device_id"], dtype=object), _as_float(arrays["ts"])

@@ -1,0 +1,174 @@
+"""Top-K selection per scoring period and the backtest metrics: precision@K, recall, PR-AUC, lead time.
+
+A prediction is one device picked in one period (its best-scoring instance there); it is a hit when the
+device fails within H after that instance. Recall is the share of the failures inside the scored range that
+some prediction caught beforehand; lead time is failure time minus the earliest catching prediction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class Scored:
+    """The instances a backtest scored: period index, device, instance time, label, next failure time."""
+
+    period: IntArray
+    device_id: npt.NDArray[np.object_]
+    ts: FloatArray
+    label: FloatArray
+    next_failure_ts: FloatArray
+    period_starts: FloatArray  # start of each period; period i covers [starts[i], starts[i] + period_seconds)
+    period_seconds: float
+    failures_device: npt.NDArray[np.object_]
+    failures_ts: FloatArray
+
+
+@dataclass
+class PeriodMetrics:
+    start_ts: float
+    predictions: int
+    hits: int
+    precision: float | None
+    failures: int
+    caught: int
+
+
+@dataclass
+class ModelMetrics:
+    precision_at_k: float | None
+    recall: float | None
+    predictions: int
+    hits: int
+    pr_auc: float | None
+    median_lead_time_hours: float | None
+    precision_std: float | None
+    baseline_precision_same_volume: float | None = None
+    periods: list[PeriodMetrics] = field(default_factory=list)
+
+    def summary(self) -> dict[str, float | int | None]:
+        out = asdict(self)
+        out.pop("periods")
+        return out
+
+
+def select_top_k(period: IntArray, device_id: npt.NDArray[np.object_], score: FloatArray, k: int) -> IntArray:
+    """Indices of the chosen instances: per period, each device's best instance, then the K best devices."""
+    if len(score) == 0 or k <= 0:
+        return np.zeros(0, dtype=np.int64)
+    frame = pd.DataFrame({"p": period, "d": device_id, "s": score, "i": np.arange(len(score))})
+    best = frame.sort_values(["p", "s", "d"], ascending=[True, False, True], kind="stable")
+    best = best.drop_duplicates(["p", "d"], keep="first")
+    chosen = best.groupby("p", sort=True).head(k)
+    return np.sort(chosen["i"].to_numpy(dtype=np.int64))
+
+
+def select_per_period_volume(
+    period: IntArray, device_id: npt.NDArray[np.object_], score: FloatArray, volume: dict[int, int]
+) -> IntArray:
+    """Like select_top_k with a different K per period (the baseline at another model's volume)."""
+    frame = pd.DataFrame({"p": period, "d": device_id, "s": score, "i": np.arange(len(score))})
+    best = frame.sort_values(["p", "s", "d"], ascending=[True, False, True], kind="stable")
+    best = best.drop_duplicates(["p", "d"], keep="first")
+    best["r"] = best.groupby("p").cumcount()
+    best["cap"] = best["p"].map(volume).fillna(0)
+    return np.sort(best.loc[best["r"] < best["cap"], "i"].to_numpy(dtype=np.int64))
+
+
+def intersect(
+    selections: Sequence[IntArray], period: IntArray, device_id: npt.NDArray[np.object_]
+) -> IntArray:
+    """The (period, device) pairs every selection holds; the first selection's instance represents each."""
+    if not selections:
+        return np.zeros(0, dtype=np.int64)
+    keys = [set(zip(period[s].tolist(), device_id[s].tolist(), strict=True)) for s in selections]
+    common = set.intersection(*keys)
+    first = selections[0]
+    keep = [i for i in first.tolist() if (int(period[i]), device_id[i]) in common]
+    return np.asarray(keep, dtype=np.int64)
+
+
+def average_precision(label: FloatArray, score: FloatArray) -> float | None:
+    known = ~np.isnan(label)
+    y = label[known]
+    if y.sum() == 0 or y.sum() == len(y):
+        return None
+    from sklearn.metrics import average_precision_score
+
+    return float(average_precision_score(y, score[known]))
+
+
+def evaluate(scored: Scored, chosen: IntArray, score: FloatArray, horizon_seconds: float) -> ModelMetrics:
+    """Metrics of one model's chosen predictions (indices into `scored`) and its scores (for PR-AUC)."""
+    hit = scored.label[chosen] == 1.0
+    n_periods = len(scored.period_starts)
+    preds = np.bincount(scored.period[chosen], minlength=n_periods)
+    hits = np.bincount(scored.period[chosen], weights=hit.astype(np.float64), minlength=n_periods)
+    start = float(scored.period_starts[0]) if n_periods else 0.0
+    end = float(scored.period_starts[-1] + scored.period_seconds) if n_periods else 0.0
+    in_range = (scored.failures_ts >= start) & (scored.failures_ts < end)
+    f_dev = scored.failures_device[in_range]
+    f_ts = scored.failures_ts[in_range]
+    # A hit's next failure is the failure it caught; keep the earliest prediction per failure for lead time.
+    h_idx = chosen[hit]
+    caught: dict[tuple[object, float], float] = {}
+    for d, f, t in zip(scored.device_id[h_idx], scored.next_failure_ts[h_idx], scored.ts[h_idx], strict=True):
+        key = (d, float(f))
+        caught[key] = min(caught.get(key, np.inf), float(t))
+    caught_mask = np.array([(d, float(f)) in caught for d, f in zip(f_dev, f_ts, strict=True)], dtype=bool)
+    leads = [
+        (f - caught[(d, float(f))]) / 3600.0
+        for d, f in zip(f_dev[caught_mask], f_ts[caught_mask], strict=True)
+    ]
+    f_period = (
+        np.floor((f_ts - start) / scored.period_seconds).astype(np.int64)
+        if n_periods
+        else f_ts.astype(np.int64)
+    )
+    periods = []
+    for p in range(n_periods):
+        in_p = f_period == p
+        periods.append(
+            PeriodMetrics(
+                start_ts=float(scored.period_starts[p]),
+                predictions=int(preds[p]),
+                hits=int(hits[p]),
+                precision=float(hits[p] / preds[p]) if preds[p] else None,
+                failures=int(in_p.sum()),
+                caught=int(caught_mask[in_p].sum()),
+            )
+        )
+    per_period = [pm.precision for pm in periods if pm.precision is not None]
+    total = len(chosen)
+    return ModelMetrics(
+        precision_at_k=float(hit.sum() / total) if total else None,
+        recall=float(caught_mask.mean()) if len(caught_mask) else None,
+        predictions=int(total),
+        hits=int(hit.sum()),
+        pr_auc=average_precision(scored.label, score),
+        median_lead_time_hours=float(np.median(leads)) if leads else None,
+        precision_std=float(np.std(per_period)) if len(per_period) > 1 else None,
+        periods=periods,
+    )
+
+
+def volume_by_period(scored: Scored, chosen: IntArray) -> dict[int, int]:
+    counts = np.bincount(scored.period[chosen], minlength=len(scored.period_starts))
+    return {p: int(c) for p, c in enumerate(counts)}
+
+
+def precision_at_volume(scored: Scored, baseline_score: FloatArray, volume: dict[int, int]) -> float | None:
+    """The baseline's precision when it makes, in each period, as many predictions as the other model."""
+    chosen = select_per_period_volume(scored.period, scored.device_id, baseline_score, volume)
+    if len(chosen) == 0:
+        return None
+    return float((scored.label[chosen] == 1.0).mean())

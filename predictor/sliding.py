@@ -1,0 +1,80 @@
+"""Sliding training: which instances a model retrained at time `at` may learn from, and the L_train pick.
+
+At time `at` only the past is known: an instance is a known positive when its failure already happened
+(before `at`, within H of the instance) and a known negative when its whole horizon ended before `at`
+without one. Everything else is left out of training, so no label ever leaks from after `at`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from predictor.dataset import Instances
+from predictor.metrics import average_precision
+from predictor.models import make_model
+
+
+def labels_known_at(inst: Instances, at: float, horizon_seconds: float) -> npt.NDArray[np.float64]:
+    nf = inst.next_failure_ts
+    with np.errstate(invalid="ignore"):
+        pos = (nf < at) & (nf < inst.ts + horizon_seconds) & (inst.ts < at)
+        neg = (inst.ts + horizon_seconds <= at) & ~pos
+    return np.where(pos, 1.0, np.where(neg, 0.0, np.nan))
+
+
+def training_indices(
+    inst: Instances,
+    at: float,
+    window_seconds: float,
+    horizon_seconds: float,
+    max_negatives: int,
+    seed: int,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """Instances in [at - L_train, at) with labels known at `at`; negatives sampled down to `max_negatives`."""
+    known = labels_known_at(inst, at, horizon_seconds)
+    in_window = (inst.ts >= at - window_seconds) & (inst.ts < at) & ~np.isnan(known)
+    idx = np.flatnonzero(in_window)
+    y = known[idx]
+    neg = idx[y == 0]
+    if len(neg) > max_negatives:
+        rng = np.random.default_rng([seed, int(at)])
+        keep_neg = np.sort(rng.choice(neg, size=max_negatives, replace=False))
+        idx = np.sort(np.concatenate([idx[y == 1], keep_neg]))
+        y = known[idx]
+    return idx, y
+
+
+def pick_train_window(
+    inst: Instances,
+    at: float,
+    candidates: Sequence[float],
+    validation_seconds: float,
+    horizon_seconds: float,
+    max_negatives: int,
+    seed: int,
+    n_jobs: int = 2,
+) -> float | None:
+    """The candidate L_train whose XGBoost, trained before `at - V`, ranks [at - V, at) best (PR-AUC).
+
+    Validation labels are those known at `at`, so the pick uses nothing from the scoring period.
+    Returns None when no candidate has a validation slice with both classes.
+    """
+    val_start = at - validation_seconds
+    val_labels = labels_known_at(inst, at, horizon_seconds)
+    val = np.flatnonzero((inst.ts >= val_start) & (inst.ts < at) & ~np.isnan(val_labels))
+    if len(val) == 0 or val_labels[val].sum() == 0:
+        return None
+    best: tuple[float, float] | None = None
+    for window in candidates:
+        idx, y = training_indices(inst, val_start, window, horizon_seconds, max_negatives, seed)
+        if y.sum() < 2 or y.sum() == len(y):
+            continue
+        model = make_model("xgboost", n_jobs)
+        model.fit(inst.x[idx], y, seed)
+        ap = average_precision(val_labels[val], model.score(inst.x[val]))
+        if ap is not None and (best is None or ap > best[1]):
+            best = (window, ap)
+    return None if best is None else best[0]
