@@ -206,7 +206,8 @@ class SimGpu:
         if temperature < self.temperature_floor_celsius:
             temperature = self.temperature_floor_celsius
         self.temperature_floor_celsius = 0.0
-        self.temperature_celsius = round(temperature, 1)
+        self.temperature_celsius = temperature
+        temperature = float(round(temperature))  # NVML reports, and the firmware compares, whole degrees
 
         reasons = 0
         sm_clock = SM_CLOCK_MAX_MHZ
