@@ -37,6 +37,7 @@ from collectors.simulated_hardware import (
     MEMORY_TOTAL_BYTES,
     PCIE_GEN,
     PCIE_WIDTH,
+    COUNTER_INDEX,
     PORT_COUNTERS,
     PORT_RATE_GBPS,
     SimGpu,
@@ -73,6 +74,7 @@ SOURCE = "simulated"
 TRAINING_PROCESS = "python"
 _TEMPERATURE_TIME_CONSTANT_SECONDS = 30.0
 _UUID_NAMESPACE = uuid.UUID("6f1e2a6c-54b4-4c1e-9a8e-3f7d2c1b0a99")
+_LINK_DOWNED = COUNTER_INDEX["link_downed"]
 _FLEET_SPEC = re.compile(r"\s*([0-9]+)\s*[xX]\s*([0-9]+)\s*")
 
 
@@ -400,8 +402,7 @@ class SimulatedNicCollector(_SimulatedCollector):
             delta = value - old
             rate = delta / dt if dt > 0 else None
             counters.append(NicCounterSample(now, name, device, number, counter, group, value, delta, rate))
-        link_downed = PORT_COUNTERS.index(("link_downed", "counters"))
-        downed = values[link_downed] - before[link_downed]
+        downed = values[_LINK_DOWNED] - before[_LINK_DOWNED]
         if before_state == "ACTIVE" and port.state != "ACTIVE":
             message = f"{device} port {number}: state ACTIVE -> {port.state} (phys_state {port.phys_state})"
         elif downed > 0:

@@ -81,6 +81,22 @@ def xids(rounds: list[Batch]) -> list[int | None]:
     return [e.code for e in events(rounds, EventKind.XID)]
 
 
+CUMULATIVE_GPU_FIELDS = (
+    "energy_joules",
+    "ecc_corrected_volatile",
+    "ecc_uncorrected_volatile",
+    "ecc_corrected_aggregate",
+    "ecc_uncorrected_aggregate",
+    "remapped_rows_corrected",
+    "remapped_rows_uncorrected",
+    "pcie_replay_errors",
+    "nvlink_crc_flit_errors",
+    "nvlink_crc_data_errors",
+    "nvlink_replay_errors",
+    "nvlink_recovery_errors",
+)
+
+
 def test_clock_event_bits_are_nvml_values() -> None:
     assert pynvml.nvmlClocksEventReasonSwPowerCap == CLOCKS_EVENT_SW_POWER_CAP
     assert pynvml.nvmlClocksEventReasonHwSlowdown == CLOCKS_EVENT_HW_SLOWDOWN
@@ -401,3 +417,18 @@ def test_kernel_lines_read_the_same_through_the_real_kernel_log_classifier() -> 
         assert fault is not None, event.message
         got = (fault.kind, fault.code, fault.pci_bus_id, fault.pid, fault.process_name)
         assert got == (event.kind, event.code, event.pci_bus_id, event.pid, event.process_name), event.message
+
+
+def test_demo_faults_never_make_a_counter_go_down() -> None:
+    shape = SimulatedFleet(2, 8)
+    fleet = SimulatedFleet(2, 8, seed=4, start_ts=T0, faults=default_demo_faults(shape))
+    gpu, nic = SimulatedGpuCollector(fleet), SimulatedNicCollector(fleet)
+    last_gpu: dict[tuple[str, int], GpuSample] = {}
+    for t in range(0, 241, 3):
+        for s in gpu.collect(T0 + t).gpu_samples:
+            before = last_gpu.get((s.host, s.gpu_index))
+            if before is not None:
+                for field in CUMULATIVE_GPU_FIELDS:
+                    assert getattr(s, field) >= getattr(before, field), (s.host, s.gpu_index, field)
+            last_gpu[(s.host, s.gpu_index)] = s
+        assert not any(c.reset or (c.delta or 0) < 0 for c in nic.collect(T0 + t).nic_counters)
