@@ -29,6 +29,7 @@ from collectors.simulated_faults import (
     default_demo_faults,
 )
 from collectors.simulated_hardware import (
+    COUNTER_INDEX,
     DRIVER_VERSION,
     GPU_NAME,
     LINK_LAYER,
@@ -37,7 +38,6 @@ from collectors.simulated_hardware import (
     MEMORY_TOTAL_BYTES,
     PCIE_GEN,
     PCIE_WIDTH,
-    COUNTER_INDEX,
     PORT_COUNTERS,
     PORT_RATE_GBPS,
     SimGpu,
