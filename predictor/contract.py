@@ -125,7 +125,7 @@ def register_samples(con: duckdb.DuckDBPyConnection, path: Path) -> ContractInpu
         raise InputError(f"{path}: no numeric feature column besides device_id and ts")
     feature_sql = "".join(f", CAST({quote(c)} AS DOUBLE) AS {quote(c)}" for c in features)
     con.execute(
-        f"CREATE OR REPLACE VIEW {SAMPLES_VIEW} AS SELECT CAST(device_id AS VARCHAR) AS device_id, "
+        f"CREATE OR REPLACE TEMP VIEW {SAMPLES_VIEW} AS SELECT CAST(device_id AS VARCHAR) AS device_id, "
         f"{ts_sql} AS ts{feature_sql} FROM {source} WHERE device_id IS NOT NULL AND ts IS NOT NULL"
     )
     return ContractInputs(features, ignored)
@@ -134,7 +134,7 @@ def register_samples(con: duckdb.DuckDBPyConnection, path: Path) -> ContractInpu
 def _register_events(con: duckdb.DuckDBPyConnection, path: Path | None, view: str, default_kind: str) -> None:
     if path is None:
         con.execute(
-            f"CREATE OR REPLACE VIEW {view} AS SELECT CAST(NULL AS VARCHAR) AS device_id, "
+            f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT CAST(NULL AS VARCHAR) AS device_id, "
             "CAST(NULL AS DOUBLE) AS ts, CAST(NULL AS VARCHAR) AS kind WHERE false"
         )
         return
@@ -145,7 +145,7 @@ def _register_events(con: duckdb.DuckDBPyConnection, path: Path | None, view: st
     ts_sql = _ts_expr(con, source, columns["ts"], path)
     kind_sql = "CAST(kind AS VARCHAR)" if "kind" in columns else _literal(default_kind)
     con.execute(
-        f"CREATE OR REPLACE VIEW {view} AS SELECT CAST(device_id AS VARCHAR) AS device_id, {ts_sql} AS ts, "
+        f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT CAST(device_id AS VARCHAR) AS device_id, {ts_sql} AS ts, "
         f"coalesce({kind_sql}, {_literal(default_kind)}) AS kind FROM {source} "
         "WHERE device_id IS NOT NULL AND ts IS NOT NULL"
     )

@@ -89,7 +89,8 @@ def event_kinds(con: duckdb.DuckDBPyConnection, spec: DatasetSpec) -> tuple[str,
 def feature_names(columns: tuple[str, ...], kinds: tuple[str, ...]) -> tuple[str, ...]:
     names = [f"{c}__{s}" for c in columns for s in STATS]
     names += [f"events_{_safe(k)}__count" for k in kinds]
-    names += ["failures__count", "hours_since_last_failure", "samples__count"]
+    # No sample-count feature: live stores sample every few seconds, histories hourly or daily.
+    names += ["failures__count", "hours_since_last_failure"]
     return tuple(names)
 
 
@@ -130,7 +131,6 @@ def build_instances_sql(
         "coalesce(sum(nf) OVER w, 0) AS failures__count",
         "coalesce((b + 1) * $step - max(last_fail) OVER (PARTITION BY device_id ORDER BY b ROWS UNBOUNDED PRECEDING), "
         "1e9) / 3600.0 AS hours_since_last_failure",
-        "coalesce(sum(n_rows) OVER w, 0) AS samples__count",
     ]
     aggs = ", ".join(bucket_aggs)
     ev = "".join(", " + a for a in event_aggs)

@@ -8,6 +8,7 @@ forest) or by oversampling the positives (MLP, which takes no weights).
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -188,7 +189,10 @@ class MLPModel:
         clf = MLPClassifier(
             hidden_layer_sizes=self.hidden, alpha=1e-3, max_iter=60, early_stopping=False, random_state=seed
         )
-        clf.fit(z[idx], y[idx])
+        with warnings.catch_warnings():
+            # A capped number of epochs is deliberate (retrained every period); convergence noise is not news.
+            warnings.simplefilter("ignore", category=UserWarning)
+            clf.fit(z[idx], y[idx])
         self.weights = [np.asarray(w, dtype=np.float64) for w in clf.coefs_]
         self.biases = [np.asarray(b, dtype=np.float64) for b in clf.intercepts_]
 

@@ -1,0 +1,124 @@
+"""Model directories: the model's arrays/JSON, its feature schema, training window, metrics and versions.
+
+`model.json` describes everything needed to rebuild the features and the model; nothing is pickled.
+Loading checks the format; scoring data without the columns the model was trained on fails clearly.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from predictor.dataset import DatasetSpec
+from predictor.ensembles import load_any, save_any
+from predictor.models import Model
+
+FORMAT = "fleetguard-predictor-model"
+FORMAT_VERSION = 1
+META_FILE = "model.json"
+
+
+class ArtifactError(ValueError):
+    """A model directory that cannot be used: missing, of another format, or a schema mismatch."""
+
+
+@dataclass
+class LoadedModel:
+    model: Model
+    spec: DatasetSpec
+    feature_columns: tuple[str, ...]  # input sample columns the features are built from
+    event_kinds: tuple[str, ...]
+    feature_names: tuple[str, ...]
+    meta: dict[str, Any]
+
+    @property
+    def model_id(self) -> str:
+        return str(self.meta.get("model_id", self.model.name))
+
+
+def library_versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for lib in ("fleetguard", "duckdb", "numpy", "scikit-learn", "xgboost", "pyarrow"):
+        try:
+            out[lib] = metadata.version(lib)
+        except metadata.PackageNotFoundError:
+            out[lib] = "not installed"
+    return out
+
+
+def save(
+    directory: Path,
+    model: Model,
+    spec: DatasetSpec,
+    feature_columns: tuple[str, ...],
+    event_kinds: tuple[str, ...],
+    feature_names: tuple[str, ...],
+    training_window: tuple[float, float],
+    metrics: dict[str, Any],
+    model_id: str | None = None,
+) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    model_meta = save_any(model, directory / "model")
+    meta = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "model_id": model_id or f"{model.name}-{int(training_window[1])}",
+        "model": model_meta,
+        "dataset": asdict(spec),
+        "feature_schema": {
+            "sample_columns": list(feature_columns),
+            "event_kinds": list(event_kinds),
+            "features": list(feature_names),
+        },
+        "training_window": {"start_ts": training_window[0], "end_ts": training_window[1]},
+        "metrics": metrics,
+        "library_versions": library_versions(),
+    }
+    (directory / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True))
+    return directory
+
+
+def load(directory: Path) -> LoadedModel:
+    meta_path = directory / META_FILE
+    if not meta_path.is_file():
+        raise ArtifactError(f"{directory}: not a model directory (no {META_FILE})")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ArtifactError(f"{meta_path}: not valid JSON: {exc}") from exc
+    if meta.get("format") != FORMAT or meta.get("format_version") != FORMAT_VERSION:
+        raise ArtifactError(
+            f"{meta_path}: format {meta.get('format')!r} v{meta.get('format_version')!r}, "
+            f"expected {FORMAT!r} v{FORMAT_VERSION}"
+        )
+    schema = meta["feature_schema"]
+    d = meta["dataset"]
+    spec = DatasetSpec(
+        window_seconds=d["window_seconds"],
+        horizon_seconds=d["horizon_seconds"],
+        step_seconds=d["step_seconds"],
+        event_kinds=tuple(d["event_kinds"]),
+        max_event_kinds=d["max_event_kinds"],
+    )
+    return LoadedModel(
+        model=load_any(directory / "model", meta["model"]),
+        spec=spec,
+        feature_columns=tuple(schema["sample_columns"]),
+        event_kinds=tuple(schema["event_kinds"]),
+        feature_names=tuple(schema["features"]),
+        meta=meta,
+    )
+
+
+def check_schema(loaded: LoadedModel, available_columns: tuple[str, ...], where: str) -> None:
+    """Raise when the data lacks a column the model was trained on (extra columns are fine)."""
+    missing = [c for c in loaded.feature_columns if c not in available_columns]
+    if missing:
+        raise ArtifactError(
+            f"{where}: feature schema mismatch: the model was trained with column(s) "
+            f"{', '.join(missing)} that the data lacks (data has: {', '.join(available_columns)})"
+        )

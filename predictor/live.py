@@ -1,0 +1,127 @@
+"""Live scoring for `fleetguard up`: score every recently seen GPU from the store with a saved model.
+
+The features come from the same SQL as training, over the store's recent rows only. `train_demo_model`
+builds a small model on simulated history so the demo has live risk scores without any real fleet data.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import uuid as uuid_mod
+from pathlib import Path
+
+import duckdb
+import numpy as np
+
+from collectors.simulated_history import HistorySpec, write_parquet
+from fleetguard.records.findings import Finding
+from fleetguard.records.prediction import Prediction
+from predictor import artifact
+from predictor.contract import register_inputs
+from predictor.dataset import DatasetSpec, build_instances, data_end_ts, fetch_instances
+from predictor.store_reader import FailureRule, register_store
+from predictor.training import latest_per_device, train_from_views
+
+# The demo model sees hourly samples of the simulated fleet, so it scores fine on a few hours of store data.
+_DEMO_SPEC = DatasetSpec(window_seconds=6 * 3600.0, horizon_seconds=3 * 86400.0, step_seconds=3600.0)
+
+
+def train_demo_model(out_dir: Path, seed: int = 0) -> Path:
+    """Train an XGBoost on a small simulated fleet history (seconds on one core) and save it to `out_dir`."""
+    spec = HistorySpec(n_gpus=120, n_steps=24 * 30, failure_rate=0.35, new_batch_share=0.0, seed=seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        samples, failures, _ = write_parquet(spec, Path(tmp))
+        con = duckdb.connect()
+        try:
+            inputs = register_inputs(con, samples, failures)
+            # Only GpuSample columns: the live store has no simulator-only columns such as xid_count.
+            from predictor.store_reader import gpu_feature_columns
+
+            columns = tuple(c for c in inputs.feature_columns if c in gpu_feature_columns())
+            trained = train_from_views(
+                con, columns, "xgboost", _DEMO_SPEC, data_end_ts(con), None, seed=seed, n_jobs=1
+            )
+        finally:
+            con.close()
+    return artifact.save(
+        out_dir,
+        trained.model,
+        _DEMO_SPEC,
+        columns,
+        trained.event_kinds,
+        trained.feature_names,
+        trained.window,
+        {"train_rows": trained.rows, "train_positives": trained.positives, "train_pr_auc": trained.train_pr_auc},
+        model_id=f"demo-xgboost-seed{seed}",
+    )
+
+
+class LiveScorer:
+    """Scores the GPUs of a store connection with the model saved in `model_dir`."""
+
+    def __init__(self, model_dir: Path, rule: FailureRule = FailureRule()) -> None:
+        self.loaded = artifact.load(model_dir)
+        self.rule = rule
+
+    @property
+    def horizon_hours(self) -> float:
+        return self.loaded.spec.horizon_seconds / 3600.0
+
+    def score(self, con: duckdb.DuckDBPyConnection, now: float) -> list[Prediction]:
+        """Risk for every GPU with samples in the model's feature window before `now`, ranked (1 = riskiest)."""
+        spec = self.loaded.spec
+        since = now - spec.window_seconds - spec.step_seconds
+        cur = con.cursor()  # temp views live in this cursor's session, not in the caller's
+        try:
+            inputs = register_store(cur, self.rule, since_ts=since, until_ts=now)
+            artifact.check_schema(self.loaded, inputs.feature_columns, "store gpu_samples")
+            names = build_instances(cur, self.loaded.feature_columns, spec, self.loaded.event_kinds, table="fg_live")
+            if names != self.loaded.feature_names:
+                raise artifact.ArtifactError("store features differ from the model's feature schema")
+            inst = latest_per_device(fetch_instances(cur, names, table="fg_live"))
+            hosts = dict(cur.execute("SELECT uuid, any_value(host) FROM gpu_samples GROUP BY uuid").fetchall())
+        finally:
+            cur.close()
+        if len(inst) == 0:
+            return []
+        risk = np.clip(self.loaded.model.score(inst.x), 0.0, 1.0)
+        order = np.argsort(-risk, kind="stable")
+        return [
+            Prediction(
+                ts=now,
+                host=str(hosts.get(inst.device_id[i], "")),
+                device_id=str(inst.device_id[i]),
+                risk=float(risk[i]),
+                rank=rank,
+                model_id=self.loaded.model_id,
+                horizon_hours=self.horizon_hours,
+            )
+            for rank, i in enumerate(order, start=1)
+        ]
+
+
+def at_risk_findings(predictions: list[Prediction], threshold: float) -> list[Finding]:
+    """One "at_risk_gpu" finding per prediction at or above `threshold` (critical from 0.8)."""
+    out = []
+    for p in predictions:
+        if p.risk < threshold:
+            continue
+        out.append(
+            Finding(
+                ts=p.ts,
+                finding_id=str(uuid_mod.uuid5(uuid_mod.NAMESPACE_URL, f"at_risk/{p.device_id}/{p.ts}/{p.model_id}")),
+                kind="at_risk_gpu",
+                severity="critical" if p.risk >= 0.8 else "warning",
+                subject=f"{p.host}/{p.device_id}",
+                summary=f"GPU {p.device_id} on {p.host}: failure risk {p.risk:.2f} within {p.horizon_hours:g} h "
+                f"(rank {p.rank}, model {p.model_id})",
+                host=p.host or None,
+                gpu_uuid=p.device_id,
+                evidence_json=json.dumps(
+                    {"risk": p.risk, "rank": p.rank, "model_id": p.model_id, "threshold": threshold,
+                     "horizon_hours": p.horizon_hours}  # fmt: skip
+                ),
+            )
+        )
+    return out

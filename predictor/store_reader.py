@@ -1,0 +1,122 @@
+"""fleetguard's own store (tables gpu_samples and events) as the predictor's input contract.
+
+A GPU is identified by its UUID. Events carry host + GPU index (or PCI bus id), so they are mapped to UUIDs
+through the samples. Which events count as failures is configurable: by default fatal XIDs, a GPU fallen off
+the bus, and a GPU lost; every other event kind (XIDs as `xid_<code>`) is counted as a feature.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from fleetguard.records.telemetry import GpuSample
+from predictor.contract import EVENTS_VIEW, FAILURES_VIEW, SAMPLES_VIEW, ContractInputs, InputError, quote
+
+# XIDs after which the GPU needs a reset or a repair (NVIDIA's XID catalogue): DBE, ECC page retirement
+# failure, NVLink error, fallen off the bus, uncontained ECC, GSP errors, unrecovered ECC.
+DEFAULT_FATAL_XIDS = (48, 62, 64, 74, 79, 92, 95, 119, 120, 140)
+DEFAULT_FAILURE_KINDS = ("gpu_fallen_off_bus", "gpu_lost")
+_NOT_FEATURES = {"ts", "gpu_index", "host", "uuid"}
+
+
+@dataclass(frozen=True)
+class FailureRule:
+    """Events that count as a failure: any of `kinds`, or an XID whose code is in `fatal_xids`."""
+
+    kinds: tuple[str, ...] = DEFAULT_FAILURE_KINDS
+    fatal_xids: tuple[int, ...] = DEFAULT_FATAL_XIDS
+
+    def sql(self) -> str:
+        kinds = ", ".join("'" + k.replace("'", "''") + "'" for k in self.kinds) or "NULL"
+        codes = ", ".join(str(int(c)) for c in self.fatal_xids) or "NULL"
+        return f"(e.kind IN ({kinds}) OR (e.kind = 'xid' AND e.code IN ({codes})))"
+
+
+def gpu_feature_columns() -> tuple[str, ...]:
+    """Numeric GpuSample fields (bools as 0/1): the features a store-trained model uses."""
+    hints = typing.get_type_hints(GpuSample)
+    out = []
+    for f in dataclasses.fields(GpuSample):
+        if f.name in _NOT_FEATURES:
+            continue
+        base = [a for a in typing.get_args(hints[f.name]) if a is not type(None)] or [hints[f.name]]
+        if base[0] in (int, float, bool):
+            out.append(f.name)
+    return tuple(out)
+
+
+def register_store(
+    con: duckdb.DuckDBPyConnection,
+    rule: FailureRule = FailureRule(),
+    schema: str = "",
+    since_ts: float | None = None,
+    until_ts: float | None = None,
+) -> ContractInputs:
+    """Register the contract views over `<schema>gpu_samples` and `<schema>events` in `con` (temp views)."""
+    prefix = f"{quote(schema)}." if schema else ""
+    try:
+        existing = {
+            str(r[0])
+            for r in con.execute(
+                "SELECT column_name FROM duckdb_columns() WHERE table_name = 'gpu_samples'"
+                + (" AND database_name = ?" if schema else ""),
+                [schema] if schema else [],
+            ).fetchall()
+        }
+    except duckdb.Error as exc:
+        raise InputError(f"store: cannot read gpu_samples: {exc}") from exc
+    if not existing:
+        raise InputError("store: no table gpu_samples")
+    columns = tuple(c for c in gpu_feature_columns() if c in existing)
+    since = _time_filter("ts", since_ts, until_ts)
+    since_e = _time_filter("e.ts", since_ts, until_ts)
+    feats = "".join(f", CAST({quote(c)} AS DOUBLE) AS {quote(c)}" for c in columns)
+    con.execute(
+        f"CREATE OR REPLACE TEMP VIEW {SAMPLES_VIEW} AS SELECT uuid AS device_id, epoch(ts) AS ts{feats} "
+        f"FROM {prefix}gpu_samples WHERE {since}"
+    )
+    # Map events to GPUs through the samples: by PCI bus id when known, else by host and GPU index.
+    con.execute(
+        f"""CREATE OR REPLACE TEMP VIEW fg_store_events AS
+        WITH gpus AS (SELECT DISTINCT host, gpu_index, pci_bus_id, uuid FROM {prefix}gpu_samples)
+        SELECT coalesce(
+                 (SELECT any_value(g.uuid) FROM gpus g WHERE g.host = e.host AND g.pci_bus_id = e.pci_bus_id),
+                 (SELECT any_value(g.uuid) FROM gpus g WHERE g.host = e.host AND g.gpu_index = e.gpu_index)
+               ) AS device_id,
+               epoch(e.ts) AS ts,
+               CASE WHEN e.kind = 'xid' AND e.code IS NOT NULL THEN 'xid_' || e.code ELSE e.kind END AS kind,
+               {rule.sql()} AS is_failure
+        FROM {prefix}events e WHERE {since_e}"""
+    )
+    con.execute(
+        f"CREATE OR REPLACE TEMP VIEW {FAILURES_VIEW} AS SELECT device_id, ts, kind FROM fg_store_events "
+        "WHERE is_failure AND device_id IS NOT NULL"
+    )
+    con.execute(
+        f"CREATE OR REPLACE TEMP VIEW {EVENTS_VIEW} AS SELECT device_id, ts, kind FROM fg_store_events "
+        "WHERE NOT is_failure AND device_id IS NOT NULL"
+    )
+    return ContractInputs(columns, ())
+
+
+def _time_filter(column: str, since_ts: float | None, until_ts: float | None) -> str:
+    parts = ["true"]
+    if since_ts is not None:
+        parts.append(f"epoch({column}) >= {float(since_ts)!r}")
+    if until_ts is not None:
+        parts.append(f"epoch({column}) <= {float(until_ts)!r}")
+    return " AND ".join(parts)
+
+
+def attach_store(con: duckdb.DuckDBPyConnection, path: Path, alias: str = "fgstore") -> str:
+    """Attach a store file read-only (a running agent may hold it open) and return its schema alias."""
+    if not path.is_file():
+        raise InputError(f"{path}: no such store file")
+    literal = "'" + str(path).replace("'", "''") + "'"
+    con.execute(f"ATTACH {literal} AS {quote(alias)} (READ_ONLY)")
+    return alias

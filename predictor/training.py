@@ -1,0 +1,87 @@
+"""Train one model on the most recent history and score the latest instance of every device."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import duckdb
+import numpy as np
+import numpy.typing as npt
+
+from predictor.dataset import DatasetSpec, Instances, build_instances, fetch_instances
+from predictor.ensembles import make_any
+from predictor.metrics import average_precision
+from predictor.models import Model
+from predictor.sliding import training_indices
+
+
+@dataclass(frozen=True)
+class TrainedModel:
+    model: Model
+    feature_names: tuple[str, ...]
+    event_kinds: tuple[str, ...]
+    window: tuple[float, float]
+    rows: int
+    positives: int
+    train_pr_auc: float | None
+
+
+def train_on_history(
+    inst: Instances,
+    name: str,
+    spec: DatasetSpec,
+    data_end_ts: float,
+    train_window_seconds: float | None,
+    seed: int = 0,
+    max_negatives: int = 200_000,
+    n_jobs: int = 2,
+) -> tuple[Model, npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """Fit `name` on the instances whose labels are known at the end of the data (the last L_train of them)."""
+    window = train_window_seconds or float(data_end_ts - inst.ts.min() + spec.step_seconds)
+    idx, y = training_indices(inst, data_end_ts + 1e-6, window, spec.horizon_seconds, max_negatives, seed)
+    if y.sum() == 0 or y.sum() == len(y):
+        raise ValueError(
+            f"cannot train: {int(y.sum())} positive and {int(len(y) - y.sum())} negative instances with known "
+            "labels (need failures in the history and a horizon's worth of data after some samples)"
+        )
+    model = make_any(name, n_jobs)
+    model.fit(inst.x[idx], y, seed)
+    return model, idx, y
+
+
+def train_from_views(
+    con: duckdb.DuckDBPyConnection,
+    columns: tuple[str, ...],
+    name: str,
+    spec: DatasetSpec,
+    data_end_ts: float,
+    train_window_seconds: float | None,
+    seed: int = 0,
+    n_jobs: int = 2,
+) -> TrainedModel:
+    from predictor.dataset import event_kinds
+
+    kinds = event_kinds(con, spec)
+    names = build_instances(con, columns, spec, kinds)
+    inst = fetch_instances(con, names)
+    model, idx, y = train_on_history(inst, name, spec, data_end_ts, train_window_seconds, seed, n_jobs=n_jobs)
+    return TrainedModel(
+        model=model,
+        feature_names=names,
+        event_kinds=kinds,
+        window=(float(inst.ts[idx].min()), float(inst.ts[idx].max())),
+        rows=len(idx),
+        positives=int(y.sum()),
+        train_pr_auc=average_precision(y, model.score(inst.x[idx])),
+    )
+
+
+def latest_per_device(inst: Instances) -> Instances:
+    """Each device's most recent instance (the one a live or batch prediction scores)."""
+    if len(inst) == 0:
+        return inst
+    order = np.lexsort((inst.ts, inst.device_id.astype(str)))
+    dev_sorted = inst.device_id[order].astype(str)
+    last = np.ones(len(order), dtype=bool)
+    last[:-1] = dev_sorted[1:] != dev_sorted[:-1]
+    return inst.subset(order[last])
