@@ -98,7 +98,13 @@ def run_daemon(
     started: list[Extension] = []
     try:
         for ext in extensions:
-            ext.start(agent, store)
+            try:
+                ext.start(agent, store)
+            except Exception as exc:
+                # An optional part (training runtime, scoring) must not keep the agent from sampling.
+                log.error("%s is off: %s", ext.name, exc)
+                out.write(f"  note      {ext.name} is off: {exc}\n")
+                continue
             started.append(ext)
         if on_ready is not None:
             on_ready(port)
