@@ -22,7 +22,14 @@ from predictor.backtest import (
     to_json,
 )
 from predictor.contract import ContractInputs, InputError, register_inputs
-from predictor.dataset import DatasetSpec, build_instances, data_end_ts, event_kinds, fetch_failures, fetch_instances
+from predictor.dataset import (
+    DatasetSpec,
+    build_instances,
+    data_end_ts,
+    event_kinds,
+    fetch_failures,
+    fetch_instances,
+)
 from predictor.progress import bar, note
 from predictor.store_reader import FailureRule, attach_store, register_store
 from predictor.training import latest_per_device, train_from_views
@@ -43,12 +50,22 @@ def _duration(_ctx: click.Context, param: click.Parameter, value: str | None) ->
 def _input_options(func: F) -> F:
     for option in reversed(
         [
-            click.option("--samples", type=_PATH, help="Samples: Parquet/CSV file or directory (device_id, ts, ...)."),
-            click.option("--failures", type=_PATH, help="Failures: Parquet/CSV (device_id, ts, optional kind)."),
-            click.option("--events", type=_PATH, help="Optional non-failure events (device_id, ts, kind), counted."),
-            click.option("--store", type=_PATH, help="fleetguard's own DuckDB store instead of --samples/--failures."),
             click.option(
-                "--failure-xids", default=None, help="Comma list of XIDs that count as failures (with --store)."
+                "--samples", type=_PATH, help="Samples: Parquet/CSV file or directory (device_id, ts, ...)."
+            ),
+            click.option(
+                "--failures", type=_PATH, help="Failures: Parquet/CSV (device_id, ts, optional kind)."
+            ),
+            click.option(
+                "--events", type=_PATH, help="Optional non-failure events (device_id, ts, kind), counted."
+            ),
+            click.option(
+                "--store", type=_PATH, help="fleetguard's own DuckDB store instead of --samples/--failures."
+            ),
+            click.option(
+                "--failure-xids",
+                default=None,
+                help="Comma list of XIDs that count as failures (with --store).",
             ),
             click.option("--quiet", is_flag=True, help="No progress output."),
         ]
@@ -58,7 +75,11 @@ def _input_options(func: F) -> F:
 
 
 def _open(
-    samples: Path | None, failures: Path | None, events: Path | None, store: Path | None, failure_xids: str | None
+    samples: Path | None,
+    failures: Path | None,
+    events: Path | None,
+    store: Path | None,
+    failure_xids: str | None,
 ) -> tuple[duckdb.DuckDBPyConnection, ContractInputs]:
     con = duckdb.connect()
     try:
@@ -86,7 +107,9 @@ def _spec(horizon: float, window: float, step: float) -> DatasetSpec:
 @_input_options
 @click.option("--horizon", default="7d", callback=_duration, help="Predict failures within this time.")
 @click.option("--window", "feature_window", default="3d", callback=_duration, help="Feature window W.")
-@click.option("--step", default="1d", callback=_duration, help="Instance step (one feature row per device per step).")
+@click.option(
+    "--step", default="1d", callback=_duration, help="Instance step (one feature row per device per step)."
+)
 @click.option("--model", "model_name", type=click.Choice(ALL_MODELS), default="cascade", show_default=True)
 @click.option("--train-window", default=None, callback=_duration, help="Train on the last L_train only.")
 @click.option("--out", type=_PATH, required=True, help="Model directory to write.")
@@ -101,15 +124,23 @@ def train_command(
     spec = _spec(horizon, feature_window, step)
     note("building features and training ...", quiet)
     try:
-        trained = train_from_views(con, inputs.feature_columns, model_name, spec, data_end_ts(con), train_window, seed)
+        trained = train_from_views(
+            con, inputs.feature_columns, model_name, spec, data_end_ts(con), train_window, seed
+        )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
     finally:
         con.close()
-    metrics = {"train_rows": trained.rows, "train_positives": trained.positives, "train_pr_auc": trained.train_pr_auc}
+    metrics = {
+        "train_rows": trained.rows,
+        "train_positives": trained.positives,
+        "train_pr_auc": trained.train_pr_auc,
+    }
     artifact.save(out, trained.model, spec, inputs.feature_columns, trained.event_kinds, trained.feature_names,
                   trained.window, metrics)  # fmt: skip
-    click.echo(f"saved {model_name} to {out}: {trained.rows} training instances, {trained.positives} positive")
+    click.echo(
+        f"saved {model_name} to {out}: {trained.rows} training instances, {trained.positives} positive"
+    )
 
 
 @click.command("evaluate")
@@ -121,7 +152,9 @@ def train_command(
 @click.option("--train-window", default="30d", callback=_duration, help="L_train.")
 @click.option("--retrain-every", default="7d", callback=_duration, help="Δ: retrain this often.")
 @click.option("--period", default=None, callback=_duration, help="Scoring period for K (default: Δ).")
-@click.option("--pick-train-window", default=None, help="Comma list of L_train candidates, picked on validation.")
+@click.option(
+    "--pick-train-window", default=None, help="Comma list of L_train candidates, picked on validation."
+)
 @click.option("--models", default=",".join(ALL_MODELS), show_default=True, help="Comma list of models.")
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
 @click.option("--report", type=_PATH, default=None, help="Write a self-contained HTML report here.")
@@ -135,7 +168,9 @@ def evaluate_command(
     """Backtest every model: retrain on the past only, score the next period, walk the whole history."""
     try:
         chosen = model_names([m.strip() for m in models.split(",") if m.strip()])
-        candidates = tuple(parse_duration(c) for c in pick_train_window.split(",")) if pick_train_window else ()
+        candidates = (
+            tuple(parse_duration(c) for c in pick_train_window.split(",")) if pick_train_window else ()
+        )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
     con, inputs = _open(samples, failures, events, store, failure_xids)

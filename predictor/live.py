@@ -52,7 +52,11 @@ def train_demo_model(out_dir: Path, seed: int = 0) -> Path:
         trained.event_kinds,
         trained.feature_names,
         trained.window,
-        {"train_rows": trained.rows, "train_positives": trained.positives, "train_pr_auc": trained.train_pr_auc},
+        {
+            "train_rows": trained.rows,
+            "train_positives": trained.positives,
+            "train_pr_auc": trained.train_pr_auc,
+        },
         model_id=f"demo-xgboost-seed{seed}",
     )
 
@@ -76,11 +80,15 @@ class LiveScorer:
         try:
             inputs = register_store(cur, self.rule, since_ts=since, until_ts=now)
             artifact.check_schema(self.loaded, inputs.feature_columns, "store gpu_samples")
-            names = build_instances(cur, self.loaded.feature_columns, spec, self.loaded.event_kinds, table="fg_live")
+            names = build_instances(
+                cur, self.loaded.feature_columns, spec, self.loaded.event_kinds, table="fg_live"
+            )
             if names != self.loaded.feature_names:
                 raise artifact.ArtifactError("store features differ from the model's feature schema")
             inst = latest_per_device(fetch_instances(cur, names, table="fg_live"))
-            hosts = dict(cur.execute("SELECT uuid, any_value(host) FROM gpu_samples GROUP BY uuid").fetchall())
+            hosts = dict(
+                cur.execute("SELECT uuid, any_value(host) FROM gpu_samples GROUP BY uuid").fetchall()
+            )
         finally:
             cur.close()
         if len(inst) == 0:
@@ -110,7 +118,9 @@ def at_risk_findings(predictions: list[Prediction], threshold: float) -> list[Fi
         out.append(
             Finding(
                 ts=p.ts,
-                finding_id=str(uuid_mod.uuid5(uuid_mod.NAMESPACE_URL, f"at_risk/{p.device_id}/{p.ts}/{p.model_id}")),
+                finding_id=str(
+                    uuid_mod.uuid5(uuid_mod.NAMESPACE_URL, f"at_risk/{p.device_id}/{p.ts}/{p.model_id}")
+                ),
                 kind="at_risk_gpu",
                 severity="critical" if p.risk >= 0.8 else "warning",
                 subject=f"{p.host}/{p.device_id}",
@@ -119,8 +129,13 @@ def at_risk_findings(predictions: list[Prediction], threshold: float) -> list[Fi
                 host=p.host or None,
                 gpu_uuid=p.device_id,
                 evidence_json=json.dumps(
-                    {"risk": p.risk, "rank": p.rank, "model_id": p.model_id, "threshold": threshold,
-                     "horizon_hours": p.horizon_hours}  # fmt: skip
+                    {
+                        "risk": p.risk,
+                        "rank": p.rank,
+                        "model_id": p.model_id,
+                        "threshold": threshold,
+                        "horizon_hours": p.horizon_hours,
+                    }  # fmt: skip
                 ),
             )
         )

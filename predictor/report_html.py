@@ -23,7 +23,9 @@ def _fmt(v: float | int | None, digits: int = 3) -> str:
     return str(v) if isinstance(v, int) else f"{v:.{digits}f}"
 
 
-def pr_curve(label: npt.NDArray[np.float64], score: npt.NDArray[np.float64], points: int = 200) -> list[tuple[float, float]]:
+def pr_curve(
+    label: npt.NDArray[np.float64], score: npt.NDArray[np.float64], points: int = 200
+) -> list[tuple[float, float]]:
     """(recall, precision) points of the precision-recall curve over labelled instances, thinned."""
     known = ~np.isnan(label) & ~np.isnan(score)
     y, s = label[known], score[known]
@@ -60,7 +62,9 @@ def _axes(x_label: str, y_label: str, x_ticks: Sequence[tuple[float, str]]) -> s
         parts.append(f'<text x="{_PAD - 4}" y="{y + 4:.1f}" font-size="10" text-anchor="end">{frac:g}</text>')
     for frac, text in x_ticks:
         x = _PAD + frac * (_W - 2 * _PAD)
-        parts.append(f'<text x="{x:.1f}" y="{_H - _PAD + 14}" font-size="10" text-anchor="middle">{html.escape(text)}</text>')
+        parts.append(
+            f'<text x="{x:.1f}" y="{_H - _PAD + 14}" font-size="10" text-anchor="middle">{html.escape(text)}</text>'
+        )
     return "".join(parts)
 
 
@@ -80,7 +84,12 @@ def _day(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d")
 
 
-def render(result: BacktestResult, k: int, metrics: dict[str, ModelMetrics], title: str = "Failure prediction backtest") -> str:
+def render(
+    result: BacktestResult,
+    k: int,
+    metrics: dict[str, ModelMetrics],
+    title: str = "Failure prediction backtest",
+) -> str:
     scored = result.scored
     names = list(metrics)
     rows = "".join(
@@ -99,16 +108,30 @@ def render(result: BacktestResult, k: int, metrics: dict[str, ModelMetrics], tit
             members = [m for m in result.config.parallel_members if m in result.scores]
             s = np.mean([normalised_rank(result.scores[m]) for m in members], axis=0)
         pr_lines.append(_polyline(pr_curve(scored.label, s), _COLOURS[i % len(_COLOURS)], 1.0))
-    pr_svg = _svg(_axes("recall", "precision", [(0, "0"), (0.5, "0.5"), (1, "1")]) + "".join(pr_lines) + _legend(score_names))
+    pr_svg = _svg(
+        _axes("recall", "precision", [(0, "0"), (0.5, "0.5"), (1, "1")])
+        + "".join(pr_lines)
+        + _legend(score_names)
+    )
     n_periods = max(1, len(scored.period_starts) - 1)
-    ticks = [(0.0, _day(scored.period_starts[0])), (1.0, _day(scored.period_starts[-1]))] if len(scored.period_starts) else []
+    ticks = (
+        [(0.0, _day(scored.period_starts[0])), (1.0, _day(scored.period_starts[-1]))]
+        if len(scored.period_starts)
+        else []
+    )
     prec_lines, rec_lines = [], []
     for i, n in enumerate(names):
         colour = _COLOURS[i % len(_COLOURS)]
         per = metrics[n].periods
-        prec_lines.append(_polyline([(p, pm.precision) for p, pm in enumerate(per) if pm.precision is not None], colour, n_periods))
+        prec_lines.append(
+            _polyline(
+                [(p, pm.precision) for p, pm in enumerate(per) if pm.precision is not None], colour, n_periods
+            )
+        )
         rec_lines.append(
-            _polyline([(p, pm.caught / pm.failures) for p, pm in enumerate(per) if pm.failures], colour, n_periods)
+            _polyline(
+                [(p, pm.caught / pm.failures) for p, pm in enumerate(per) if pm.failures], colour, n_periods
+            )
         )
     prec_svg = _svg(_axes("scoring period", f"precision@{k}", ticks) + "".join(prec_lines) + _legend(names))
     rec_svg = _svg(_axes("scoring period", "recall", ticks) + "".join(rec_lines) + _legend(names))

@@ -21,7 +21,9 @@ def test_missing_column_names_the_file_and_the_column(tmp_path: Path, table_writ
 
 
 def test_unparseable_time_names_the_file_the_column_and_a_value(tmp_path: Path, table_writer: Writer) -> None:
-    path = table_writer(tmp_path / "s.csv", {"device_id": ["a", "b"], "ts": ["2024-01-01", "yesterday"], "t": [1, 2]})
+    path = table_writer(
+        tmp_path / "s.csv", {"device_id": ["a", "b"], "ts": ["2024-01-01", "yesterday"], "t": [1, 2]}
+    )
     with pytest.raises(InputError, match=r"s\.csv: column ts: 1 value\(s\) are not a time.*yesterday"):
         register_samples(duckdb.connect(), path)
 

@@ -52,7 +52,7 @@ def _features_at_or_before(inst: Instances, cutoff_ts: float) -> dict[tuple[str,
     return {(d, t): x for d, t, x in zip(inst.device_id[keep], inst.ts[keep], inst.x[keep], strict=True)}
 
 
-def _leaks(history: "History", tmp_path: Path) -> bool:
+def _leaks(history: History, tmp_path: Path) -> bool:
     spec = DatasetSpec()
     cutoff = history.spec.start_ts + 30 * DAY
     before = _features_at_or_before(_instances(history.samples, history.failures, spec), cutoff)
@@ -62,12 +62,14 @@ def _leaks(history: "History", tmp_path: Path) -> bool:
     return any(not np.array_equal(before[k], after[k], equal_nan=True) for k in before)
 
 
-def test_features_at_time_t_do_not_change_when_data_after_t_changes(small_history: "History", tmp_path: Path) -> None:
+def test_features_at_time_t_do_not_change_when_data_after_t_changes(
+    small_history: History, tmp_path: Path
+) -> None:
     assert not _leaks(small_history, tmp_path)
 
 
 def test_the_leakage_check_catches_a_feature_that_peeks_at_the_future(
-    small_history: "History", tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    small_history: History, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def peeking(window_steps: int) -> str:
         return f"PARTITION BY device_id ORDER BY b RANGE BETWEEN {window_steps - 1} PRECEDING AND 1 FOLLOWING"
@@ -82,7 +84,9 @@ def _toy(tmp_path: Path, writer: Writer, fail_days: list[float], n_days: int = 2
         tmp_path / "s.parquet",
         {"device_id": ["a"] * n_days, "ts": [d * DAY + 3600 for d in days], "temp": [float(d) for d in days]},
     )
-    failures = writer(tmp_path / "f.parquet", {"device_id": ["a"] * len(fail_days), "ts": [d * DAY for d in fail_days]})
+    failures = writer(
+        tmp_path / "f.parquet", {"device_id": ["a"] * len(fail_days), "ts": [d * DAY for d in fail_days]}
+    )
     return _instances(samples, failures, DatasetSpec(window_seconds=3 * DAY, horizon_seconds=2 * DAY))
 
 
@@ -106,7 +110,9 @@ def test_label_is_one_within_the_horizon_before_a_failure(tmp_path: Path, table_
     assert label[8.0] == 0.0 and label[11.0] == 0.0
 
 
-def test_a_device_failing_twice_is_labelled_against_its_next_failure(tmp_path: Path, table_writer: Writer) -> None:
+def test_a_device_failing_twice_is_labelled_against_its_next_failure(
+    tmp_path: Path, table_writer: Writer
+) -> None:
     inst = _toy(tmp_path, table_writer, [5.0, 14.0])
     label = dict(zip(inst.ts / DAY, inst.label, strict=True))
     nxt = dict(zip(inst.ts / DAY, inst.next_failure_ts / DAY, strict=True))
@@ -125,7 +131,9 @@ def test_instances_whose_future_is_unknown_stay_unlabelled(tmp_path: Path, table
 
 def test_past_failures_become_features_not_future_ones(tmp_path: Path, table_writer: Writer) -> None:
     inst = _toy(tmp_path, table_writer, [5.0])
-    feat = {t / DAY: dict(zip(inst.feature_names, x, strict=True)) for t, x in zip(inst.ts, inst.x, strict=True)}
+    feat = {
+        t / DAY: dict(zip(inst.feature_names, x, strict=True)) for t, x in zip(inst.ts, inst.x, strict=True)
+    }
     assert feat[5.0]["failures__count"] == 0.0
     assert feat[6.0]["failures__count"] == 1.0
     assert feat[6.0]["hours_since_last_failure"] == pytest.approx(24.0)

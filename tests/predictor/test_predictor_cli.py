@@ -1,0 +1,92 @@
+"""The train / evaluate / predict commands, driven through click's CliRunner."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow.parquet as pq
+from click.testing import CliRunner
+
+from predictor.cli import COMMANDS, evaluate_command, predict_command, train_command
+
+if TYPE_CHECKING:
+    from conftest import History
+
+Writer = Callable[[Path, dict[str, list[object]]], Path]
+
+
+def _inputs(h: History) -> list[str]:
+    return ["--samples", str(h.samples), "--failures", str(h.failures)]
+
+
+def test_commands_are_exported_for_the_fleetguard_group() -> None:
+    assert [c.name for c in COMMANDS] == ["train", "evaluate", "predict"]
+
+
+def test_evaluate_prints_json_in_the_issues_shape_and_writes_a_report(
+    small_history: History, tmp_path: Path
+) -> None:
+    report = tmp_path / "report.html"
+    args = [*_inputs(small_history), "--horizon", "7d", "--top-k", "5", "--train-window", "14d",
+            "--retrain-every", "14d", "--period", "1d", "--models", "xgboost,logistic,cascade",
+            "--json", "--report", str(report), "--quiet"]  # fmt: skip
+    result = CliRunner().invoke(evaluate_command, args)
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["k"] == 5 and out["horizon"] == "7d" and out["periods"] > 0
+    assert set(out["models"]) == {"xgboost_static", "xgboost", "logistic", "cascade"}
+    page = report.read_text()
+    assert page.startswith("<!doctype html>") and "<svg" in page
+    assert "<script" not in page and "http://" not in page.replace("http://www.w3.org/2000/svg", "")
+
+
+def test_train_then_predict_lists_the_riskiest_devices(small_history: History, tmp_path: Path) -> None:
+    out = tmp_path / "model"
+    trained = CliRunner().invoke(
+        train_command, [*_inputs(small_history), "--model", "xgboost", "--out", str(out)]
+    )
+    assert trained.exit_code == 0, trained.output
+    assert (out / "model.json").is_file()
+    result = CliRunner().invoke(predict_command, ["--model", str(out), "--samples", str(small_history.samples),
+                                                  "--top-k", "3", "--json"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    preds = json.loads(result.output)["predictions"]
+    assert [p["rank"] for p in preds] == [1, 2, 3]
+    assert preds[0]["risk"] >= preds[1]["risk"] >= preds[2]["risk"]
+
+
+def test_predict_with_a_mismatched_schema_fails_clearly(
+    small_history: History, tmp_path: Path, table_writer: Writer
+) -> None:
+    out = tmp_path / "model"
+    CliRunner().invoke(train_command, [*_inputs(small_history), "--model", "logistic", "--out", str(out)])
+    other = table_writer(tmp_path / "other.parquet", {"device_id": ["a"], "ts": [1.0], "fan_rpm": [3.0]})
+    result = CliRunner().invoke(predict_command, ["--model", str(out), "--samples", str(other)])
+    assert result.exit_code != 0
+    assert "schema mismatch" in result.output and "temperature_celsius" in result.output
+
+
+def test_bad_input_exits_with_the_file_and_column_named(tmp_path: Path, table_writer: Writer) -> None:
+    bad = table_writer(tmp_path / "bad.parquet", {"device_id": ["a"], "temp": [1.0]})
+    result = CliRunner().invoke(evaluate_command, ["--samples", str(bad), "--quiet"])
+    assert result.exit_code != 0
+    assert "bad.parquet: missing column 'ts'" in result.output
+
+
+def test_store_and_samples_together_are_refused(small_history: History, tmp_path: Path) -> None:
+    result = CliRunner().invoke(train_command, [*_inputs(small_history), "--store", str(tmp_path / "x.duckdb"),
+                                                "--out", str(tmp_path / "m")])  # fmt: skip
+    assert result.exit_code != 0 and "not both" in result.output
+
+
+def test_unknown_duration_is_a_usage_error(small_history: History) -> None:
+    result = CliRunner().invoke(evaluate_command, [*_inputs(small_history), "--horizon", "soon"])
+    assert result.exit_code == 2 and "not a duration" in result.output
+
+
+def test_simulated_history_parquet_has_the_contract_columns(small_history: History) -> None:
+    names = pq.read_schema(next(small_history.samples.glob("*.parquet"))).names
+    assert names[:2] == ["device_id", "ts"]

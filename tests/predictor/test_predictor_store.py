@@ -1,0 +1,159 @@
+"""fleetguard's own store as predictor input, and live scoring of the store's GPUs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from fleetguard.records.prediction import Prediction
+from fleetguard.records.telemetry import Event, GpuSample
+from fleetguard.store import Store
+from predictor.cli import evaluate_command
+from predictor.live import LiveScorer, at_risk_findings, train_demo_model
+from predictor.store_reader import FailureRule, register_store
+
+HOUR = 3600.0
+T0 = 1_700_000_000.0
+
+
+def _samples(hours: int, gpus: int = 4, hot_gpu: int = 0) -> list[GpuSample]:
+    out = []
+    for h in range(hours):
+        for g in range(gpus):
+            ramp = max(0.0, (h - hours + 12) / 12) if g == hot_gpu else 0.0
+            out.append(
+                GpuSample(
+                    ts=T0 + h * HOUR,
+                    host="node1",
+                    gpu_index=g,
+                    uuid=f"GPU-{g}",
+                    pci_bus_id=f"0000:0{g}:00.0",
+                    temperature_celsius=60.0 + 25 * ramp,
+                    power_watts=300.0,
+                    utilization_gpu_percent=90.0,
+                    utilization_memory_percent=50.0,
+                    ecc_corrected_aggregate=int(1000 * ramp * h),
+                    ecc_uncorrected_aggregate=0,
+                    remapped_rows_corrected=int(10 * ramp),
+                    pcie_replay_errors=0,
+                    nvlink_crc_flit_errors=0,
+                )  # fmt: skip
+            )
+    return out
+
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> Path:
+    path = tmp_path / "fleet.duckdb"
+    with Store.open(path) as store:
+        store.append(_samples(48))
+        store.append(
+            [
+                Event(
+                    ts=T0 + 10 * HOUR,
+                    host="node1",
+                    kind="xid",
+                    source="kmsg",
+                    message="Xid 79",
+                    code=79,
+                    pci_bus_id="0000:01:00.0",
+                ),
+                Event(
+                    ts=T0 + 11 * HOUR,
+                    host="node1",
+                    kind="xid",
+                    source="kmsg",
+                    message="Xid 13",
+                    code=13,
+                    gpu_index=2,
+                ),
+                Event(
+                    ts=T0 + 12 * HOUR,
+                    host="node1",
+                    kind="gpu_lost",
+                    source="nvml",
+                    message="lost",
+                    gpu_index=3,
+                ),
+            ]  # fmt: skip
+        )
+    return path
+
+
+def test_fatal_xids_and_lost_gpus_become_failures_of_the_right_gpu(store_path: Path) -> None:
+    con = duckdb.connect(str(store_path), read_only=True)
+    inputs = register_store(con)
+    failures = con.execute("SELECT device_id, ts - ?, kind FROM fg_failures ORDER BY ts", [T0]).fetchall()
+    assert failures == [("GPU-1", 10 * HOUR, "xid_79"), ("GPU-3", 12 * HOUR, "gpu_lost")]
+    assert con.execute("SELECT device_id, kind FROM fg_events").fetchall() == [("GPU-2", "xid_13")]
+    assert "temperature_celsius" in inputs.feature_columns and "gpu_index" not in inputs.feature_columns
+
+
+def test_which_xids_are_failures_is_configurable(store_path: Path) -> None:
+    con = duckdb.connect(str(store_path), read_only=True)
+    register_store(con, FailureRule(kinds=(), fatal_xids=(13,)))
+    assert con.execute("SELECT device_id FROM fg_failures").fetchall() == [("GPU-2",)]
+
+
+def test_samples_from_the_store_carry_uuid_and_epoch_seconds(store_path: Path) -> None:
+    con = duckdb.connect(str(store_path), read_only=True)
+    register_store(con)
+    row = con.execute("SELECT device_id, min(ts) FROM fg_samples GROUP BY ALL ORDER BY 1 LIMIT 1").fetchone()
+    assert row == ("GPU-0", T0)
+
+
+def test_evaluate_reads_the_store_and_says_when_history_is_too_short(store_path: Path) -> None:
+    result = CliRunner().invoke(evaluate_command, ["--store", str(store_path), "--quiet"])
+    assert result.exit_code != 0 and "history too short" in result.output
+
+
+@pytest.fixture(scope="module")
+def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return train_demo_model(tmp_path_factory.mktemp("demo") / "model", seed=0)
+
+
+def test_live_scorer_ranks_every_recent_gpu(store_path: Path, demo_model: Path) -> None:
+    con = duckdb.connect(str(store_path))
+    preds = LiveScorer(demo_model).score(con, now=T0 + 48 * HOUR)
+    assert sorted(p.device_id for p in preds) == ["GPU-0", "GPU-1", "GPU-2", "GPU-3"]
+    assert [p.rank for p in preds] == [1, 2, 3, 4]
+    assert all(0.0 <= p.risk <= 1.0 and p.host == "node1" and p.horizon_hours == 72.0 for p in preds)
+    assert preds[0].device_id == "GPU-0"  # the one heating up with an ECC ramp
+
+
+def test_live_scorer_ignores_gpus_not_seen_in_the_feature_window(store_path: Path, demo_model: Path) -> None:
+    con = duckdb.connect(str(store_path))
+    assert LiveScorer(demo_model).score(con, now=T0 + 30 * 24 * HOUR) == []
+
+
+def test_live_scorer_leaves_no_views_in_the_callers_session(store_path: Path, demo_model: Path) -> None:
+    con = duckdb.connect(str(store_path))
+    LiveScorer(demo_model).score(con, now=T0 + 48 * HOUR)
+    names = {r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+    assert "fg_samples" not in names
+
+
+def test_findings_are_raised_only_at_or_above_the_threshold() -> None:
+    preds = [
+        Prediction(ts=1.0, host="h", device_id="GPU-a", risk=0.9, rank=1, model_id="m", horizon_hours=72.0),
+        Prediction(ts=1.0, host="h", device_id="GPU-b", risk=0.5, rank=2, model_id="m", horizon_hours=72.0),
+        Prediction(ts=1.0, host="h", device_id="GPU-c", risk=0.2, rank=3, model_id="m", horizon_hours=72.0),
+    ]
+    findings = at_risk_findings(preds, threshold=0.5)
+    assert [(f.gpu_uuid, f.severity, f.kind) for f in findings] == [
+        ("GPU-a", "critical", "at_risk_gpu"),
+        ("GPU-b", "warning", "at_risk_gpu"),
+    ]
+    assert findings[0].subject == "h/GPU-a" and '"risk": 0.9' in findings[0].evidence_json
+
+
+def test_demo_model_is_deterministic_under_its_seed(tmp_path: Path, demo_model: Path) -> None:
+    again = train_demo_model(tmp_path / "again", seed=0)
+    x = np.random.default_rng(0).normal(size=(50, len(LiveScorer(demo_model).loaded.feature_names)))
+    a = LiveScorer(demo_model).loaded.model.score(x.astype(np.float32))
+    b = LiveScorer(again).loaded.model.score(x.astype(np.float32))
+    np.testing.assert_array_equal(a, b)
