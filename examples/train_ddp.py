@@ -1,0 +1,180 @@
+"""A small PyTorch DDP job on CPU (gloo) wired to fleetguard: heartbeats, step/section timings, collective
+progress, checkpoints on request, and resume from the latest complete checkpoint.
+
+    torchrun --nproc-per-node 4 --max-restarts 3 examples/train_ddp.py --ckpt-dir /tmp/ckpt --steps 300
+
+A checkpoint is complete when every rank has written its file (tmp file, then os.replace) and rank 0 has
+written the COMPLETE marker after a barrier. --events FILE appends one JSON line per event (start, resume,
+checkpoint, step, done) for tests and benchmarks. --slow-rank / --slow-seconds inject a slow
+rank (tests only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from fleetguard import client as fg
+
+MARKER = "COMPLETE"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--ckpt-dir", type=Path, required=True)
+    p.add_argument("--ckpt-every", type=int, default=20, help="steps between periodic checkpoints (0: never)")
+    p.add_argument("--step-seconds", type=float, default=0.05, help="simulated compute per step")
+    p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--events", type=Path, default=None, help="append JSON-line events here")
+    p.add_argument("--heartbeat-seconds", type=float, default=1.0)
+    p.add_argument("--slow-rank", type=int, default=-1, help="fault injection: this rank sleeps every step")
+    p.add_argument("--slow-seconds", type=float, default=0.0)
+    p.add_argument(
+        "--fault-attempt", type=int, default=0, help="inject faults only in this torchrun restart attempt"
+    )
+    return p.parse_args(argv)
+
+
+class Events:
+    """JSON lines appended with O_APPEND: short lines from several ranks do not interleave."""
+
+    def __init__(self, path: Path | None, rank: int, attempt: int) -> None:
+        self.path = path
+        self.rank = rank
+        self.attempt = attempt
+
+    def emit(self, event: str, **fields: Any) -> None:
+        line = {
+            "event": event,
+            "rank": self.rank,
+            "attempt": self.attempt,
+            "pid": os.getpid(),
+            "ts": time.time(),
+        }
+        line.update(fields)
+        text = json.dumps(line) + "\n"
+        if self.path is None:
+            if event != "step":
+                sys.stdout.write(text)
+                sys.stdout.flush()
+            return
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+
+
+def step_dir(root: Path, step: int) -> Path:
+    return root / f"step_{step:08d}"
+
+
+def latest_complete(root: Path, world_size: int) -> int | None:
+    """The newest step whose marker and every rank's file exist."""
+    best: int | None = None
+    if not root.is_dir():
+        return None
+    for entry in root.iterdir():
+        if not entry.name.startswith("step_") or not (entry / MARKER).exists():
+            continue
+        if all((entry / f"rank{r}.pt").exists() for r in range(world_size)):
+            step = int(entry.name.removeprefix("step_"))
+            best = step if best is None else max(best, step)
+    return best
+
+
+def save_checkpoint(root: Path, step: int, rank: int, model: nn.Module, opt: torch.optim.Optimizer) -> None:
+    folder = step_dir(root, step)
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".rank{rank}.pt.tmp"
+    torch.save({"step": step, "model": model.state_dict(), "optimizer": opt.state_dict()}, tmp)
+    os.replace(tmp, folder / f"rank{rank}.pt")
+    dist.barrier()  # every rank's file is in place
+    if rank == 0:
+        marker_tmp = folder / f".{MARKER}.tmp"
+        marker_tmp.write_text(json.dumps({"step": step, "world_size": dist.get_world_size()}))
+        os.replace(marker_tmp, folder / MARKER)
+    dist.barrier()  # the marker is in place: the checkpoint is complete for everyone
+
+
+def load_checkpoint(root: Path, step: int, rank: int, model: nn.Module, opt: torch.optim.Optimizer) -> None:
+    state = torch.load(step_dir(root, step) / f"rank{rank}.pt", weights_only=True)  # no arbitrary unpickling
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["optimizer"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    events = Events(args.events, rank, attempt)
+    fg.attach(heartbeat_interval_seconds=args.heartbeat_seconds)
+    events.emit("start", world_size=world)
+
+    torch.manual_seed(0)
+    model = DistributedDataParallel(
+        nn.Sequential(nn.Linear(args.hidden, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 1))
+    )
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    start = 0
+    resumed = latest_complete(args.ckpt_dir, world)
+    if resumed is not None:
+        load_checkpoint(args.ckpt_dir, resumed, rank, model.module, opt)
+        start = resumed
+        fg.checkpoint_done(resumed)
+    events.emit("resume", step=start, checkpoint=resumed)
+
+    slow = args.slow_seconds if (rank == args.slow_rank and attempt == args.fault_attempt) else 0.0
+    flags = torch.zeros(2)
+    generator = torch.Generator().manual_seed(1000 + rank)
+    stopped = False
+    last = start
+    for step in range(start, args.steps):
+        fg.step(step)
+        last = step
+        # Every rank must checkpoint (or stop) at the same step: agree with one tiny all_reduce.
+        flags[0] = float(fg.checkpoint_requested())
+        flags[1] = float(fg.stop_requested())
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        if flags[1] > 0:
+            stopped = True
+            events.emit("stop", step=step)
+            break
+        periodic = args.ckpt_every > 0 and step > start and step % args.ckpt_every == 0
+        if flags[0] > 0 or periodic:
+            with fg.section("checkpoint"):
+                save_checkpoint(args.ckpt_dir, step, rank, model.module, opt)
+            fg.checkpoint_done(step)
+            events.emit("checkpoint", step=step, requested=bool(flags[0] > 0))
+        x = torch.randn(32, args.hidden, generator=generator)
+        y = x.sum(dim=1, keepdim=True)
+        with fg.section("compute"):
+            loss = nn.functional.mse_loss(model(x), y)
+            time.sleep(args.step_seconds + slow)  # stands in for the GPU work of a real step
+        fg.collective("world", enqueued=step, started=step, completed=step - 1, op="gloo:all_reduce")
+        opt.zero_grad()
+        loss.backward()  # DDP's gradient all_reduce runs here
+        fg.collective("world", enqueued=step, started=step, completed=step, op="gloo:all_reduce")
+        opt.step()
+        events.emit("step", step=step)
+    fg.step_end(last)
+    events.emit("done", stopped=stopped)
+    fg.close()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

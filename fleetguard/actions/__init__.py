@@ -1,0 +1,1 @@
+"""Actions with side effects (checkpoint request, restart, cordon, crash-loop stop), with their evidence."""

@@ -1,0 +1,128 @@
+"""Carries out one planned action and records it: checkpoint and stop requests go to the ranks through the
+command queue, restart kills the local worker group (or runs the configured argv), cordon runs its argv."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from fleetguard.actions.argv import render_argv, run_argv
+from fleetguard.actions.terminate import terminate_group
+from fleetguard.clock import Clock
+from fleetguard.records.findings import ActionRecord
+from fleetguard.runtime.commands import CommandQueue
+
+log = logging.getLogger(__name__)
+
+ACTIONS = frozenset({"checkpoint", "restart", "cordon", "stop_crash_loop", "none"})
+
+
+@dataclass(frozen=True)
+class ExecutorConfig:
+    host: str
+    restart_grace_seconds: float = 10.0
+    restart_command: tuple[str, ...] = ()  # argv with {job} {host} {rank} {pid}; empty: kill the worker group
+    cordon_command: tuple[str, ...] = ()  # argv; empty: cordon is recorded as skipped
+    command_timeout_seconds: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class ActionRequest:
+    """What to do, to which job, and why (the finding that is the evidence)."""
+
+    action: str
+    job_id: str
+    finding_id: str | None
+    reason: str
+    rank: int | None = None  # the rank the finding names, for {rank}/{pid}
+
+
+class ActionExecutor:
+    """`execute` never raises: a failure becomes an ActionRecord with outcome "failed" and the error."""
+
+    def __init__(
+        self,
+        config: ExecutorConfig,
+        clock: Clock,
+        commands: CommandQueue,
+        local_ranks: Callable[[str], Mapping[int, int]],  # job_id -> {rank: pid} of live local ranks
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.commands = commands
+        self.local_ranks = local_ranks
+
+    def execute(self, request: ActionRequest) -> ActionRecord:
+        try:
+            outcome, detail = self._dispatch(request)
+        except Exception as exc:
+            log.exception("action %s for job %s failed", request.action, request.job_id)
+            outcome, detail = "failed", f"{type(exc).__name__}: {exc}"
+        record = ActionRecord(
+            ts=self.clock.time(),
+            action_id=f"act-{uuid.uuid4().hex[:16]}",
+            action=request.action,
+            target=self._target(request),
+            finding_id=request.finding_id,
+            outcome=outcome,
+            detail=f"{request.reason}; {detail}" if request.reason else detail,
+        )
+        log.info("action %s -> %s: %s (%s)", record.action, record.target, record.outcome, record.detail)
+        return record
+
+    def _target(self, request: ActionRequest) -> str:
+        if request.action == "cordon":
+            return f"host/{self.config.host}"
+        return f"job/{request.job_id}@{self.config.host}"
+
+    def _dispatch(self, request: ActionRequest) -> tuple[str, str]:
+        if request.action not in ACTIONS:
+            return "failed", f"unknown action {request.action!r}"
+        if request.action == "none":
+            return "skipped", "policy chose no action"
+        if request.action == "checkpoint":
+            return self._ask_ranks(request.job_id, "checkpoint", request.reason)
+        if request.action == "stop_crash_loop":
+            return self._ask_ranks(request.job_id, "stop", request.reason)
+        if request.action == "restart":
+            return self._restart(request)
+        return self._cordon(request)
+
+    def _ask_ranks(self, job_id: str, kind: str, reason: str) -> tuple[str, str]:
+        ranks = sorted(self.local_ranks(job_id))
+        if not ranks:
+            return "skipped", f"no live local ranks of job {job_id} to ask"
+        command = self.commands.push(job_id, ranks, kind, reason)
+        return "requested", f"{kind} command {command.command_id} queued for ranks {ranks}"
+
+    def _restart(self, request: ActionRequest) -> tuple[str, str]:
+        ranks = dict(self.local_ranks(request.job_id))
+        if self.config.restart_command:
+            return self._run(self.config.restart_command, request, ranks)
+        if not ranks:
+            return "skipped", f"no live local ranks of job {request.job_id} to restart"
+        outcome = terminate_group(list(ranks.values()), self.config.restart_grace_seconds, self.clock)
+        detail = (
+            f"killed local worker group {sorted(ranks)} (pids {sorted(ranks.values())}): {outcome.describe()}"
+        )
+        return ("succeeded" if outcome.ok else "failed"), detail
+
+    def _cordon(self, request: ActionRequest) -> tuple[str, str]:
+        if not self.config.cordon_command:
+            return "skipped", "no cordon command configured (runtime.cordon_command)"
+        return self._run(self.config.cordon_command, request, dict(self.local_ranks(request.job_id)))
+
+    def _run(
+        self, template: Sequence[str], request: ActionRequest, ranks: Mapping[int, int]
+    ) -> tuple[str, str]:
+        values = {
+            "job": request.job_id,
+            "host": self.config.host,
+            "rank": request.rank,
+            "pid": ranks.get(request.rank) if request.rank is not None else None,
+        }
+        result = run_argv(render_argv(template, values), self.config.command_timeout_seconds)
+        detail = f"ran {list(result.argv)} -> rc={result.returncode} {result.output.strip()[-300:]}"
+        return ("succeeded" if result.ok else "failed"), detail

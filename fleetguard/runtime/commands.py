@@ -1,0 +1,48 @@
+"""Commands waiting for local ranks (checkpoint, stop); each rank takes its own from the reply
+to its next report."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import defaultdict
+from dataclasses import dataclass
+
+COMMAND_KINDS = frozenset({"checkpoint", "stop"})
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    command_id: str
+    kind: str  # checkpoint | stop
+    reason: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"id": self.command_id, "kind": self.kind, "reason": self.reason}
+
+
+class CommandQueue:
+    """Per (job, rank) queues. A command stays queued until the rank's next report takes it."""
+
+    def __init__(self) -> None:
+        self._queues: defaultdict[tuple[str, int], list[Command]] = defaultdict(list)
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def push(self, job_id: str, ranks: list[int], kind: str, reason: str = "") -> Command:
+        """Queue the same command (one id) for each of `ranks` of `job_id`."""
+        if kind not in COMMAND_KINDS:
+            raise ValueError(f"unknown command kind {kind!r}; expected one of {sorted(COMMAND_KINDS)}")
+        with self._lock:
+            command = Command(f"{job_id}:{kind}:{next(self._ids)}", kind, reason)
+            for rank in ranks:
+                self._queues[(job_id, rank)].append(command)
+        return command
+
+    def take(self, job_id: str, rank: int) -> list[Command]:
+        with self._lock:
+            return self._queues.pop((job_id, rank), [])
+
+    def pending(self, job_id: str, rank: int) -> list[Command]:
+        with self._lock:
+            return list(self._queues.get((job_id, rank), []))

@@ -1,0 +1,68 @@
+"""What /proc says about a process: alive, zombie, stopped, its start time and (for a zombie) its exit code.
+
+Ranks are torchrun's children, not ours, so waitpid() cannot be used; /proc and signal 0 can."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class ProcState:
+    state: str  # R S D T t Z X ... as in /proc/<pid>/stat
+    start_ticks: int  # field 22: distinguishes a reused pid from the process we registered
+    exit_code: int | None  # for a zombie: exit status, or minus the signal that killed it
+
+
+def read_stat(pid: int, proc_root: str = "/proc") -> ProcState | None:
+    """The process's state, or None when it is gone (or /proc cannot be read for it)."""
+    try:
+        text = (Path(proc_root) / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    return parse_stat(text)
+
+
+def parse_stat(text: str) -> ProcState | None:
+    # comm (field 2) may hold spaces and parentheses: everything after the last ')' is fixed-format
+    _, paren, rest = text.rpartition(")")
+    if not paren:
+        return None
+    fields = rest.split()
+    if len(fields) < 20:
+        return None
+    try:
+        start_ticks = int(fields[19])
+    except ValueError:
+        return None
+    exit_code: int | None = None
+    if fields[0] in ("Z", "X") and len(fields) >= 50:
+        try:
+            exit_code = decode_wait_status(int(fields[49]))
+        except ValueError:
+            exit_code = None
+    return ProcState(state=fields[0], start_ticks=start_ticks, exit_code=exit_code)
+
+
+def decode_wait_status(status: int) -> int:
+    """waitpid()-style status -> exit code, or -signal when a signal ended it (as subprocess reports it)."""
+    signal_number = status & 0x7F
+    return -signal_number if signal_number else (status >> 8) & 0xFF
+
+
+def is_alive(pid: int, proc_root: str = "/proc") -> bool:
+    """Running, sleeping or stopped counts as alive; a zombie or a missing pid does not."""
+    state = read_stat(pid, proc_root)
+    if state is not None:
+        return state.state not in ("Z", "X")
+    if (Path(proc_root) / "self").exists():
+        return False  # procfs works and has no entry: the pid is gone
+    try:  # no procfs: signal 0 is all there is
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

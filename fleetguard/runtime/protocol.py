@@ -1,0 +1,176 @@
+"""The wire format between the training client and the agent: one JSON report per heartbeat, validated and
+turned into Heartbeat / StepTiming / CollectiveProgress records. Bad input is a ReportError, never a crash."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
+
+MAX_REPORT_BYTES = 1 << 20
+MAX_NAME_CHARS = 128
+STATUSES = frozenset({"running", "finished", "error"})
+
+
+class ReportError(ValueError):
+    """A report that cannot be used; the message says which field and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class RankReport:
+    """One report from one rank, as records, plus what the policy needs (the latest complete checkpoint)."""
+
+    heartbeat: Heartbeat
+    timings: tuple[StepTiming, ...]
+    collectives: tuple[CollectiveProgress, ...]
+    checkpoint_step: int | None
+    dropped_timings: int
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.heartbeat.job_id, self.heartbeat.rank)
+
+
+def parse_report(body: bytes, host: str, received_ts: float) -> RankReport:
+    """Decode and validate one report. `host` is the agent's host name (ranks report to their own
+    host's agent);
+    the heartbeat is stamped with `received_ts` so timeouts run on the agent's clock."""
+    if len(body) > MAX_REPORT_BYTES:
+        raise ReportError(f"report is {len(body)} bytes, more than {MAX_REPORT_BYTES}")
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ReportError(f"report is not JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise ReportError("report must be a JSON object")
+    job_id = _name(doc, "job_id")
+    rank = _int(doc, "rank", minimum=0)
+    heartbeat = Heartbeat(
+        ts=received_ts,
+        host=host,
+        job_id=job_id,
+        rank=rank,
+        local_rank=_int(doc, "local_rank", minimum=0),
+        world_size=_int(doc, "world_size", minimum=1),
+        pid=_int(doc, "pid", minimum=1),
+        step=_optional_int(doc, "step"),
+        section=_optional_name(doc, "section"),
+        status=_status(doc),
+    )
+    timings = tuple(_timing(item, i, host, job_id, rank) for i, item in enumerate(_list(doc, "timings")))
+    collectives = tuple(
+        _collective(item, i, host, job_id, rank, received_ts)
+        for i, item in enumerate(_list(doc, "collectives"))
+    )
+    return RankReport(
+        heartbeat=heartbeat,
+        timings=timings,
+        collectives=collectives,
+        checkpoint_step=_optional_int(doc, "checkpoint_step"),
+        dropped_timings=_optional_int(doc, "dropped_timings") or 0,
+    )
+
+
+def _timing(item: Any, i: int, host: str, job_id: str, rank: int) -> StepTiming:
+    where = f"timings[{i}]"
+    if not isinstance(item, list) or len(item) != 4:
+        raise ReportError(f"{where}: expected [ts, step, section, duration_seconds]")
+    ts, step, section, duration = item
+    return StepTiming(
+        ts=_finite(ts, f"{where}.ts"),
+        host=host,
+        job_id=job_id,
+        rank=rank,
+        step=_as_int(step, f"{where}.step"),
+        section=_as_name(section, f"{where}.section"),
+        duration_seconds=_non_negative(_finite(duration, f"{where}.duration_seconds"), f"{where}.duration"),
+    )
+
+
+def _collective(
+    item: Any, i: int, host: str, job_id: str, rank: int, received_ts: float
+) -> CollectiveProgress:
+    where = f"collectives[{i}]"
+    if not isinstance(item, list) or len(item) != 7:
+        raise ReportError(f"{where}: expected [group, ts, enqueued, started, completed, op, size]")
+    group, ts, enqueued, started, completed, op, size = item
+    return CollectiveProgress(
+        ts=min(_finite(ts, f"{where}.ts"), received_ts),
+        host=host,
+        job_id=job_id,
+        rank=rank,
+        process_group=_as_name(group, f"{where}.group"),
+        last_enqueued=_as_int(enqueued, f"{where}.enqueued"),
+        last_started=_as_int(started, f"{where}.started"),
+        last_completed=_as_int(completed, f"{where}.completed"),
+        op=None if op is None else _as_name(op, f"{where}.op"),
+        size=None if size is None else _as_int(size, f"{where}.size"),
+        source="client",
+    )
+
+
+def _name(doc: dict[str, Any], key: str) -> str:
+    if key not in doc:
+        raise ReportError(f"{key}: missing")
+    return _as_name(doc[key], key)
+
+
+def _optional_name(doc: dict[str, Any], key: str) -> str | None:
+    value = doc.get(key)
+    return None if value is None else _as_name(value, key)
+
+
+def _as_name(value: Any, key: str) -> str:
+    if not isinstance(value, str) or not value or len(value) > MAX_NAME_CHARS:
+        raise ReportError(f"{key}: expected a non-empty string of at most {MAX_NAME_CHARS} characters")
+    return value
+
+
+def _int(doc: dict[str, Any], key: str, minimum: int) -> int:
+    if key not in doc:
+        raise ReportError(f"{key}: missing")
+    value = _as_int(doc[key], key)
+    if value < minimum:
+        raise ReportError(f"{key}: must be >= {minimum}, got {value}")
+    return value
+
+
+def _optional_int(doc: dict[str, Any], key: str) -> int | None:
+    value = doc.get(key)
+    return None if value is None else _as_int(value, key)
+
+
+def _as_int(value: Any, key: str) -> int:
+    # bool is an int subclass in Python; a JSON true is not a step number
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ReportError(f"{key}: expected an integer, got {type(value).__name__}")
+    return value
+
+
+def _finite(value: Any, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ReportError(f"{key}: expected a finite number")
+    return float(value)
+
+
+def _non_negative(value: float, key: str) -> float:
+    if value < 0:
+        raise ReportError(f"{key}: must be >= 0")
+    return value
+
+
+def _status(doc: dict[str, Any]) -> str:
+    status = doc.get("status", "running")
+    if status not in STATUSES:
+        raise ReportError(f"status: expected one of {sorted(STATUSES)}, got {status!r}")
+    return str(status)
+
+
+def _list(doc: dict[str, Any], key: str) -> list[Any]:
+    value = doc.get(key, [])
+    if not isinstance(value, list):
+        raise ReportError(f"{key}: expected a list")
+    return value

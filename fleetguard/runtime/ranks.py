@@ -1,0 +1,106 @@
+"""What the agent knows about the local ranks of each job: pid, step, status, latest complete checkpoint,
+and how many times torchrun has restarted the worker group (a rank reporting from a new pid)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from fleetguard.records.runtime import Heartbeat
+
+
+@dataclass
+class RankInfo:
+    rank: int
+    local_rank: int
+    world_size: int
+    pid: int
+    status: str = "running"
+    step: int | None = None
+    last_report_ts: float = 0.0
+    alive: bool = True
+    pids_seen: list[int] = field(default_factory=list)
+
+
+@dataclass
+class JobInfo:
+    job_id: str
+    ranks: dict[int, RankInfo] = field(default_factory=dict)
+    checkpoint_step: int | None = None
+    # checkpoint step when each worker-group incarnation started (index = restart count)
+    checkpoint_step_at_restart: list[int | None] = field(default_factory=lambda: [None])
+
+    @property
+    def restarts(self) -> int:
+        return max((len(r.pids_seen) - 1 for r in self.ranks.values()), default=0)
+
+    def live_pids(self) -> dict[int, int]:
+        return {r.rank: r.pid for r in self.ranks.values() if r.alive}
+
+
+class RankRegistry:
+    """Thread-safe: reports come on HTTP threads, exits on the watcher thread, reads on the action thread."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, JobInfo] = {}
+        self._lock = threading.Lock()
+
+    def update(self, heartbeat: Heartbeat, checkpoint_step: int | None) -> bool:
+        """Record a report; True when it comes from a pid new for that rank (a new incarnation)."""
+        with self._lock:
+            job = self._jobs.setdefault(heartbeat.job_id, JobInfo(heartbeat.job_id))
+            info = job.ranks.get(heartbeat.rank)
+            new_pid = info is None or info.pid != heartbeat.pid
+            if info is None:
+                info = RankInfo(heartbeat.rank, heartbeat.local_rank, heartbeat.world_size, heartbeat.pid)
+                job.ranks[heartbeat.rank] = info
+            if heartbeat.pid not in info.pids_seen:
+                before = job.restarts
+                info.pids_seen.append(heartbeat.pid)
+                if job.restarts > before:
+                    job.checkpoint_step_at_restart.append(job.checkpoint_step)
+            info.pid = heartbeat.pid
+            info.local_rank = heartbeat.local_rank
+            info.world_size = heartbeat.world_size
+            info.status = heartbeat.status
+            info.step = heartbeat.step
+            info.last_report_ts = heartbeat.ts
+            info.alive = True
+            if checkpoint_step is not None and (
+                job.checkpoint_step is None or checkpoint_step > job.checkpoint_step
+            ):
+                job.checkpoint_step = checkpoint_step
+            return new_pid
+
+    def mark_exited(self, job_id: str, rank: int, pid: int) -> RankInfo | None:
+        """The process `pid` of this rank exited; returns the rank as it was (None if
+        unknown or superseded)."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+            info = job.ranks.get(rank) if job else None
+            if info is None or info.pid != pid:
+                return None
+            info.alive = False
+            return RankInfo(**{**info.__dict__, "pids_seen": list(info.pids_seen)})
+
+    def live_pids(self, job_id: str) -> dict[int, int]:
+        with self._lock:
+            job = self._jobs.get(job_id)
+            return job.live_pids() if job else {}
+
+    def job(self, job_id: str) -> JobInfo | None:
+        """A snapshot copy of one job (safe to read without the lock)."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None:
+                return None
+            return JobInfo(
+                job.job_id,
+                {r: RankInfo(**{**i.__dict__, "pids_seen": list(i.pids_seen)}) for r, i in job.ranks.items()},
+                job.checkpoint_step,
+                list(job.checkpoint_step_at_restart),
+            )
+
+    def jobs(self) -> list[str]:
+        with self._lock:
+            return list(self._jobs)

@@ -1,0 +1,305 @@
+"""RuntimeService: the agent-side training runtime in one object. It receives reports from local ranks,
+watches their PIDs, runs the analyzer (straggler/) every tick, asks the policy (diagnosis/) what to do about
+each finding, has the executor do it, and hands every record, finding and action to `sink` (the agent's
+store buffer).
+
+Usable standalone::
+
+    service = RuntimeService(RuntimeServiceConfig(host="node1"), SystemClock(), sink=print)
+    service.start(); ...; service.stop()
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from fleetguard.actions.argv import check_template
+from fleetguard.actions.executor import ActionExecutor, ActionRequest, ExecutorConfig
+from fleetguard.clock import Clock
+from fleetguard.records.findings import ActionRecord, Finding
+from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
+from fleetguard.runtime.commands import Command, CommandQueue
+from fleetguard.runtime.pid_watcher import PidWatcher, ProcessExit
+from fleetguard.runtime.protocol import RankReport
+from fleetguard.runtime.ranks import JobInfo, RankRegistry
+from fleetguard.runtime.server import RuntimeServer, require_loopback
+
+if TYPE_CHECKING:
+    from fleetguard.config import Config
+
+log = logging.getLogger(__name__)
+
+Sink = Callable[[Sequence[object]], None]
+RuntimeRecord = Heartbeat | StepTiming | CollectiveProgress
+
+
+@dataclass(frozen=True)
+class RuntimeServiceConfig:
+    host: str
+    port: int = 9477  # 0: any free port (tests); read the bound one from RuntimeService.port
+    bind_address: str = "127.0.0.1"  # loopback only; anything else is refused
+    tick_interval_seconds: float = 0.5
+    pid_poll_interval_seconds: float = 0.2
+    restart_grace_seconds: float = 10.0
+    restart_command: tuple[
+        str, ...
+    ] = ()  # argv, {job} {host} {rank} {pid}; empty: kill the local worker group
+    cordon_command: tuple[str, ...] = ()
+    restart_cost_seconds: float = 300.0
+    checkpoint_timeout_seconds: float = 120.0  # restart anyway if a requested checkpoint does not complete
+    command_timeout_seconds: float = 60.0
+    policy: dict[str, Any] = field(default_factory=dict)  # extra ActionPolicyConfig fields, by name
+
+    def __post_init__(self) -> None:
+        require_loopback(self.bind_address)
+        for template in (self.restart_command, self.cordon_command):
+            if template:
+                check_template(template)
+
+
+def runtime_config_from(config: Config) -> RuntimeServiceConfig:
+    """The service's settings from the `[runtime]` section of the fleetguard config."""
+    rt = config.runtime
+    return RuntimeServiceConfig(
+        host=config.host,
+        port=rt.port,
+        restart_grace_seconds=rt.restart_grace_seconds,
+        restart_command=tuple(rt.restart_command),
+        cordon_command=tuple(rt.cordon_command),
+        restart_cost_seconds=rt.restart_cost_seconds,
+    )
+
+
+class Analyzer(Protocol):
+    """What the service needs from straggler.analysis.RuntimeAnalyzer."""
+
+    def observe(self, record: RuntimeRecord) -> None: ...
+
+    def process_exited(self, job_id: str, rank: int, exit_code: int | None, now: float) -> None: ...
+
+    def tick(self, now: float) -> list[Finding]: ...
+
+
+Planner = Callable[[Finding, JobInfo | None], list[ActionRequest]]
+
+
+@dataclass
+class ServiceStats:
+    reports: int = 0
+    findings: int = 0
+    actions: int = 0
+    tick_errors: int = 0
+    expected_exits: int = 0
+    sink_errors: int = 0
+
+
+class RuntimeService:
+    """Owns the threads: HTTP server, PID watcher, analysis tick, action runner. `start()` then `stop()`."""
+
+    def __init__(
+        self,
+        config: RuntimeServiceConfig,
+        clock: Clock,
+        sink: Sink,
+        *,
+        analyzer: Analyzer | None = None,
+        planner: Planner | None = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.sink = sink
+        self.stats = ServiceStats()
+        self.commands = CommandQueue()
+        self.ranks = RankRegistry()
+        self.analyzer = analyzer if analyzer is not None else _default_analyzer()
+        self.planner = planner if planner is not None else PolicyPlanner(config)
+        self.executor = ActionExecutor(
+            ExecutorConfig(
+                host=config.host,
+                restart_grace_seconds=config.restart_grace_seconds,
+                restart_command=config.restart_command,
+                cordon_command=config.cordon_command,
+                command_timeout_seconds=config.command_timeout_seconds,
+            ),
+            clock,
+            self.commands,
+            self.ranks.live_pids,
+        )
+        self.server = RuntimeServer(self.handle_report, config.host, clock, config.bind_address, config.port)
+        self.watcher = PidWatcher(self.handle_exit, config.pid_poll_interval_seconds)
+        self._analysis_lock = threading.Lock()
+        self._pending: list[object] = []
+        self._pending_lock = threading.Lock()
+        self._expected_exits: set[int] = set()
+        self._actions: queue.Queue[tuple[Finding, list[ActionRequest]] | None] = queue.Queue()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    # ---- lifecycle ----
+
+    def start(self) -> None:
+        self.server.start()
+        self.watcher.start()
+        for target, name in ((self._tick_loop, "tick"), (self._action_loop, "actions")):
+            thread = threading.Thread(target=target, name=f"fleetguard-runtime-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        log.info("training runtime listening on %s", self.endpoint)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._actions.put(None)
+        self.server.stop()
+        self.watcher.stop()
+        for thread in self._threads:
+            thread.join(timeout=self.config.restart_grace_seconds + 10)
+        self.flush()
+
+    # ---- inputs (called from server / watcher threads; public for tests) ----
+
+    def handle_report(self, report: RankReport) -> list[Command]:
+        hb = report.heartbeat
+        self.ranks.update(hb, report.checkpoint_step)
+        self.watcher.watch(hb.pid, report.key)
+        records: list[RuntimeRecord] = [hb, *report.timings, *report.collectives]
+        with self._analysis_lock:
+            for record in records:
+                self.analyzer.observe(record)
+        self._buffer(records)
+        self.stats.reports += 1
+        return self.commands.take(hb.job_id, hb.rank)
+
+    def handle_exit(self, process_exit: ProcessExit) -> None:
+        job_id, rank = process_exit.key
+        info = self.ranks.mark_exited(job_id, rank, process_exit.pid)
+        if process_exit.pid in self._expected_exits:
+            # we killed it (restart): not a crash, and not evidence of one
+            self._expected_exits.discard(process_exit.pid)
+            self.stats.expected_exits += 1
+            return
+        if info is None:
+            return  # a pid this rank no longer uses
+        exit_code = process_exit.exit_code
+        if exit_code is None and info.status == "finished":
+            exit_code = 0  # it said goodbye before the watcher could read its exit status
+        with self._analysis_lock:
+            self.analyzer.process_exited(job_id, rank, exit_code, self.clock.time())
+
+    # ---- loops ----
+
+    def tick_once(self) -> list[Finding]:
+        """One analysis round: findings -> sink, and their planned actions -> the action runner."""
+        with self._analysis_lock:
+            findings = self.analyzer.tick(self.clock.time())
+        if findings:
+            self.stats.findings += len(findings)
+            self._buffer(findings)
+            for finding in findings:
+                log.warning("runtime finding %s: %s", finding.kind, finding.summary)
+                job = self.ranks.job(finding.job_id) if finding.job_id else None
+                requests = self.planner(finding, job)
+                if requests:
+                    self._actions.put((finding, requests))
+        self.flush()
+        return findings
+
+    def run_actions(self, finding: Finding, requests: Sequence[ActionRequest]) -> list[ActionRecord]:
+        """Execute the plans for one finding in order; a restart that follows a checkpoint request waits
+        (up to checkpoint_timeout_seconds) for that checkpoint to complete first."""
+        records: list[ActionRecord] = []
+        checkpoint_before: int | None = None
+        asked_checkpoint = False
+        for request in requests:
+            if request.action == "restart" and asked_checkpoint:
+                self._wait_for_checkpoint(request.job_id, checkpoint_before)
+            if request.action == "restart":
+                self._expected_exits.update(self.ranks.live_pids(request.job_id).values())
+            if request.action == "checkpoint":
+                job = self.ranks.job(request.job_id)
+                checkpoint_before = job.checkpoint_step if job else None
+            record = self.executor.execute(request)
+            if request.action == "checkpoint" and record.outcome == "requested":
+                asked_checkpoint = True
+            records.append(record)
+        self.stats.actions += len(records)
+        self._buffer(records)
+        self.flush()
+        return records
+
+    def flush(self) -> None:
+        with self._pending_lock:
+            batch, self._pending = self._pending, []
+        if not batch:
+            return
+        try:
+            self.sink(batch)
+        except Exception:
+            self.stats.sink_errors += 1
+            log.exception("runtime: the sink refused %d records", len(batch))
+
+    def _wait_for_checkpoint(self, job_id: str, before: int | None) -> None:
+        deadline = self.clock.monotonic() + self.config.checkpoint_timeout_seconds
+        while self.clock.monotonic() < deadline and not self._stop.is_set():
+            job = self.ranks.job(job_id)
+            step = job.checkpoint_step if job else None
+            if step is not None and (before is None or step > before):
+                return
+            self.clock.sleep(0.1)
+        log.warning("job %s: requested checkpoint did not complete in time; restarting anyway", job_id)
+
+    def _buffer(self, records: Sequence[object]) -> None:
+        with self._pending_lock:
+            self._pending.extend(records)
+
+    def _tick_loop(self) -> None:
+        while not self._stop.wait(self.config.tick_interval_seconds):
+            try:
+                self.tick_once()
+            except Exception:  # one bad round must not end analysis
+                self.stats.tick_errors += 1
+                log.exception("runtime analysis tick failed")
+
+    def _action_loop(self) -> None:
+        while True:
+            item = self._actions.get()
+            if item is None:
+                return
+            finding, requests = item
+            try:
+                self.run_actions(finding, requests)
+            except Exception:
+                log.exception("runtime actions for finding %s failed", finding.finding_id)
+
+
+def _default_analyzer() -> Analyzer:
+    from straggler.analysis import RuntimeAnalyzer
+
+    analyzer: Analyzer = RuntimeAnalyzer()
+    return analyzer
+
+
+class PolicyPlanner:
+    """Adapts diagnosis.runtime_policy.decide to ActionRequests, keeping per-job action state."""
+
+    def __init__(self, config: RuntimeServiceConfig) -> None:
+        self.config = config
+
+    def __call__(self, finding: Finding, job: JobInfo | None) -> list[ActionRequest]:
+        raise NotImplementedError("wired to diagnosis.runtime_policy once it lands")
+
+
+def _unused(_: ProcessExit) -> None:  # pragma: no cover
+    return None
