@@ -1,0 +1,346 @@
+"""Adaptive heartbeat timeouts: which ranks of a job are dead (PID gone), hung (alive but silent or stalled).
+
+Timeouts follow NVIDIA's resiliency extension: before any gap is known a rank may take `safety_factor` x the
+time the job's ranks needed for their first heartbeat; afterwards `safety_factor` x the largest gap observed
+on any rank, smoothed by an EMA, learned separately per section (step, checkpoint, eval ...) so a long
+checkpoint is not a hang. Two clocks per rank: silence (no heartbeat at all, e.g. SIGSTOP) and stall
+(heartbeats arrive from a background thread but the step/section does not move, e.g. stuck in a collective).
+Pure logic: time comes only from arguments.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from fleetguard.records.findings import Finding
+from fleetguard.records.runtime import Heartbeat
+
+DEFAULT_SECTION = "step"
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatConfig:
+    safety_factor: float = 5.0
+    ema_alpha: float = 0.5
+    # A 1 s heartbeat would otherwise give a 5 s timeout that one slow scheduler tick could trip.
+    min_timeout_seconds: float = 3.0
+    # Until any rank of the job has sent its first heartbeat (imports, rendezvous, checkpoint load).
+    first_heartbeat_timeout_seconds: float = 600.0
+    # Sections that run rarely (the first checkpoint has no learned duration) start from at least this.
+    section_initial_timeout_seconds: Mapping[str, float] = field(
+        default_factory=lambda: {"checkpoint": 600.0, "eval": 600.0}
+    )
+
+    def __post_init__(self) -> None:
+        if self.safety_factor < 1.0:
+            raise ValueError(f"safety_factor must be >= 1, got {self.safety_factor}")
+        if not 0.0 < self.ema_alpha <= 1.0:
+            raise ValueError(f"ema_alpha must be in (0, 1], got {self.ema_alpha}")
+        if self.min_timeout_seconds <= 0 or self.first_heartbeat_timeout_seconds <= 0:
+            raise ValueError("timeouts must be positive")
+
+
+class _AdaptiveTimeout:
+    """safety x largest interval seen, EMA-smoothed each time the maximum grows; None until one is seen."""
+
+    __slots__ = ("max_interval_seconds", "timeout_seconds")
+
+    def __init__(self) -> None:
+        self.max_interval_seconds = 0.0
+        self.timeout_seconds: float | None = None
+
+    def learn(self, interval_seconds: float, config: HeartbeatConfig) -> None:
+        if self.timeout_seconds is not None and interval_seconds <= self.max_interval_seconds:
+            return
+        self.max_interval_seconds = max(self.max_interval_seconds, interval_seconds)
+        target = config.safety_factor * self.max_interval_seconds
+        if self.timeout_seconds is None:
+            self.timeout_seconds = target
+        else:
+            self.timeout_seconds = config.ema_alpha * target + (1.0 - config.ema_alpha) * self.timeout_seconds
+
+
+class _Rank:
+    __slots__ = (
+        "dead_since",
+        "finished",
+        "host",
+        "hung_since",
+        "last_progress_at",
+        "last_seen",
+        "pid",
+        "section",
+        "step",
+    )
+
+    def __init__(self) -> None:
+        self.host: str | None = None
+        self.pid: int | None = None
+        self.last_seen: float | None = None
+        self.last_progress_at = 0.0
+        self.step: int | None = None
+        self.section = DEFAULT_SECTION
+        self.finished = False
+        self.dead_since: float | None = None
+        self.hung_since: float | None = None
+
+
+class _Job:
+    __slots__ = ("first_heartbeat_seconds", "gap", "ranks", "stall", "started_at", "startup_reported")
+
+    def __init__(self, world_size: int, started_at: float) -> None:
+        self.started_at = started_at
+        self.ranks = [_Rank() for _ in range(world_size)]
+        self.first_heartbeat_seconds: float | None = None  # max over ranks of (first heartbeat - start)
+        self.gap: dict[str, _AdaptiveTimeout] = {}
+        self.stall: dict[str, _AdaptiveTimeout] = {}
+        self.startup_reported: set[int] = set()
+
+    def rank(self, rank: int) -> _Rank:
+        if rank >= len(self.ranks):  # a rank beyond the announced world size: grow rather than drop it
+            self.ranks.extend(_Rank() for _ in range(rank + 1 - len(self.ranks)))
+        return self.ranks[rank]
+
+
+class HeartbeatMonitor:
+    """Per-job heartbeat state; `check(now)` returns each new dead/hung/error problem once until it clears."""
+
+    def __init__(self, config: HeartbeatConfig | None = None) -> None:
+        self.config = config or HeartbeatConfig()
+        self._jobs: dict[str, _Job] = {}
+        self._pending: list[Finding] = []
+        self.skipped_records = 0
+
+    # ---- input ----------------------------------------------------------------------------------------
+
+    def register_job(self, job_id: str, world_size: int, started_at: float) -> None:
+        """Start (or, after a restart, restart) watching a job; learned timeouts survive a restart."""
+        if world_size < 1:
+            raise ValueError(f"world_size must be >= 1, got {world_size}")
+        old = self._jobs.get(job_id)
+        job = _Job(world_size, started_at)
+        if old is not None:
+            job.gap, job.stall, job.first_heartbeat_seconds = old.gap, old.stall, old.first_heartbeat_seconds
+        self._jobs[job_id] = job
+
+    def forget_job(self, job_id: str) -> None:
+        self._jobs.pop(job_id, None)
+
+    def jobs(self) -> list[str]:
+        return list(self._jobs)
+
+    def observe(self, hb: Heartbeat, now: float) -> None:
+        """Take one heartbeat; a job never registered is registered from it (start = its timestamp)."""
+        if hb.rank < 0 or hb.world_size < 1:
+            self.skipped_records += 1
+            return
+        job = self._jobs.get(hb.job_id)
+        if job is None:
+            self.register_job(hb.job_id, hb.world_size, min(hb.ts, now))
+            job = self._jobs[hb.job_id]
+        r = job.rank(hb.rank)
+        ts = hb.ts
+        if r.dead_since is not None:
+            if ts <= r.dead_since:
+                return  # written before the process died, delivered late
+            r.dead_since = None  # a new incarnation (the job was restarted)
+            r.last_seen = None
+        section = hb.section or DEFAULT_SECTION
+        new_incarnation = r.last_seen is None or (r.pid is not None and hb.pid != r.pid)
+        if new_incarnation:
+            if r.last_seen is None:
+                self._learn_first_heartbeat(job, ts)
+                job.startup_reported.discard(hb.rank)
+            r.last_progress_at = ts
+            r.hung_since = None
+        else:
+            assert r.last_seen is not None
+            if ts < r.last_seen:
+                return  # out of order; the newer heartbeat already counted
+            if r.hung_since is None:  # an interval that was itself a hang must not teach us to wait longer
+                job.gap.setdefault(r.section, _AdaptiveTimeout()).learn(ts - r.last_seen, self.config)
+            progressed = hb.step is None or hb.step != r.step or section != r.section
+            if progressed:
+                if r.hung_since is None:
+                    job.stall.setdefault(r.section, _AdaptiveTimeout()).learn(
+                        ts - r.last_progress_at, self.config
+                    )
+                r.last_progress_at = ts
+        r.host, r.pid, r.last_seen, r.step, r.section = hb.host, hb.pid, ts, hb.step, section
+        if r.hung_since is not None and r.last_progress_at >= r.hung_since:
+            r.hung_since = None  # it moved again: the problem has cleared
+        if hb.status == "finished":
+            r.finished = True
+        elif hb.status == "error":
+            self._pending.append(
+                _finding(
+                    "rank_error",
+                    hb.job_id,
+                    hb.rank,
+                    r,
+                    ts,
+                    f"rank {hb.rank} of job {hb.job_id} reported an error status",
+                    {"status": hb.status, "step": hb.step, "section": section, "pid": hb.pid},
+                )
+            )
+            r.finished = True  # the process will exit; its exit is what we act on next
+
+    def process_exited(self, job_id: str, rank: int, exit_code: int | None, now: float) -> None:
+        """The PID watcher saw a rank's process end: a non-zero (or unknown) exit is a dead rank, reported at
+        the next `check`. Exit code 0 is a rank that finished."""
+        job = self._jobs.get(job_id)
+        if job is None or rank < 0:
+            self.skipped_records += 1
+            return
+        r = job.rank(rank)
+        if exit_code == 0 or (r.finished and exit_code is None):
+            r.finished = True
+            return
+        if r.dead_since is not None:
+            return
+        r.dead_since = now
+        r.hung_since = None
+        self._pending.append(
+            _finding(
+                "dead_rank",
+                job_id,
+                rank,
+                r,
+                now,
+                f"rank {rank} of job {job_id} exited"
+                + (f" with code {exit_code}" if exit_code is not None else " (exit code unknown)"),
+                {"exit_code": exit_code, "pid": r.pid, "last_heartbeat_ts": r.last_seen, "step": r.step},
+            )
+        )
+
+    # ---- analysis -------------------------------------------------------------------------------------
+
+    def timeout_seconds(self, job_id: str, section: str = DEFAULT_SECTION, kind: str = "gap") -> float:
+        """The timeout in force for a section: kind "gap" (silence) or "stall" (no step progress)."""
+        job = self._jobs[job_id]
+        return self._timeout(job, section, job.gap if kind == "gap" else job.stall)
+
+    def check(self, now: float) -> list[Finding]:
+        """New problems since the last check: dead and error ranks, then hung ranks (overdue heartbeat or
+        progress). A job with a dead rank reports no hangs: its peers waiting in collectives are a
+        consequence, not a second fault."""
+        out, self._pending = self._pending, []
+        for job_id, job in self._jobs.items():
+            out.extend(self._check_job(job_id, job, now))
+        return out
+
+    def _check_job(self, job_id: str, job: _Job, now: float) -> list[Finding]:
+        ranks = job.ranks
+        if any(r.dead_since is not None for r in ranks):
+            return []
+        out: list[Finding] = []
+        gap_cache: dict[str, float] = {}
+        stall_cache: dict[str, float] = {}
+        startup_timeout = self._initial_timeout(job, DEFAULT_SECTION)
+        for rank, r in enumerate(ranks):
+            if r.finished or r.hung_since is not None:
+                continue
+            last_seen = r.last_seen
+            if last_seen is None:
+                waited = now - job.started_at
+                if waited > startup_timeout and rank not in job.startup_reported:
+                    job.startup_reported.add(rank)
+                    out.append(
+                        _finding(
+                            "hung_rank",
+                            job_id,
+                            rank,
+                            r,
+                            now,
+                            f"rank {rank} of job {job_id} sent no first heartbeat in {waited:.1f} s",
+                            {
+                                "cause": "no_first_heartbeat",
+                                "waited_seconds": waited,
+                                "timeout_seconds": startup_timeout,
+                            },
+                        )
+                    )
+                continue
+            section = r.section
+            gap_timeout = gap_cache.get(section)
+            if gap_timeout is None:
+                gap_timeout = gap_cache[section] = self._timeout(job, section, job.gap)
+                stall_cache[section] = self._timeout(job, section, job.stall)
+            silent = now - last_seen
+            stalled = now - r.last_progress_at
+            if silent > gap_timeout:
+                cause, waited, timeout = "silent", silent, gap_timeout
+            elif stalled > stall_cache[section]:
+                cause, waited, timeout = "stalled", stalled, stall_cache[section]
+            else:
+                continue
+            r.hung_since = now
+            out.append(
+                _finding(
+                    "hung_rank",
+                    job_id,
+                    rank,
+                    r,
+                    now,
+                    f"rank {rank} of job {job_id} {'silent' if cause == 'silent' else 'made no progress'} "
+                    f"for {waited:.1f} s in section {section} (timeout {timeout:.1f} s)",
+                    {
+                        "cause": cause,
+                        "section": section,
+                        "step": r.step,
+                        "pid": r.pid,
+                        "waited_seconds": waited,
+                        "timeout_seconds": timeout,
+                        "last_heartbeat_ts": last_seen,
+                        "last_progress_ts": r.last_progress_at,
+                    },
+                )
+            )
+        return out
+
+    def hung_ranks(self, job_id: str) -> list[int]:
+        """Ranks of a job currently flagged hung (reported and not yet moving again)."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            return []
+        hung = {i for i, r in enumerate(job.ranks) if r.hung_since is not None}
+        return sorted(hung | job.startup_reported)
+
+    def _learn_first_heartbeat(self, job: _Job, ts: float) -> None:
+        took = max(0.0, ts - job.started_at)
+        if job.first_heartbeat_seconds is None or took > job.first_heartbeat_seconds:
+            job.first_heartbeat_seconds = took
+
+    def _initial_timeout(self, job: _Job, section: str) -> float:
+        c = self.config
+        if job.first_heartbeat_seconds is None:
+            base = c.first_heartbeat_timeout_seconds
+        else:
+            base = c.safety_factor * job.first_heartbeat_seconds
+        return max(c.min_timeout_seconds, base, c.section_initial_timeout_seconds.get(section, 0.0))
+
+    def _timeout(self, job: _Job, section: str, table: dict[str, _AdaptiveTimeout]) -> float:
+        learned = table.get(section)
+        if learned is None or learned.timeout_seconds is None:
+            return self._initial_timeout(job, section)
+        return max(self.config.min_timeout_seconds, learned.timeout_seconds)
+
+
+def _finding(
+    kind: str, job_id: str, rank: int, r: _Rank, now: float, summary: str, evidence: dict[str, object]
+) -> Finding:
+    severity = "critical"
+    return Finding(
+        ts=now,
+        finding_id=f"{kind}/{job_id}/{rank}/{now:.3f}",
+        kind=kind,
+        severity=severity,
+        subject=f"job/{job_id}/rank/{rank}",
+        summary=summary,
+        host=r.host,
+        job_id=job_id,
+        rank=rank,
+        evidence_json=json.dumps(evidence, sort_keys=True, default=str),
+    )
