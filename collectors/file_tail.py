@@ -9,6 +9,7 @@ collector can count them.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO, Final
@@ -51,6 +52,10 @@ class FileTail:
         except OSError:
             result.problems.append("stat_error")
             return result
+        if not stat.S_ISREG(st.st_mode):
+            # Opening a FIFO would block the caller; a device or directory is not a log file.
+            result.problems.append("not_a_file")
+            return result
         inode = (st.st_dev, st.st_ino)
         if self._inode is None:
             self._inode = inode
@@ -64,7 +69,8 @@ class FileTail:
         if st.st_size == self._offset:
             return result
         try:
-            with open(self.path, "rb") as f:
+            # O_NONBLOCK: should the path turn into a FIFO between stat and open, open must not hang.
+            with os.fdopen(os.open(self.path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
                 f.seek(self._offset)
                 for chunk in _chunks(f, self._max_bytes):
                     self._offset += len(chunk)

@@ -300,8 +300,8 @@ class KmsgFileCollector:
     ) -> None:
         try:
             st = os.stat(path)
-            with open(path, "rb"):
-                pass
+            if stat.S_ISREG(st.st_mode):
+                os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
         except FileNotFoundError as exc:
             raise CollectorUnavailable(f"kernel-log file {path} does not exist.") from exc
         except PermissionError as exc:

@@ -1,0 +1,268 @@
+"""KmsgCollector: follows a /dev/kmsg-like source (a file or FIFO stands in), resumes by sequence number."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import select
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import collectors.kmsg as kmsg_module
+from collectors.kmsg import KmsgCollector
+from collectors.protocol import Collector, CollectorUnavailable
+from fleetguard.records.telemetry import Event, EventKind
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "kmsg"
+BOOT = 1_700_000_000.0
+NOW = BOOT + 10_000.0
+
+
+@pytest.fixture
+def boot_id(tmp_path: Path) -> Path:
+    path = tmp_path / "boot_id"
+    path.write_text("9b1d2c3e-0000-4000-8000-000000000001\n")
+    return path
+
+
+@pytest.fixture
+def kmsg(tmp_path: Path) -> Path:
+    path = tmp_path / "kmsg"
+    shutil.copy(FIXTURES / "kmsg_raw.txt", path)
+    return path
+
+
+def make(path: Path, boot_id: Path, **kwargs: object) -> KmsgCollector:
+    return KmsgCollector("node1", str(path), boot_time=BOOT, boot_id_path=str(boot_id), **kwargs)  # type: ignore[arg-type]
+
+
+def record(seq: int, message: str, usec: int = 300_000_000, prio: int = 4) -> str:
+    return f"{prio},{seq},{usec},-;{message}\n"
+
+
+def append(path: Path, text: str) -> None:
+    with path.open("a") as f:
+        f.write(text)
+
+
+def xid_line(code: int = 48) -> str:
+    return f"NVRM: Xid (PCI:0000:9b:00): {code}, pid=7, name=python3, An uncorrectable double bit error"
+
+
+def test_is_a_collector(kmsg: Path, boot_id: Path) -> None:
+    assert isinstance(make(kmsg, boot_id), Collector)
+
+
+def test_reads_every_fault_in_the_ring_buffer_on_first_start(kmsg: Path, boot_id: Path) -> None:
+    events = make(kmsg, boot_id).collect(NOW).events
+    assert [e.kind for e in events] == [
+        EventKind.XID,
+        EventKind.PCIE_AER,
+        EventKind.SXID,
+        EventKind.XID,
+        EventKind.SEGFAULT_NCCL,
+        EventKind.NIC_INSUFFICIENT_POWER,
+        EventKind.NIC_OVER_TEMPERATURE,
+        EventKind.GPU_FALLEN_OFF_BUS,
+    ]
+
+
+def test_xid_event_fields_come_from_the_record(kmsg: Path, boot_id: Path) -> None:
+    first = make(kmsg, boot_id).collect(NOW).events[0]
+    assert first == Event(
+        ts=BOOT + 206.764307,
+        host="node1",
+        kind=EventKind.XID,
+        source="kmsg",
+        message=(
+            "NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, "
+            "Timeout after 6s of waiting for RPC response from GPU0 GSP! "
+            "Expected function 76 (GSP_RM_CONTROL) (0x20802a02 0x8)."
+        ),
+        code=119,
+        pci_bus_id="0000:9b:00.0",
+        pid=2024380,
+        process_name="nvidia-smi",
+        seq=3962,
+    )
+
+
+def test_only_records_appended_since_the_last_collect_are_read(kmsg: Path, boot_id: Path) -> None:
+    collector = make(kmsg, boot_id)
+    collector.collect(NOW)
+    append(kmsg, record(3972, xid_line(48)))
+    events = collector.collect(NOW + 1).events
+    assert [(e.code, e.seq) for e in events] == [(48, 3972)]
+    assert collector.collect(NOW + 2).events == []
+
+
+def test_timestamps_after_now_are_clamped_to_now(kmsg: Path, boot_id: Path) -> None:
+    collector = KmsgCollector("node1", str(kmsg), boot_time=NOW, boot_id_path=str(boot_id))
+    assert {e.ts for e in collector.collect(NOW).events} == {NOW}
+
+
+def test_restart_with_state_resumes_after_the_last_sequence(
+    kmsg: Path, boot_id: Path, tmp_path: Path
+) -> None:
+    state = tmp_path / "var" / "kmsg.seq"
+    first = make(kmsg, boot_id, state_path=str(state))
+    assert len(first.collect(NOW).events) == 8
+    first.close()
+    assert json.loads(state.read_text())["seq"] == 3971
+    append(kmsg, record(3972, xid_line(48)))
+    second = make(kmsg, boot_id, state_path=str(state))
+    events = second.collect(NOW + 5).events
+    assert [(e.kind, e.code, e.seq) for e in events] == [(EventKind.XID, 48, 3972)]
+    assert second.skipped_replayed == 12
+
+
+def test_state_from_another_boot_is_ignored(kmsg: Path, boot_id: Path, tmp_path: Path) -> None:
+    state = tmp_path / "kmsg.seq"
+    state.write_text(json.dumps({"boot_id": "an-earlier-boot", "seq": 99_999}))
+    assert len(make(kmsg, boot_id, state_path=str(state)).collect(NOW).events) == 8
+
+
+def test_unreadable_state_is_counted_and_reading_starts_from_the_beginning(
+    kmsg: Path, boot_id: Path, tmp_path: Path
+) -> None:
+    state = tmp_path / "kmsg.seq"
+    state.write_text("not json")
+    collector = make(kmsg, boot_id, state_path=str(state))
+    assert len(collector.collect(NOW).events) == 8
+    assert collector.problems()["state_unreadable"] == 1
+
+
+def test_state_that_cannot_be_written_is_counted_not_raised(
+    kmsg: Path, boot_id: Path, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    collector = make(kmsg, boot_id, state_path=str(blocker / "kmsg.seq"))
+    assert len(collector.collect(NOW).events) == 8
+    assert collector.problems()["state_write_error"] == 1
+
+
+def test_records_overwritten_while_the_agent_was_down_are_counted_as_lost(
+    kmsg: Path, boot_id: Path, tmp_path: Path
+) -> None:
+    state = tmp_path / "kmsg.seq"
+    state.write_text(json.dumps({"boot_id": boot_id.read_text().strip(), "seq": 3900}))
+    collector = make(kmsg, boot_id, state_path=str(state))
+    collector.collect(NOW)
+    assert collector.problems()["records_lost"] == 3960 - 3900 - 1
+
+
+def test_start_at_end_skips_the_backlog_and_reads_what_follows(kmsg: Path, boot_id: Path) -> None:
+    collector = make(kmsg, boot_id, start="end")
+    assert collector.collect(NOW).events == []
+    append(kmsg, record(3972, xid_line(74)))
+    assert [e.code for e in collector.collect(NOW).events] == [74]
+
+
+def test_start_must_be_beginning_or_end(kmsg: Path, boot_id: Path) -> None:
+    with pytest.raises(ValueError, match="start"):
+        make(kmsg, boot_id, start="middle")
+
+
+def test_ring_buffer_overrun_is_counted_and_reading_continues(
+    kmsg: Path, boot_id: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_read = os.read
+    calls = iter([True])
+
+    def read_with_one_epipe(fd: int, n: int) -> bytes:
+        if next(calls, False):
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+        return real_read(fd, n)
+
+    collector = make(kmsg, boot_id)
+    monkeypatch.setattr(kmsg_module.os, "read", read_with_one_epipe)
+    events = collector.collect(NOW).events
+    assert collector.problems()["overrun"] == 1
+    assert len(events) == 8
+
+
+def test_garbage_lines_are_counted_by_reason_and_skipped(kmsg: Path, boot_id: Path) -> None:
+    append(kmsg, "this is not a kernel record\n6,1,2,Q;bad flags\n" + record(3972, xid_line(79)))
+    collector = make(kmsg, boot_id)
+    events = collector.collect(NOW).events
+    assert events[-1].code == 79
+    assert collector.problems() == {"unknown_format": 1, "bad_kmsg_header": 1}
+
+
+def test_a_burst_of_repeats_in_one_read_is_folded(tmp_path: Path, boot_id: Path) -> None:
+    path = tmp_path / "kmsg"
+    path.write_text("".join(record(10 + i, xid_line(95), usec=1_000_000 + i) for i in range(1000)))
+    events = make(path, boot_id).collect(NOW).events
+    assert [e.count for e in events] == [1, 999]
+    assert events[1].last_ts == pytest.approx(BOOT + 1.000999)
+
+
+def test_folding_can_be_turned_off(tmp_path: Path, boot_id: Path) -> None:
+    path = tmp_path / "kmsg"
+    path.write_text("".join(record(10 + i, xid_line(95)) for i in range(5)))
+    assert len(make(path, boot_id, fold_window_seconds=None).collect(NOW).events) == 5
+
+
+@pytest.fixture
+def fifo(tmp_path: Path) -> Iterator[tuple[Path, int]]:
+    path = tmp_path / "kmsg.fifo"
+    os.mkfifo(path)
+    reader_first = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # so the writer's open does not block
+    writer = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    yield path, writer
+    os.close(writer)
+    os.close(reader_first)
+
+
+def test_follows_a_stream_and_is_selectable(fifo: tuple[Path, int], boot_id: Path) -> None:
+    path, writer = fifo
+    collector = make(path, boot_id)
+    readable, _, _ = select.select([collector], [], [], 0)
+    assert readable == []
+    os.write(writer, record(1, xid_line(119)).encode())
+    readable, _, _ = select.select([collector], [], [], 1.0)
+    assert readable == [collector]
+    assert [e.code for e in collector.collect(NOW).events] == [119]
+    assert collector.collect(NOW).events == []  # EAGAIN: nothing more for now
+
+
+def test_a_record_split_across_reads_is_joined(fifo: tuple[Path, int], boot_id: Path) -> None:
+    path, writer = fifo
+    collector = make(path, boot_id)
+    line = record(1, xid_line(31)).encode()
+    os.write(writer, line[:20])
+    assert collector.collect(NOW).events == []
+    os.write(writer, line[20:])
+    assert [e.code for e in collector.collect(NOW).events] == [31]
+
+
+def test_missing_device_is_unavailable_with_a_one_sentence_reason(tmp_path: Path, boot_id: Path) -> None:
+    with pytest.raises(CollectorUnavailable, match=r"does not exist.*--kmsg-file"):
+        make(tmp_path / "no-kmsg", boot_id)
+
+
+def test_permission_denied_is_unavailable_and_says_what_to_do(
+    kmsg: Path, boot_id: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def deny(path: str, flags: int) -> int:
+        raise PermissionError(errno.EPERM, "Operation not permitted", path)
+
+    monkeypatch.setattr(kmsg_module.os, "open", deny)
+    with pytest.raises(CollectorUnavailable, match="CAP_SYSLOG"):
+        make(kmsg, boot_id)
+
+
+def test_close_releases_the_descriptor(kmsg: Path, boot_id: Path) -> None:
+    collector = make(kmsg, boot_id)
+    fd = collector.fileno()
+    collector.close()
+    with pytest.raises(OSError):
+        os.fstat(fd)
+    with pytest.raises(ValueError):
+        collector.fileno()
+    assert collector.collect(NOW).events == []
