@@ -1,0 +1,138 @@
+"""One analysis loop over a training job's runtime records: heartbeats, stragglers and hang localisation.
+
+The runtime feeds every Heartbeat, StepTiming and CollectiveProgress it receives, reports PID exits, and
+calls `tick(now)` once a second; each tick returns only new findings. When a rank is found hung, the latest
+collective progress of its job is localised once per hang episode into a `hang_localised` finding.
+Clock-free: time only comes in as arguments.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+
+from fleetguard.records.findings import Finding
+from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
+from straggler.hang import HOST_STUCK, HangDiagnosis, hang_finding, localise_hang
+from straggler.heartbeat import HeartbeatConfig, HeartbeatMonitor
+from straggler.scoring import StragglerConfig, StragglerDetector
+
+RuntimeRecord = Heartbeat | StepTiming | CollectiveProgress
+
+# Names PyTorch and our client give the default (world) process group; its members are all ranks.
+WORLD_GROUP_NAMES = frozenset({"0", "default_pg", "world"})
+HEARTBEAT_ONLY = "heartbeat_only"
+
+
+class RuntimeAnalyzer:
+    def __init__(
+        self,
+        heartbeat_config: HeartbeatConfig | None = None,
+        straggler_config: StragglerConfig | None = None,
+    ) -> None:
+        self.heartbeats = HeartbeatMonitor(heartbeat_config)
+        self.stragglers = StragglerDetector(straggler_config)
+        self._progress: dict[str, dict[tuple[str, int], CollectiveProgress]] = {}
+        self._groups: dict[str, dict[str, tuple[int, ...]]] = {}
+        self._world_size: dict[str, int] = {}
+        self._hang_open: set[str] = set()
+        self.skipped_records = 0
+
+    def register_job(
+        self,
+        job_id: str,
+        world_size: int,
+        started_at: float,
+        process_groups: Mapping[str, Sequence[int]] | None = None,
+    ) -> None:
+        """Start watching a job, or re-arm it after a restart (progress of the old incarnation is dropped).
+        `process_groups` names each group's ranks, so a rank that never reports is seen as missing."""
+        self.heartbeats.register_job(job_id, world_size, started_at)
+        self._world_size[job_id] = world_size
+        self._groups[job_id] = {k: tuple(v) for k, v in (process_groups or {}).items()}
+        self._progress.pop(job_id, None)
+        self._hang_open.discard(job_id)
+
+    def forget_job(self, job_id: str) -> None:
+        self.heartbeats.forget_job(job_id)
+        self.stragglers.forget_job(job_id)
+        self._progress.pop(job_id, None)
+        self._groups.pop(job_id, None)
+        self._world_size.pop(job_id, None)
+        self._hang_open.discard(job_id)
+
+    def observe(self, record: RuntimeRecord, now: float | None = None) -> None:
+        """Take one record; `now` (receive time) defaults to the record's own timestamp."""
+        if isinstance(record, Heartbeat):
+            self.heartbeats.observe(record, record.ts if now is None else now)
+            self._world_size.setdefault(record.job_id, record.world_size)
+        elif isinstance(record, StepTiming):
+            self.stragglers.observe(record)
+        elif isinstance(record, CollectiveProgress):
+            key = (record.process_group, record.rank)
+            job = self._progress.setdefault(record.job_id, {})
+            old = job.get(key)
+            if old is None or record.ts >= old.ts:
+                job[key] = record
+        else:
+            self.skipped_records += 1
+
+    def process_exited(self, job_id: str, rank: int, exit_code: int | None, now: float) -> None:
+        self.heartbeats.process_exited(job_id, rank, exit_code, now)
+
+    def tick(self, now: float) -> list[Finding]:
+        findings = self.heartbeats.check(now)
+        hung_jobs: dict[str, list[Finding]] = {}
+        for f in findings:
+            if f.kind == "hung_rank" and f.job_id is not None:
+                hung_jobs.setdefault(f.job_id, []).append(f)
+        for job_id in list(self._hang_open):
+            if not self.heartbeats.hung_ranks(job_id):
+                self._hang_open.discard(job_id)  # the episode is over; a new hang is localised afresh
+        for job_id, hung in hung_jobs.items():
+            if job_id not in self._hang_open:
+                self._hang_open.add(job_id)
+                findings.append(hang_finding(self.localise(job_id, hung), job_id, now))
+        findings.extend(self.stragglers.check(now))
+        return findings
+
+    def localise(self, job_id: str, hung: Sequence[Finding] = ()) -> HangDiagnosis:
+        """Localise a job's hang from its latest progress. A rank whose process cannot even send heartbeats
+        is the host side stuck, whatever the (stale) progress says; with no progress at all the heartbeat
+        verdict is all there is."""
+        silent = sorted(
+            {f.rank for f in hung if f.rank is not None and _cause(f) in ("silent", "no_first_heartbeat")}
+        )
+        hung_ranks = sorted({f.rank for f in hung if f.rank is not None})
+        diag = localise_hang(list(self._progress.get(job_id, {}).values()), self._members(job_id))
+        if diag is not None and (not silent or set(silent) & set(diag.suspect_ranks)):
+            return HangDiagnosis(
+                diag.kind,
+                diag.process_group,
+                diag.suspect_ranks,
+                {**diag.evidence, "heartbeat_hung_ranks": hung_ranks},
+                diag.evict_hardware,
+            )
+        evidence: dict[str, object] = {"heartbeat_hung_ranks": hung_ranks, "heartbeat_silent_ranks": silent}
+        if diag is not None:
+            evidence["progress_diagnosis"] = {"kind": diag.kind, "suspect_ranks": list(diag.suspect_ranks)}
+        if silent:
+            return HangDiagnosis(HOST_STUCK, "heartbeat", tuple(silent), evidence, False)
+        return HangDiagnosis(HEARTBEAT_ONLY, "heartbeat", tuple(hung_ranks), evidence, False)
+
+    def _members(self, job_id: str) -> dict[str, tuple[int, ...]]:
+        members = dict(self._groups.get(job_id, {}))
+        world = self._world_size.get(job_id)
+        if world is not None:
+            for group, _ in self._progress.get(job_id, {}):
+                if group in WORLD_GROUP_NAMES and group not in members:
+                    members[group] = tuple(range(world))
+        return members
+
+
+def _cause(f: Finding) -> object:
+    try:
+        evidence = json.loads(f.evidence_json)
+    except ValueError:
+        return None
+    return evidence.get("cause") if isinstance(evidence, dict) else None
