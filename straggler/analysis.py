@@ -116,9 +116,11 @@ class RuntimeAnalyzer:
         evidence: dict[str, object] = {"heartbeat_hung_ranks": hung_ranks, "heartbeat_silent_ranks": silent}
         if diag is not None:
             evidence["progress_diagnosis"] = {"kind": diag.kind, "suspect_ranks": list(diag.suspect_ranks)}
-        if silent:
-            return HangDiagnosis(HOST_STUCK, "heartbeat", tuple(silent), evidence, False)
-        return HangDiagnosis(HEARTBEAT_ONLY, "heartbeat", tuple(hung_ranks), evidence, False)
+        suspects = silent or hung_ranks
+        hosts = {f.rank: f.host for f in hung if f.rank in suspects and f.host is not None}
+        evidence["suspect_hosts"] = {str(r): hosts[r] for r in sorted(hosts)}
+        kind = HOST_STUCK if silent else HEARTBEAT_ONLY
+        return HangDiagnosis(kind, "heartbeat", tuple(suspects), evidence, False)
 
     def _members(self, job_id: str) -> dict[str, tuple[int, ...]]:
         members = dict(self._groups.get(job_id, {}))

@@ -64,6 +64,8 @@ def localise_hang(
         return None
     root = _root_group(blocked)
     evidence = dict(root.evidence)
+    hosts = {r: p.host for g in latest.values() for r, p in g.items() if r in root.suspects}
+    evidence["suspect_hosts"] = {str(r): hosts[r] for r in sorted(hosts)}
     evidence["blocked_groups"] = {b.group: {"kind": b.kind, "suspects": list(b.suspects)} for b in blocked}
     return HangDiagnosis(
         kind=root.kind,
@@ -163,6 +165,8 @@ def hang_finding(diag: HangDiagnosis, job_id: str, now: float) -> Finding:
         **diag.evidence,
     }
     suspects = ", ".join(str(r) for r in diag.suspect_ranks) or "none"
+    hosts = diag.evidence.get("suspect_hosts")
+    host_names = set(hosts.values()) if isinstance(hosts, dict) else set()
     return Finding(
         ts=now,
         finding_id=f"hang_localised/{job_id}/{now:.3f}",
@@ -171,6 +175,7 @@ def hang_finding(diag: HangDiagnosis, job_id: str, now: float) -> Finding:
         subject=f"job/{job_id}/group/{diag.process_group}",
         summary=f"job {job_id} hung in group {diag.process_group}: {diag.kind.replace('_', ' ')}; "
         f"suspect ranks {suspects}",
+        host=str(next(iter(host_names))) if len(host_names) == 1 else None,  # one host to act on
         job_id=job_id,
         rank=diag.suspect_ranks[0] if len(diag.suspect_ranks) == 1 else None,
         evidence_json=json.dumps(evidence, sort_keys=True, default=str),

@@ -1,0 +1,249 @@
+"""What to do about a training-runtime finding: checkpoint, restart, cordon, stop a crash loop, or nothing.
+
+Pure decisions over a finding, the job's action history and the policy config; the runtime executes the
+plans in order (a checkpoint before the restart that follows it) and records each one with its outcome.
+- dead rank or error status: restart (a broken job cannot checkpoint);
+- hang: restart from the previous checkpoint (stuck collectives cannot checkpoint), decided on the
+  `hang_localised` finding so a mismatched-collective program bug is alerted, not restarted or evicted;
+- straggler: checkpoint then restart, only once the time it already cost exceeds the cost of a restart;
+- at-risk GPU: checkpoint (then restart without the node and cordon it, if configured);
+- no restart within a cooldown of the last (one fault, one restart), and a crash loop (checkpoint step not
+  advanced over N restarts) stops instead of restarting again.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from fleetguard.records.findings import Finding
+
+ACTIONS = ("checkpoint", "restart", "cordon", "stop_crash_loop", "none")
+
+
+@dataclass(frozen=True, slots=True)
+class ActionPolicyConfig:
+    restart_cost_seconds: float = 300.0  # lost time a restart costs (teardown, rendezvous, reload, replay)
+    cooldown_seconds: float = 120.0
+    max_restarts_without_progress: int = 3
+    cordon_at_risk_gpu: bool = False  # at-risk GPU: also restart without the node and cordon its host
+    cordon_gpu_hang: bool = False  # hang localised to a blocked GPU stream: cordon the suspect's host
+    cordon_stragglers: bool = False  # straggler restart: cordon the slow rank's host so it is left out
+
+    def __post_init__(self) -> None:
+        if self.restart_cost_seconds < 0 or self.cooldown_seconds < 0:
+            raise ValueError("restart_cost_seconds and cooldown_seconds must be >= 0")
+        if self.max_restarts_without_progress < 1:
+            raise ValueError("max_restarts_without_progress must be >= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class RestartMark:
+    ts: float
+    checkpoint_step: int | None  # the latest complete checkpoint when the restart was ordered
+
+
+@dataclass(frozen=True, slots=True)
+class JobActionState:
+    """What has been done to one job so far; updated by pure `with_*` methods that return a new state."""
+
+    job_id: str
+    restarts: tuple[RestartMark, ...] = ()
+    latest_checkpoint_step: int | None = None
+    last_checkpoint_request_at: float | None = None
+    stopped: bool = False
+
+    @property
+    def last_restart_at(self) -> float | None:
+        return self.restarts[-1].ts if self.restarts else None
+
+    def with_checkpoint(self, step: int) -> JobActionState:
+        """A checkpoint of `step` completed (steps only move forward)."""
+        if self.latest_checkpoint_step is not None and step <= self.latest_checkpoint_step:
+            return self
+        return replace(self, latest_checkpoint_step=step)
+
+    def with_restart(self, ts: float) -> JobActionState:
+        return replace(self, restarts=(*self.restarts, RestartMark(ts, self.latest_checkpoint_step)))
+
+    def with_checkpoint_request(self, ts: float) -> JobActionState:
+        return replace(self, last_checkpoint_request_at=ts)
+
+    def with_stop(self) -> JobActionState:
+        return replace(self, stopped=True)
+
+    def resumed(self) -> JobActionState:
+        """An operator fixed the job and lets the policy restart it again."""
+        return replace(self, stopped=False, restarts=())
+
+
+@dataclass(frozen=True, slots=True)
+class ActionPlan:
+    action: str  # checkpoint | restart | cordon | stop_crash_loop | none
+    target: str  # "job/<id>" or "host/<name>"
+    finding_id: str
+    reason: str
+    job_id: str | None = None
+    host: str | None = None  # cordon: the host; restart: the host to leave out, where known
+    rank: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.action not in ACTIONS:
+            raise ValueError(f"unknown action {self.action!r}; expected one of {ACTIONS}")
+
+
+def decide(finding: Finding, state: JobActionState, config: ActionPolicyConfig) -> list[ActionPlan]:
+    """The plans for one finding, in execution order; a `none` plan says why nothing is done."""
+    job = finding.job_id or state.job_id
+    target = f"job/{job}"
+    kind = finding.kind
+    evidence = _evidence(finding)
+
+    def plan(action: str, reason: str, *, target: str = target, host: str | None = None) -> ActionPlan:
+        return ActionPlan(action, target, finding.finding_id, reason, job, host, finding.rank)
+
+    if state.stopped:
+        return [plan("none", "restarts are stopped for this job (crash loop); an operator must resume it")]
+
+    if kind in ("dead_rank", "rank_error"):
+        return _restart(plan, finding, state, config, f"{kind}: a broken job cannot checkpoint; restart")
+
+    if kind == "hung_rank":
+        return [plan("none", "a hang is acted on through its hang_localised finding, which says what kind")]
+
+    if kind == "hang_localised":
+        hang_kind = str(evidence.get("hang_kind", ""))
+        if hang_kind == "collective_mismatch":
+            return [plan("none", "mismatched collectives are a program bug: alert, no restart, no eviction")]
+        plans = _restart(
+            plan, finding, state, config, f"hang ({hang_kind}): restart from the previous checkpoint"
+        )
+        if (
+            config.cordon_gpu_hang
+            and evidence.get("evict_hardware") is True
+            and finding.host
+            and plans[0].action == "restart"
+        ):
+            plans.append(
+                plan(
+                    "cordon",
+                    "GPU stream blocked on this host",
+                    target=f"host/{finding.host}",
+                    host=finding.host,
+                )
+            )
+        return plans
+
+    if kind == "straggler":
+        lost = _float(evidence.get("lost_seconds"))
+        if lost is None or lost <= config.restart_cost_seconds:
+            return [
+                plan(
+                    "none",
+                    f"straggler has cost {lost or 0.0:.0f} s, not yet over the "
+                    f"{config.restart_cost_seconds:.0f} s a restart costs",
+                )
+            ]
+        return _checkpoint_then_restart(
+            plan,
+            finding,
+            state,
+            config,
+            f"straggler cost {lost:.0f} s > restart cost",
+            config.cordon_stragglers,
+        )
+
+    if kind == "at_risk_gpu":
+        if not config.cordon_at_risk_gpu:
+            if _in_cooldown(state.last_checkpoint_request_at, finding.ts, config):
+                return [plan("none", "a checkpoint was requested within the cooldown")]
+            return [plan("checkpoint", "GPU at risk: save progress while it still works")]
+        return _checkpoint_then_restart(plan, finding, state, config, "GPU at risk", True)
+
+    return [plan("none", f"no runtime action for {kind} findings")]
+
+
+def apply_plans(state: JobActionState, plans: list[ActionPlan], now: float) -> JobActionState:
+    """The state after the plans were carried out (call it once they were ordered)."""
+    for p in plans:
+        if p.action == "restart":
+            state = state.with_restart(now)
+        elif p.action == "checkpoint":
+            state = state.with_checkpoint_request(now)
+        elif p.action == "stop_crash_loop":
+            state = state.with_stop()
+    return state
+
+
+def crash_looping(state: JobActionState, config: ActionPolicyConfig) -> bool:
+    """The latest checkpoint is no later than it was `max_restarts_without_progress` restarts ago."""
+    n = config.max_restarts_without_progress
+    if len(state.restarts) < n:
+        return False
+    then = state.restarts[-n].checkpoint_step
+    now = state.latest_checkpoint_step
+    return now is None or (then is not None and now <= then)
+
+
+class _Plan(Protocol):
+    def __call__(
+        self, action: str, reason: str, *, target: str = ..., host: str | None = None
+    ) -> ActionPlan: ...
+
+
+def _restart(
+    plan: _Plan, finding: Finding, state: JobActionState, config: ActionPolicyConfig, reason: str
+) -> list[ActionPlan]:
+    if _in_cooldown(state.last_restart_at, finding.ts, config):
+        return [plan("none", "the job was restarted within the cooldown: this is the same fault")]
+    if crash_looping(state, config):
+        return [
+            plan(
+                "stop_crash_loop",
+                f"checkpoint step {state.latest_checkpoint_step} has not advanced over "
+                f"{config.max_restarts_without_progress} restarts",
+            )
+        ]
+    return [plan("restart", reason)]
+
+
+def _checkpoint_then_restart(
+    plan: _Plan,
+    finding: Finding,
+    state: JobActionState,
+    config: ActionPolicyConfig,
+    reason: str,
+    cordon: bool,
+) -> list[ActionPlan]:
+    restart = _restart(plan, finding, state, config, f"{reason}: restart without host {finding.host}")
+    if restart[0].action != "restart":
+        return restart
+    out = [plan("checkpoint", f"{reason}: checkpoint at the next step boundary first")]
+    out.append(plan("restart", restart[0].reason, host=finding.host))
+    if cordon and finding.host:
+        out.append(
+            plan(
+                "cordon",
+                f"{reason}: keep the job off this host",
+                target=f"host/{finding.host}",
+                host=finding.host,
+            )
+        )
+    return out
+
+
+def _in_cooldown(last: float | None, now: float, config: ActionPolicyConfig) -> bool:
+    return last is not None and now - last < config.cooldown_seconds
+
+
+def _evidence(finding: Finding) -> dict[str, object]:
+    try:
+        value = json.loads(finding.evidence_json)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _float(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
