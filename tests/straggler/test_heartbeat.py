@@ -1,0 +1,232 @@
+"""HeartbeatMonitor: dead ranks at once, hung ranks after an adaptive per-section timeout, reported once."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fleetguard.records.findings import Finding
+from fleetguard.records.runtime import Heartbeat
+from straggler.heartbeat import HeartbeatConfig, HeartbeatMonitor
+
+JOB = "job-1"
+
+
+def hb(rank: int, ts: float, step: int | None = None, section: str | None = None, **kw: object) -> Heartbeat:
+    fields: dict[str, object] = {
+        "host": f"h{rank // 4}",
+        "local_rank": rank % 4,
+        "world_size": 4,
+        "pid": 1000 + rank,
+    }
+    fields.update(kw)
+    return Heartbeat(ts=ts, job_id=JOB, rank=rank, step=step, section=section, **fields)  # type: ignore[arg-type]
+
+
+def steady(mon: HeartbeatMonitor, ranks: range, start: float, end: float, period: float = 1.0) -> float:
+    """Every rank beats each `period` s from `start` to `end`, one step per beat; returns the last ts."""
+    t = start
+    step = 0
+    while t <= end:
+        for r in ranks:
+            mon.observe(hb(r, t, step=step), t)
+        step += 1
+        t += period
+    return t - period
+
+
+def kinds(findings: list[Finding]) -> list[tuple[str, int | None]]:
+    return [(f.kind, f.rank) for f in findings]
+
+
+@pytest.fixture
+def mon() -> HeartbeatMonitor:
+    m = HeartbeatMonitor(HeartbeatConfig())
+    m.register_job(JOB, world_size=4, started_at=0.0)
+    return m
+
+
+def test_dead_process_is_a_critical_dead_rank_finding_at_the_next_check(mon: HeartbeatMonitor) -> None:
+    steady(mon, range(4), 2.0, 10.0)
+    mon.process_exited(JOB, 2, exit_code=-9, now=10.2)
+    found = mon.check(10.2)
+    assert kinds(found) == [("dead_rank", 2)]
+    assert found[0].severity == "critical"
+    assert json.loads(found[0].evidence_json)["exit_code"] == -9
+
+
+def test_dead_rank_is_reported_once(mon: HeartbeatMonitor) -> None:
+    steady(mon, range(4), 2.0, 10.0)
+    mon.process_exited(JOB, 2, exit_code=1, now=10.2)
+    mon.process_exited(JOB, 2, exit_code=1, now=10.3)
+    assert len(mon.check(10.4)) == 1
+    assert mon.check(60.0) == []
+
+
+def test_clean_exit_is_not_a_dead_rank(mon: HeartbeatMonitor) -> None:
+    steady(mon, range(4), 2.0, 10.0)
+    mon.process_exited(JOB, 1, exit_code=0, now=10.2)
+    steady(mon, range(0, 4, 2), 11.0, 100.0)  # ranks 0 and 2 go on; 1 and 3 finished cleanly
+    mon.process_exited(JOB, 3, exit_code=0, now=10.3)
+    assert mon.check(100.0) == []
+
+
+def test_peers_of_a_dead_rank_are_not_reported_hung(mon: HeartbeatMonitor) -> None:
+    steady(mon, range(4), 2.0, 10.0)
+    mon.process_exited(JOB, 0, exit_code=-9, now=10.5)
+    assert kinds(mon.check(10.5)) == [("dead_rank", 0)]
+    assert mon.check(100.0) == []
+
+
+def test_initial_timeout_is_safety_factor_times_time_to_first_heartbeat(mon: HeartbeatMonitor) -> None:
+    for r in range(4):  # 4 s to the first heartbeat -> 20 s of silence allowed until a gap is learned
+        mon.observe(hb(r, 4.0, step=0), 4.0)
+    assert mon.timeout_seconds(JOB) == pytest.approx(20.0)
+    assert mon.check(23.9) == []
+    assert kinds(mon.check(24.1)) == [("hung_rank", 0), ("hung_rank", 1), ("hung_rank", 2), ("hung_rank", 3)]
+
+
+def test_steady_timeout_is_safety_factor_times_largest_gap(mon: HeartbeatMonitor) -> None:
+    steady(mon, range(4), 2.0, 30.0, period=1.0)
+    assert mon.timeout_seconds(JOB) == pytest.approx(5.0)
+
+
+def test_timeout_never_goes_below_the_floor() -> None:
+    m = HeartbeatMonitor(HeartbeatConfig(min_timeout_seconds=3.0))
+    m.register_job(JOB, 4, 0.0)
+    steady(m, range(4), 0.1, 5.0, period=0.1)
+    assert m.timeout_seconds(JOB) == pytest.approx(3.0)
+
+
+def test_a_larger_gap_raises_the_timeout_by_ema(mon: HeartbeatMonitor) -> None:
+    last = steady(mon, range(4), 2.0, 30.0)
+    mon.observe(hb(0, last + 3.0, step=999), last + 3.0)  # a 3 s gap: target 15 s, EMA from 5 s -> 10 s
+    assert mon.timeout_seconds(JOB) == pytest.approx(10.0)
+
+
+def test_silent_rank_is_hung_after_the_adaptive_timeout_not_before(mon: HeartbeatMonitor) -> None:
+    last = steady(mon, range(4), 2.0, 30.0)
+    t = last
+    while t < last + 10:
+        t += 1.0
+        for r in (0, 1, 3):
+            mon.observe(hb(r, t, step=int(t)), t)
+        found = mon.check(t)
+        if t - last <= 5.0:
+            assert found == [], f"flagged {t - last} s after the last heartbeat"
+        else:
+            assert kinds(found) == [("hung_rank", 2)]
+            assert json.loads(found[0].evidence_json)["cause"] == "silent"
+            return
+    pytest.fail("rank 2 never flagged")
+
+
+def test_hung_rank_is_reported_once_until_it_clears(mon: HeartbeatMonitor) -> None:
+    last = steady(mon, range(4), 2.0, 30.0)
+    assert len(mon.check(last + 6)) == 4
+    assert mon.check(last + 7) == []
+    assert mon.hung_ranks(JOB) == [0, 1, 2, 3]
+
+
+def test_hung_rank_that_moves_again_clears_and_can_be_reported_again(mon: HeartbeatMonitor) -> None:
+    last = steady(mon, range(4), 2.0, 30.0)
+    mon.check(last + 6)
+    resume = steady(mon, range(4), last + 7, last + 20)
+    assert mon.hung_ranks(JOB) == []
+    assert len(mon.check(resume + 6)) == 4
+
+
+def test_a_hang_does_not_teach_a_longer_timeout(mon: HeartbeatMonitor) -> None:
+    last = steady(mon, range(4), 2.0, 30.0)
+    mon.check(last + 60)
+    steady(mon, range(4), last + 60, last + 70)
+    assert mon.timeout_seconds(JOB) == pytest.approx(5.0)
+
+
+def test_beating_rank_whose_step_does_not_move_is_hung_as_stalled(mon: HeartbeatMonitor) -> None:
+    last = steady(mon, range(4), 2.0, 30.0)
+    for k in range(1, 9):  # rank 1's background thread keeps beating, its step is stuck
+        t = last + k
+        for r in range(4):
+            mon.observe(hb(r, t, step=500 + k if r != 1 else 28), t)
+    found = mon.check(last + 8)
+    assert kinds(found) == [("hung_rank", 1)]
+    assert json.loads(found[0].evidence_json)["cause"] == "stalled"
+
+
+def test_long_checkpoint_section_is_not_a_hang(mon: HeartbeatMonitor) -> None:
+    last = steady(mon, range(4), 2.0, 30.0)
+    for k in range(1, 121):  # two minutes in "checkpoint", beating every second, step unchanged
+        t = last + k
+        for r in range(4):
+            mon.observe(hb(r, t, step=29, section="checkpoint"), t)
+        assert mon.check(t) == []
+
+
+def test_section_timeouts_are_learned_separately(mon: HeartbeatMonitor) -> None:
+    t = steady(mon, range(4), 2.0, 30.0)
+    for k in range(3):  # three eval passes of 8 s each, announced as they start
+        for r in range(4):
+            mon.observe(hb(r, t + 0.1, step=100 + k, section="eval"), t + 0.1)
+        t += 8.0
+        for r in range(4):
+            mon.observe(hb(r, t, step=200 + k, section="eval"), t)
+    assert mon.timeout_seconds(JOB, "step", kind="stall") == pytest.approx(5.0)
+    assert mon.timeout_seconds(JOB, "eval", kind="stall") > 8.0
+
+
+def test_rank_that_never_sends_a_first_heartbeat_is_hung(mon: HeartbeatMonitor) -> None:
+    for t in range(2, 20):  # ranks 0-2 start after 2 s: rank 3 may take 5 x 2 = 10 s
+        for r in range(3):
+            mon.observe(hb(r, float(t), step=t), float(t))
+    assert mon.check(9.5) == []
+    found = mon.check(10.5)
+    assert kinds(found) == [("hung_rank", 3)]
+    assert json.loads(found[0].evidence_json)["cause"] == "no_first_heartbeat"
+
+
+def test_no_heartbeat_from_any_rank_waits_for_the_first_heartbeat_timeout() -> None:
+    m = HeartbeatMonitor(HeartbeatConfig(first_heartbeat_timeout_seconds=600.0))
+    m.register_job(JOB, 4, 0.0)
+    assert m.check(599.0) == []
+    assert len(m.check(601.0)) == 4
+
+
+def test_error_status_is_a_rank_error_finding(mon: HeartbeatMonitor) -> None:
+    steady(mon, range(4), 2.0, 10.0)
+    mon.observe(hb(3, 11.0, step=11, status="error"), 11.0)
+    assert kinds(mon.check(11.0)) == [("rank_error", 3)]
+
+
+def test_finished_rank_is_never_hung(mon: HeartbeatMonitor) -> None:
+    last = steady(mon, range(4), 2.0, 10.0)
+    for r in range(4):
+        mon.observe(hb(r, last + 1, step=99, status="finished"), last + 1)
+    assert mon.check(last + 1000) == []
+
+
+def test_restarted_rank_clears_dead_and_does_not_learn_the_restart_gap(mon: HeartbeatMonitor) -> None:
+    steady(mon, range(4), 2.0, 30.0)
+    mon.process_exited(JOB, 2, exit_code=-9, now=30.5)
+    mon.check(30.5)
+    mon.register_job(JOB, world_size=4, started_at=50.0)  # the runtime restarted the worker group
+    steady(mon, range(4), 52.0, 70.0)
+    assert mon.timeout_seconds(JOB) == pytest.approx(5.0)
+    assert mon.check(70.5) == []
+
+
+def test_heartbeat_of_unknown_job_registers_it() -> None:
+    m = HeartbeatMonitor()
+    m.observe(hb(0, 100.0, step=1), 100.0)
+    assert m.jobs() == [JOB]
+
+
+def test_negative_rank_is_counted_and_skipped(mon: HeartbeatMonitor) -> None:
+    mon.observe(hb(-1, 1.0), 1.0)
+    assert mon.skipped_records == 1
+
+
+def test_bad_config_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="ema_alpha"):
+        HeartbeatConfig(ema_alpha=0.0)
