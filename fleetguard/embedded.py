@@ -34,8 +34,9 @@ def run_embedded(
         return 2
     extensions: list[Extension] = []
     risk = _RiskSummary()
+    runtime_parts: dict[str, object] = {}
     if runtime and config.runtime.enabled:
-        extensions.append(_runtime_extension(config))
+        extensions.append(_runtime_extension(config, runtime_parts))
     if predict and (config.predictor.model_dir or sources.simulated):
         extensions.append(_scoring_extension(config, sources, risk))
     status = StatusPrinter(out, xid_names=_xid_names(), extra=risk.describe)
@@ -49,7 +50,7 @@ def run_embedded(
             f"  metrics   http://127.0.0.1:{port}/metrics  (curl -s localhost:{port}/metrics | grep xid)\n"
             f"  store     {store_path}  (after stopping: fleetguard export --parquet DIR)\n"
         )
-        if runtime and config.runtime.enabled:
+        if "service" in runtime_parts:
             out.write(
                 f"  training  ranks send heartbeats to 127.0.0.1:{config.runtime.port} "
                 "(see README: three lines in your training loop)\n"
@@ -90,9 +91,7 @@ class _RiskSummary:
         return self.text or "risk: no model"
 
 
-def _runtime_extension(config: Config) -> Extension:
-    holder: dict[str, object] = {}
-
+def _runtime_extension(config: Config, holder: dict[str, object]) -> Extension:
     def start(agent: Agent, store: Store) -> None:
         from fleetguard.runtime.service import RuntimeService, runtime_config_from
 
