@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from fleetguard.records.findings import Finding
 from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
-from straggler.hang import HOST_STUCK, HangDiagnosis, hang_finding, localise_hang
+from straggler.hang import COLLECTIVE_MISMATCH, HOST_STUCK, HangDiagnosis, hang_finding, localise_hang
 from straggler.heartbeat import HeartbeatConfig, HeartbeatMonitor
 from straggler.scoring import StragglerConfig, StragglerDetector
 
@@ -98,14 +98,17 @@ class RuntimeAnalyzer:
 
     def localise(self, job_id: str, hung: Sequence[Finding] = ()) -> HangDiagnosis:
         """Localise a job's hang from its latest progress. A rank whose process cannot even send heartbeats
-        is the host side stuck, whatever the (stale) progress says; with no progress at all the heartbeat
+        is the host side stuck, whatever its stale progress says (frozen inside a collective it looks like a
+        network hang), unless progress shows mismatched collectives; with no progress at all the heartbeat
         verdict is all there is."""
         silent = sorted(
             {f.rank for f in hung if f.rank is not None and _cause(f) in ("silent", "no_first_heartbeat")}
         )
         hung_ranks = sorted({f.rank for f in hung if f.rank is not None})
         diag = localise_hang(list(self._progress.get(job_id, {}).values()), self._members(job_id))
-        if diag is not None and (not silent or set(silent) & set(diag.suspect_ranks)):
+        if diag is not None and (
+            not silent or set(diag.suspect_ranks) <= set(silent) or diag.kind == COLLECTIVE_MISMATCH
+        ):
             return HangDiagnosis(
                 diag.kind,
                 diag.process_group,

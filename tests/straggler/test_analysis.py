@@ -1,0 +1,204 @@
+"""RuntimeAnalyzer: one tick composes heartbeats, stragglers and hang localisation for each job."""
+
+from __future__ import annotations
+
+import json
+
+from fleetguard.clock import FakeClock
+from fleetguard.records.findings import Finding
+from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
+from straggler.analysis import RuntimeAnalyzer
+
+JOB = "job-1"
+WORLD = 4
+
+
+def feed_step(
+    a: RuntimeAnalyzer, now: float, step: int, skip: set[int] = frozenset(), slow: int | None = None
+) -> None:  # type: ignore[assignment]
+    """Every rank (except `skip`) beats, reports a compute timing and completes collective `step`."""
+    for r in range(WORLD):
+        if r in skip:
+            continue
+        a.observe(
+            Heartbeat(
+                ts=now,
+                host=f"h{r}",
+                job_id=JOB,
+                rank=r,
+                local_rank=r,
+                world_size=WORLD,
+                pid=100 + r,
+                step=step,
+            ),
+            now,
+        )
+        a.observe(
+            StepTiming(
+                ts=now,
+                host=f"h{r}",
+                job_id=JOB,
+                rank=r,
+                step=step,
+                section="compute",
+                duration_seconds=1.3 if r == slow else 1.0,
+            )
+        )
+        a.observe(
+            CollectiveProgress(
+                ts=now,
+                host=f"h{r}",
+                job_id=JOB,
+                rank=r,
+                process_group="0",
+                last_enqueued=step,
+                last_started=step,
+                last_completed=step,
+            )
+        )
+
+
+def run(clock: FakeClock, a: RuntimeAnalyzer, seconds: int, **kw: object) -> list[Finding]:
+    out: list[Finding] = []
+    for _ in range(seconds):
+        clock.advance(1.0)
+        feed_step(a, clock.time(), int(clock.time()), **kw)  # type: ignore[arg-type]
+        out.extend(a.tick(clock.time()))
+    return out
+
+
+def started(clock: FakeClock) -> RuntimeAnalyzer:
+    a = RuntimeAnalyzer()
+    a.register_job(JOB, WORLD, clock.time())
+    return a
+
+
+def test_healthy_job_gives_no_findings() -> None:
+    clock = FakeClock()
+    assert run(clock, started(clock), 300) == []
+
+
+def test_dead_rank_is_reported_within_one_tick() -> None:
+    clock = FakeClock()
+    a = started(clock)
+    run(clock, a, 30)
+    a.process_exited(JOB, 3, exit_code=-9, now=clock.time() + 0.2)
+    found = a.tick(clock.time() + 0.2)
+    assert [(f.kind, f.rank) for f in found] == [("dead_rank", 3)]
+
+
+def test_stopped_rank_is_hung_and_localised_to_it() -> None:
+    clock = FakeClock()
+    a = started(clock)
+    run(clock, a, 30)
+    clock.advance(0.5)  # rank 2 is SIGSTOPped half-way into the next step: others enqueue, it cannot
+    feed_step(a, clock.time(), int(clock.time()) + 1, skip={2})
+    found = run(clock, a, 10, skip={2})
+    hung = [f for f in found if f.kind == "hung_rank"]
+    localised = [f for f in found if f.kind == "hang_localised"]
+    assert [f.rank for f in hung] == [2]
+    assert len(localised) == 1
+    ev = json.loads(localised[0].evidence_json)
+    assert (ev["hang_kind"], ev["suspect_ranks"]) == ("host_stuck", [2])
+
+
+def test_hang_is_localised_once_per_episode() -> None:
+    clock = FakeClock()
+    a = started(clock)
+    run(clock, a, 30)
+    found: list[Finding] = []
+    for _ in range(30):  # everyone silent: four hung ranks, one localisation
+        clock.advance(1.0)
+        found.extend(a.tick(clock.time()))
+    assert sum(f.kind == "hang_localised" for f in found) == 1
+    assert sum(f.kind == "hung_rank" for f in found) == 4
+
+
+def test_silent_rank_wins_over_stale_progress() -> None:
+    clock = FakeClock()
+    a = started(clock)
+    run(clock, a, 30)
+    # rank 1 froze inside collective 31 after starting it: progress alone reads as a network hang
+    found: list[Finding] = []
+    for _ in range(10):
+        clock.advance(1.0)
+        now = clock.time()
+        for r in range(WORLD):
+            a.observe(
+                CollectiveProgress(
+                    ts=now,
+                    host=f"h{r}",
+                    job_id=JOB,
+                    rank=r,
+                    process_group="0",
+                    last_enqueued=31,
+                    last_started=31,
+                    last_completed=30,
+                )
+            )
+            if r != 1:
+                a.observe(
+                    Heartbeat(
+                        ts=now,
+                        host=f"h{r}",
+                        job_id=JOB,
+                        rank=r,
+                        local_rank=r,
+                        world_size=WORLD,
+                        pid=100 + r,
+                        step=31,
+                    )
+                )
+        found.extend(a.tick(now))
+    ev = json.loads(next(f for f in found if f.kind == "hang_localised").evidence_json)
+    assert (ev["hang_kind"], ev["suspect_ranks"]) == ("host_stuck", [1])
+    assert ev["progress_diagnosis"]["kind"] == "network"
+
+
+def test_hang_without_progress_records_names_the_hung_ranks() -> None:
+    clock = FakeClock()
+    a = started(clock)
+    found: list[Finding] = []
+    for _ in range(30):  # rank 0 keeps beating but its step never moves; no collective progress at all
+        clock.advance(1.0)
+        for r in range(WORLD):
+            a.observe(
+                Heartbeat(
+                    ts=clock.time(),
+                    host="h",
+                    job_id=JOB,
+                    rank=r,
+                    local_rank=r,
+                    world_size=WORLD,
+                    pid=7 + r,
+                    step=int(clock.time()) if r != 0 else 5,
+                )
+            )
+        found.extend(a.tick(clock.time()))
+    localised = [f for f in found if f.kind == "hang_localised"]
+    assert len(localised) == 1
+    ev = json.loads(localised[0].evidence_json)
+    assert (ev["hang_kind"], ev["suspect_ranks"]) == ("heartbeat_only", [0])
+
+
+def test_slow_rank_is_flagged_as_straggler_through_the_analyzer() -> None:
+    clock = FakeClock()
+    a = started(clock)
+    found = run(clock, a, 60, slow=1)
+    assert [(f.kind, f.rank) for f in found][:1] == [("straggler", 1)]
+
+
+def test_register_after_restart_drops_old_progress_and_rearms_hang_detection() -> None:
+    clock = FakeClock()
+    a = started(clock)
+    run(clock, a, 30)
+    found = [f for _ in range(10) for f in (clock.advance(1.0), a.tick(clock.time()))[1]]
+    assert any(f.kind == "hang_localised" for f in found)
+    a.register_job(JOB, WORLD, clock.time())
+    assert run(clock, a, 30) == []
+
+
+def test_unknown_record_is_counted_and_skipped() -> None:
+    a = RuntimeAnalyzer()
+    a.observe("not a record", 0.0)  # type: ignore[arg-type]
+    assert a.skipped_records == 1
