@@ -102,13 +102,14 @@ def parse_kernel_line(line: str, tz: tzinfo | None = None) -> KernelLine | Unpar
     if ctime is not None:
         try:
             naive = datetime.strptime(ctime.group(1), "%a %b %d %H:%M:%S %Y")
-        except ValueError:
+            # Dates at the ends of the calendar overflow when moved to UTC (year 1 east of Greenwich).
+            ts = (naive.replace(tzinfo=tz) if tz is not None else naive.astimezone()).timestamp()
+        except (ValueError, OverflowError, OSError):
             return Unparsed("bad_timestamp")
-        aware = naive.replace(tzinfo=tz) if tz is not None else naive.astimezone()
         return KernelLine(
             message=line[ctime.end() :],
             form=FORM_DMESG_CTIME,
-            ts=aware.timestamp(),
+            ts=ts,
             level=level,
             facility=facility,
         )
@@ -143,7 +144,7 @@ def _parse_iso(
     text = re.sub(r"\.(\d{6})\d+", r".\1", text)
     try:
         ts = datetime.fromisoformat(text).timestamp()
-    except ValueError:
+    except (ValueError, OverflowError, OSError):
         return Unparsed("bad_timestamp")
     return KernelLine(message=line[iso.end() :], form=FORM_DMESG_ISO, ts=ts, level=level, facility=facility)
 

@@ -150,7 +150,6 @@ def _classify_framework(message: str) -> NcclFault | None:
 def _local_time(text: str, tz: tzinfo | None) -> float | None:
     try:
         naive = datetime.strptime(text.replace("T", " "), "%Y-%m-%d %H:%M:%S")
-    except ValueError:
+        return (naive.replace(tzinfo=tz) if tz is not None else naive.astimezone()).timestamp()
+    except (ValueError, OverflowError, OSError):  # impossible dates, or years 1 / 9999 moved across zones
         return None
-    aware = naive.replace(tzinfo=tz) if tz is not None else naive.astimezone()
-    return aware.timestamp()
