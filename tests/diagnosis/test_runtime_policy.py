@@ -1,0 +1,199 @@
+"""Runtime action policy: restart, checkpoint, cordon, crash-loop stop and cooldown, as pure decisions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from diagnosis.runtime_policy import (
+    ActionPlan,
+    ActionPolicyConfig,
+    JobActionState,
+    apply_plans,
+    crash_looping,
+    decide,
+)
+from fleetguard.records.findings import Finding
+
+JOB = "job-1"
+CFG = ActionPolicyConfig(restart_cost_seconds=300.0, cooldown_seconds=120.0)
+
+
+def finding(
+    kind: str, ts: float = 1000.0, host: str | None = "h3", rank: int | None = 3, **evidence: object
+) -> Finding:
+    return Finding(
+        ts=ts,
+        finding_id=f"{kind}-{ts}",
+        kind=kind,
+        severity="critical",
+        subject=f"job/{JOB}",
+        summary=kind,
+        host=host,
+        job_id=JOB,
+        rank=rank,
+        evidence_json=json.dumps(evidence),
+    )
+
+
+def actions(plans: list[ActionPlan]) -> list[str]:
+    return [p.action for p in plans]
+
+
+def state() -> JobActionState:
+    return JobActionState(JOB)
+
+
+def test_dead_rank_restarts_the_job_without_a_checkpoint() -> None:
+    plans = decide(finding("dead_rank"), state(), CFG)
+    assert actions(plans) == ["restart"]
+    assert (plans[0].target, plans[0].finding_id) == (f"job/{JOB}", "dead_rank-1000.0")
+
+
+def test_rank_error_restarts_the_job() -> None:
+    assert actions(decide(finding("rank_error"), state(), CFG)) == ["restart"]
+
+
+def test_localised_hang_restarts_from_the_previous_checkpoint() -> None:
+    plans = decide(finding("hang_localised", hang_kind="host_stuck"), state(), CFG)
+    assert actions(plans) == ["restart"]  # no checkpoint: stuck collectives cannot save
+
+
+def test_hung_rank_alone_defers_to_its_localisation() -> None:
+    assert actions(decide(finding("hung_rank"), state(), CFG)) == ["none"]
+
+
+def test_collective_mismatch_is_alerted_not_restarted_or_evicted() -> None:
+    cfg = ActionPolicyConfig(cordon_gpu_hang=True)
+    plans = decide(
+        finding("hang_localised", hang_kind="collective_mismatch", evict_hardware=False), state(), cfg
+    )
+    assert actions(plans) == ["none"]
+    assert "program bug" in plans[0].reason
+
+
+def test_blocked_gpu_stream_cordons_the_host_when_configured() -> None:
+    cfg = ActionPolicyConfig(cordon_gpu_hang=True)
+    plans = decide(
+        finding("hang_localised", hang_kind="gpu_stream_blocked", evict_hardware=True), state(), cfg
+    )
+    assert actions(plans) == ["restart", "cordon"]
+    assert plans[1].target == "host/h3"
+
+
+def test_blocked_gpu_stream_does_not_cordon_by_default() -> None:
+    plans = decide(
+        finding("hang_localised", hang_kind="gpu_stream_blocked", evict_hardware=True), state(), CFG
+    )
+    assert actions(plans) == ["restart"]
+
+
+def test_straggler_cheaper_than_a_restart_is_left_alone() -> None:
+    plans = decide(finding("straggler", lost_seconds=120.0), state(), CFG)
+    assert actions(plans) == ["none"]
+    assert "300" in plans[0].reason
+
+
+def test_straggler_costing_more_than_a_restart_checkpoints_then_restarts_without_its_host() -> None:
+    plans = decide(finding("straggler", lost_seconds=301.0), state(), CFG)
+    assert actions(plans) == ["checkpoint", "restart"]
+    assert plans[1].host == "h3"
+
+
+def test_straggler_restart_cordons_its_host_when_configured() -> None:
+    cfg = ActionPolicyConfig(restart_cost_seconds=300.0, cordon_stragglers=True)
+    assert actions(decide(finding("straggler", lost_seconds=400.0), state(), cfg)) == [
+        "checkpoint",
+        "restart",
+        "cordon",
+    ]
+
+
+def test_at_risk_gpu_checkpoints() -> None:
+    assert actions(decide(finding("at_risk_gpu"), state(), CFG)) == ["checkpoint"]
+
+
+def test_at_risk_gpu_with_cordon_configured_checkpoints_restarts_and_cordons() -> None:
+    cfg = ActionPolicyConfig(cordon_at_risk_gpu=True)
+    assert actions(decide(finding("at_risk_gpu"), state(), cfg)) == ["checkpoint", "restart", "cordon"]
+
+
+def test_repeated_at_risk_gpu_checkpoints_once_per_cooldown() -> None:
+    s = apply_plans(state(), decide(finding("at_risk_gpu", ts=1000.0), state(), CFG), now=1000.0)
+    assert actions(decide(finding("at_risk_gpu", ts=1060.0), s, CFG)) == ["none"]
+    assert actions(decide(finding("at_risk_gpu", ts=1200.0), s, CFG)) == ["checkpoint"]
+
+
+def test_job_slowdown_is_not_blamed_on_a_rank() -> None:
+    assert actions(decide(finding("job_slowdown", rank=None, host=None), state(), CFG)) == ["none"]
+
+
+def test_one_fault_gives_one_restart_within_the_cooldown() -> None:
+    s = apply_plans(state(), decide(finding("dead_rank", ts=1000.0), state(), CFG), now=1000.0)
+    plans = decide(finding("hang_localised", ts=1005.0, hang_kind="host_stuck"), s, CFG)
+    assert actions(plans) == ["none"]
+    assert "cooldown" in plans[0].reason
+
+
+def test_fault_after_the_cooldown_restarts_again() -> None:
+    s = apply_plans(
+        state().with_checkpoint(100), decide(finding("dead_rank", ts=1000.0), state(), CFG), 1000.0
+    )
+    assert actions(decide(finding("dead_rank", ts=1200.0), s.with_checkpoint(200), CFG)) == ["restart"]
+
+
+def test_crash_loop_stops_after_three_restarts_without_checkpoint_progress() -> None:
+    s = state().with_checkpoint(500)
+    for k in range(3):
+        ts = 1000.0 + 200 * k
+        plans = decide(finding("dead_rank", ts=ts), s, CFG)
+        assert actions(plans) == ["restart"]
+        s = apply_plans(s, plans, ts)
+    plans = decide(finding("dead_rank", ts=1600.0), s, CFG)
+    assert actions(plans) == ["stop_crash_loop"]
+    assert "500" in plans[0].reason
+
+
+def test_restarts_with_checkpoint_progress_are_not_a_crash_loop() -> None:
+    s = state()
+    for k in range(5):
+        s = s.with_checkpoint(100 * (k + 1)).with_restart(1000.0 + 200 * k)
+    assert not crash_looping(s, CFG)
+    assert actions(decide(finding("dead_rank", ts=3000.0), s, CFG)) == ["restart"]
+
+
+def test_job_that_never_checkpointed_is_a_crash_loop_after_three_restarts() -> None:
+    s = state().with_restart(1.0).with_restart(300.0).with_restart(600.0)
+    assert crash_looping(s, CFG)
+
+
+def test_stopped_job_gets_no_more_actions_until_resumed() -> None:
+    s = state().with_stop()
+    assert actions(decide(finding("dead_rank"), s, CFG)) == ["none"]
+    assert actions(decide(finding("dead_rank"), s.resumed(), CFG)) == ["restart"]
+
+
+def test_stop_plan_marks_the_state_stopped() -> None:
+    s = state().with_restart(1.0).with_restart(300.0).with_restart(600.0)
+    assert apply_plans(s, decide(finding("dead_rank", ts=900.0), s, CFG), 900.0).stopped
+
+
+def test_checkpoint_steps_only_move_forward() -> None:
+    assert state().with_checkpoint(200).with_checkpoint(100).latest_checkpoint_step == 200
+
+
+def test_state_updates_do_not_mutate() -> None:
+    s = state()
+    s.with_restart(5.0)
+    assert s.restarts == ()
+
+
+def test_unknown_action_is_rejected() -> None:
+    with pytest.raises(ValueError, match="unknown action"):
+        ActionPlan("reboot", "job/x", "f", "why")
+
+
+def test_bad_config_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="max_restarts_without_progress"):
+        ActionPolicyConfig(max_restarts_without_progress=0)
