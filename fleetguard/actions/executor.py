@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from fleetguard.actions.argv import render_argv, run_argv
 from fleetguard.actions.terminate import terminate_group
-from fleetguard.clock import Clock
+from fleetguard.clock import Clock, SystemClock
 from fleetguard.records.findings import ActionRecord
 from fleetguard.runtime.commands import CommandQueue
 
@@ -37,6 +37,7 @@ class ActionRequest:
     finding_id: str | None
     reason: str
     rank: int | None = None  # the rank the finding names, for {rank}/{pid}
+    host: str | None = None  # cordon: the host to cordon (default: this agent's host)
 
 
 class ActionExecutor:
@@ -48,9 +49,12 @@ class ActionExecutor:
         clock: Clock,
         commands: CommandQueue,
         local_ranks: Callable[[str], Mapping[int, int]],  # job_id -> {rank: pid} of live local ranks
+        process_clock: Clock | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
+        # Waiting for real processes to exit needs real time even when records are stamped by a fake clock.
+        self.process_clock = process_clock if process_clock is not None else SystemClock()
         self.commands = commands
         self.local_ranks = local_ranks
 
@@ -74,7 +78,7 @@ class ActionExecutor:
 
     def _target(self, request: ActionRequest) -> str:
         if request.action == "cordon":
-            return f"host/{self.config.host}"
+            return f"host/{request.host or self.config.host}"
         return f"job/{request.job_id}@{self.config.host}"
 
     def _dispatch(self, request: ActionRequest) -> tuple[str, str]:
@@ -103,7 +107,7 @@ class ActionExecutor:
             return self._run(self.config.restart_command, request, ranks)
         if not ranks:
             return "skipped", f"no live local ranks of job {request.job_id} to restart"
-        outcome = terminate_group(list(ranks.values()), self.config.restart_grace_seconds, self.clock)
+        outcome = terminate_group(list(ranks.values()), self.config.restart_grace_seconds, self.process_clock)
         detail = (
             f"killed local worker group {sorted(ranks)} (pids {sorted(ranks.values())}): {outcome.describe()}"
         )
@@ -119,7 +123,7 @@ class ActionExecutor:
     ) -> tuple[str, str]:
         values = {
             "job": request.job_id,
-            "host": self.config.host,
+            "host": (request.host or self.config.host) if request.action == "cordon" else self.config.host,
             "rank": request.rank,
             "pid": ranks.get(request.rank) if request.rank is not None else None,
         }

@@ -46,11 +46,13 @@ class RankRegistry:
         self._lock = threading.Lock()
 
     def update(self, heartbeat: Heartbeat, checkpoint_step: int | None) -> bool:
-        """Record a report; True when it comes from a pid new for that rank (a new incarnation)."""
+        """Record a report; True when it is the first of a new worker-group incarnation of its job (the job's
+        first report, or the first report after a restart)."""
         with self._lock:
+            new_job = heartbeat.job_id not in self._jobs
             job = self._jobs.setdefault(heartbeat.job_id, JobInfo(heartbeat.job_id))
             info = job.ranks.get(heartbeat.rank)
-            new_pid = info is None or info.pid != heartbeat.pid
+            restarted = False
             if info is None:
                 info = RankInfo(heartbeat.rank, heartbeat.local_rank, heartbeat.world_size, heartbeat.pid)
                 job.ranks[heartbeat.rank] = info
@@ -59,6 +61,7 @@ class RankRegistry:
                 info.pids_seen.append(heartbeat.pid)
                 if job.restarts > before:
                     job.checkpoint_step_at_restart.append(job.checkpoint_step)
+                    restarted = True
             info.pid = heartbeat.pid
             info.local_rank = heartbeat.local_rank
             info.world_size = heartbeat.world_size
@@ -70,7 +73,7 @@ class RankRegistry:
                 job.checkpoint_step is None or checkpoint_step > job.checkpoint_step
             ):
                 job.checkpoint_step = checkpoint_step
-            return new_pid
+            return new_job or restarted
 
     def mark_exited(self, job_id: str, rank: int, pid: int) -> RankInfo | None:
         """The process `pid` of this rank exited; returns the rank as it was (None if
@@ -82,6 +85,11 @@ class RankRegistry:
                 return None
             info.alive = False
             return RankInfo(**{**info.__dict__, "pids_seen": list(info.pids_seen)})
+
+    def restarts(self, job_id: str) -> int:
+        with self._lock:
+            job = self._jobs.get(job_id)
+            return job.restarts if job else 0
 
     def live_pids(self, job_id: str) -> dict[int, int]:
         with self._lock:

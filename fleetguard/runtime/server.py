@@ -95,10 +95,12 @@ class RuntimeServer:
         self._thread.start()
 
     def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        """Stop serving and close the socket (also for a server that was never started)."""
         if self._thread is not None:
+            self._httpd.shutdown()  # waits for serve_forever, so only when it runs
             self._thread.join(timeout=5)
+            self._thread = None
+        self._httpd.server_close()
 
     def handle_body(self, body: bytes) -> tuple[int, dict[str, object]]:
         """Status code and JSON answer for one report body (the HTTP handler's core, callable directly)."""

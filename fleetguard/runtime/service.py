@@ -78,6 +78,8 @@ def runtime_config_from(config: Config) -> RuntimeServiceConfig:
 class Analyzer(Protocol):
     """What the service needs from straggler.analysis.RuntimeAnalyzer."""
 
+    def register_job(self, job_id: str, world_size: int, started_at: float) -> None: ...
+
     def observe(self, record: RuntimeRecord) -> None: ...
 
     def process_exited(self, job_id: str, rank: int, exit_code: int | None, now: float) -> None: ...
@@ -95,6 +97,7 @@ class ServiceStats:
     actions: int = 0
     tick_errors: int = 0
     expected_exits: int = 0
+    collateral_exits: int = 0
     sink_errors: int = 0
 
 
@@ -136,6 +139,7 @@ class RuntimeService:
         self._pending: list[object] = []
         self._pending_lock = threading.Lock()
         self._expected_exits: set[int] = set()
+        self._crashed_incarnation: dict[str, int] = {}  # job -> restart count when its first rank died
         self._actions: queue.Queue[tuple[Finding, list[ActionRequest]] | None] = queue.Queue()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -172,10 +176,13 @@ class RuntimeService:
 
     def handle_report(self, report: RankReport) -> list[Command]:
         hb = report.heartbeat
-        self.ranks.update(hb, report.checkpoint_step)
+        new_incarnation = self.ranks.update(hb, report.checkpoint_step)
         self.watcher.watch(hb.pid, report.key)
         records: list[RuntimeRecord] = [hb, *report.timings, *report.collectives]
         with self._analysis_lock:
+            if new_incarnation:
+                # progress and silence of the old worker group must not count against the new one
+                self.analyzer.register_job(hb.job_id, hb.world_size, hb.ts)
             for record in records:
                 self.analyzer.observe(record)
         self._buffer(records)
@@ -192,9 +199,16 @@ class RuntimeService:
             return
         if info is None:
             return  # a pid this rank no longer uses
+        incarnation = self.ranks.restarts(job_id)
+        if self._crashed_incarnation.get(job_id) == incarnation and info.status != "finished":
+            # torchrun tears down the other workers after the first failure: their exits are a consequence
+            self.stats.collateral_exits += 1
+            return
         exit_code = process_exit.exit_code
         if exit_code is None and info.status == "finished":
             exit_code = 0  # it said goodbye before the watcher could read its exit status
+        if exit_code != 0:
+            self._crashed_incarnation[job_id] = incarnation
         with self._analysis_lock:
             self.analyzer.process_exited(job_id, rank, exit_code, self.clock.time())
 
@@ -287,19 +301,46 @@ class RuntimeService:
 def _default_analyzer() -> Analyzer:
     from straggler.analysis import RuntimeAnalyzer
 
-    analyzer: Analyzer = RuntimeAnalyzer()
-    return analyzer
+    return RuntimeAnalyzer()
 
 
 class PolicyPlanner:
-    """Adapts diagnosis.runtime_policy.decide to ActionRequests, keeping per-job action state."""
+    """diagnosis.runtime_policy.decide behind the service: keeps each job's JobActionState (restarts ordered,
+    latest complete checkpoint as the ranks report it) and turns ActionPlans into ActionRequests."""
 
     def __init__(self, config: RuntimeServiceConfig) -> None:
-        self.config = config
+        from diagnosis.runtime_policy import ActionPolicyConfig, JobActionState
+
+        self.policy_config = ActionPolicyConfig(
+            restart_cost_seconds=config.restart_cost_seconds, **config.policy
+        )
+        self._new_state = JobActionState
+        self._states: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def state(self, job_id: str) -> Any:
+        """The job's JobActionState (what the policy has ordered so far)."""
+        with self._lock:
+            return self._states.get(job_id) or self._new_state(job_id)
 
     def __call__(self, finding: Finding, job: JobInfo | None) -> list[ActionRequest]:
-        raise NotImplementedError("wired to diagnosis.runtime_policy once it lands")
+        from diagnosis.runtime_policy import apply_plans, decide
 
-
-def _unused(_: ProcessExit) -> None:  # pragma: no cover
-    return None
+        job_id = finding.job_id or "unknown"
+        with self._lock:
+            state = self._states.get(job_id) or self._new_state(job_id)
+            if job is not None and job.checkpoint_step is not None:
+                state = state.with_checkpoint(job.checkpoint_step)
+            plans = decide(finding, state, self.policy_config)
+            self._states[job_id] = apply_plans(state, plans, finding.ts)
+        return [
+            ActionRequest(
+                action=p.action,
+                job_id=p.job_id or job_id,
+                finding_id=p.finding_id,
+                reason=p.reason,
+                rank=p.rank,
+                host=p.host,
+            )
+            for p in plans
+        ]

@@ -1,0 +1,203 @@
+"""The training client: harmless without an agent, delivers records to a real loopback server, obeys."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from fleetguard import client as fg
+from fleetguard.clock import FakeClock
+from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
+from fleetguard.runtime.commands import Command, CommandQueue
+from fleetguard.runtime.protocol import RankReport
+from fleetguard.runtime.server import RuntimeServer
+
+
+def unused_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def identity(rank: int = 3) -> fg.Identity:
+    return fg.Identity(job_id="job-a", rank=rank, local_rank=rank, world_size=4, host="h", pid=4242)
+
+
+class Collecting:
+    def __init__(self) -> None:
+        self.reports: list[RankReport] = []
+        self.commands = CommandQueue()
+
+    def __call__(self, report: RankReport) -> list[Command]:
+        self.reports.append(report)
+        return self.commands.take(*report.key)
+
+
+@pytest.fixture
+def server():
+    collected = Collecting()
+    srv = RuntimeServer(collected, host="agent-host", clock=FakeClock(), port=0)
+    srv.start()
+    yield srv, collected
+    srv.stop()
+
+
+def test_identity_comes_from_the_torchrun_environment() -> None:
+    env = {"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "TORCHELASTIC_RUN_ID": "run-7"}
+    ident = fg.Identity.from_env(env=env)
+    assert (ident.rank, ident.local_rank, ident.world_size, ident.job_id) == (5, 1, 8, "run-7")
+
+
+def test_fleetguard_job_id_wins_over_the_torchelastic_run_id() -> None:
+    ident = fg.Identity.from_env(env={"FLEETGUARD_JOB_ID": "mine", "TORCHELASTIC_RUN_ID": "run-7"})
+    assert ident.job_id == "mine"
+
+
+def test_without_an_agent_reports_fail_quietly_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
+    client = fg.Client(identity(), endpoint=f"127.0.0.1:{unused_port()}", start=False)
+    with caplog.at_level(logging.WARNING, logger="fleetguard.client"):
+        client.step(1)
+        with client.section("compute"):
+            pass
+        results = [client.report_once() for _ in range(3)]
+    assert results == [False, False, False]
+    assert client.stats.reports_failed == 3
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
+
+
+def test_an_exception_inside_a_section_propagates_unchanged_and_is_not_timed() -> None:
+    client = fg.Client(identity(), start=False)
+    client.step(0)
+    with pytest.raises(KeyError), client.section("compute"):
+        raise KeyError("user error")
+    assert len(client._timings) == 0
+
+
+def test_module_functions_do_nothing_before_attach() -> None:
+    assert fg.current() is None
+    fg.step(1)
+    with fg.section("compute"):
+        pass
+    fg.collective("world", enqueued=1)
+    fg.checkpoint_done(1)
+    assert fg.checkpoint_requested() is False
+
+
+def test_heartbeat_timings_and_collectives_reach_the_server(server) -> None:
+    srv, collected = server
+    client = fg.Client(identity(), endpoint=f"127.0.0.1:{srv.port}", start=False)
+    client.step(7)
+    with client.section("compute"):
+        pass
+    client.collective("world", enqueued=7, started=7, completed=6, op="gloo:all_reduce", size=10)
+    client.step(8)
+    assert client.report_once() is True
+    report = collected.reports[-1]
+    assert isinstance(report.heartbeat, Heartbeat)
+    assert (report.heartbeat.host, report.heartbeat.rank, report.heartbeat.pid) == ("agent-host", 3, 4242)
+    assert report.heartbeat.step == 8
+    assert [(t.step, t.section) for t in report.timings] == [(7, "compute"), (7, "step")]
+    assert all(isinstance(t, StepTiming) for t in report.timings)
+    [progress] = report.collectives
+    assert isinstance(progress, CollectiveProgress)
+    assert (progress.last_enqueued, progress.last_completed, progress.op, progress.size) == (
+        7,
+        6,
+        "gloo:all_reduce",
+        10,
+    )
+
+
+def test_timings_are_sent_once(server) -> None:
+    srv, collected = server
+    client = fg.Client(identity(), endpoint=f"127.0.0.1:{srv.port}", start=False)
+    client.step(1)
+    client.step(2)
+    client.report_once()
+    client.report_once()
+    assert [len(r.timings) for r in collected.reports] == [1, 0]
+
+
+def test_a_checkpoint_command_comes_back_and_runs_the_callback_at_the_next_step(server) -> None:
+    srv, collected = server
+    client = fg.Client(identity(), endpoint=f"127.0.0.1:{srv.port}", start=False)
+    calls: list[int] = []
+    client.on_checkpoint(lambda: calls.append(client._step or 0))
+    client.step(1)
+    collected.commands.push("job-a", [3], "checkpoint", "straggler")
+    client.report_once()
+    assert client.checkpoint_requested() is True
+    assert calls == []  # never on the background thread: only at a step boundary
+    client.step(2)
+    assert calls == [2]
+    client.checkpoint_done(2)
+    assert client.checkpoint_requested() is False
+
+
+def test_a_stop_command_sets_stop_requested_and_runs_the_stop_callback(server) -> None:
+    srv, collected = server
+    client = fg.Client(identity(), endpoint=f"127.0.0.1:{srv.port}", start=False)
+    stopped: list[bool] = []
+    client.on_stop(lambda: stopped.append(True))
+    collected.commands.push("job-a", [3], "stop", "crash loop")
+    client.report_once()
+    client.step(1)
+    assert client.stop_requested() is True
+    assert stopped == [True]
+
+
+def test_a_failing_callback_does_not_reach_the_training_loop(server) -> None:
+    srv, collected = server
+    client = fg.Client(identity(), endpoint=f"127.0.0.1:{srv.port}", start=False)
+
+    def broken() -> None:
+        raise RuntimeError("user bug")
+
+    client.on_checkpoint(broken)
+    collected.commands.push("job-a", [3], "checkpoint")
+    client.report_once()
+    client.step(1)  # must not raise
+    assert client.checkpoint_requested() is True
+
+
+def test_the_latest_complete_checkpoint_is_reported(server) -> None:
+    srv, collected = server
+    client = fg.Client(identity(), endpoint=f"127.0.0.1:{srv.port}", start=False)
+    client.checkpoint_done(40)
+    client.report_once()
+    assert collected.reports[-1].checkpoint_step == 40
+
+
+def test_close_sends_a_finished_status_from_the_background_thread(server) -> None:
+    srv, collected = server
+    client = fg.Client(identity(), endpoint=f"127.0.0.1:{srv.port}", heartbeat_interval_seconds=60.0)
+    client.close()
+    assert collected.reports[-1].heartbeat.status == "finished"
+
+
+def test_the_timing_queue_is_bounded_and_counts_what_it_drops() -> None:
+    client = fg.Client(identity(), start=False)
+    client.step(0)
+    for _ in range(fg.MAX_QUEUED_TIMINGS + 10):
+        with client.section("compute"):
+            pass
+    assert len(client._timings) == fg.MAX_QUEUED_TIMINGS
+    assert client.stats.dropped_timings == 10
+
+
+def test_importing_the_client_is_fast_and_pulls_in_no_third_party_module() -> None:
+    code = (
+        "import sys,time; t=time.perf_counter(); import fleetguard.client; "
+        "print(time.perf_counter()-t); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch','duckdb','numpy','click')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    seconds, modules = out.splitlines()
+    assert modules == "[]"
+    assert (
+        float(seconds) < 0.25
+    )  # the < 50 ms budget is measured by bench/client_overhead.py on a quiet machine

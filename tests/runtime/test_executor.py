@@ -1,0 +1,88 @@
+"""The executor does each action and records it with the finding that caused it and the outcome."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+
+from fleetguard.actions.executor import ActionExecutor, ActionRequest, ExecutorConfig
+from fleetguard.clock import FakeClock, SystemClock
+from fleetguard.runtime.commands import CommandQueue
+from tests.runtime.helpers import sleeper
+
+
+def executor(ranks: dict[int, int], **config: object) -> tuple[ActionExecutor, CommandQueue]:
+    commands = CommandQueue()
+    cfg = ExecutorConfig(host="node1", **config)  # type: ignore[arg-type]
+    return ActionExecutor(cfg, SystemClock(), commands, lambda job: ranks), commands
+
+
+def request(action: str, rank: int | None = 2) -> ActionRequest:
+    return ActionRequest(action=action, job_id="job-a", finding_id="f-1", reason="because", rank=rank)
+
+
+def test_a_checkpoint_request_is_queued_for_every_local_rank_and_recorded() -> None:
+    ex, commands = executor({0: 100, 1: 101})
+    record = ex.execute(request("checkpoint"))
+    assert (record.action, record.outcome, record.finding_id) == ("checkpoint", "requested", "f-1")
+    assert [c.kind for c in commands.take("job-a", 0)] == ["checkpoint"]
+    assert [c.kind for c in commands.take("job-a", 1)] == ["checkpoint"]
+    assert "because" in record.detail
+
+
+def test_a_crash_loop_stop_asks_the_ranks_to_stop() -> None:
+    ex, commands = executor({0: 100})
+    record = ex.execute(request("stop_crash_loop"))
+    assert record.outcome == "requested"
+    assert [c.kind for c in commands.take("job-a", 0)] == ["stop"]
+
+
+def test_restart_kills_the_local_worker_group() -> None:
+    workers = [sleeper(), sleeper(ignore_sigterm=True)]
+    ex, _ = executor({0: workers[0].pid, 1: workers[1].pid}, restart_grace_seconds=0.3)
+    record = ex.execute(request("restart"))
+    assert [w.wait(timeout=5) for w in workers] == [-signal.SIGTERM, -signal.SIGKILL]
+    assert (record.action, record.outcome, record.target) == ("restart", "succeeded", "job/job-a@node1")
+
+
+def test_restart_runs_the_configured_command_with_placeholders(tmp_path: Path) -> None:
+    out = tmp_path / "argv.txt"
+    script = f"import sys; open({str(out)!r}, 'w').write(' '.join(sys.argv[1:]))"
+    ex, _ = executor(
+        {2: 4321}, restart_command=(sys.executable, "-c", script, "{job}", "{host}", "{rank}", "{pid}")
+    )
+    record = ex.execute(request("restart"))
+    assert record.outcome == "succeeded"
+    assert out.read_text() == "job-a node1 2 4321"
+
+
+def test_a_failing_command_is_recorded_as_failed() -> None:
+    ex, _ = executor({}, cordon_command=(sys.executable, "-c", "import sys; sys.exit(3)"))
+    record = ex.execute(request("cordon"))
+    assert (record.outcome, record.target) == ("failed", "host/node1")
+    assert "rc=3" in record.detail
+
+
+def test_cordon_without_a_command_is_skipped_and_says_why() -> None:
+    ex, _ = executor({})
+    record = ex.execute(request("cordon"))
+    assert record.outcome == "skipped" and "cordon_command" in record.detail
+
+
+def test_restart_with_no_live_ranks_is_skipped() -> None:
+    ex, _ = executor({})
+    assert ex.execute(request("restart")).outcome == "skipped"
+
+
+def test_an_unknown_action_is_recorded_as_failed() -> None:
+    ex, _ = executor({})
+    assert ex.execute(request("reboot")).outcome == "failed"
+
+
+def test_records_carry_the_clock_time_and_unique_ids() -> None:
+    clock = FakeClock(start=1000.0)
+    ex = ActionExecutor(ExecutorConfig(host="n"), clock, CommandQueue(), lambda job: {})
+    a, b = ex.execute(request("none")), ex.execute(request("none"))
+    assert a.ts == 1000.0 and a.outcome == "skipped"
+    assert a.action_id != b.action_id

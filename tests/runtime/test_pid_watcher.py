@@ -1,0 +1,115 @@
+"""The PID watcher knows a dead process within a second, once, with its exit code where /proc still has it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from fleetguard.runtime.pid_watcher import PidWatcher, ProcessExit
+from fleetguard.runtime.procfs import decode_wait_status, is_alive, parse_stat
+from tests.runtime.helpers import sleeper
+
+
+def wait_for_exits(watcher: PidWatcher, seconds: float) -> tuple[list[ProcessExit], float]:
+    """Drive the watcher like its thread does (poll with a timeout) until something exits or time runs out."""
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        exits = watcher.check_once(timeout_seconds=0.2)
+        if exits:
+            return exits, time.monotonic() - start
+    return [], time.monotonic() - start
+
+
+def test_a_killed_child_is_reported_within_a_second_with_its_signal() -> None:
+    proc = sleeper()
+    watcher = PidWatcher(lambda e: None)
+    assert watcher.watch(proc.pid, ("job", 2))
+    os.kill(proc.pid, signal.SIGKILL)  # not reaped: a zombie, as a torchrun worker is before torchrun polls
+    exits, seconds = wait_for_exits(watcher, 2.0)
+    proc.wait()
+    assert [(e.pid, e.key) for e in exits] == [(proc.pid, ("job", 2))]
+    assert exits[0].exit_code == -signal.SIGKILL
+    assert seconds < 1.0
+
+
+def test_polling_without_pidfd_also_sees_the_exit_within_a_second() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+    watcher = PidWatcher(lambda e: None, poll_interval_seconds=0.2, use_pidfd=False)
+    watcher.watch(proc.pid, ("job", 0))
+    exits, _ = wait_for_exits(watcher, 3.0)
+    assert [e.pid for e in exits] == [proc.pid]
+    assert exits[0].exit_code == 0
+    proc.wait()
+
+
+def test_an_exit_is_reported_once() -> None:
+    seen: list[ProcessExit] = []
+    proc = sleeper()
+    watcher = PidWatcher(seen.append)
+    watcher.watch(proc.pid, ("job", 0))
+    proc.kill()
+    proc.wait()  # reaped: gone from /proc entirely
+    wait_for_exits(watcher, 2.0)
+    watcher.check_once()
+    assert [e.pid for e in seen] == [proc.pid]
+    assert watcher.watched() == {}
+
+
+def test_a_stopped_process_is_alive() -> None:
+    proc = sleeper()
+    try:
+        os.kill(proc.pid, signal.SIGSTOP)
+        watcher = PidWatcher(lambda e: None)
+        watcher.watch(proc.pid, ("job", 0))
+        assert watcher.check_once(timeout_seconds=0.1) == []
+        assert is_alive(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_watching_a_pid_that_is_already_gone_says_so() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    assert PidWatcher(lambda e: None).watch(proc.pid, ("job", 0)) is False
+
+
+def test_the_watcher_thread_calls_back_and_survives_a_failing_callback() -> None:
+    calls: list[int] = []
+
+    def callback(process_exit: ProcessExit) -> None:
+        calls.append(process_exit.pid)
+        raise RuntimeError("callback bug")
+
+    watcher = PidWatcher(callback, poll_interval_seconds=0.05)
+    watcher.start()
+    try:
+        first, second = sleeper(), sleeper()
+        watcher.watch(first.pid, ("job", 0))
+        watcher.watch(second.pid, ("job", 1))
+        first.kill()
+        second.kill()
+        first.wait()
+        second.wait()
+        deadline = time.monotonic() + 3
+        while len(calls) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)  # waiting on a real thread, bounded
+    finally:
+        watcher.stop()
+    assert sorted(calls) == sorted([first.pid, second.pid])
+    assert watcher.callback_errors == 2
+
+
+def test_stat_parsing_survives_parentheses_in_the_command_name() -> None:
+    fields = ["Z"] + ["0"] * 18 + ["12345"] + ["0"] * 29 + ["9"]
+    state = parse_stat("77 (we(ird) name) " + " ".join(fields))
+    assert state is not None
+    assert (state.state, state.start_ticks, state.exit_code) == ("Z", 12345, -9)
+
+
+def test_wait_status_decoding() -> None:
+    assert decode_wait_status(3 << 8) == 3
+    assert decode_wait_status(signal.SIGTERM) == -signal.SIGTERM

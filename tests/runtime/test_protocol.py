@@ -1,0 +1,43 @@
+"""Report parsing: valid reports become records; anything else is a ReportError naming the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleetguard.runtime.protocol import MAX_REPORT_BYTES, ReportError, parse_report
+from tests.runtime.helpers import report_body
+
+
+def test_a_valid_report_becomes_heartbeat_timing_and_progress_records() -> None:
+    report = parse_report(report_body(), host="agent", received_ts=100.0)
+    assert (report.heartbeat.job_id, report.heartbeat.rank, report.heartbeat.pid) == ("job-a", 1, 999)
+    assert report.heartbeat.ts == 100.0  # stamped on the agent's clock
+    assert report.heartbeat.host == "agent"  # the agent's name for its host, not the client's
+    assert report.timings[0].duration_seconds == 0.25
+    assert report.collectives[0].last_completed == 8
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (b"{not json", "not JSON"),
+        (b"[1, 2]", "JSON object"),
+        (report_body(rank=-1), "rank"),
+        (report_body(rank=True), "rank"),
+        (report_body(pid="12"), "pid"),
+        (report_body(job_id=""), "job_id"),
+        (report_body(status="exploded"), "status"),
+        (report_body(timings=[[1.0, 2, "compute"]]), "timings[0]"),
+        (report_body(timings=[[1.0, 2, "compute", float("nan")]]), "timings[0].duration"),
+        (report_body(timings=[[1.0, 2, "compute", -1.0]]), "timings[0].duration"),
+        (report_body(collectives="world"), "collectives"),
+    ],
+)
+def test_bad_reports_are_rejected_with_the_field_named(body: bytes, field: str) -> None:
+    with pytest.raises(ReportError, match=field.replace("[", r"\[").replace("]", r"\]")):
+        parse_report(body, host="agent", received_ts=1.0)
+
+
+def test_a_report_over_the_size_limit_is_rejected() -> None:
+    with pytest.raises(ReportError, match="bytes"):
+        parse_report(b" " * (MAX_REPORT_BYTES + 1), host="agent", received_ts=1.0)

@@ -1,0 +1,103 @@
+"""The loopback endpoint: binds loopback only, answers bad input with 4xx (counted) and keeps serving."""
+
+from __future__ import annotations
+
+import http.client
+import json
+
+import pytest
+
+from fleetguard.clock import FakeClock
+from fleetguard.runtime.commands import Command, CommandQueue
+from fleetguard.runtime.protocol import RankReport
+from fleetguard.runtime.server import NonLoopbackBindError, RuntimeServer, require_loopback
+from tests.runtime.helpers import report_body
+
+
+@pytest.fixture
+def served():
+    reports: list[RankReport] = []
+    commands = CommandQueue()
+
+    def on_report(report: RankReport) -> list[Command]:
+        reports.append(report)
+        return commands.take(*report.key)
+
+    server = RuntimeServer(on_report, host="agent", clock=FakeClock(), port=0)
+    server.start()
+    yield server, reports, commands
+    server.stop()
+
+
+def post(port: int, body: bytes, path: str = "/v1/report") -> tuple[int, dict]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+    response = conn.getresponse()
+    status, data = response.status, json.loads(response.read())
+    conn.close()
+    return status, data
+
+
+@pytest.mark.parametrize("address", ["0.0.0.0", "192.168.1.10", "::", "example.com"])
+def test_binding_beyond_loopback_is_refused(address: str) -> None:
+    with pytest.raises(NonLoopbackBindError, match="loopback"):
+        RuntimeServer(lambda r: [], host="agent", clock=FakeClock(), bind_address=address, port=0)
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "::1", "localhost"])
+def test_loopback_addresses_are_accepted(address: str) -> None:
+    assert require_loopback(address) in ("127.0.0.1", "::1")
+
+
+def test_the_server_listens_on_loopback(served) -> None:
+    server, _, _ = served
+    assert server.address == "127.0.0.1"
+
+
+def test_a_valid_report_is_stored_and_answered_with_the_ranks_commands(served) -> None:
+    server, reports, commands = served
+    commands.push("job-a", [1], "checkpoint", "test")
+    status, answer = post(server.port, report_body())
+    assert status == 200
+    assert [c["kind"] for c in answer["commands"]] == ["checkpoint"]
+    assert reports[0].heartbeat.rank == 1
+    assert post(server.port, report_body())[1]["commands"] == []  # delivered once
+
+
+def test_bad_json_is_a_400_counted_and_the_server_keeps_serving(served) -> None:
+    server, reports, _ = served
+    assert post(server.port, b"{garbage")[0] == 400
+    assert post(server.port, report_body(rank="x"))[0] == 400
+    assert server.stats.reports_rejected == 2
+    assert post(server.port, report_body())[0] == 200
+    assert len(reports) == 1
+
+
+def test_an_unknown_path_is_a_404(served) -> None:
+    server, _, _ = served
+    assert post(server.port, report_body(), path="/admin")[0] == 404
+
+
+def test_an_oversized_body_is_refused_without_reading_it(served) -> None:
+    server, _, _ = served
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    conn.putrequest("POST", "/v1/report")
+    conn.putheader("Content-Length", str(10**9))
+    conn.endheaders()
+    assert conn.getresponse().status == 413
+    conn.close()
+    assert server.stats.reports_rejected == 1
+
+
+def test_a_failing_report_handler_is_a_500_not_a_dead_server() -> None:
+    def broken(report: RankReport) -> list[Command]:
+        raise RuntimeError("store is down")
+
+    server = RuntimeServer(broken, host="agent", clock=FakeClock(), port=0)
+    server.start()
+    try:
+        assert post(server.port, report_body())[0] == 500
+        assert post(server.port, report_body())[0] == 500
+        assert server.stats.handler_errors == 2
+    finally:
+        server.stop()

@@ -1,0 +1,284 @@
+"""RuntimeService: reports -> records in the sink; exits and silences -> findings -> policy -> actions."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable, Sequence
+
+import pytest
+
+from fleetguard import client as fg
+from fleetguard.actions.argv import ArgvTemplateError
+from fleetguard.actions.executor import ActionRequest
+from fleetguard.clock import FakeClock
+from fleetguard.config import Config, RuntimeConfig
+from fleetguard.records.findings import ActionRecord, Finding
+from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
+from fleetguard.runtime.pid_watcher import ProcessExit
+from fleetguard.runtime.protocol import parse_report
+from fleetguard.runtime.server import NonLoopbackBindError
+from fleetguard.runtime.service import RuntimeService, RuntimeServiceConfig, runtime_config_from
+from tests.runtime.helpers import report_body, sleeper
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.records: list[object] = []
+
+    def __call__(self, batch: Sequence[object]) -> None:
+        self.records.extend(batch)
+
+    def of(self, kind: type) -> list:
+        return [r for r in self.records if isinstance(r, kind)]
+
+
+def make_service(clock: FakeClock, sink: Sink, **config: object) -> RuntimeService:
+    settings = {"host": "node1", "port": 0, "restart_grace_seconds": 0.5, **config}
+    return RuntimeService(RuntimeServiceConfig(**settings), clock, sink)  # type: ignore[arg-type]
+
+
+def report(
+    service: RuntimeService, clock: FakeClock, rank: int, pid: int, step: int, **fields: object
+) -> None:
+    body = report_body(rank=rank, local_rank=rank, pid=pid, step=step, timings=[], collectives=[], **fields)
+    service.handle_report(parse_report(body, "node1", clock.time()))
+
+
+def run_queued_actions(service: RuntimeService) -> list[ActionRecord]:
+    records: list[ActionRecord] = []
+    while not service._actions.empty():
+        item = service._actions.get()
+        assert item is not None
+        records.extend(service.run_actions(*item))
+    return records
+
+
+@pytest.fixture
+def ranks():
+    procs = [sleeper() for _ in range(4)]
+    yield procs
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+def test_reports_reach_the_sink_as_runtime_records() -> None:
+    clock, sink = FakeClock(), Sink()
+    service = make_service(clock, sink)
+    service.handle_report(parse_report(report_body(), "node1", clock.time()))
+    service.flush()
+    assert (
+        len(sink.of(Heartbeat)) == 1
+        and len(sink.of(StepTiming)) == 1
+        and len(sink.of(CollectiveProgress)) == 1
+    )
+    service.stop()
+
+
+def test_a_dead_rank_is_named_and_the_rest_of_the_worker_group_is_restarted(ranks) -> None:
+    clock, sink = FakeClock(), Sink()
+    service = make_service(clock, sink)
+    for r, p in enumerate(ranks):
+        report(service, clock, r, p.pid, step=5)
+    ranks[2].send_signal(signal.SIGKILL)
+    ranks[2].wait()
+    service.handle_exit(ProcessExit(ranks[2].pid, ("job-a", 2), -9))
+    findings = service.tick_once()
+    assert [(f.kind, f.rank) for f in findings] == [("dead_rank", 2)]
+    actions = run_queued_actions(service)
+    assert [(a.action, a.outcome, a.finding_id) for a in actions] == [
+        ("restart", "succeeded", findings[0].finding_id)
+    ]
+    assert [p.wait(timeout=5) for p in (ranks[0], ranks[1], ranks[3])] == [-signal.SIGTERM] * 3
+    service.stop()
+
+
+def test_exits_the_service_caused_are_not_crashes(ranks) -> None:
+    clock, sink = FakeClock(), Sink()
+    service = make_service(clock, sink)
+    for r, p in enumerate(ranks):
+        report(service, clock, r, p.pid, step=5)
+    finding = Finding(
+        clock.time(), "f-1", "hung_rank", "critical", "job/job-a/rank/1", "hung", job_id="job-a"
+    )
+    service.run_actions(finding, [ActionRequest("restart", "job-a", "f-1", "test")])
+    for r, p in enumerate(ranks):
+        service.handle_exit(ProcessExit(p.pid, ("job-a", r), -15))
+    assert service.tick_once() == []
+    assert service.stats.expected_exits == 4
+    service.stop()
+
+
+def test_exits_after_the_first_crash_are_collateral_not_new_findings(ranks) -> None:
+    clock, sink = FakeClock(), Sink()
+    service = make_service(clock, sink)
+    for r, p in enumerate(ranks):
+        report(service, clock, r, p.pid, step=5)
+    service.handle_exit(ProcessExit(ranks[3].pid, ("job-a", 3), -9))
+    for r in (0, 1, 2):
+        service.handle_exit(ProcessExit(ranks[r].pid, ("job-a", r), -15))
+    assert [(f.kind, f.rank) for f in service.tick_once()] == [("dead_rank", 3)]
+    assert service.stats.collateral_exits == 3
+    service.stop()
+
+
+def test_a_rank_that_said_finished_exits_without_a_finding(ranks) -> None:
+    clock, sink = FakeClock(), Sink()
+    service = make_service(clock, sink)
+    report(service, clock, 0, ranks[0].pid, step=9, status="finished")
+    service.handle_exit(ProcessExit(ranks[0].pid, ("job-a", 0), None))
+    assert service.tick_once() == []
+    service.stop()
+
+
+def test_a_silent_rank_is_found_hung_after_its_adaptive_timeout(ranks) -> None:
+    clock, sink = FakeClock(), Sink()
+    service = make_service(clock, sink)
+    for second in range(10):
+        for r, p in enumerate(ranks):
+            if r != 1 or second < 5:
+                report(service, clock, r, p.pid, step=second)
+        clock.advance(1.0)
+        service.tick_once()
+    hung = [f for f in sink.of(Finding) if f.kind == "hung_rank"]
+    assert [f.rank for f in hung] == [1]
+    assert any(f.kind == "hang_localised" for f in sink.of(Finding))
+    service.stop()
+
+
+class CheckpointingClock(FakeClock):
+    """Advances like FakeClock; the first sleep runs `during_sleep` (the ranks finishing their checkpoint)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.during_sleep: Callable[[], None] | None = None
+
+    def sleep(self, seconds: float) -> None:
+        hook, self.during_sleep = self.during_sleep, None
+        if hook is not None:
+            hook()
+        super().sleep(seconds)
+
+
+def test_a_restart_after_a_checkpoint_request_waits_for_that_checkpoint(ranks) -> None:
+    clock, sink = CheckpointingClock(), Sink()
+    service = make_service(clock, sink, checkpoint_timeout_seconds=60.0)
+    for r, p in enumerate(ranks):
+        report(service, clock, r, p.pid, step=5, checkpoint_step=0)
+    seen_at_restart: list[int | None] = []
+
+    def checkpoint_completes() -> None:
+        for r, p in enumerate(ranks):
+            report(service, clock, r, p.pid, step=6, checkpoint_step=6)
+
+    clock.during_sleep = checkpoint_completes
+    execute = service.executor.execute
+
+    def watching_execute(request: ActionRequest) -> ActionRecord:
+        if request.action == "restart":
+            job = service.ranks.job("job-a")
+            seen_at_restart.append(job.checkpoint_step if job else None)
+            restart_started.append(clock.monotonic())
+        return execute(request)
+
+    restart_started: list[float] = []
+    service.executor.execute = watching_execute  # type: ignore[method-assign]
+    finding = Finding(clock.time(), "f-9", "straggler", "warning", "job/job-a/rank/2", "slow", job_id="job-a")
+    start = clock.monotonic()
+    records = service.run_actions(
+        finding,
+        [
+            ActionRequest("checkpoint", "job-a", "f-9", "slow"),
+            ActionRequest("restart", "job-a", "f-9", "slow"),
+        ],
+    )
+    assert [(a.action, a.outcome) for a in records] == [("checkpoint", "requested"), ("restart", "succeeded")]
+    assert seen_at_restart == [6]
+    assert restart_started[0] - start < 1.0  # it did not sit out the 60 s timeout
+    service.stop()
+
+
+def test_a_checkpoint_that_never_completes_delays_the_restart_only_until_the_timeout(ranks) -> None:
+    clock, sink = FakeClock(), Sink()
+    service = make_service(clock, sink, checkpoint_timeout_seconds=30.0)
+    for r, p in enumerate(ranks):
+        report(service, clock, r, p.pid, step=5)
+    finding = Finding(clock.time(), "f-9", "straggler", "warning", "job/job-a/rank/2", "slow", job_id="job-a")
+    start = clock.monotonic()
+    records = service.run_actions(
+        finding,
+        [
+            ActionRequest("checkpoint", "job-a", "f-9", "slow"),
+            ActionRequest("restart", "job-a", "f-9", "slow"),
+        ],
+    )
+    assert [a.action for a in records] == ["checkpoint", "restart"]
+    assert 30.0 <= clock.monotonic() - start < 31.0
+    service.stop()
+
+
+def test_the_policy_keeps_per_job_state_so_one_fault_restarts_once(ranks) -> None:
+    clock, sink = FakeClock(), Sink()
+    service = make_service(clock, sink)
+    for r, p in enumerate(ranks):
+        report(service, clock, r, p.pid, step=5)
+    dead = Finding(
+        clock.time(), "f-1", "dead_rank", "critical", "job/job-a/rank/0", "dead", job_id="job-a", rank=0
+    )
+    first = service.planner(dead, service.ranks.job("job-a"))
+    clock.advance(5)
+    again = Finding(
+        clock.time(), "f-2", "dead_rank", "critical", "job/job-a/rank/1", "dead", job_id="job-a", rank=1
+    )
+    second = service.planner(again, service.ranks.job("job-a"))
+    assert [r.action for r in first] == ["restart"]
+    assert [r.action for r in second] == ["none"]
+    service.stop()
+
+
+def test_a_started_service_takes_reports_over_http_and_stops_cleanly() -> None:
+    sink = Sink()
+    service = RuntimeService(RuntimeServiceConfig(host="node1", port=0), FakeClock(), sink)
+    service.start()
+    try:
+        client = fg.Client(fg.Identity("job-h", 0, 0, 1, "h", 1), endpoint=service.endpoint, start=False)
+        client.step(1)
+        client.step(2)
+        assert client.report_once()
+    finally:
+        service.stop()
+    assert [h.job_id for h in sink.of(Heartbeat)] == ["job-h"]
+    assert [t.step for t in sink.of(StepTiming)] == [1]
+
+
+def test_the_config_section_maps_onto_the_service_config() -> None:
+    config = Config(
+        runtime=RuntimeConfig(
+            port=9999, restart_grace_seconds=3.0, cordon_command=["kubectl", "cordon", "{host}"]
+        )
+    )
+    cfg = runtime_config_from(config)
+    assert (cfg.port, cfg.restart_grace_seconds, cfg.cordon_command) == (
+        9999,
+        3.0,
+        ("kubectl", "cordon", "{host}"),
+    )
+    assert cfg.host == config.host
+
+
+def test_a_non_loopback_bind_address_is_refused_at_config_time() -> None:
+    with pytest.raises(NonLoopbackBindError):
+        RuntimeServiceConfig(host="n", bind_address="0.0.0.0")
+
+
+def test_a_bad_command_template_is_refused_at_config_time() -> None:
+    with pytest.raises(ArgvTemplateError):
+        RuntimeServiceConfig(host="n", restart_command=("scancel", "{jobid}"))
+
+
+def test_a_job_never_seen_has_an_empty_action_state() -> None:
+    service = make_service(FakeClock(), Sink())
+    assert service.planner.state("nope").restarts == ()  # type: ignore[attr-defined]
+    assert service.ranks.job("nope") is None
+    service.stop()
