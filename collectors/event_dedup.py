@@ -15,7 +15,7 @@ on the events' own timestamps and the ``now`` the caller passes; nothing here re
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -122,15 +122,16 @@ def _released(window: _Window) -> list[Event]:
     return [] if folded is None else [folded]
 
 
-def fold_burst(events: list[Event], window_seconds: float) -> list[Event]:
-    """Fold repeats within one list (one read of a log), releasing everything at the end: no state, no delay.
+def fold_burst(events: Iterable[Event], window_seconds: float | None) -> list[Event]:
+    """Fold repeats within one read of a log, releasing everything at the end: no state kept, no delay.
 
     Used by the log collectors so that one read of a storm (a ring buffer replay, a large file) becomes a
     handful of rows; folding across reads is the agent's job (an EventDeduplicator that lives with the agent).
+    Takes an iterable, so a collector can stream events through without holding them all. None: no folding.
     """
-    if len(events) < 2:
+    if window_seconds is None:
         return list(events)
-    folder = EventDeduplicator(window_seconds, max_open_windows=max(len(events), 1))
+    folder = EventDeduplicator(window_seconds)
     out: list[Event] = []
     for event in events:
         out.extend(folder.add(event))

@@ -1,8 +1,8 @@
-"""Following a growing text file like ``tail -F``: each call returns the complete lines appended since the
-last one.
+"""Following a growing text file like ``tail -F``: each call yields the complete lines appended since the
+last one, streamed chunk by chunk so that a large file never sits in memory whole.
 
 A line without its newline yet is held back until it is complete. A file that is replaced (new inode, log
-rotation) or truncated is read again from its start. Errors are returned as reasons, never raised, so a
+rotation) or truncated is read again from its start. Errors are recorded as reasons, never raised, so a
 collector can count them.
 """
 
@@ -43,19 +43,25 @@ class FileTail:
         return self._offset
 
     def read(self) -> TailResult:
+        """Everything appended since the last call, as a list (`follow` streams the same lines)."""
         result = TailResult()
+        result.lines.extend(self.follow(result))
+        return result
+
+    def follow(self, result: TailResult) -> Iterator[str]:
+        """Yield the lines appended since the last call; problems and rotation are recorded in `result`."""
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
             result.problems.append("file_missing")
-            return result
+            return
         except OSError:
             result.problems.append("stat_error")
-            return result
+            return
         if not stat.S_ISREG(st.st_mode):
             # Opening a FIFO would block the caller; a device or directory is not a log file.
             result.problems.append("not_a_file")
-            return result
+            return
         inode = (st.st_dev, st.st_ino)
         if self._inode is None:
             self._inode = inode
@@ -67,19 +73,18 @@ class FileTail:
             self._partial = b""
             result.rotated = True
         if st.st_size == self._offset:
-            return result
+            return
         try:
             # O_NONBLOCK: should the path turn into a FIFO between stat and open, open must not hang.
             with os.fdopen(os.open(self.path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
                 f.seek(self._offset)
                 for chunk in _chunks(f, self._max_bytes):
                     self._offset += len(chunk)
-                    self._split(chunk, result)
+                    yield from self._split(chunk, result)
         except OSError:
             result.problems.append("read_error")
-        return result
 
-    def _split(self, chunk: bytes, result: TailResult) -> None:
+    def _split(self, chunk: bytes, result: TailResult) -> Iterator[str]:
         data = self._partial + chunk
         parts = data.split(b"\n")
         self._partial = parts.pop()
@@ -91,7 +96,7 @@ class FileTail:
             if len(raw) > MAX_LINE_BYTES:
                 result.problems.append("line_too_long")
                 raw = raw[:MAX_LINE_BYTES]
-            result.lines.append(raw.decode("utf-8", errors="replace"))
+            yield raw.decode("utf-8", errors="replace")
 
 
 def _chunks(f: BinaryIO, max_bytes: int | None) -> Iterator[bytes]:

@@ -26,13 +26,13 @@ import json
 import os
 import stat
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterator, Mapping
 from datetime import tzinfo
 from pathlib import Path
 from typing import Final, Literal
 
 from collectors.event_dedup import DEFAULT_WINDOW_SECONDS, fold_burst
-from collectors.file_tail import FileTail
+from collectors.file_tail import FileTail, TailResult
 from collectors.kmsg_classify import MAX_MESSAGE_CHARS, classify_kernel_message
 from collectors.kmsg_parse import KernelLine, Unparsed, parse_kernel_line
 from collectors.protocol import CollectorUnavailable
@@ -89,13 +89,11 @@ class _LineEvents:
         self.tz = tz
         self.fold_window_seconds = fold_window_seconds
         self.problems: dict[str, int] = {}
-        self.lines = 0
 
     def count(self, reason: str, n: int = 1) -> None:
         self.problems[reason] = self.problems.get(reason, 0) + n
 
     def parse(self, text: str) -> KernelLine | None:
-        self.lines += 1
         try:
             parsed = parse_kernel_line(text, self.tz)
         except Exception:  # a parser bug must cost one line, not the collector (fuzzed, but still)
@@ -112,11 +110,6 @@ class _LineEvents:
         except Exception:
             self.count("parser_error")
             return None
-
-    def fold(self, events: list[Event]) -> list[Event]:
-        if self.fold_window_seconds is None:
-            return events
-        return fold_burst(events, self.fold_window_seconds)
 
 
 class KmsgCollector:
@@ -178,16 +171,9 @@ class KmsgCollector:
         return self._fd
 
     def collect(self, now: float) -> Batch:
-        events: list[Event] = []
-        for text in self._read_lines():
-            line = self._lines.parse(text)
-            if line is None or not self._is_new(line):
-                continue
-            event = self._lines.event(line, now)
-            if event is not None:
-                events.append(event)
+        events = fold_burst(self._events(now), self._lines.fold_window_seconds)
         self._save_state()
-        return Batch(events=self._lines.fold(events))
+        return Batch(events=events)
 
     def problems(self) -> Mapping[str, int]:
         return dict(self._lines.problems)
@@ -205,10 +191,18 @@ class KmsgCollector:
 
     # ---- internals --------------------------------------------------------------------------------------
 
-    def _read_lines(self) -> Iterable[str]:
+    def _events(self, now: float) -> Iterator[Event]:
+        for text in self._read_lines():
+            line = self._lines.parse(text)
+            if line is None or not self._is_new(line):
+                continue
+            event = self._lines.event(line, now)
+            if event is not None:
+                yield event
+
+    def _read_lines(self) -> Iterator[str]:
         if self._fd is None:
-            return []
-        chunks: list[bytes] = []
+            return
         for _ in range(self.max_reads_per_collect):
             try:
                 chunk = os.read(self._fd, _READ_BYTES)
@@ -222,14 +216,15 @@ class KmsgCollector:
                 break
             if not chunk:
                 break  # end of a regular file or of a pipe whose writer left
-            chunks.append(chunk)
-        data = self._partial + b"".join(chunks)
-        parts = data.split(b"\n")
-        self._partial = parts.pop()
-        if len(self._partial) > _READ_BYTES:
-            self._lines.count("line_too_long")
-            self._partial = b""
-        return [p.decode("utf-8", errors="replace") for p in parts if p]
+            # /dev/kmsg gives whole records; a file or pipe standing in for it may split a line across reads.
+            parts = (self._partial + chunk).split(b"\n")
+            self._partial = parts.pop()
+            if len(self._partial) > _READ_BYTES:
+                self._lines.count("line_too_long")
+                self._partial = b""
+            for part in parts:
+                if part:
+                    yield part.decode("utf-8", errors="replace")
 
     def _is_new(self, line: KernelLine) -> bool:
         if line.seq is None:
@@ -318,18 +313,20 @@ class KmsgFileCollector:
         self._lines = _LineEvents(host, boot_time, tz, fold_window_seconds)
 
     def collect(self, now: float) -> Batch:
-        result = self._tail.read()
-        for reason in result.problems:
+        tail = TailResult()
+        events = fold_burst(self._events(self._tail.follow(tail), now), self._lines.fold_window_seconds)
+        for reason in tail.problems:
             self._lines.count(reason)
-        events: list[Event] = []
-        for text in result.lines:
+        return Batch(events=events)
+
+    def _events(self, texts: Iterator[str], now: float) -> Iterator[Event]:
+        for text in texts:
             line = self._lines.parse(text)
             if line is None:
                 continue
             event = self._lines.event(line, now)
             if event is not None:
-                events.append(event)
-        return Batch(events=self._lines.fold(events))
+                yield event
 
     def problems(self) -> Mapping[str, int]:
         return dict(self._lines.problems)

@@ -15,6 +15,7 @@ and would count it twice.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Final
@@ -154,6 +155,7 @@ def _classify_segfault(message: str) -> KernelFault | None:
     return KernelFault(kind, device=library, pid=int(crash.group(2)), process_name=crash.group(1))
 
 
+@functools.lru_cache(maxsize=1024)  # a host has a few dozen bus ids; storms repeat them
 def normalise_pci_bus_id(text: str) -> str | None:
     """``PCI:0000:9B:00`` / ``00000000:9b:00.0`` / ``9b:00`` -> ``0000:9b:00.0``; None if not a bus id."""
     text = text.strip().lower()

@@ -12,6 +12,7 @@ Pure functions: no clock, no files. A line that fits no form is an `Unparsed` wi
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
@@ -53,7 +54,8 @@ class Unparsed:
 _KMSG_HEADER = re.compile(r"(\d{1,10}),(\d{1,20}),(\d{1,20}),([^,;]*)(?:,[^;]*)?;")
 _DECODE_PREFIX = re.compile(r"([a-z0-9]{2,8})\s*:\s*([a-z]{3,6})\s*: ")
 _UPTIME = re.compile(r"\[\s*(\d{1,12}\.\d{1,9})\] ?")
-_CTIME = re.compile(r"\[([A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\] ?")
+_CTIME = re.compile(r"\[[A-Z][a-z]{2} ([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d) (\d{4})\] ?")
+_MONTHS: Final = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 _ISO = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[,.]\d{1,9})?(?:[+-]\d\d:?\d\d|Z)) ")
 
 
@@ -100,11 +102,8 @@ def parse_kernel_line(line: str, tz: tzinfo | None = None) -> KernelLine | Unpar
         )
     ctime = _CTIME.match(line, rest_start)
     if ctime is not None:
-        try:
-            naive = datetime.strptime(ctime.group(1), "%a %b %d %H:%M:%S %Y")
-            # Dates at the ends of the calendar overflow when moved to UTC (year 1 east of Greenwich).
-            ts = (naive.replace(tzinfo=tz) if tz is not None else naive.astimezone()).timestamp()
-        except (ValueError, OverflowError, OSError):
+        ts = _ctime_epoch(ctime.group(1, 2, 3, 4, 5, 6), tz)
+        if ts is None:
             return Unparsed("bad_timestamp")
         return KernelLine(
             message=line[ctime.end() :],
@@ -117,6 +116,21 @@ def parse_kernel_line(line: str, tz: tzinfo | None = None) -> KernelLine | Unpar
     if iso is not None:
         return _parse_iso(line, iso, level, facility)
     return Unparsed("unknown_format")
+
+
+@functools.lru_cache(maxsize=4096)
+def _ctime_epoch(fields: tuple[str, ...], tz: tzinfo | None) -> float | None:
+    """("Feb", "23", "16", "24", "18", "2025") -> epoch seconds. Cached: a storm repeats the same second
+    thousands of times, and building datetimes was most of the cost of a ``dmesg -T`` line."""
+    month, day, hour, minute, second, year = fields
+    if month not in _MONTHS:
+        return None
+    try:
+        naive = datetime(int(year), _MONTHS.index(month) + 1, int(day), int(hour), int(minute), int(second))
+        # Dates at the ends of the calendar overflow when moved to UTC (year 1 east of Greenwich).
+        return (naive.replace(tzinfo=tz) if tz is not None else naive.astimezone()).timestamp()
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 def _parse_kmsg(line: str, header: re.Match[str]) -> KernelLine | Unparsed:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import tzinfo
 from typing import Final
 
 from collectors.event_dedup import DEFAULT_WINDOW_SECONDS, fold_burst
-from collectors.file_tail import FileTail
+from collectors.file_tail import FileTail, TailResult
 from collectors.nccl_parse import classify_nccl_line, parse_nccl_line
 from fleetguard.records.telemetry import Batch, Event, EventKind
 
@@ -85,26 +85,25 @@ class NcclLogCollector:
         self._problems: dict[str, int] = {}
 
     def collect(self, now: float) -> Batch:
-        events: list[Event] = []
+        return Batch(events=fold_burst(self._events(now), self._fold_window_seconds))
+
+    def _events(self, now: float) -> Iterator[Event]:
         for path in self._current_files():
             tail = self._tails.get(path)
             if tail is None:
                 tail = self._tails[path] = FileTail(path, from_start=self._from_start)
-            result = tail.read()
-            for reason in result.problems:
-                self._count(reason)
+            result = TailResult()
             name = os.path.basename(path)
-            for text in result.lines:
+            for text in tail.follow(result):
                 try:
                     event = nccl_event(text, self.host, now, name, self._tz)
                 except Exception:  # fuzzed; still, one bad line must not cost the round
                     self._count("parser_error")
                     continue
                 if event is not None:
-                    events.append(event)
-        if self._fold_window_seconds is not None:
-            events = fold_burst(events, self._fold_window_seconds)
-        return Batch(events=events)
+                    yield event
+            for reason in result.problems:
+                self._count(reason)
 
     def problems(self) -> Mapping[str, int]:
         return dict(self._problems)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from collectors.file_tail import MAX_LINE_BYTES, FileTail
+from collectors.file_tail import CHUNK_BYTES, MAX_LINE_BYTES, FileTail, TailResult
 from collectors.kmsg import KmsgFileCollector
 from collectors.kmsg_classify import AER_CORRECTED, AER_UNCORRECTED_FATAL, AER_UNCORRECTED_NONFATAL
 from collectors.protocol import Collector, CollectorUnavailable
@@ -169,6 +169,16 @@ def test_file_tail_truncated_in_place_starts_again(tmp_path: Path) -> None:
     path.write_text("3\n")
     result = tail.read()
     assert (result.lines, result.rotated) == (["3"], True)
+
+
+def test_file_tail_streams_a_large_file_chunk_by_chunk(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    path.write_bytes(b"0123456789abcde\n" * (3 * CHUNK_BYTES // 16))
+    tail = FileTail(str(path))
+    lines = tail.follow(TailResult())
+    assert next(lines) == "0123456789abcde"
+    assert tail.offset == CHUNK_BYTES  # one chunk read, not the whole 3 MiB
+    assert sum(1 for _ in lines) == 3 * CHUNK_BYTES // 16 - 1
 
 
 def test_file_tail_reads_at_most_max_bytes_per_call(tmp_path: Path) -> None:
