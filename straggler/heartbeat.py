@@ -88,7 +88,7 @@ class _Rank:
 
 
 class _Job:
-    __slots__ = ("first_heartbeat_seconds", "gap", "ranks", "stall", "started_at", "startup_reported")
+    __slots__ = ("dead", "first_heartbeat_seconds", "gap", "ranks", "stall", "started_at", "startup_reported")
 
     def __init__(self, world_size: int, started_at: float) -> None:
         self.started_at = started_at
@@ -97,6 +97,7 @@ class _Job:
         self.gap: dict[str, _AdaptiveTimeout] = {}
         self.stall: dict[str, _AdaptiveTimeout] = {}
         self.startup_reported: set[int] = set()
+        self.dead: set[int] = set()
 
     def rank(self, rank: int) -> _Rank:
         if rank >= len(self.ranks):  # a rank beyond the announced world size: grow rather than drop it
@@ -146,6 +147,7 @@ class HeartbeatMonitor:
             if ts <= r.dead_since:
                 return  # written before the process died, delivered late
             r.dead_since = None  # a new incarnation (the job was restarted)
+            job.dead.discard(hb.rank)
             r.last_seen = None
         section = hb.section or DEFAULT_SECTION
         new_incarnation = r.last_seen is None or (r.pid is not None and hb.pid != r.pid)
@@ -201,6 +203,7 @@ class HeartbeatMonitor:
         if r.dead_since is not None:
             return
         r.dead_since = now
+        job.dead.add(rank)
         r.hung_since = None
         self._pending.append(
             _finding(
@@ -233,7 +236,7 @@ class HeartbeatMonitor:
 
     def _check_job(self, job_id: str, job: _Job, now: float) -> list[Finding]:
         ranks = job.ranks
-        if any(r.dead_since is not None for r in ranks):
+        if job.dead:
             return []
         out: list[Finding] = []
         gap_cache: dict[str, float] = {}

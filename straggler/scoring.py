@@ -67,6 +67,7 @@ class StragglerConfig:
 class _Rank:
     __slots__ = (
         "durations",
+        "group",
         "host",
         "last_step",
         "lost_seconds",
@@ -75,8 +76,9 @@ class _Rank:
         "streak",
     )
 
-    def __init__(self, window_steps: int) -> None:
+    def __init__(self, window_steps: int, group: str) -> None:
         self.durations: deque[float] = deque(maxlen=window_steps)
+        self.group = group
         self.host: str | None = None
         self.last_step = -1
         self.streak = 0
@@ -94,6 +96,7 @@ class _Job:
         "ranks",
         "section_priority",
         "sizing",
+        "streaking",
         "window_steps",
     )
 
@@ -106,6 +109,7 @@ class _Job:
         self.max_step = first_step
         self.last_eval_step = first_step
         self.levels: deque[float] = deque(maxlen=baseline)
+        self.streaking: set[int] = set()  # ranks with at least one slow window in a row
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +118,6 @@ class _Scored:
     median_seconds: float
     score: float
     z: float
-    slow: bool
 
 
 class StragglerDetector:
@@ -125,6 +128,7 @@ class StragglerDetector:
         self._jobs: dict[str, _Job] = {}
         self._priority = {name: i for i, name in enumerate(self.config.sections)}
         self.skipped_records = 0
+        self.windows_evaluated = 0
 
     def forget_job(self, job_id: str) -> None:
         self._jobs.pop(job_id, None)
@@ -156,7 +160,7 @@ class StragglerDetector:
             return
         r = job.ranks.get(t.rank)
         if r is None:
-            r = job.ranks[t.rank] = _Rank(job.window_steps)
+            r = job.ranks[t.rank] = _Rank(job.window_steps, self.config.group_of(t.rank))
         r.durations.append(d)
         r.host = t.host
         if t.step > r.last_step:
@@ -183,29 +187,50 @@ class StragglerDetector:
     # ---- one window ------------------------------------------------------------------------------------
 
     def _evaluate(self, job_id: str, job: _Job, now: float) -> list[Finding]:
+        """Score one window. Kept to O(ranks) cheap Python: a median of a few values per rank, two sorts per
+        group, one threshold comparison per rank; only slow ranks get findings work."""
         c = self.config
         w = job.window_steps
         assert w is not None
         since = job.last_eval_step
         job.last_eval_step = job.max_step
-        groups: dict[str, list[tuple[int, float]]] = {}
-        all_medians: list[float] = []
-        for rank, r in job.ranks.items():
-            if r.last_step <= since or len(r.durations) < w:
-                r.streak = 0  # silent this window (hung, dead, restarted): no opinion, start over
-                continue
-            ds = sorted(r.durations)
-            m = ds[w // 2] if w % 2 else 0.5 * (ds[w // 2 - 1] + ds[w // 2])
-            groups.setdefault(c.group_of(rank), []).append((rank, m))
-            all_medians.append(m)
+        self.windows_evaluated += 1
+        mid, odd = w // 2, w % 2
+        # silent this window (hung, dead, restarted): no opinion, and its streak ends below
+        active = [(rank, r) for rank, r in job.ranks.items() if r.last_step > since and len(r.durations) >= w]
+        ranks = [rank for rank, _ in active]
+        if odd:
+            medians = [sorted(r.durations)[mid] for _, r in active]
+        else:
+            medians = [0.5 * (d[mid - 1] + d[mid]) for d in (sorted(r.durations) for _, r in active)]
+        groups: dict[str, tuple[list[int], list[float]]] = {}
+        if c.peer_group is None:
+            if ranks:
+                groups["all"] = (ranks, medians)
+        else:
+            for (rank, r), m in zip(active, medians, strict=True):
+                g = groups.get(r.group)
+                if g is None:
+                    g = groups[r.group] = ([], [])
+                g[0].append(rank)
+                g[1].append(m)
         out: list[Finding] = []
-        for group, members in groups.items():
-            center, scored = _score_group(members, c)
-            for s in scored:
-                out.extend(self._update_rank(job_id, job, group, s, members, center, now))
-        if all_medians:
-            all_medians.sort()
-            slowdown = self._track_level(job_id, job, _median(all_medians), now)
+        slow_now: set[int] = set()
+        all_sorted: list[float] = []
+        for group, (g_ranks, g_medians) in groups.items():
+            center, ordered, slow = _judge_group(g_ranks, g_medians, c)
+            all_sorted = ordered if len(groups) == 1 else [*all_sorted, *ordered]
+            for s in slow:
+                slow_now.add(s.rank)
+                out.extend(self._update_rank(job_id, job, group, s, g_ranks, g_medians, center, now))
+        for rank in job.streaking - slow_now:
+            r = job.ranks[rank]
+            r.streak, r.lost_seconds, r.reported_at_streak = 0, 0.0, 0
+        job.streaking = slow_now
+        if all_sorted:
+            if len(groups) > 1:
+                all_sorted.sort()
+            slowdown = self._track_level(job_id, job, _median(all_sorted), now)
             if slowdown is not None:
                 out.append(slowdown)
         return out
@@ -216,17 +241,13 @@ class StragglerDetector:
         job: _Job,
         group: str,
         s: _Scored,
-        members: list[tuple[int, float]],
+        ranks: list[int],
+        medians: list[float],
         center: float,
         now: float,
     ) -> list[Finding]:
         c = self.config
         r = job.ranks[s.rank]
-        if not s.slow:
-            r.streak = 0
-            r.lost_seconds = 0.0
-            r.reported_at_streak = 0
-            return []
         if r.streak == 0:
             r.onset_step = job.max_step
         r.streak += 1
@@ -252,7 +273,7 @@ class StragglerDetector:
             "lost_seconds": round(r.lost_seconds, 3),
             "update": not first,
             "episode_id": f"straggler/{job_id}/{s.rank}/{r.onset_step}",
-            "per_rank_median_seconds": _medians_evidence(members, s.rank),
+            "per_rank_median_seconds": _medians_evidence(ranks, medians, s),
         }
         return [
             Finding(
@@ -316,24 +337,27 @@ class StragglerDetector:
         )
 
 
-def _score_group(members: list[tuple[int, float]], c: StragglerConfig) -> tuple[float, list[_Scored]]:
-    """The group's median and each member's score, z and verdict; a group of one has no peers to judge by."""
-    if len(members) < 2:
-        return 0.0, []
-    medians = sorted(m for _, m in members)
-    center = _median(medians)
+def _judge_group(
+    ranks: list[int], medians: list[float], c: StragglerConfig
+) -> tuple[float, list[float], list[_Scored]]:
+    """The group's median, its sorted medians, and the slow members with score and z; a group of one has no
+    peers to judge by. Both tests (score < threshold; z and relative slowdown over theirs) reduce to limits
+    on the median, so the per-rank work is two comparisons."""
+    ordered = sorted(medians)
+    center = _median(ordered)
+    if len(ranks) < 2:
+        return center, ordered, []
     deviations = sorted(abs(m - center) for m in medians)
     scale = max(1.4826 * _median(deviations), c.min_relative_spread * center, 1e-12)
-    fastest = medians[0]
-    out = []
-    for rank, m in members:
-        score = fastest / m if m > 0 else 1.0
-        z = (m - center) / scale
-        slow = score < c.relative_score_threshold or (
-            z >= c.z_threshold and m >= center * (1.0 + c.min_slowdown_fraction)
-        )
-        out.append(_Scored(rank, m, score, z, slow))
-    return center, out
+    fastest = ordered[0]
+    by_score = fastest / c.relative_score_threshold  # score = fastest / m < threshold  <=>  m > this
+    by_z = max(center + c.z_threshold * scale, center * (1.0 + c.min_slowdown_fraction))
+    slow = [
+        _Scored(rank, m, fastest / m, (m - center) / scale)
+        for rank, m in zip(ranks, medians, strict=True)
+        if m > by_score or m >= by_z
+    ]
+    return center, ordered, slow
 
 
 def _median(sorted_values: list[float]) -> float:
@@ -342,7 +366,10 @@ def _median(sorted_values: list[float]) -> float:
     return sorted_values[mid] if n % 2 else 0.5 * (sorted_values[mid - 1] + sorted_values[mid])
 
 
-def _medians_evidence(members: list[tuple[int, float]], rank: int, limit: int = 64) -> dict[str, float]:
+def _medians_evidence(
+    ranks: list[int], medians: list[float], s: _Scored, limit: int = 64
+) -> dict[str, float]:
     """The flagged rank and up to `limit` peers: enough to draw a heat map without storing 16k values."""
-    chosen = [(r, m) for r, m in members if r == rank] + [(r, m) for r, m in members[:limit] if r != rank]
-    return {str(r): round(m, 6) for r, m in chosen}
+    chosen = {str(r): round(m, 6) for r, m in zip(ranks[:limit], medians[:limit], strict=True)}
+    chosen[str(s.rank)] = round(s.median_seconds, 6)
+    return chosen
