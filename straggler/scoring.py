@@ -28,9 +28,9 @@ class StragglerConfig:
     # wait longer inside them and would look slow.
     sections: tuple[str, ...] = ("compute", "step")
     # Window length, turned into steps from the median duration of the first steps of the job. Short
-    # windows with persistence beat one long window: a 1.3x rank is flagged in ~15 steps, one outlier never.
-    window_seconds: float = 5.0
-    min_window_steps: int = 5
+    # windows with persistence beat one long one: a 1.3x rank is flagged in ~12-16 steps, one outlier never.
+    window_seconds: float = 4.0
+    min_window_steps: int = 4
     max_window_steps: int = 200
     sizing_samples: int = 32
     warmup_steps: int = 3  # first steps of a job (compilation, cache warm-up) are not scored
