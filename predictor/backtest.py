@@ -48,6 +48,9 @@ class BacktestConfig:
     validation_seconds: float = 7 * 86400.0
     max_train_negatives: int = 100_000
     first_period_ts: float | None = None
+    # False: score only periods whose outcomes the data already holds. True: score to the end of the data,
+    # a prediction whose outcome is cut off counting as a miss (a lower bound on precision).
+    score_censored: bool = False
     seed: int = 0
     n_jobs: int = 2
 
@@ -87,7 +90,7 @@ def scoring_range(inst: Instances, data_end_ts: float, config: BacktestConfig) -
         data_start + config.train_window_seconds + config.horizon_seconds, config.period
     )
     # The last instance of a scored period must have its whole horizon inside the data.
-    last_instance_limit = data_end_ts - config.horizon_seconds
+    last_instance_limit = data_end_ts - (0.0 if config.score_censored else config.horizon_seconds)
     n = int(math.floor((last_instance_limit + config.step_seconds - first) / config.period + 1e-9))
     return first, config.period, max(0, n)
 

@@ -1,0 +1,148 @@
+"""Backblaze drive stats (2013-04-10..05-19) through the predictor's backtest: the real-data benchmark.
+
+Converts the daily CSVs to the input contract (device_id = serial number, ts = the snapshot date, every
+SMART column that carries data, one-hot drive model; a failure at the end of the day flagged failure=1),
+then runs the `fleetguard evaluate` logic for K = 5, 10, 20 per day, horizon 7 days, sliding windows, and
+prints markdown tables. Nothing is tuned on the scored days: hyperparameters are fixed up front, and the
+optional L_train pick uses a validation slice before each retrain.
+
+Data: Backblaze Hard Drive Stats (https://www.backblaze.com/b2/hard-drive-test-data.html), used with
+attribution; not for sale.
+
+    .venv/bin/python bench/backblaze_evaluate.py [--data DIR] [--work DIR] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from predictor.backtest import BacktestConfig, run_backtest, summarise, to_json  # noqa: E402
+from predictor.cli import markdown_table  # noqa: E402
+from predictor.contract import register_inputs  # noqa: E402
+from predictor.dataset import (  # noqa: E402
+    DatasetSpec,
+    build_instances,
+    data_end_ts,
+    fetch_failures,
+    fetch_instances,
+)
+
+DAY = 86400.0
+
+
+def convert(data: Path, work: Path, top_models: int = 10) -> tuple[Path, Path]:
+    """Backblaze CSVs -> samples.parquet and failures.parquet in the predictor's contract."""
+    work.mkdir(parents=True, exist_ok=True)
+    samples, failures = work / "samples.parquet", work / "failures.parquet"
+    if samples.exists() and failures.exists():
+        return samples, failures
+    con = duckdb.connect()
+    glob = str(data / "*.csv").replace("'", "''")
+    con.execute(f"CREATE TABLE bb AS SELECT * FROM read_csv('{glob}', union_by_name = true, header = true)")
+    cols = [str(r[0]) for r in con.execute("DESCRIBE bb").fetchall()]
+    smart = [c for c in cols if c.startswith("smart_")]
+    counts = con.execute("SELECT " + ", ".join(f'count("{c}")' for c in smart) + " FROM bb").fetchone()
+    assert counts is not None
+    present = [c for c, n in zip(smart, counts, strict=True) if n > 0]
+    models = [
+        str(r[0])
+        for r in con.execute(
+            "SELECT model FROM bb GROUP BY model ORDER BY count(DISTINCT serial_number) DESC LIMIT ?", [top_models]
+        ).fetchall()
+    ]
+    onehot = ", ".join(
+        f"CAST(model = '{m.replace(chr(39), chr(39) * 2)}' AS INTEGER) AS model_{i}" for i, m in enumerate(models)
+    )
+    feats = ", ".join(f'CAST("{c}" AS DOUBLE) AS "{c}"' for c in present)
+    con.execute(
+        f"COPY (SELECT serial_number AS device_id, CAST(date AS TIMESTAMP) AS ts, "
+        f"CAST(capacity_bytes AS DOUBLE) / 1e12 AS capacity_tb, {feats}, {onehot} FROM bb ORDER BY date, serial_number) "
+        f"TO '{samples}' (FORMAT parquet)"
+    )
+    # failure = 1 on the drive's last day: it failed by the end of that day.
+    con.execute(
+        f"COPY (SELECT serial_number AS device_id, CAST(date AS TIMESTAMP) + INTERVAL 1 DAY AS ts, "
+        f"'drive_failure' AS kind FROM bb WHERE failure = 1) TO '{failures}' (FORMAT parquet)"
+    )
+    return samples, failures
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, default=Path("/work/shared/data/backblaze-2013"))
+    ap.add_argument("--work", type=Path, default=Path("/tmp/fleetguard-backblaze"))
+    ap.add_argument("--window-days", type=float, default=5.0, help="feature window W")
+    ap.add_argument("--train-window-days", type=float, default=18.0, help="L_train")
+    ap.add_argument("--retrain-every-days", type=float, default=1.0, help="Δ")
+    ap.add_argument("--pick-train-window", default="", help="comma list of L_train candidates in days")
+    ap.add_argument("--score-censored", action="store_true", help="also score days whose 7-day outcome is cut off")
+    ap.add_argument("--max-negatives", type=int, default=40_000)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+
+    t0 = time.perf_counter()
+    samples, failures = convert(args.data, args.work)
+    t_convert = time.perf_counter() - t0
+    con = duckdb.connect()
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        inputs = register_inputs(con, samples, failures)
+    spec = DatasetSpec(window_seconds=args.window_days * DAY, horizon_seconds=7 * DAY, step_seconds=DAY)
+    t1 = time.perf_counter()
+    names = build_instances(con, inputs.feature_columns, spec, ())
+    inst = fetch_instances(con, names)
+    f_dev, f_ts = fetch_failures(con)
+    end = data_end_ts(con)
+    t_build = time.perf_counter() - t1
+    candidates = tuple(float(d) * DAY for d in args.pick_train_window.split(",") if d)
+    config = BacktestConfig(
+        horizon_seconds=7 * DAY,
+        train_window_seconds=args.train_window_days * DAY,
+        retrain_every_seconds=args.retrain_every_days * DAY,
+        period_seconds=DAY,
+        step_seconds=DAY,
+        train_window_candidates=candidates,
+        max_train_negatives=args.max_negatives,
+        score_censored=args.score_censored,
+    )
+    t2 = time.perf_counter()
+    result = run_backtest(inst, f_dev, f_ts, end, config)
+    t_bt = time.perf_counter() - t2
+    starts = result.scored.period_starts
+    day = time.strftime("%Y-%m-%d", time.gmtime(starts[0]))
+    last = time.strftime("%Y-%m-%d", time.gmtime(starts[-1]))
+    print(
+        f"Backblaze 2013: {len(inst)} instances, {len(names)} features, {len(f_ts)} failures; "
+        f"scored {len(starts)} days {day}..{last}; L_train {args.train_window_days:g}d, retrain every "
+        f"{args.retrain_every_days:g}d, W {args.window_days:g}d, H 7d"
+        + (f", L_train picked from {args.pick_train_window} d" if candidates else "")
+        + ("; censored days scored (unknown outcomes count as misses)" if args.score_censored else "")
+    )
+    print(
+        f"times: convert {t_convert:.1f}s, features {t_build:.1f}s, backtest {t_bt:.1f}s; "
+        f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB"
+    )
+    out = {}
+    for k in (5, 10, 20):
+        metrics = summarise(result, k)
+        out[k] = to_json(result, k, metrics)
+        if not args.json:
+            print(f"\n### K = {k} per day\n")
+            print(markdown_table(metrics))
+    if args.json:
+        print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
