@@ -88,10 +88,20 @@ class _Rank:
 
 
 class _Job:
-    __slots__ = ("dead", "first_heartbeat_seconds", "gap", "ranks", "stall", "started_at", "startup_reported")
+    __slots__ = (
+        "dead",
+        "first_heartbeat_seconds",
+        "gap",
+        "ranks",
+        "stall",
+        "start_known",
+        "started_at",
+        "startup_reported",
+    )
 
-    def __init__(self, world_size: int, started_at: float) -> None:
+    def __init__(self, world_size: int, started_at: float, start_known: bool = True) -> None:
         self.started_at = started_at
+        self.start_known = start_known
         self.ranks = [_Rank() for _ in range(world_size)]
         self.first_heartbeat_seconds: float | None = None  # max over ranks of (first heartbeat - start)
         self.gap: dict[str, _AdaptiveTimeout] = {}
@@ -139,8 +149,9 @@ class HeartbeatMonitor:
             return
         job = self._jobs.get(hb.job_id)
         if job is None:
-            self.register_job(hb.job_id, hb.world_size, min(hb.ts, now))
-            job = self._jobs[hb.job_id]
+            # Never registered: when it started is unknown, so time-to-first-heartbeat teaches nothing and
+            # ranks not yet seen get the full first-heartbeat timeout.
+            job = self._jobs[hb.job_id] = _Job(hb.world_size, min(hb.ts, now), start_known=False)
         r = job.rank(hb.rank)
         ts = hb.ts
         if r.dead_since is not None:
@@ -312,6 +323,8 @@ class HeartbeatMonitor:
         return sorted(hung | job.startup_reported)
 
     def _learn_first_heartbeat(self, job: _Job, ts: float) -> None:
+        if not job.start_known:
+            return
         took = max(0.0, ts - job.started_at)
         if job.first_heartbeat_seconds is None or took > job.first_heartbeat_seconds:
             job.first_heartbeat_seconds = took

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from collectors.flight_recorder import progress_from_dump
 from fleetguard.records.runtime import CollectiveProgress
 from straggler.hang import HangDiagnosis, hang_finding, localise_hang
 
@@ -118,3 +119,52 @@ def test_hang_finding_names_kind_suspects_and_host() -> None:
     ev = json.loads(f.evidence_json)
     assert (f.kind, f.severity, f.rank, f.host) == ("hang_localised", "critical", 1, "h1")
     assert (ev["hang_kind"], ev["suspect_ranks"], ev["evict_hardware"]) == ("gpu_stream_blocked", [1], True)
+
+
+def _dump(enqueued: int, started: int, completed: int, op: str = "nccl:all_reduce") -> dict[str, object]:
+    """A rank's flight-recorder dump as PyTorch shapes it (plain containers), one process group "0"."""
+    return {
+        "version": "2.10",
+        "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"}},
+        "pg_status": {
+            "0": {
+                "last_enqueued_collective": enqueued,
+                "last_started_collective": started,
+                "last_completed_collective": completed,
+            }
+        },
+        "entries": [
+            {
+                "pg_id": 0,
+                "process_group": ("0", "default_pg"),
+                "collective_seq_id": enqueued,
+                "profiling_name": op,
+                "input_sizes": [[1024]],
+                "state": "scheduled",
+            }
+        ],
+    }
+
+
+def test_flight_recorder_dumps_localise_a_mismatched_collective() -> None:
+    dumps = {
+        0: _dump(10, 10, 9),
+        1: _dump(10, 10, 9),
+        2: _dump(10, 10, 9, op="nccl:all_gather"),
+        3: _dump(10, 10, 9),
+    }
+    progress = [
+        p for r, d in dumps.items() for p in progress_from_dump(d, host=f"h{r}", job_id="j", rank=r, ts=5.0)
+    ]
+    d = diag(progress, members={"0": [0, 1, 2, 3]})
+    assert (d.kind, d.suspect_ranks, d.evict_hardware) == ("collective_mismatch", (2,), False)
+
+
+def test_flight_recorder_dumps_with_one_rank_missing_name_it() -> None:
+    progress = [
+        p
+        for r in (0, 1, 3)
+        for p in progress_from_dump(_dump(10, 10, 9), host="h", job_id="j", rank=r, ts=5.0)
+    ]
+    d = diag(progress, members={"0": [0, 1, 2, 3]})
+    assert (d.kind, d.suspect_ranks) == ("host_stuck", (2,))

@@ -222,6 +222,13 @@ def test_heartbeat_of_unknown_job_registers_it() -> None:
     assert m.jobs() == [JOB]
 
 
+def test_job_seen_first_through_a_heartbeat_gives_late_ranks_the_first_heartbeat_timeout() -> None:
+    m = HeartbeatMonitor(HeartbeatConfig(first_heartbeat_timeout_seconds=600.0))
+    for t in range(100, 130):
+        m.observe(hb(0, float(t), step=t), float(t))
+    assert m.check(130.0) == []  # ranks 1-3 have not started yet; nothing says they are late
+
+
 def test_negative_rank_is_counted_and_skipped(mon: HeartbeatMonitor) -> None:
     mon.observe(hb(-1, 1.0), 1.0)
     assert mon.skipped_records == 1
