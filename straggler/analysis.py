@@ -48,6 +48,7 @@ class RuntimeAnalyzer:
         """Start watching a job, or re-arm it after a restart (progress of the old incarnation is dropped).
         `process_groups` names each group's ranks, so a rank that never reports is seen as missing."""
         self.heartbeats.register_job(job_id, world_size, started_at)
+        self.stragglers.forget_job(job_id)  # resumed steps repeat old step numbers; the slow host may be gone
         self._world_size[job_id] = world_size
         self._groups[job_id] = {k: tuple(v) for k, v in (process_groups or {}).items()}
         self._progress.pop(job_id, None)

@@ -5,7 +5,8 @@ time the job's ranks needed for their first heartbeat; afterwards `safety_factor
 on any rank, smoothed by an EMA, learned separately per section (step, checkpoint, eval ...) so a long
 checkpoint is not a hang. Two clocks per rank: silence (no heartbeat at all, e.g. SIGSTOP) and stall
 (heartbeats arrive from a background thread but the step/section does not move, e.g. stuck in a collective).
-Pure logic: time comes only from arguments.
+Pure logic: time comes only from arguments. Heartbeat timestamps and `now` must come from one clock (the
+agent's, on the ranks' own host), since silence is `now - last heartbeat ts`.
 """
 
 from __future__ import annotations

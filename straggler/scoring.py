@@ -34,6 +34,8 @@ class StragglerConfig:
     max_window_steps: int = 200
     sizing_samples: int = 32
     warmup_steps: int = 3  # first steps of a job (compilation, cache warm-up) are not scored
+    # A step this far behind the newest one means the job restarted from a checkpoint: start the job over.
+    restart_step_gap: int = 50
     relative_score_threshold: float = 0.75
     z_threshold: float = 4.0
     min_slowdown_fraction: float = 0.15  # a z-flag also needs the rank this much slower than its group
@@ -146,8 +148,12 @@ class StragglerDetector:
             self.skipped_records += 1
             return
         job = self._jobs.get(t.job_id)
-        if job is None or priority < job.section_priority:
-            # first sight of the job, or a better section than the one scored so far: start over on it
+        if (
+            job is None
+            or priority < job.section_priority
+            or t.step < job.max_step - self.config.restart_step_gap
+        ):
+            # first sight of the job, a better section than the one scored so far, or a restart: start over
             job = self._jobs[t.job_id] = _Job(priority, t.step, self.config.baseline_windows)
         elif priority > job.section_priority:
             return

@@ -178,6 +178,13 @@ def test_rank_that_stops_reporting_is_not_scored() -> None:
     assert all(f.rank != 3 for _, f in found)
 
 
+def test_job_restarted_from_an_earlier_step_is_scored_again() -> None:
+    det = StragglerDetector()
+    run(det, range(300), lambda r, s: 1.0)
+    found = run(det, range(200, 260), lambda r, s: 1.5 if r == 4 else 1.0)  # resumed from step 200
+    assert {f.rank for _, f in found} == {4}
+
+
 def test_bad_durations_are_counted_and_skipped() -> None:
     det = StragglerDetector()
     det.observe(timing(0, 10, float("nan")))
