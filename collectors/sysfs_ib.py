@@ -30,7 +30,8 @@ NOT_COUNTERS: Final = frozenset({"lifespan"})
 PORT_ATTRIBUTES: Final = ("state", "phys_state", "rate", "link_layer")
 DEFAULT_MAX_OPEN_FILES: Final = 256
 
-_O_RDONLY: Final = os.O_RDONLY | os.O_CLOEXEC
+# O_NONBLOCK: a FIFO planted where a counter was must not hang the agent in open(); no effect on files.
+_O_RDONLY: Final = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
 _O_DIRECTORY: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _WORDS: Final = re.compile(rb"[A-Za-z][A-Za-z0-9_ ]{0,47}")
 

@@ -247,6 +247,19 @@ def test_a_dangling_link_in_place_of_a_counter_file_is_counted_and_skipped(tmp_p
     assert collector.problems() == {"not_a_file": 1}
 
 
+@pytest.mark.timeout(20)
+def test_a_fifo_in_place_of_a_counter_file_never_blocks_a_round(tmp_path: Path) -> None:
+    (port, *_) = h100_host(tmp_path)
+    os.mkfifo(port / "hw_counters" / "fifo_at_scan")
+    collector = RdmaCollector(HOST, sysfs_root=str(tmp_path), max_open_files=0)
+    collector.collect(T0)
+    (port / "counters" / "symbol_error").unlink()
+    os.mkfifo(port / "counters" / "symbol_error")  # after the scan: opened at read time
+    batch = collector.collect(T0 + 1)
+    assert not [c for c in batch.nic_counters if c.device == "mlx5_0" and c.counter == "symbol_error"]
+    assert collector.problems() == {"not_a_file": 1, "garbage_value": 1}
+
+
 def test_a_file_that_turns_into_a_folder_between_rounds_is_counted_at_read(tmp_path: Path) -> None:
     (port, *_) = h100_host(tmp_path)
     collector = RdmaCollector(HOST, sysfs_root=str(tmp_path), max_open_files=0)
