@@ -25,10 +25,10 @@ import duckdb
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from predictor.backtest import BacktestConfig, run_backtest, summarise, to_json  # noqa: E402
-from predictor.cli import markdown_table  # noqa: E402
-from predictor.contract import register_inputs  # noqa: E402
-from predictor.dataset import (  # noqa: E402
+from predictor.backtest import BacktestConfig, run_backtest, summarise, to_json
+from predictor.cli import markdown_table
+from predictor.contract import register_inputs
+from predictor.dataset import (
     DatasetSpec,
     build_instances,
     data_end_ts,
@@ -56,16 +56,19 @@ def convert(data: Path, work: Path, top_models: int = 10) -> tuple[Path, Path]:
     models = [
         str(r[0])
         for r in con.execute(
-            "SELECT model FROM bb GROUP BY model ORDER BY count(DISTINCT serial_number) DESC LIMIT ?", [top_models]
+            "SELECT model FROM bb GROUP BY model ORDER BY count(DISTINCT serial_number) DESC LIMIT ?",
+            [top_models],
         ).fetchall()
     ]
     onehot = ", ".join(
-        f"CAST(model = '{m.replace(chr(39), chr(39) * 2)}' AS INTEGER) AS model_{i}" for i, m in enumerate(models)
+        f"CAST(model = '{m.replace(chr(39), chr(39) * 2)}' AS INTEGER) AS model_{i}"
+        for i, m in enumerate(models)
     )
     feats = ", ".join(f'CAST("{c}" AS DOUBLE) AS "{c}"' for c in present)
     con.execute(
         f"COPY (SELECT serial_number AS device_id, CAST(date AS TIMESTAMP) AS ts, "
-        f"CAST(capacity_bytes AS DOUBLE) / 1e12 AS capacity_tb, {feats}, {onehot} FROM bb ORDER BY date, serial_number) "
+        f"CAST(capacity_bytes AS DOUBLE) / 1e12 AS capacity_tb, {feats}, {onehot} "
+        "FROM bb ORDER BY date, serial_number) "
         f"TO '{samples}' (FORMAT parquet)"
     )
     # failure = 1 on the drive's last day: it failed by the end of that day.
@@ -84,7 +87,9 @@ def main() -> None:
     ap.add_argument("--train-window-days", type=float, default=18.0, help="L_train")
     ap.add_argument("--retrain-every-days", type=float, default=1.0, help="Δ")
     ap.add_argument("--pick-train-window", default="", help="comma list of L_train candidates in days")
-    ap.add_argument("--score-censored", action="store_true", help="also score days whose 7-day outcome is cut off")
+    ap.add_argument(
+        "--score-censored", action="store_true", help="also score days whose 7-day outcome is cut off"
+    )
     ap.add_argument("--max-negatives", type=int, default=40_000)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()

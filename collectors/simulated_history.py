@@ -99,7 +99,7 @@ def simulate_failures(spec: HistorySpec) -> FailureTruth:
     keep = np.ones(len(d), dtype=bool)
     keep[1:] = ~((d[1:] == d[:-1]) & (s[1:] - s[:-1] < 24 * 7))
     d, s = d[keep], s[keep]
-    ts = spec.start_ts + s * spec.step_seconds
+    ts = np.asarray(spec.start_ts + s * spec.step_seconds, dtype=np.float64)
     after = ts >= spec.change_ts
     u = rng.random(len(d))
     pattern_idx = np.where(
@@ -209,14 +209,14 @@ def failures_table(truth: FailureTruth) -> pa.Table:
 
 
 def generate(spec: HistorySpec) -> tuple[pa.Table, pa.Table, FailureTruth]:
-    """The whole history in memory: (samples, failures, truth). For small fleets; use write_parquet for big ones."""
+    """The whole history in memory: (samples, failures, truth); for big fleets use write_parquet."""
     truth = simulate_failures(spec)
     samples = pa.concat_tables(list(iter_sample_chunks(spec, truth)))
     return samples, failures_table(truth), truth
 
 
 def write_parquet(spec: HistorySpec, out_dir: Path, gpus_per_chunk: int = 2000) -> tuple[Path, Path, int]:
-    """Write samples/part-NNNNN.parquet (one file per GPU block) and failures.parquet; returns paths and rows."""
+    """Write samples/part-NNNNN.parquet (one per GPU block) and failures.parquet; returns paths, rows."""
     truth = simulate_failures(spec)
     sample_dir = out_dir / "samples"
     sample_dir.mkdir(parents=True, exist_ok=True)

@@ -1,1 +1,1 @@
-"""Failure prediction: datasets from telemetry, single models, cascade/parallel ensembles, sliding backtests."""
+"""Failure prediction: datasets from telemetry, single models, ensembles, sliding-window backtests."""

@@ -91,7 +91,7 @@ def scoring_range(inst: Instances, data_end_ts: float, config: BacktestConfig) -
     )
     # The last instance of a scored period must have its whole horizon inside the data.
     last_instance_limit = data_end_ts - (0.0 if config.score_censored else config.horizon_seconds)
-    n = int(math.floor((last_instance_limit + config.step_seconds - first) / config.period + 1e-9))
+    n = math.floor((last_instance_limit + config.step_seconds - first) / config.period + 1e-9)
     return first, config.period, max(0, n)
 
 
@@ -107,7 +107,8 @@ def run_backtest(
     if n_periods <= 0:
         raise ValueError(
             "history too short for a backtest: need train window + horizon + one period "
-            f"(train window {config.train_window_seconds / 86400:g}d, horizon {config.horizon_seconds / 86400:g}d)"
+            f"(train window {config.train_window_seconds / 86400:g}d, "
+            f"horizon {config.horizon_seconds / 86400:g}d)"
         )
     end = first + n_periods * period
     in_scope = (inst.ts >= first) & (inst.ts < end)
@@ -154,9 +155,15 @@ def run_backtest(
         window = config.train_window_seconds
         if config.train_window_candidates:
             picked = pick_train_window(
-                inst, float(at), config.train_window_candidates, config.validation_seconds,
-                config.horizon_seconds, config.max_train_negatives, config.seed, config.n_jobs,
-            )  # fmt: skip
+                inst,
+                float(at),
+                config.train_window_candidates,
+                config.validation_seconds,
+                config.horizon_seconds,
+                config.max_train_negatives,
+                config.seed,
+                config.n_jobs,
+            )
             window = picked if picked is not None else window
         idx, y = training_indices(
             inst, float(at), window, config.horizon_seconds, config.max_train_negatives, config.seed
@@ -245,10 +252,7 @@ def parse_duration(text: str) -> float:
     units = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "w": 7 * 86400.0}
     t = text.strip().lower()
     try:
-        if t and t[-1] in units:
-            value = float(t[:-1]) * units[t[-1]]
-        else:
-            value = float(t)
+        value = float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
     except ValueError as exc:
         raise ValueError(f"not a duration: {text!r} (use e.g. 7d, 12h, 30m)") from exc
     if value <= 0:

@@ -115,10 +115,20 @@ def _spec(horizon: float, window: float, step: float) -> DatasetSpec:
 @click.option("--out", type=_PATH, required=True, help="Model directory to write.")
 @click.option("--seed", default=0, show_default=True)
 def train_command(
-    samples: Path | None, failures: Path | None, events: Path | None, store: Path | None,
-    failure_xids: str | None, quiet: bool, horizon: float, feature_window: float, step: float,
-    model_name: str, train_window: float | None, out: Path, seed: int,
-) -> None:  # fmt: skip
+    samples: Path | None,
+    failures: Path | None,
+    events: Path | None,
+    store: Path | None,
+    failure_xids: str | None,
+    quiet: bool,
+    horizon: float,
+    feature_window: float,
+    step: float,
+    model_name: str,
+    train_window: float | None,
+    out: Path,
+    seed: int,
+) -> None:
     """Train one model on the history and save it (arrays and JSON, no pickle) to --out."""
     con, inputs = _open(samples, failures, events, store, failure_xids)
     spec = _spec(horizon, feature_window, step)
@@ -136,8 +146,16 @@ def train_command(
         "train_positives": trained.positives,
         "train_pr_auc": trained.train_pr_auc,
     }
-    artifact.save(out, trained.model, spec, inputs.feature_columns, trained.event_kinds, trained.feature_names,
-                  trained.window, metrics)  # fmt: skip
+    artifact.save(
+        out,
+        trained.model,
+        spec,
+        inputs.feature_columns,
+        trained.event_kinds,
+        trained.feature_names,
+        trained.window,
+        metrics,
+    )
     click.echo(
         f"saved {model_name} to {out}: {trained.rows} training instances, {trained.positives} positive"
     )
@@ -160,11 +178,25 @@ def train_command(
 @click.option("--report", type=_PATH, default=None, help="Write a self-contained HTML report here.")
 @click.option("--seed", default=0, show_default=True)
 def evaluate_command(
-    samples: Path | None, failures: Path | None, events: Path | None, store: Path | None,
-    failure_xids: str | None, quiet: bool, horizon: float, feature_window: float, step: float, top_k: int,
-    train_window: float, retrain_every: float, period: float | None, pick_train_window: str | None,
-    models: str, as_json: bool, report: Path | None, seed: int,
-) -> None:  # fmt: skip
+    samples: Path | None,
+    failures: Path | None,
+    events: Path | None,
+    store: Path | None,
+    failure_xids: str | None,
+    quiet: bool,
+    horizon: float,
+    feature_window: float,
+    step: float,
+    top_k: int,
+    train_window: float,
+    retrain_every: float,
+    period: float | None,
+    pick_train_window: str | None,
+    models: str,
+    as_json: bool,
+    report: Path | None,
+    seed: int,
+) -> None:
     """Backtest every model: retrain on the past only, score the next period, walk the whole history."""
     try:
         chosen = model_names([m.strip() for m in models.split(",") if m.strip()])
@@ -184,9 +216,15 @@ def evaluate_command(
     finally:
         con.close()
     config = BacktestConfig(
-        horizon_seconds=horizon, train_window_seconds=train_window, retrain_every_seconds=retrain_every,
-        period_seconds=period, step_seconds=step, models=chosen, train_window_candidates=candidates, seed=seed,
-    )  # fmt: skip
+        horizon_seconds=horizon,
+        train_window_seconds=train_window,
+        retrain_every_seconds=retrain_every,
+        period_seconds=period,
+        step_seconds=step,
+        models=chosen,
+        train_window_candidates=candidates,
+        seed=seed,
+    )
     try:
         result = run_backtest(inst, f_dev, f_ts, end, config, progress=bar("retraining", quiet))
     except ValueError as exc:
@@ -207,13 +245,16 @@ def markdown_table(metrics: dict[str, Any]) -> str:
         return "–" if v is None else f"{v:.{d}f}"
 
     lines = [
-        "| model | precision@K | predictions | hits | recall | PR-AUC | median lead h | precision std | baseline same volume |",
+        "| model | precision@K | predictions | hits | recall | PR-AUC | median lead h | precision std "
+        "| baseline same volume |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, m in metrics.items():
         lines.append(
-            f"| {name} | {f(m.precision_at_k)} | {m.predictions} | {m.hits} | {f(m.recall)} | {f(m.pr_auc)} | "
-            f"{f(m.median_lead_time_hours, 1)} | {f(m.precision_std)} | {f(m.baseline_precision_same_volume)} |"
+            f"| {name} | {f(m.precision_at_k)} | {m.predictions} | {m.hits} | {f(m.recall)} "
+            f"| {f(m.pr_auc)} | "
+            f"{f(m.median_lead_time_hours, 1)} | {f(m.precision_std)} "
+            f"| {f(m.baseline_precision_same_volume)} |"
         )
     return "\n".join(lines)
 
@@ -224,9 +265,16 @@ def markdown_table(metrics: dict[str, Any]) -> str:
 @click.option("--top-k", default=20, show_default=True, help="How many devices to list.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def predict_command(
-    model_dir: Path, samples: Path | None, failures: Path | None, events: Path | None, store: Path | None,
-    failure_xids: str | None, quiet: bool, top_k: int, as_json: bool,
-) -> None:  # fmt: skip
+    model_dir: Path,
+    samples: Path | None,
+    failures: Path | None,
+    events: Path | None,
+    store: Path | None,
+    failure_xids: str | None,
+    quiet: bool,
+    top_k: int,
+    as_json: bool,
+) -> None:
     """Score every device's latest window and list the K most at risk."""
     try:
         loaded = artifact.load(model_dir)
@@ -248,8 +296,16 @@ def predict_command(
         for r, i in enumerate(order, start=1)
     ]
     if as_json:
-        click.echo(json.dumps({"model_id": loaded.model_id, "horizon_hours": loaded.spec.horizon_seconds / 3600,
-                               "predictions": rows}, indent=2))  # fmt: skip
+        click.echo(
+            json.dumps(
+                {
+                    "model_id": loaded.model_id,
+                    "horizon_hours": loaded.spec.horizon_seconds / 3600,
+                    "predictions": rows,
+                },
+                indent=2,
+            )
+        )
         return
     for row in rows:
         click.echo(f"{row['rank']:>3}  {row['device_id']:<32} {row['risk']:.4f}")

@@ -17,8 +17,22 @@ SAMPLES_VIEW = "fg_samples"
 FAILURES_VIEW = "fg_failures"
 EVENTS_VIEW = "fg_events"
 
-_NUMERIC_PREFIXES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
-                     "UBIGINT", "FLOAT", "DOUBLE", "DECIMAL", "BOOLEAN", "REAL")  # fmt: skip
+_NUMERIC_PREFIXES = (
+    "TINYINT",
+    "SMALLINT",
+    "INTEGER",
+    "BIGINT",
+    "HUGEINT",
+    "UTINYINT",
+    "USMALLINT",
+    "UINTEGER",
+    "UBIGINT",
+    "FLOAT",
+    "DOUBLE",
+    "DECIMAL",
+    "BOOLEAN",
+    "REAL",
+)
 _TIME_TYPES = ("TIMESTAMP", "DATE")
 
 
@@ -84,7 +98,8 @@ def _ts_expr(con: duckdb.DuckDBPyConnection, source: str, column_type: str, wher
     ).fetchone()
     if bad is not None and bad[1]:
         raise InputError(
-            f"{where}: column ts: {bad[1]} value(s) are not a time (ISO 8601 or epoch seconds), e.g. {bad[0]!r}"
+            f"{where}: column ts: {bad[1]} value(s) are not a time (ISO 8601 or epoch seconds), "
+            f"e.g. {bad[0]!r}"
         )
     return "epoch(TRY_CAST(CAST(ts AS VARCHAR) AS TIMESTAMPTZ))"
 
@@ -145,14 +160,15 @@ def _register_events(con: duckdb.DuckDBPyConnection, path: Path | None, view: st
     ts_sql = _ts_expr(con, source, columns["ts"], path)
     kind_sql = "CAST(kind AS VARCHAR)" if "kind" in columns else _literal(default_kind)
     con.execute(
-        f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT CAST(device_id AS VARCHAR) AS device_id, {ts_sql} AS ts, "
+        f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT CAST(device_id AS VARCHAR) AS device_id, "
+        f"{ts_sql} AS ts, "
         f"coalesce({kind_sql}, {_literal(default_kind)}) AS kind FROM {source} "
         "WHERE device_id IS NOT NULL AND ts IS NOT NULL"
     )
 
 
 def register_failures(con: duckdb.DuckDBPyConnection, path: Path) -> None:
-    """Register `fg_failures` (device_id, ts, kind); `kind` defaults to 'failure'. An empty file is allowed."""
+    """Register `fg_failures` (device_id, ts, kind); `kind` defaults to 'failure'."""
     con.execute("SET TimeZone = 'UTC'")
     _register_events(con, path, FAILURES_VIEW, "failure")
 

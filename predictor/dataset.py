@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -104,7 +105,8 @@ def build_instances_sql(
     for i, c in enumerate(columns):
         x = quote(c)
         bucket_aggs.append(
-            f"count({x}) AS n{i}, sum({x}) AS s{i}, sum({x} * {x}) AS ss{i}, min({x}) AS lo{i}, max({x}) AS hi{i}, "
+            f"count({x}) AS n{i}, sum({x}) AS s{i}, sum({x} * {x}) AS ss{i}, "
+            f"min({x}) AS lo{i}, max({x}) AS hi{i}, "
             f"arg_min({x}, ts) FILTER (WHERE {x} IS NOT NULL) AS fi{i}, "
             f"arg_max({x}, ts) FILTER (WHERE {x} IS NOT NULL) AS la{i}"
         )
@@ -122,14 +124,16 @@ def build_instances_sql(
             f"min(lo{i}) OVER w AS {quote(c + '__min')}",
             f"max(hi{i}) OVER w AS {quote(c + '__max')}",
             f"last_value(la{i} IGNORE NULLS) OVER w AS {quote(c + '__last')}",
-            f"last_value(la{i} IGNORE NULLS) OVER w - first_value(fi{i} IGNORE NULLS) OVER w AS {quote(c + '__delta')}",
+            f"last_value(la{i} IGNORE NULLS) OVER w - first_value(fi{i} IGNORE NULLS) OVER w "
+            f"AS {quote(c + '__delta')}",
             f"regr_slope(s{i} / nullif(n{i}, 0), b) OVER w AS {quote(c + '__slope')}",
         ]
     for j, k in enumerate(kinds):
         features.append(f"coalesce(sum(e{j}) OVER w, 0) AS {quote('events_' + _safe(k) + '__count')}")
     features += [
         "coalesce(sum(nf) OVER w, 0) AS failures__count",
-        "coalesce((b + 1) * $step - max(last_fail) OVER (PARTITION BY device_id ORDER BY b ROWS UNBOUNDED PRECEDING), "
+        "coalesce((b + 1) * $step - max(last_fail) OVER "
+        "(PARTITION BY device_id ORDER BY b ROWS UNBOUNDED PRECEDING), "
         "1e9) / 3600.0 AS hours_since_last_failure",
     ]
     aggs = ", ".join(bucket_aggs)
@@ -209,14 +213,17 @@ def fetch_instances(
 def _as_float(values: object) -> npt.NDArray[np.float64]:
     """Masked arrays (NULLs) become NaN."""
     if isinstance(values, np.ma.MaskedArray):
-        return np.asarray(values.astype(np.float64).filled(np.nan))
+        masked: Any = values
+        filled: Any = masked.astype(np.float64).filled(np.nan)
+        return np.asarray(filled, dtype=np.float64)
     return np.asarray(values, dtype=np.float64)
 
 
 def data_end_ts(con: duckdb.DuckDBPyConnection) -> float:
     """The time up to which the history is known: the last sample or failure."""
     row = con.execute(
-        f"SELECT greatest((SELECT max(ts) FROM {SAMPLES_VIEW}), coalesce((SELECT max(ts) FROM {FAILURES_VIEW}), 0))"
+        f"SELECT greatest((SELECT max(ts) FROM {SAMPLES_VIEW}), "
+        f"coalesce((SELECT max(ts) FROM {FAILURES_VIEW}), 0))"
     ).fetchone()
     return float(row[0]) if row and row[0] is not None else 0.0
 

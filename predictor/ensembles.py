@@ -29,7 +29,7 @@ def normalised_rank(scores: Scores) -> Scores:
 
 
 class ParallelEnsemble:
-    """Several different models; `score` is their rank average, `member_scores` feeds the top-K intersection."""
+    """Several models: `score` is their rank average; `member_scores` feed the top-K intersection."""
 
     name = "parallel"
 
@@ -52,8 +52,12 @@ class ParallelEnsemble:
         return np.asarray(np.mean(ranks, axis=0))
 
     def save(self, directory: Path) -> dict[str, Any]:
-        return {"members": [save_single(m, directory / f"member{i}") | {"dir": f"member{i}"}
-                            for i, m in enumerate(self.members)]}  # fmt: skip
+        return {
+            "members": [
+                save_single(m, directory / f"member{i}") | {"dir": f"member{i}"}
+                for i, m in enumerate(self.members)
+            ]
+        }
 
     @classmethod
     def load(cls, directory: Path, meta: dict[str, Any]) -> ParallelEnsemble:

@@ -1,4 +1,4 @@
-"""A random forest as flat arrays, scored with a vectorised traversal: saved without pickle, loaded as data."""
+"""A random forest as flat arrays scored by a vectorised traversal: saved without pickle, loaded as data."""
 
 from __future__ import annotations
 
@@ -35,9 +35,14 @@ class ForestArrays:
     @classmethod
     def from_arrays(cls, a: Any) -> ForestArrays:
         return cls(
-            a["rf_left"], a["rf_right"], a["rf_feature"], a["rf_threshold"], a["rf_positive"], a["rf_roots"],
+            a["rf_left"],
+            a["rf_right"],
+            a["rf_feature"],
+            a["rf_threshold"],
+            a["rf_positive"],
+            a["rf_roots"],
             int(a["rf_depth"][0]),
-        )  # fmt: skip
+        )
 
 
 def from_sklearn(forest: Any) -> ForestArrays:

@@ -64,16 +64,16 @@ def train_demo_model(out_dir: Path, seed: int = 0) -> Path:
 class LiveScorer:
     """Scores the GPUs of a store connection with the model saved in `model_dir`."""
 
-    def __init__(self, model_dir: Path, rule: FailureRule = FailureRule()) -> None:
+    def __init__(self, model_dir: Path, rule: FailureRule | None = None) -> None:
         self.loaded = artifact.load(model_dir)
-        self.rule = rule
+        self.rule = rule or FailureRule()
 
     @property
     def horizon_hours(self) -> float:
         return self.loaded.spec.horizon_seconds / 3600.0
 
     def score(self, con: duckdb.DuckDBPyConnection, now: float) -> list[Prediction]:
-        """Risk for every GPU with samples in the model's feature window before `now`, ranked (1 = riskiest)."""
+        """Risk for every GPU with samples in the feature window before `now`, ranked (1 = riskiest)."""
         spec = self.loaded.spec
         since = now - spec.window_seconds - spec.step_seconds
         cur = con.cursor()  # temp views live in this cursor's session, not in the caller's
@@ -124,7 +124,8 @@ def at_risk_findings(predictions: list[Prediction], threshold: float) -> list[Fi
                 kind="at_risk_gpu",
                 severity="critical" if p.risk >= 0.8 else "warning",
                 subject=f"{p.host}/{p.device_id}",
-                summary=f"GPU {p.device_id} on {p.host}: failure risk {p.risk:.2f} within {p.horizon_hours:g} h "
+                summary=f"GPU {p.device_id} on {p.host}: failure risk {p.risk:.2f} "
+                f"within {p.horizon_hours:g} h "
                 f"(rank {p.rank}, model {p.model_id})",
                 host=p.host or None,
                 gpu_uuid=p.device_id,
@@ -135,7 +136,7 @@ def at_risk_findings(predictions: list[Prediction], threshold: float) -> list[Fi
                         "model_id": p.model_id,
                         "threshold": threshold,
                         "horizon_hours": p.horizon_hours,
-                    }  # fmt: skip
+                    }
                 ),
             )
         )

@@ -75,6 +75,12 @@ def _balanced_weights(y: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     return np.where(y > 0, 0.5 * len(y) / pos, 0.5 * len(y) / neg)
 
 
+def _save_npz(path: Path, arrays: dict[str, npt.NDArray[Any]]) -> None:
+    """Plain numeric arrays only, so loading never needs allow_pickle."""
+    savez: Any = np.savez
+    savez(path, **arrays)
+
+
 def _sigmoid(z: npt.NDArray[np.float64]) -> Scores:
     return np.asarray(1.0 / (1.0 + np.exp(-np.clip(z, -50, 50))))
 
@@ -150,7 +156,7 @@ class LogisticModel:
     def save(self, directory: Path) -> dict[str, Any]:
         assert self.std is not None
         arrays = self.std.arrays("std_") | {"coef": self.coef, "intercept": np.array([self.intercept])}
-        np.savez(directory / "logistic.npz", **arrays)
+        _save_npz(directory / "logistic.npz", arrays)
         return {"file": "logistic.npz"}
 
     @classmethod
@@ -211,7 +217,7 @@ class MLPModel:
         for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
             arrays[f"w{i}"] = w
             arrays[f"b{i}"] = b
-        np.savez(directory / "mlp.npz", **arrays)
+        _save_npz(directory / "mlp.npz", arrays)
         return {"file": "mlp.npz", "layers": len(self.weights), "hidden": list(self.hidden)}
 
     @classmethod
@@ -254,7 +260,7 @@ class RandomForestModel:
 
     def save(self, directory: Path) -> dict[str, Any]:
         assert self.std is not None and self.forest is not None
-        np.savez(directory / "random_forest.npz", **(self.std.arrays("std_") | self.forest.arrays()))
+        _save_npz(directory / "random_forest.npz", self.std.arrays("std_") | self.forest.arrays())
         return {"file": "random_forest.npz", "params": self.params}
 
     @classmethod

@@ -63,21 +63,26 @@ def _axes(x_label: str, y_label: str, x_ticks: Sequence[tuple[float, str]]) -> s
     for frac, text in x_ticks:
         x = _PAD + frac * (_W - 2 * _PAD)
         parts.append(
-            f'<text x="{x:.1f}" y="{_H - _PAD + 14}" font-size="10" text-anchor="middle">{html.escape(text)}</text>'
+            f'<text x="{x:.1f}" y="{_H - _PAD + 14}" font-size="10" text-anchor="middle">'
+            f"{html.escape(text)}</text>"
         )
     return "".join(parts)
 
 
 def _legend(names: Sequence[str]) -> str:
     return "".join(
-        f'<rect x="{_W - 130}" y="{12 + 14 * i}" width="10" height="10" fill="{_COLOURS[i % len(_COLOURS)]}"/>'
+        f'<rect x="{_W - 130}" y="{12 + 14 * i}" width="10" height="10" '
+        f'fill="{_COLOURS[i % len(_COLOURS)]}"/>'
         f'<text x="{_W - 115}" y="{21 + 14 * i}" font-size="10">{html.escape(n)}</text>'
         for i, n in enumerate(names)
     )
 
 
 def _svg(body: str) -> str:
-    return f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" viewBox="0 0 {_W} {_H}">{body}</svg>'
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" viewBox="0 0 {_W} {_H}">'
+        f"{body}</svg>"
+    )
 
 
 def _day(ts: float) -> str:
@@ -141,6 +146,7 @@ def render(
         f"<td>{r.positives}</td><td>{_day(r.max_train_ts)}</td></tr>"
         for r in result.retrains
     )
+    first_day = _day(scored.period_starts[0]) if len(scored.period_starts) else "–"
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:sans-serif;margin:2em;color:#222}}table{{border-collapse:collapse}}
@@ -148,15 +154,19 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}td:first-child{{t
 .charts{{display:flex;flex-wrap:wrap;gap:1em}}</style></head><body>
 <h1>{html.escape(title)}</h1>
 <p>K = {k} per period of {cfg.period / 86400:g} d; horizon {cfg.horizon_seconds / 86400:g} d;
-{len(scored.period_starts)} periods from {_day(scored.period_starts[0]) if len(scored.period_starts) else "–"};
+{len(scored.period_starts)} periods from {first_day};
 retrain every {cfg.retrain_every_seconds / 86400:g} d on the last {cfg.train_window_seconds / 86400:g} d.
 <code>xgboost_static</code> is trained once on the first window. Baseline = xgboost_static's precision at the
 same number of predictions per period.</p>
 <table><tr><th>model</th><th>precision@K</th><th>predictions</th><th>hits</th><th>recall</th><th>PR-AUC</th>
 <th>median lead (h)</th><th>precision std</th><th>baseline same volume</th></tr>{rows}</table>
-<div class="charts"><figure>{pr_svg}<figcaption>Precision-recall over all scored instances</figcaption></figure>
+<div class="charts">
+<figure>{pr_svg}<figcaption>Precision-recall over all scored instances</figcaption></figure>
 <figure>{prec_svg}<figcaption>Precision@{k} per period</figcaption></figure>
-<figure>{rec_svg}<figcaption>Recall per period (failures in the period caught beforehand)</figcaption></figure></div>
-<h2>Retrains</h2><table><tr><th>at</th><th>L_train</th><th>rows</th><th>positives</th><th>last training instance</th></tr>
+<figure>{rec_svg}<figcaption>Recall per period (failures in the period caught beforehand)</figcaption>
+</figure></div>
+<h2>Retrains</h2>
+<table><tr><th>at</th><th>L_train</th><th>rows</th><th>positives</th><th>last training instance</th>
+</tr>
 {retrains}</table></body></html>
 """

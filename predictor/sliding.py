@@ -33,7 +33,7 @@ def training_indices(
     max_negatives: int,
     seed: int,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
-    """Instances in [at - L_train, at) with labels known at `at`; negatives sampled down to `max_negatives`."""
+    """Instances in [at - L_train, at) with labels known at `at`; negatives sampled to `max_negatives`."""
     known = labels_known_at(inst, at, horizon_seconds)
     in_window = (inst.ts >= at - window_seconds) & (inst.ts < at) & ~np.isnan(known)
     idx = np.flatnonzero(in_window)

@@ -36,12 +36,13 @@ def train_on_history(
     max_negatives: int = 200_000,
     n_jobs: int = 2,
 ) -> tuple[Model, npt.NDArray[np.int64], npt.NDArray[np.float64]]:
-    """Fit `name` on the instances whose labels are known at the end of the data (the last L_train of them)."""
+    """Fit `name` on the instances whose labels are known at the end of the data (last L_train of them)."""
     window = train_window_seconds or float(data_end_ts - inst.ts.min() + spec.step_seconds)
     idx, y = training_indices(inst, data_end_ts + 1e-6, window, spec.horizon_seconds, max_negatives, seed)
     if y.sum() == 0 or y.sum() == len(y):
         raise ValueError(
-            f"cannot train: {int(y.sum())} positive and {int(len(y) - y.sum())} negative instances with known "
+            f"cannot train: {int(y.sum())} positive and {int(len(y) - y.sum())} negative instances "
+            "with known "
             "labels (need failures in the history and a horizon's worth of data after some samples)"
         )
     model = make_any(name, n_jobs)

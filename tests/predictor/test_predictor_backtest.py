@@ -39,9 +39,13 @@ def instances(small_history: History) -> tuple[Instances, np.ndarray, np.ndarray
 def result(instances: tuple[Instances, np.ndarray, np.ndarray, float]) -> BacktestResult:
     inst, f_dev, f_ts, end = instances
     config = BacktestConfig(
-        train_window_seconds=14 * DAY, retrain_every_seconds=7 * DAY, period_seconds=DAY, n_jobs=1,
-        models=("xgboost", "logistic", "parallel", "cascade"), parallel_members=("xgboost", "logistic"),
-    )  # fmt: skip
+        train_window_seconds=14 * DAY,
+        retrain_every_seconds=7 * DAY,
+        period_seconds=DAY,
+        n_jobs=1,
+        models=("xgboost", "logistic", "parallel", "cascade"),
+        parallel_members=("xgboost", "logistic"),
+    )
     return run_backtest(inst, f_dev, f_ts, end, config)
 
 
@@ -81,8 +85,16 @@ def test_every_model_scores_every_instance_of_every_period(result: BacktestResul
 def test_json_has_the_issues_shape(result: BacktestResult) -> None:
     out = to_json(result, 5, summarise(result, 5))
     assert out["k"] == 5 and out["horizon"] == "7d" and out["periods"] == len(result.scored.period_starts)
-    expected = {"precision_at_k", "recall", "predictions", "hits", "pr_auc", "median_lead_time_hours",
-                "precision_std", "baseline_precision_same_volume"}  # fmt: skip
+    expected = {
+        "precision_at_k",
+        "recall",
+        "predictions",
+        "hits",
+        "pr_auc",
+        "median_lead_time_hours",
+        "precision_std",
+        "baseline_precision_same_volume",
+    }
     assert {"xgboost_static", "xgboost", "logistic", "parallel", "cascade"} <= set(out["models"])
     for metrics in out["models"].values():
         assert set(metrics) == expected

@@ -30,9 +30,25 @@ def test_evaluate_prints_json_in_the_issues_shape_and_writes_a_report(
     small_history: History, tmp_path: Path
 ) -> None:
     report = tmp_path / "report.html"
-    args = [*_inputs(small_history), "--horizon", "7d", "--top-k", "5", "--train-window", "14d",
-            "--retrain-every", "14d", "--period", "1d", "--models", "xgboost,logistic,cascade",
-            "--json", "--report", str(report), "--quiet"]  # fmt: skip
+    args = [
+        *_inputs(small_history),
+        "--horizon",
+        "7d",
+        "--top-k",
+        "5",
+        "--train-window",
+        "14d",
+        "--retrain-every",
+        "14d",
+        "--period",
+        "1d",
+        "--models",
+        "xgboost,logistic,cascade",
+        "--json",
+        "--report",
+        str(report),
+        "--quiet",
+    ]
     result = CliRunner().invoke(evaluate_command, args)
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
@@ -50,8 +66,10 @@ def test_train_then_predict_lists_the_riskiest_devices(small_history: History, t
     )
     assert trained.exit_code == 0, trained.output
     assert (out / "model.json").is_file()
-    result = CliRunner().invoke(predict_command, ["--model", str(out), "--samples", str(small_history.samples),
-                                                  "--top-k", "3", "--json"])  # fmt: skip
+    result = CliRunner().invoke(
+        predict_command,
+        ["--model", str(out), "--samples", str(small_history.samples), "--top-k", "3", "--json"],
+    )
     assert result.exit_code == 0, result.output
     preds = json.loads(result.output)["predictions"]
     assert [p["rank"] for p in preds] == [1, 2, 3]
@@ -77,8 +95,10 @@ def test_bad_input_exits_with_the_file_and_column_named(tmp_path: Path, table_wr
 
 
 def test_store_and_samples_together_are_refused(small_history: History, tmp_path: Path) -> None:
-    result = CliRunner().invoke(train_command, [*_inputs(small_history), "--store", str(tmp_path / "x.duckdb"),
-                                                "--out", str(tmp_path / "m")])  # fmt: skip
+    result = CliRunner().invoke(
+        train_command,
+        [*_inputs(small_history), "--store", str(tmp_path / "x.duckdb"), "--out", str(tmp_path / "m")],
+    )
     assert result.exit_code != 0 and "not both" in result.output
 
 

@@ -43,7 +43,7 @@ def test_lead_time_counts_from_the_earliest_catching_prediction() -> None:
     score = np.array([0.9, 0.1, 0.2, 0.9, 0.1, 0.8])
     m = evaluate(s, select_top_k(s.period, s.device_id, score, 2), score, DAY)
     assert m.recall == 1.0
-    # a is caught from day 0 (36 h ahead); c's day-0 pick is outside its horizon, its day-1 pick is 21.6 h ahead.
+    # a is caught from day 0 (36 h ahead); c's day-0 pick is outside its horizon; day 1 is 21.6 h ahead.
     assert m.median_lead_time_hours == pytest.approx((36.0 + 0.9 * 24) / 2)
 
 

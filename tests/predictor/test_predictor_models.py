@@ -70,7 +70,7 @@ def test_model_directory_records_schema_window_metrics_and_versions(tmp_path: Pa
 
 def test_scoring_data_missing_a_trained_column_fails_naming_it(tmp_path: Path) -> None:
     loaded, _, _ = _save(tmp_path, "logistic")
-    with pytest.raises(artifact.ArtifactError, match="schema mismatch.*temp"):
+    with pytest.raises(artifact.ArtifactError, match=r"schema mismatch.*temp"):
         artifact.check_schema(loaded, ("power",), "new.parquet")
 
 

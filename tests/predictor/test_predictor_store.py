@@ -41,7 +41,7 @@ def _samples(hours: int, gpus: int = 4, hot_gpu: int = 0) -> list[GpuSample]:
                     remapped_rows_corrected=int(10 * ramp),
                     pcie_replay_errors=0,
                     nvlink_crc_flit_errors=0,
-                )  # fmt: skip
+                )
             )
     return out
 
@@ -79,7 +79,7 @@ def store_path(tmp_path: Path) -> Path:
                     message="lost",
                     gpu_index=3,
                 ),
-            ]  # fmt: skip
+            ]
         )
     return path
 
