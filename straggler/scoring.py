@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -74,12 +75,16 @@ class _Rank:
         "last_step",
         "lost_seconds",
         "onset_step",
+        "ordered",
+        "rank",
         "reported_at_streak",
         "streak",
     )
 
-    def __init__(self, window_steps: int, group: str) -> None:
-        self.durations: deque[float] = deque(maxlen=window_steps)
+    def __init__(self, rank: int, window_steps: int, group: str) -> None:
+        self.rank = rank
+        self.durations: deque[float] = deque(maxlen=window_steps)  # arrival order, to know what leaves
+        self.ordered: list[float] = []  # the same values kept sorted, so the median is one index
         self.group = group
         self.host: str | None = None
         self.last_step = -1
@@ -166,8 +171,12 @@ class StragglerDetector:
             return
         r = job.ranks.get(t.rank)
         if r is None:
-            r = job.ranks[t.rank] = _Rank(job.window_steps, self.config.group_of(t.rank))
-        r.durations.append(d)
+            r = job.ranks[t.rank] = _Rank(t.rank, job.window_steps, self.config.group_of(t.rank))
+        window = r.durations
+        if len(window) == window.maxlen:
+            del r.ordered[bisect_left(r.ordered, window[0])]
+        window.append(d)
+        insort(r.ordered, d)
         r.host = t.host
         if t.step > r.last_step:
             r.last_step = t.step
@@ -202,23 +211,25 @@ class StragglerDetector:
         job.last_eval_step = job.max_step
         self.windows_evaluated += 1
         mid, odd = w // 2, w % 2
-        # silent this window (hung, dead, restarted): no opinion, and its streak ends below
-        active = [(rank, r) for rank, r in job.ranks.items() if r.last_step > since and len(r.durations) >= w]
-        ranks = [rank for rank, _ in active]
+        # silent this window (hung, dead, restarted): no opinion, and its streak ends below. Medians are
+        # read from the incrementally sorted windows: the tick allocates a few lists, not one per rank,
+        # which also keeps Python's cyclic GC from running inside it.
+        active = [r for r in job.ranks.values() if r.last_step > since and len(r.ordered) >= w]
+        ranks = [r.rank for r in active]
         if odd:
-            medians = [sorted(r.durations)[mid] for _, r in active]
+            medians = [r.ordered[mid] for r in active]
         else:
-            medians = [0.5 * (d[mid - 1] + d[mid]) for d in (sorted(r.durations) for _, r in active)]
+            medians = [0.5 * (r.ordered[mid - 1] + r.ordered[mid]) for r in active]
         groups: dict[str, tuple[list[int], list[float]]] = {}
         if c.peer_group is None:
             if ranks:
                 groups["all"] = (ranks, medians)
         else:
-            for (rank, r), m in zip(active, medians, strict=True):
+            for r, m in zip(active, medians, strict=True):
                 g = groups.get(r.group)
                 if g is None:
                     g = groups[r.group] = ([], [])
-                g[0].append(rank)
+                g[0].append(r.rank)
                 g[1].append(m)
         out: list[Finding] = []
         slow_now: set[int] = set()
