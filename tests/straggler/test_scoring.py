@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import statistics
 from collections.abc import Callable
 
 import pytest
@@ -195,3 +196,22 @@ def test_bad_durations_are_counted_and_skipped() -> None:
 def test_bad_config_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="relative_score_threshold"):
         StragglerConfig(relative_score_threshold=1.5)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_window_median_is_the_median_of_the_rank_s_last_window_steps(seed: int) -> None:
+    rng = random.Random(seed)
+    slow: dict[int, float] = {}
+    det = StragglerDetector(StragglerConfig(window_seconds=7.0, min_window_steps=7))
+
+    def seconds(rank: int, step: int) -> float:
+        if rank != 0:
+            return 1.0
+        slow[step] = rng.uniform(2.0, 9.0)  # always slow, never the same twice
+        return slow[step]
+
+    found = run(det, range(120), seconds, ranks=8)
+    step, f = found[0]
+    w = int(evidence(f)["window_steps"])  # type: ignore[call-overload]
+    expected = statistics.median(slow[s] for s in range(step - w + 1, step + 1))
+    assert evidence(f)["rank_median_seconds"] == pytest.approx(expected)
