@@ -29,6 +29,10 @@ class HeartbeatConfig:
     min_timeout_seconds: float = 3.0
     # Until any rank of the job has sent its first heartbeat (imports, rendezvous, checkpoint load).
     first_heartbeat_timeout_seconds: float = 600.0
+    # Once some ranks have started, the others get safety x their start-up time, but never less than this:
+    # workers of one job import and rendezvous at different speeds, and a caller that registers the job
+    # at its first heartbeat makes that start-up time look like zero.
+    min_first_heartbeat_timeout_seconds: float = 30.0
     # Sections that run rarely (the first checkpoint has no learned duration) start from at least this.
     section_initial_timeout_seconds: Mapping[str, float] = field(
         default_factory=lambda: {"checkpoint": 600.0, "eval": 600.0}
@@ -253,7 +257,9 @@ class HeartbeatMonitor:
         out: list[Finding] = []
         gap_cache: dict[str, float] = {}
         stall_cache: dict[str, float] = {}
-        startup_timeout = self._initial_timeout(job, DEFAULT_SECTION)
+        startup_timeout = max(
+            self.config.min_first_heartbeat_timeout_seconds, self._initial_timeout(job, DEFAULT_SECTION)
+        )
         for rank, r in enumerate(ranks):
             if r.finished or r.hung_since is not None:
                 continue

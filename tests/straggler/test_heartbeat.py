@@ -177,13 +177,22 @@ def test_section_timeouts_are_learned_separately(mon: HeartbeatMonitor) -> None:
 
 
 def test_rank_that_never_sends_a_first_heartbeat_is_hung(mon: HeartbeatMonitor) -> None:
-    for t in range(2, 20):  # ranks 0-2 start after 2 s: rank 3 may take 5 x 2 = 10 s
+    for t in range(8, 60):  # ranks 0-2 start after 8 s: rank 3 may take 5 x 8 = 40 s
         for r in range(3):
             mon.observe(hb(r, float(t), step=t), float(t))
-    assert mon.check(9.5) == []
-    found = mon.check(10.5)
+        if t < 40:
+            assert mon.check(float(t)) == []
+    found = mon.check(40.5)
     assert kinds(found) == [("hung_rank", 3)]
     assert json.loads(found[0].evidence_json)["cause"] == "no_first_heartbeat"
+
+
+def test_quick_starters_do_not_make_the_start_up_timeout_tiny(mon: HeartbeatMonitor) -> None:
+    for t in range(0, 29):  # ranks 0-2 beat from t=0, as if registered at their first heartbeat
+        for r in range(3):
+            mon.observe(hb(r, float(t), step=t), float(t))
+        assert mon.check(float(t)) == []
+    assert kinds(mon.check(30.5)) == [("hung_rank", 3)]
 
 
 def test_no_heartbeat_from_any_rank_waits_for_the_first_heartbeat_timeout() -> None:
