@@ -114,11 +114,23 @@ def load_checkpoint(root: Path, step: int, rank: int, model: nn.Module, opt: tor
     opt.load_state_dict(state["optimizer"])
 
 
+def init_process_group(attempt: int) -> None:
+    """gloo over torchrun's store, with keys scoped to this restart attempt: a restarted worker group must not
+    read the previous group's (now dead) peer addresses from the long-lived store."""
+    store, rank, world = next(dist.rendezvous("env://"))
+    dist.init_process_group(
+        "gloo",
+        store=dist.PrefixStore(f"fleetguard-example/attempt-{attempt}", store),
+        rank=rank,
+        world_size=world,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    init_process_group(attempt)
+    rank, world = dist.get_rank(), dist.get_world_size()
     events = Events(args.events, rank, attempt)
     fg.attach(heartbeat_interval_seconds=args.heartbeat_seconds)
     events.emit("start", world_size=world)

@@ -80,6 +80,8 @@ class Analyzer(Protocol):
 
     def register_job(self, job_id: str, world_size: int, started_at: float) -> None: ...
 
+    def forget_job(self, job_id: str) -> None: ...
+
     def observe(self, record: RuntimeRecord) -> None: ...
 
     def process_exited(self, job_id: str, rank: int, exit_code: int | None, now: float) -> None: ...
@@ -200,6 +202,9 @@ class RuntimeService:
         if info is None:
             return  # a pid this rank no longer uses
         incarnation = self.ranks.restarts(job_id)
+        log.debug(
+            "exit %s (incarnation %d, crashed %s)", process_exit, incarnation, self._crashed_incarnation
+        )
         if self._crashed_incarnation.get(job_id) == incarnation and info.status != "finished":
             # torchrun tears down the other workers after the first failure: their exits are a consequence
             self.stats.collateral_exits += 1
@@ -241,6 +246,9 @@ class RuntimeService:
                 self._wait_for_checkpoint(request.job_id, checkpoint_before)
             if request.action == "restart":
                 self._expected_exits.update(self.ranks.live_pids(request.job_id).values())
+                with self._analysis_lock:
+                    # the group we are about to kill goes silent on purpose; its next incarnation re-registers
+                    self.analyzer.forget_job(request.job_id)
             if request.action == "checkpoint":
                 job = self.ranks.job(request.job_id)
                 checkpoint_before = job.checkpoint_step if job else None

@@ -1,0 +1,61 @@
+"""examples/train_ddp.py under a real `torchrun --nproc-per-node 4 --max-restarts 3` with the RuntimeService:
+a killed, a hung and a slow rank are each named, the job restarts and resumes from its latest checkpoint;
+a healthy run raises no finding."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.runtime.torchrun_job import Runtime, TorchrunJob, run_fault, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
+
+
+def test_a_rank_killed_with_sigkill_is_named_and_the_job_resumes_from_its_checkpoint(tmp_path: Path) -> None:
+    result = run_fault(tmp_path, "kill", rank=2, finding_kinds=("dead_rank",))
+    assert (result.finding.kind, result.finding.rank) == ("dead_rank", 2)
+    assert json.loads(result.finding.evidence_json)["exit_code"] == -9
+    assert result.detected_seconds < 2.0
+    assert result.checkpoint_before_fault is not None
+    assert result.resumed_step >= result.checkpoint_before_fault
+    assert any(a.action == "restart" and a.finding_id == result.finding.finding_id for a in result.actions)
+
+
+def test_a_rank_hung_with_sigstop_is_localised_and_the_group_is_restarted(tmp_path: Path) -> None:
+    result = run_fault(tmp_path, "hang", rank=1, finding_kinds=("hang_localised",))
+    evidence = json.loads(result.finding.evidence_json)
+    assert evidence["suspect_ranks"] == [1]
+    assert result.detected_seconds < 15.0
+    [restart] = [a for a in result.actions if a.action == "restart"]
+    assert (restart.outcome, restart.finding_id) == ("succeeded", result.finding.finding_id)
+    assert result.checkpoint_before_fault is not None
+    assert result.resumed_step >= result.checkpoint_before_fault
+
+
+def test_a_slow_rank_is_flagged_checkpointed_and_restarted(tmp_path: Path) -> None:
+    result = run_fault(tmp_path, "slow", rank=3, finding_kinds=("straggler",))
+    assert (result.finding.kind, result.finding.rank) == ("straggler", 3)
+    assert result.detected_seconds < 30.0
+    actions = [(a.action, a.outcome) for a in result.actions if a.finding_id == result.finding.finding_id]
+    assert actions[:2] == [("checkpoint", "requested"), ("restart", "succeeded")]
+    # the requested checkpoint is the one the restarted group resumes from
+    assert result.resumed_step == result.checkpoint_before_fault
+
+
+def test_a_healthy_run_raises_no_finding(tmp_path: Path) -> None:
+    runtime = Runtime()
+    endpoint = runtime.start()
+    job = TorchrunJob(tmp_path, endpoint, steps=120, step_seconds=0.1)
+    try:
+        wait_until(lambda: job.proc.poll() is not None, 150, "the job to finish")
+        time.sleep(1.5)  # let the service see the last exits and run its next ticks
+        assert job.proc.returncode == 0, job.log_tail()
+        assert [e["rank"] for e in job.events("done")] != []
+        assert [s.record.summary for s in runtime.findings()] == []
+    finally:
+        job.stop()
+        runtime.stop()
