@@ -53,7 +53,7 @@ REPORT_PATH = "/v1/report"
 PROTOCOL_VERSION = 1
 # Enough for minutes of per-step sections at any realistic step rate; beyond it the oldest timings go first.
 MAX_QUEUED_TIMINGS = 8192
-MAX_TIMINGS_PER_REPORT = 2048
+MAX_TIMINGS_PER_REPORT = MAX_QUEUED_TIMINGS  # one report drains the whole queue
 REQUEST_TIMEOUT_SECONDS = 0.5
 
 log = logging.getLogger("fleetguard.client")

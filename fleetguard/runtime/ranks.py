@@ -55,6 +55,7 @@ class RankRegistry:
             restarted = False
             if info is None:
                 info = RankInfo(heartbeat.rank, heartbeat.local_rank, heartbeat.world_size, heartbeat.pid)
+                info.pids_seen.append(heartbeat.pid)
                 job.ranks[heartbeat.rank] = info
             if heartbeat.pid not in info.pids_seen:
                 before = job.restarts

@@ -6,6 +6,7 @@ endpoint from FLEETGUARD_AGENT_URL either way)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -158,10 +159,8 @@ class TorchrunJob:
         self._log.close()
         # workers run in their own sessions: make sure none outlives the test
         for e in self.events("start"):
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(int(e["pid"]), signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
         return self.proc.returncode
 
     def log_tail(self, chars: int = 3000) -> str:
