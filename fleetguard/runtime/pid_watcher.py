@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import select
+import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -131,6 +132,9 @@ class PidWatcher:
                 del self._watched[pid]
                 if watched.pidfd is not None:
                     os.close(watched.pidfd)
+        # Several exits in one round: a launcher's SIGTERM teardown follows the real failure, so report the
+        # others first (dict order is registration order, which says nothing about who died first).
+        exits.sort(key=lambda e: e.exit_code == -signal.SIGTERM)
         return exits
 
     def _run(self) -> None:

@@ -113,3 +113,17 @@ def test_stat_parsing_survives_parentheses_in_the_command_name() -> None:
 def test_wait_status_decoding() -> None:
     assert decode_wait_status(3 << 8) == 3
     assert decode_wait_status(signal.SIGTERM) == -signal.SIGTERM
+
+
+def test_in_one_round_a_sigterm_teardown_is_reported_after_the_failure_it_follows() -> None:
+    victim, bystander = sleeper(), sleeper()
+    watcher = PidWatcher(lambda e: None)
+    watcher.watch(bystander.pid, ("job", 0))  # registered first
+    watcher.watch(victim.pid, ("job", 1))
+    os.kill(victim.pid, signal.SIGKILL)
+    os.kill(bystander.pid, signal.SIGTERM)
+    victim.wait()  # reaped: exit code unknown to /proc
+    os.waitid(os.P_PID, bystander.pid, os.WEXITED | os.WNOWAIT)  # dead, still a zombie with its code
+    exits = watcher._collect_exits()
+    bystander.wait()
+    assert [e.key for e in exits] == [("job", 1), ("job", 0)]
