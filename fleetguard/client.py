@@ -17,9 +17,7 @@ loopback agent once per heartbeat interval, and the response carries the command
 
 from __future__ import annotations
 
-import logging
 import os
-import socket
 import threading
 import time
 from collections import deque
@@ -56,7 +54,14 @@ MAX_QUEUED_TIMINGS = 8192
 MAX_TIMINGS_PER_REPORT = MAX_QUEUED_TIMINGS  # one report drains the whole queue
 REQUEST_TIMEOUT_SECONDS = 0.5
 
-log = logging.getLogger("fleetguard.client")
+LOGGER_NAME = "fleetguard.client"
+
+
+def _log() -> Any:
+    """The client's logger, imported on first use: `logging` alone would eat a third of the import budget."""
+    import logging
+
+    return logging.getLogger(LOGGER_NAME)
 
 
 class Identity:
@@ -81,7 +86,7 @@ class Identity:
             rank=_int_env(e, "RANK", 0),
             local_rank=_int_env(e, "LOCAL_RANK", 0),
             world_size=_int_env(e, "WORLD_SIZE", 1),
-            host=socket.gethostname(),
+            host=os.uname().nodename,  # what socket.gethostname() returns, without importing socket
             pid=os.getpid(),
         )
 
@@ -285,7 +290,7 @@ class Client:
                 self._wake.wait(self.heartbeat_interval_seconds)
                 self._wake.clear()
         except BaseException as exc:  # the thread must never take the process down
-            log.debug("fleetguard client thread ended: %r", exc)
+            _log().debug("fleetguard client thread ended: %r", exc)
         finally:
             self._disconnect()
 
@@ -299,7 +304,7 @@ class Client:
             self._disconnect()
             if not self._warned:
                 self._warned = True
-                log.warning(
+                _log().warning(
                     "fleetguard: no agent at %s (%s); training continues, reports are dropped",
                     self.endpoint,
                     exc,
@@ -365,7 +370,7 @@ class Client:
             try:
                 conn.close()
             except Exception as exc:
-                log.debug("closing the agent connection: %r", exc)
+                _log().debug("closing the agent connection: %r", exc)
 
     def _apply(self, response: Any) -> None:
         commands = response.get("commands", []) if isinstance(response, dict) else []
@@ -390,7 +395,7 @@ def _call_quietly(callback: Callable[[], object], what: str) -> None:
     try:
         callback()
     except Exception:
-        log.exception("fleetguard: %s callback failed (training continues)", what)
+        _log().exception("fleetguard: %s callback failed (training continues)", what)
 
 
 def _int_env(env: Any, name: str, default: int) -> int:

@@ -59,7 +59,7 @@ def test_fleetguard_job_id_wins_over_the_torchelastic_run_id() -> None:
 
 def test_without_an_agent_reports_fail_quietly_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
     client = fg.Client(identity(), endpoint=f"127.0.0.1:{unused_port()}", start=False)
-    with caplog.at_level(logging.WARNING, logger="fleetguard.client"):
+    with caplog.at_level(logging.WARNING, logger=fg.LOGGER_NAME):
         client.step(1)
         with client.section("compute"):
             pass
