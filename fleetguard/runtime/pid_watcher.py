@@ -6,6 +6,7 @@ before torchrun tears down the others; where pidfds are unavailable /proc is pol
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
@@ -69,7 +70,8 @@ class PidWatcher:
                 except OSError as exc:
                     log.debug("pidfd_open(%d) failed, polling it instead: %s", pid, exc)
             self._watched[pid] = _Watched(key, state.start_ticks, pidfd)
-        os.write(self._wake_w, b"w")  # re-arm poll() with the new pidfd
+        with contextlib.suppress(OSError):  # after stop() there is nothing to wake
+            os.write(self._wake_w, b"w")  # re-arm poll() with the new pidfd
         return True
 
     def unwatch(self, pid: int) -> None:

@@ -76,6 +76,7 @@ class RuntimeServer:
         self._httpd = server_class((address, port), _make_handler(self))
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
+        self.stopping = False
 
     @property
     def port(self) -> int:
@@ -95,7 +96,9 @@ class RuntimeServer:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop serving and close the socket (also for a server that was never started)."""
+        """Stop serving and close the socket (also for a server that was never started). Keep-alive
+        connections outlive the listening socket, so their handlers answer 503 and hang up from now on."""
+        self.stopping = True
         if self._thread is not None:
             self._httpd.shutdown()  # waits for serve_forever, so only when it runs
             self._thread.join(timeout=5)
@@ -131,6 +134,10 @@ def _make_handler(server: RuntimeServer) -> type[BaseHTTPRequestHandler]:
         server_version = "fleetguard-runtime"
 
         def do_POST(self) -> None:
+            if server.stopping:
+                self.close_connection = True
+                self._reply(503, {"error": "agent is stopping"})
+                return
             if self.path != REPORT_PATH:
                 self._reply(404, {"error": f"unknown path {self.path}"})
                 return

@@ -101,3 +101,17 @@ def test_a_failing_report_handler_is_a_500_not_a_dead_server() -> None:
         assert server.stats.handler_errors == 2
     finally:
         server.stop()
+
+
+def test_a_kept_alive_connection_is_refused_once_the_server_stops() -> None:
+    server = RuntimeServer(lambda r: [], host="agent", clock=FakeClock(), port=0)
+    server.start()
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    conn.request("POST", "/v1/report", body=report_body())
+    first = conn.getresponse()
+    first.read()
+    assert first.status == 200
+    server.stop()
+    conn.request("POST", "/v1/report", body=report_body())
+    assert conn.getresponse().status == 503
+    conn.close()

@@ -282,3 +282,32 @@ def test_a_job_never_seen_has_an_empty_action_state() -> None:
     assert service.planner.state("nope").restarts == ()  # type: ignore[attr-defined]
     assert service.ranks.job("nope") is None
     service.stop()
+
+
+def test_a_crash_loop_is_stopped_with_a_stop_command_instead_of_a_fourth_restart(ranks) -> None:
+    clock, sink = FakeClock(), Sink()
+    service = make_service(clock, sink, policy={"cooldown_seconds": 10.0})
+    planned: list[str] = []
+    for attempt in range(4):
+        # every incarnation reports the same checkpoint: no progress between restarts
+        report(service, clock, 0, ranks[attempt].pid, step=3, checkpoint_step=20)
+        crash = Finding(
+            clock.time(),
+            f"f-{attempt}",
+            "dead_rank",
+            "critical",
+            "job/job-a/rank/0",
+            "dead",
+            job_id="job-a",
+            rank=0,
+        )
+        planned.extend(r.action for r in service.planner(crash, service.ranks.job("job-a")))
+        clock.advance(60.0)
+    assert planned == ["restart", "restart", "restart", "stop_crash_loop"]
+    stop = Finding(
+        clock.time(), "f-s", "dead_rank", "critical", "job/job-a/rank/0", "dead", job_id="job-a", rank=0
+    )
+    [record] = service.run_actions(stop, [ActionRequest("stop_crash_loop", "job-a", "f-s", "crash loop")])
+    assert record.outcome == "requested"
+    assert [c.kind for c in service.commands.take("job-a", 0)] == ["stop"]
+    service.stop()
