@@ -5,7 +5,6 @@ a healthy run raises no finding."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -52,7 +51,10 @@ def test_a_healthy_run_raises_no_finding(tmp_path: Path) -> None:
     job = TorchrunJob(tmp_path, endpoint, steps=120, step_seconds=0.1)
     try:
         wait_until(lambda: job.proc.poll() is not None, 150, "the job to finish")
-        time.sleep(1.5)  # let the service see the last exits and run its next ticks
+        service = runtime.service
+        assert service is not None
+        wait_until(lambda: not service.ranks.live_pids("ddp-test"), 10, "the watcher to see every rank exit")
+        service.tick_once()  # one more analysis round after the last exit
         assert job.proc.returncode == 0, job.log_tail()
         assert [e["rank"] for e in job.events("done")] != []
         assert [s.record.summary for s in runtime.findings()] == []
