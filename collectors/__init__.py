@@ -1,1 +1,1 @@
-"""Collectors: one module per signal source, each behind the Collector protocol with a real and a simulated impl."""
+"""Collectors: one module per signal source, each behind a Protocol with a real and a simulated impl."""
