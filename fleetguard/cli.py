@@ -38,9 +38,9 @@ class LazyGroup(click.Group):
 @click.group(
     cls=LazyGroup,
     lazy={
-        "train": "predictor.cli:train",
-        "evaluate": "predictor.cli:evaluate",
-        "predict": "predictor.cli:predict",
+        "train": "predictor.cli:train_command",
+        "evaluate": "predictor.cli:evaluate_command",
+        "predict": "predictor.cli:predict_command",
     },
 )
 @click.version_option(__version__, prog_name="fleetguard")

@@ -110,3 +110,21 @@ def test_unknown_duration_is_a_usage_error(small_history: History) -> None:
 def test_simulated_history_parquet_has_the_contract_columns(small_history: History) -> None:
     names = pq.read_schema(next(small_history.samples.glob("*.parquet"))).names
     assert names[:2] == ["device_id", "ts"]
+
+
+def test_the_fleetguard_command_resolves_every_predictor_subcommand() -> None:
+    from fleetguard.cli import cli
+
+    for name in ("train", "evaluate", "predict"):
+        result = CliRunner().invoke(cli, [name, "--help"])
+        assert result.exit_code == 0, result.output
+        assert "--samples" in result.output
+
+
+def test_evaluate_runs_through_the_fleetguard_command(small_history: History) -> None:
+    from fleetguard.cli import cli
+
+    args = [*_inputs(small_history), "--top-k", "3", "--train-window", "14d", "--retrain-every", "14d"]
+    result = CliRunner().invoke(cli, ["evaluate", *args, "--models", "logistic", "--json", "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert set(json.loads(result.output)["models"]) == {"xgboost_static", "logistic"}
