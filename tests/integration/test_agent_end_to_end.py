@@ -40,3 +40,17 @@ def test_metrics_are_served_while_sampling(tmp_path: Path) -> None:
         assert metrics["fleetguard_agent_rounds_total"] >= 2
     finally:
         daemon.stop()
+
+
+def test_the_agent_process_loads_none_of_the_heavy_libraries(tmp_path: Path) -> None:
+    """The host daemon stays light: no pandas, pyarrow, scikit-learn, xgboost or dash in its address space."""
+    daemon = Daemon(["agent", "--simulate", "1x8"], tmp_path, env={"FLEETGUARD_RUNTIME_ENABLED": "true"})
+    try:
+        daemon.wait_for_rounds(2)
+        daemon.metrics()  # a scrape has run the Prometheus collector too
+        maps = Path(f"/proc/{daemon.proc.pid}/maps").read_text()
+    finally:
+        daemon.stop()
+    assert "/_duckdb." in maps  # the check does see the extension modules the agent loads
+    for heavy in ("/pandas/", "/pyarrow/", "/sklearn/", "/xgboost/", "/dash/", "/torch/"):
+        assert heavy not in maps, f"the agent loaded {heavy.strip('/')}"
