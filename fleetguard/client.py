@@ -18,6 +18,7 @@ loopback agent once per heartbeat interval, and the response carries the command
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from collections import deque
@@ -421,6 +422,7 @@ def _split_endpoint(endpoint: str) -> tuple[str, int]:
 
 _client: Client | None = None
 _lock = threading.Lock()
+_uncaught_exception = False
 
 
 def attach(
@@ -439,8 +441,24 @@ def attach(
             _client = Client(identity, chosen, heartbeat_interval_seconds)
             import atexit
 
-            atexit.register(close)
+            sys.excepthook = _noting_uncaught(sys.excepthook)
+            atexit.register(_close_at_exit)
         return _client
+
+
+def _noting_uncaught(previous: Callable[..., object]) -> Callable[..., object]:
+    def hook(*args: object) -> object:
+        global _uncaught_exception
+        _uncaught_exception = True
+        return previous(*args)
+
+    return hook
+
+
+def _close_at_exit() -> None:
+    # A process ending on an uncaught exception (torchrun's SIGTERM reaches a worker as one) did not finish:
+    # its last report keeps saying "running" and the exit code it dies with tells the agent the rest.
+    close("running" if _uncaught_exception else "finished")
 
 
 def current() -> Client | None:

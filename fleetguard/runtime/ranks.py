@@ -20,6 +20,7 @@ class RankInfo:
     last_report_ts: float = 0.0
     alive: bool = True
     pids_seen: list[int] = field(default_factory=list)
+    incarnation: int = 0  # the job's restart count when this rank's current pid first reported
 
 
 @dataclass
@@ -56,6 +57,7 @@ class RankRegistry:
             if info is None:
                 info = RankInfo(heartbeat.rank, heartbeat.local_rank, heartbeat.world_size, heartbeat.pid)
                 info.pids_seen.append(heartbeat.pid)
+                info.incarnation = job.restarts
                 job.ranks[heartbeat.rank] = info
             if heartbeat.pid not in info.pids_seen:
                 before = job.restarts
@@ -63,6 +65,7 @@ class RankRegistry:
                 if job.restarts > before:
                     job.checkpoint_step_at_restart.append(job.checkpoint_step)
                     restarted = True
+                info.incarnation = job.restarts
             info.pid = heartbeat.pid
             info.local_rank = heartbeat.local_rank
             info.world_size = heartbeat.world_size

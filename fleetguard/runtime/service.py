@@ -201,12 +201,13 @@ class RuntimeService:
             return
         if info is None:
             return  # a pid this rank no longer uses
-        incarnation = self.ranks.restarts(job_id)
+        incarnation = info.incarnation
         log.debug(
             "exit %s (incarnation %d, crashed %s)", process_exit, incarnation, self._crashed_incarnation
         )
-        if self._crashed_incarnation.get(job_id) == incarnation and info.status != "finished":
-            # torchrun tears down the other workers after the first failure: their exits are a consequence
+        if self._crashed_incarnation.get(job_id) == incarnation or incarnation < self.ranks.restarts(job_id):
+            # torchrun tears down the other workers after the first failure, and a worker of a group that has
+            # already been replaced can die after its successors report: consequences, not new crashes
             self.stats.collateral_exits += 1
             return
         exit_code = process_exit.exit_code

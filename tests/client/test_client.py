@@ -201,3 +201,22 @@ def test_importing_the_client_is_fast_and_pulls_in_no_third_party_module() -> No
     assert (
         float(seconds) < 0.25
     )  # the < 50 ms budget is measured by bench/client_overhead.py on a quiet machine
+
+
+@pytest.mark.parametrize(
+    ("ending", "status"),
+    [("pass", "finished"), ("raise SystemExit(0)", "finished"), ("raise KeyboardInterrupt", "running")],
+)
+def test_a_process_says_finished_at_exit_only_when_it_did_not_die_of_an_exception(
+    server, ending: str, status: str
+) -> None:
+    srv, collected = server
+    code = (
+        "from fleetguard import client as fg\n"
+        f"fg.attach(job_id='job-a', endpoint='127.0.0.1:{srv.port}', heartbeat_interval_seconds=60)\n"
+        "fg.step(1)\n"
+        f"{ending}\n"
+    )
+    env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "PATH": "/usr/bin:/bin"}
+    subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, timeout=30)
+    assert collected.reports[-1].heartbeat.status == status

@@ -17,6 +17,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240
 def test_a_rank_killed_with_sigkill_is_named_and_the_job_resumes_from_its_checkpoint(tmp_path: Path) -> None:
     result = run_fault(tmp_path, "kill", rank=2, finding_kinds=("dead_rank",))
     assert (result.finding.kind, result.finding.rank) == ("dead_rank", 2)
+    assert {f.rank for f in result.findings} == {2}  # the teardown and the restart blame nobody else
     assert json.loads(result.finding.evidence_json)["exit_code"] == -9
     assert result.detected_seconds < 2.0
     assert result.checkpoint_before_fault is not None
@@ -28,6 +29,8 @@ def test_a_rank_hung_with_sigstop_is_localised_and_the_group_is_restarted(tmp_pa
     result = run_fault(tmp_path, "hang", rank=1, finding_kinds=("hang_localised",))
     evidence = json.loads(result.finding.evidence_json)
     assert evidence["suspect_ranks"] == [1]
+    # its peers wait inside the collective and stall too; nobody is reported dead for the restart
+    assert [f for f in result.findings if f.kind == "dead_rank"] == []
     assert result.detected_seconds < 15.0
     [restart] = [a for a in result.actions if a.action == "restart"]
     assert (restart.outcome, restart.finding_id) == ("succeeded", result.finding.finding_id)
@@ -38,6 +41,7 @@ def test_a_rank_hung_with_sigstop_is_localised_and_the_group_is_restarted(tmp_pa
 def test_a_slow_rank_is_flagged_checkpointed_and_restarted(tmp_path: Path) -> None:
     result = run_fault(tmp_path, "slow", rank=3, finding_kinds=("straggler",))
     assert (result.finding.kind, result.finding.rank) == ("straggler", 3)
+    assert {f.rank for f in result.findings} == {3}  # the restart it caused is not a crash of another rank
     assert result.detected_seconds < 30.0
     actions = [(a.action, a.outcome) for a in result.actions if a.finding_id == result.finding.finding_id]
     assert actions[:2] == [("checkpoint", "requested"), ("restart", "succeeded")]

@@ -311,3 +311,21 @@ def test_a_crash_loop_is_stopped_with_a_stop_command_instead_of_a_fourth_restart
     assert record.outcome == "requested"
     assert [c.kind for c in service.commands.take("job-a", 0)] == ["stop"]
     service.stop()
+
+
+def test_a_worker_of_a_replaced_group_dying_late_is_not_a_new_crash(ranks) -> None:
+    clock, sink = FakeClock(), Sink()
+    service = make_service(clock, sink)
+    old, new = ranks[:2], ranks[2:]
+    for r, p in enumerate(old):
+        report(service, clock, r, p.pid, step=5)
+    service.handle_exit(ProcessExit(old[0].pid, ("job-a", 0), -9))
+    assert [(f.kind, f.rank) for f in service.tick_once()] == [("dead_rank", 0)]
+    report(service, clock, 0, new[0].pid, step=5)  # torchrun's next worker group starts reporting ...
+    service.handle_exit(ProcessExit(old[1].pid, ("job-a", 1), -15))  # ... before the old rank 1 is gone
+    assert service.tick_once() == []
+    assert service.stats.collateral_exits == 1
+    report(service, clock, 1, new[1].pid, step=5)
+    service.handle_exit(ProcessExit(new[1].pid, ("job-a", 1), -9))  # the new group's own crash still counts
+    assert [(f.kind, f.rank) for f in service.tick_once()] == [("dead_rank", 1)]
+    service.stop()

@@ -191,6 +191,7 @@ class FaultResult:
     checkpoint_before_fault: int | None
     resumed_step: int
     actions: list[ActionRecord]
+    findings: list[Finding]  # every finding up to the restarted group's first step
 
 
 def run_fault(
@@ -241,6 +242,7 @@ def run_fault(
             ),
             resumed_step=int(resume["step"]),
             actions=[s.record for s in runtime.actions()],
+            findings=[s.record for s in runtime.findings()],
         )
     except TimeoutError as exc:
         raise AssertionError(f"{exc}\n--- torchrun log ---\n{job.log_tail()}") from exc
