@@ -106,6 +106,7 @@ def daemon_options(fn: Any) -> Any:
 
 @cli.command()
 @daemon_options
+@click.option("--no-runtime", is_flag=True, help="Do not listen for training-job heartbeats.")
 def agent(
     config_path: str | None,
     store_path: str | None,
@@ -113,10 +114,13 @@ def agent(
     no_faults: bool,
     metrics_port: int | None,
     duration: float | None,
+    no_runtime: bool,
 ) -> None:
-    """The host daemon: sample collectors into the store and serve /metrics until SIGTERM."""
+    """The host daemon: sample collectors into the store, serve /metrics and watch the training ranks on this
+    host (heartbeats, stragglers, hangs, restarts) until SIGTERM."""
     from fleetguard.agent.daemon import run_daemon
     from fleetguard.agent.sources import NoSources, build_sources
+    from fleetguard.runtime.extension import runtime_extension
 
     config = load(config_path, **_daemon_overrides(store_path, metrics_port, simulate, no_faults))
     try:
@@ -129,6 +133,7 @@ def agent(
         config,
         sources.collectors,
         sources.folder,
+        extensions=[runtime_extension(config)] if config.runtime.enabled and not no_runtime else [],
         duration_seconds=duration,
         on_ready=lambda port: click.echo(f"fleetguard agent: /metrics on port {port}", err=True),
     )

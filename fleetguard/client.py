@@ -178,6 +178,7 @@ class Client:
         self._connection: Any = None
         self._wake = threading.Event()
         self._closed = threading.Event()
+        self._report_lock = threading.Lock()  # the connection carries one request at a time
         self._thread: threading.Thread | None = None
         if start:
             self._thread = threading.Thread(target=self._run, name="fleetguard-client", daemon=True)
@@ -296,7 +297,13 @@ class Client:
             self._disconnect()
 
     def report_once(self) -> bool:
-        """Send one report now (the background thread's unit of work); True when the agent answered."""
+        """Send one report now (the background thread's unit of work); True when the agent answered.
+
+        Safe to call from any thread: reports go one at a time over the one keep-alive connection."""
+        with self._report_lock:
+            return self._report_locked()
+
+    def _report_locked(self) -> bool:
         body = self._build_report()
         try:
             response = self._post(body)

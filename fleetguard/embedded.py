@@ -12,6 +12,7 @@ from fleetguard.agent.agent import Agent
 from fleetguard.agent.daemon import Extension, run_daemon
 from fleetguard.agent.sources import NoSources, Sources, build_sources
 from fleetguard.config import Config
+from fleetguard.runtime.extension import runtime_extension
 from fleetguard.status import StatusPrinter
 from fleetguard.store import Store
 
@@ -36,7 +37,7 @@ def run_embedded(
     risk = _RiskSummary()
     runtime_parts: dict[str, object] = {}
     if runtime and config.runtime.enabled:
-        extensions.append(_runtime_extension(config, runtime_parts))
+        extensions.append(runtime_extension(config, runtime_parts))
     if predict and (config.predictor.model_dir or sources.simulated):
         extensions.append(_scoring_extension(config, sources, risk))
     status = StatusPrinter(out, xid_names=_xid_names(), extra=risk.describe)
@@ -89,22 +90,6 @@ class _RiskSummary:
 
     def describe(self) -> str:
         return self.text or "risk: no model"
-
-
-def _runtime_extension(config: Config, holder: dict[str, object]) -> Extension:
-    def start(agent: Agent, store: Store) -> None:
-        from fleetguard.runtime.service import RuntimeService, runtime_config_from
-
-        service = RuntimeService(runtime_config_from(config), agent.clock, sink=agent.submit)
-        service.start()
-        holder["service"] = service
-
-    def stop() -> None:
-        service = holder.get("service")
-        if service is not None:
-            service.stop()  # type: ignore[attr-defined]
-
-    return Extension("training runtime", start, stop)
 
 
 def _scoring_extension(config: Config, sources: Sources, risk: _RiskSummary) -> Extension:

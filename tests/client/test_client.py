@@ -220,3 +220,22 @@ def test_a_process_says_finished_at_exit_only_when_it_did_not_die_of_an_exceptio
     env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "PATH": "/usr/bin:/bin"}
     subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, timeout=30)
     assert collected.reports[-1].heartbeat.status == status
+
+
+def test_reports_from_several_threads_share_the_connection_one_at_a_time(server) -> None:
+    import threading
+
+    srv, collected = server
+    client = fg.Client(identity(), endpoint=f"127.0.0.1:{srv.port}", heartbeat_interval_seconds=60.0)
+    results: list[bool] = []
+    threads = [
+        threading.Thread(target=lambda: results.extend(client.report_once() for _ in range(20)))
+        for _ in range(2)
+    ]  # beside the client's own background thread
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    client.close()
+    assert results == [True] * 40 and client.stats.reports_failed == 0
+    assert len(collected.reports) >= 40

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
 from pathlib import Path
 
 import duckdb
 import pytest
 
+from fleetguard import client as fg
 from tests.integration.daemon import Daemon
 
 pytestmark = pytest.mark.integration
@@ -54,3 +57,27 @@ def test_the_agent_process_loads_none_of_the_heavy_libraries(tmp_path: Path) -> 
     assert "/_duckdb." in maps  # the check does see the extension modules the agent loads
     for heavy in ("/pandas/", "/pyarrow/", "/sklearn/", "/xgboost/", "/dash/", "/torch/"):
         assert heavy not in maps, f"the agent loaded {heavy.strip('/')}"
+
+
+def test_the_agent_takes_heartbeats_from_training_ranks_and_stores_them(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    daemon = Daemon(
+        ["agent", "--simulate", "1x2", "--no-faults"],
+        tmp_path,
+        env={"FLEETGUARD_RUNTIME_ENABLED": "true", "FLEETGUARD_RUNTIME_PORT": str(port)},
+    )
+    try:
+        daemon.wait_for_rounds(1)
+        # a rank whose pid is this test process: alive for as long as the agent watches it
+        identity = fg.Identity("job-e2e", rank=3, local_rank=3, world_size=4, host="h", pid=os.getpid())
+        client = fg.Client(identity, endpoint=f"127.0.0.1:{port}", heartbeat_interval_seconds=60.0)
+        client.step(7)
+        assert client.report_once()
+        client.close()
+    finally:
+        daemon.stop()
+    con = duckdb.connect(str(tmp_path / "fleet.duckdb"), read_only=True)
+    rows = con.execute("SELECT job_id, rank, step FROM heartbeats ORDER BY ts").fetchall()
+    assert ("job-e2e", 3, 7) in rows
