@@ -129,13 +129,15 @@ def agent(
         raise click.ClickException(str(exc)) from exc
     for message in sources.unavailable:
         click.echo(f"note: {message}", err=True)
+    runtime = config.runtime.enabled and not no_runtime
+    ranks = f"; training ranks report to 127.0.0.1:{config.runtime.port}" if runtime else ""
     run_daemon(
         config,
         sources.collectors,
         sources.folder,
-        extensions=[runtime_extension(config)] if config.runtime.enabled and not no_runtime else [],
+        extensions=[runtime_extension(config)] if runtime else [],
         duration_seconds=duration,
-        on_ready=lambda port: click.echo(f"fleetguard agent: /metrics on port {port}", err=True),
+        on_ready=lambda port: click.echo(f"fleetguard agent: /metrics on port {port}{ranks}", err=True),
     )
 
 
