@@ -231,17 +231,24 @@ class MLPModel:
 
 
 class RandomForestModel:
+    """Trees split on raw values: only missing values are filled (with the training median). The linear
+    models' scaling would hurt here: its clip at 10 standard deviations folds every large value of a
+    mostly-zero counter (SMART raw counts, ECC totals) into one."""
+
     name = "random_forest"
 
     def __init__(self, n_estimators: int = 100, max_depth: int = 10, n_jobs: int = 2) -> None:
         self.params = {"n_estimators": n_estimators, "max_depth": max_depth, "n_jobs": n_jobs}
-        self.std: Standardiser | None = None
+        self.fill = np.zeros(0)
         self.forest: forest_arrays.ForestArrays | None = None
 
     def fit(self, x: Matrix, y: npt.NDArray[np.float64], seed: int) -> None:
         from sklearn.ensemble import RandomForestClassifier
 
-        self.std = Standardiser.fit(x)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", category=RuntimeWarning)  # all-NaN columns
+            fill = np.nanmedian(np.asarray(x, dtype=np.float64), axis=0) if len(x) else np.zeros(x.shape[1])
+        self.fill = np.nan_to_num(fill)
         clf = RandomForestClassifier(
             n_estimators=self.params["n_estimators"],
             max_depth=self.params["max_depth"],
@@ -251,23 +258,27 @@ class RandomForestModel:
             n_jobs=self.params["n_jobs"],
             random_state=seed,
         )
-        clf.fit(self.std.apply(x), y)
+        clf.fit(self._filled(x), y)
         self.forest = forest_arrays.from_sklearn(clf)
 
+    def _filled(self, x: Matrix) -> npt.NDArray[np.float32]:
+        # float32 as sklearn sees it, so thresholds compare the same before and after a save
+        return np.where(np.isnan(x), self.fill, x).astype(np.float32)
+
     def score(self, x: Matrix) -> Scores:
-        assert self.std is not None and self.forest is not None
-        return forest_arrays.predict_positive(self.forest, self.std.apply(x))
+        assert self.forest is not None
+        return forest_arrays.predict_positive(self.forest, self._filled(x).astype(np.float64))
 
     def save(self, directory: Path) -> dict[str, Any]:
-        assert self.std is not None and self.forest is not None
-        _save_npz(directory / "random_forest.npz", self.std.arrays("std_") | self.forest.arrays())
+        assert self.forest is not None
+        _save_npz(directory / "random_forest.npz", {"fill": self.fill} | self.forest.arrays())
         return {"file": "random_forest.npz", "params": self.params}
 
     @classmethod
     def load(cls, directory: Path, meta: dict[str, Any]) -> RandomForestModel:
         model = cls(**meta["params"])
         with np.load(directory / meta["file"], allow_pickle=False) as a:
-            model.std = Standardiser.from_arrays(a, "std_")
+            model.fill = a["fill"]
             model.forest = forest_arrays.ForestArrays.from_arrays(a)
         return model
 
