@@ -101,15 +101,16 @@ class PidWatcher:
         os.close(self._wake_r)
         os.close(self._wake_w)
 
-    def check_once(self, timeout_seconds: float = 0.0) -> list[ProcessExit]:
-        """Wait up to `timeout_seconds` for an exit, then report every watched process that has exited."""
+    def check_once(self, timeout_seconds: float | None = 0.0) -> list[ProcessExit]:
+        """Wait up to `timeout_seconds` (None: until a pidfd or `watch`/`stop` wakes it) for an exit, then
+        report every watched process that has exited."""
         poller = select.poll()
         poller.register(self._wake_r, select.POLLIN)
         with self._lock:
             for watched in self._watched.values():
                 if watched.pidfd is not None:
                     poller.register(watched.pidfd, select.POLLIN)
-        ready = poller.poll(timeout_seconds * 1000)
+        ready = poller.poll(None if timeout_seconds is None else timeout_seconds * 1000)
         if any(fd == self._wake_r for fd, _ in ready):
             os.read(self._wake_r, 4096)
         exits = self._collect_exits()
@@ -139,10 +140,17 @@ class PidWatcher:
         exits.sort(key=lambda e: e.exit_code == -signal.SIGTERM)
         return exits
 
+    def _wait_seconds(self) -> float | None:
+        """How long a round may block: for ever while every watched pid has a pidfd (an idle agent then costs
+        no wake-ups at all), the poll interval while /proc must be polled for one without."""
+        with self._lock:
+            polled = any(w.pidfd is None for w in self._watched.values())
+        return self.poll_interval_seconds if polled else None
+
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.check_once(self.poll_interval_seconds)
+                self.check_once(self._wait_seconds())
             except Exception:  # never let the watcher die: a missed exit is a missed crash
                 log.exception("pid watcher round failed")
                 self._stop.wait(self.poll_interval_seconds)

@@ -89,7 +89,7 @@ class RuntimeServer:
     def start(self) -> None:
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
-            kwargs={"poll_interval": 0.2},
+            kwargs={"poll_interval": 0.5},  # how soon stop() is noticed; each poll is a wake-up
             name="fleetguard-runtime-http",
             daemon=True,
         )
