@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -81,7 +81,7 @@ class Identity:
     @classmethod
     def from_env(cls, job_id: str | None = None, env: dict[str, str] | None = None) -> Identity:
         e = os.environ if env is None else env
-        job = job_id or e.get("FLEETGUARD_JOB_ID") or e.get("TORCHELASTIC_RUN_ID") or "default"
+        job = job_id or e.get("FLEETGUARD_JOB_ID") or _torchrun_job_id(e) or "default"
         return cls(
             job_id=job,
             rank=_int_env(e, "RANK", 0),
@@ -90,6 +90,18 @@ class Identity:
             host=os.uname().nodename,  # what socket.gethostname() returns, without importing socket
             pid=os.getpid(),
         )
+
+
+def _torchrun_job_id(env: Mapping[str, str]) -> str | None:
+    run_id = env.get("TORCHELASTIC_RUN_ID")
+    if run_id and run_id != "none":
+        return run_id
+    # torchrun's default --rdzv-id is "none" for every job: two jobs on one host would share it. The
+    # rendezvous address is the same on every node and across restarts, and differs between jobs.
+    addr, port = env.get("MASTER_ADDR"), env.get("MASTER_PORT")
+    if addr and port:
+        return f"torchrun-{addr}-{port}"
+    return run_id
 
 
 class ClientStats:
@@ -286,7 +298,11 @@ class Client:
         try:
             while True:
                 closing = self._closed.is_set()
-                self.report_once()
+                try:
+                    self.report_once()
+                except Exception as exc:  # a bad round must not end the heartbeat: silence reads as a hang
+                    self.stats.reports_failed += 1
+                    _log().debug("fleetguard report failed: %r", exc)
                 if closing:
                     break
                 self._wake.wait(self.heartbeat_interval_seconds)
@@ -329,10 +345,18 @@ class Client:
         queue = self._timings
         while queue and len(timings) < MAX_TIMINGS_PER_REPORT:
             ts, step_no, name, duration = queue.popleft()
-            timings.append([ts, step_no, name, duration])
+            timings.append([ts, _int_or(step_no, -1), str(name), duration])
         sent = self.stats.reports_sent + self.stats.reports_failed
         collectives = [
-            [pg, ts, enq, started, completed, op, size]
+            [
+                str(pg),
+                ts,
+                _int_or(enq, -1),
+                _int_or(started, -1),
+                _int_or(completed, -1),
+                _str_or_none(op),
+                _int_or(size, None),
+            ]
             for pg, (ts, enq, started, completed, op, size) in list(self._collectives.items())
         ]
         ident = self.identity
@@ -346,10 +370,10 @@ class Client:
             "world_size": ident.world_size,
             "host": ident.host,
             "pid": ident.pid,
-            "step": self._step,
-            "section": self._section or ("step" if self._step is not None else None),
+            "step": _int_or(self._step, None),
+            "section": _str_or_none(self._section) or ("step" if self._step is not None else None),
             "status": self._status,
-            "checkpoint_step": self._checkpoint_step,
+            "checkpoint_step": _int_or(self._checkpoint_step, None),
             "timings": timings,
             "collectives": collectives,
             "dropped_timings": self.stats.dropped_timings,
@@ -404,6 +428,21 @@ def _call_quietly(callback: Callable[[], object], what: str) -> None:
         callback()
     except Exception:
         _log().exception("fleetguard: %s callback failed (training continues)", what)
+
+
+def _int_or(value: Any, default: int | None) -> int | None:
+    """Steps and sequence numbers as plain ints: numpy or torch scalars would stop json, and with it the
+    heartbeat (values are converted once a second on the reporter thread, never on the hot path)."""
+    if value is None or isinstance(value, bool):
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return default
+
+
+def _str_or_none(value: object) -> str | None:
+    return None if value is None else str(value)
 
 
 def _int_env(env: Any, name: str, default: int) -> int:

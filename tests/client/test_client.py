@@ -239,3 +239,49 @@ def test_reports_from_several_threads_share_the_connection_one_at_a_time(server)
     client.close()
     assert results == [True] * 40 and client.stats.reports_failed == 0
     assert len(collected.reports) >= 40
+
+
+def test_torchruns_default_run_id_none_is_made_unique_by_the_rendezvous_address() -> None:
+    env = {"TORCHELASTIC_RUN_ID": "none", "MASTER_ADDR": "10.0.0.7", "MASTER_PORT": "29511"}
+    assert fg.Identity.from_env(env=env).job_id == "torchrun-10.0.0.7-29511"
+    assert fg.Identity.from_env(env={**env, "TORCHELASTIC_RUN_ID": "run-7"}).job_id == "run-7"
+
+
+def test_numpy_steps_and_sequence_numbers_are_reported_as_plain_integers(server) -> None:
+    import numpy as np
+
+    srv, collected = server
+    client = fg.Client(identity(), endpoint=f"127.0.0.1:{srv.port}", heartbeat_interval_seconds=60.0)
+    client.step(np.int64(3))
+    client.collective(
+        "world", enqueued=np.int64(9), started=np.int32(9), completed=np.int64(8), size=np.int64(4)
+    )
+    client.checkpoint_done(np.int64(2))
+    assert client.report_once()
+    client.close()
+    report = collected.reports[-1]
+    assert (report.heartbeat.step, report.checkpoint_step) == (3, 2)
+    assert [(c.last_enqueued, c.last_started, c.last_completed) for c in report.collectives] == [(9, 9, 8)]
+
+
+def test_a_report_that_cannot_be_built_does_not_end_the_heartbeat(server, monkeypatch) -> None:
+    import time
+
+    srv, collected = server
+    client = fg.Client(identity(), endpoint=f"127.0.0.1:{srv.port}", heartbeat_interval_seconds=0.05)
+    real_build = client._build_report
+    calls = {"n": 0}
+
+    def flaky_build() -> bytes:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise ValueError("not serialisable")
+        return real_build()
+
+    monkeypatch.setattr(client, "_build_report", flaky_build)
+    deadline = time.monotonic() + 10
+    while len(collected.reports) < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)  # polling a real thread, bounded by the deadline
+    client.close()
+    assert calls["n"] >= 3 and len(collected.reports) >= 3
+    assert client.stats.reports_failed >= 1
