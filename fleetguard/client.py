@@ -71,7 +71,7 @@ class Identity:
     __slots__ = ("host", "job_id", "local_rank", "pid", "rank", "world_size")
 
     def __init__(self, job_id: str, rank: int, local_rank: int, world_size: int, host: str, pid: int) -> None:
-        self.job_id = job_id
+        self.job_id = _safe_job_id(job_id)
         self.rank = rank
         self.local_rank = local_rank
         self.world_size = world_size
@@ -90,6 +90,15 @@ class Identity:
             host=os.uname().nodename,  # what socket.gethostname() returns, without importing socket
             pid=os.getpid(),
         )
+
+
+def _safe_job_id(job_id: str) -> str:
+    """The agent accepts letters, digits and . _ : @ + = / - (ids fill restart commands): anything else
+    becomes "_" here, so an odd FLEETGUARD_JOB_ID cannot get every report refused and the job called hung."""
+    kept = "".join(c if (c.isascii() and c.isalnum()) or c in "._:@+=/-" else "_" for c in job_id[:128])
+    while kept and not kept[0].isalnum():
+        kept = kept[1:]
+    return kept or "default"
 
 
 def _torchrun_job_id(env: Mapping[str, str]) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +13,7 @@ from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
 
 MAX_REPORT_BYTES = 1 << 20
 MAX_NAME_CHARS = 128
+_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+=/-]*")
 STATUSES = frozenset({"running", "finished", "error"})
 
 
@@ -46,7 +48,7 @@ def parse_report(body: bytes, host: str, received_ts: float) -> RankReport:
         raise ReportError(f"report is not JSON: {exc}") from exc
     if not isinstance(doc, dict):
         raise ReportError("report must be a JSON object")
-    job_id = _name(doc, "job_id")
+    job_id = _job_id(_name(doc, "job_id"))
     rank = _int(doc, "rank", minimum=0)
     heartbeat = Heartbeat(
         ts=received_ts,
@@ -116,6 +118,14 @@ def _name(doc: dict[str, Any], key: str) -> str:
     if key not in doc:
         raise ReportError(f"{key}: missing")
     return _as_name(doc[key], key)
+
+
+def _job_id(value: str) -> str:
+    # The job id fills {job} in restart and cordon commands (scancel, kubectl ...): an argument that starts
+    # with "-" would be read as an option, and odd characters have no business in a scheduler's job id.
+    if not _JOB_ID.fullmatch(value):
+        raise ReportError("job_id: letters, digits and . _ : @ + = / - only, starting with a letter or digit")
+    return value
 
 
 def _optional_name(doc: dict[str, Any], key: str) -> str | None:

@@ -285,3 +285,12 @@ def test_a_report_that_cannot_be_built_does_not_end_the_heartbeat(server, monkey
     client.close()
     assert calls["n"] >= 3 and len(collected.reports) >= 3
     assert client.stats.reports_failed >= 1
+
+
+def test_a_job_id_the_agent_would_refuse_is_made_safe_rather_than_silencing_the_rank() -> None:
+    from fleetguard.runtime.protocol import parse_report
+    from tests.runtime.helpers import report_body
+
+    job_id = fg.Identity.from_env(env={"FLEETGUARD_JOB_ID": "--my job; v2"}).job_id
+    assert job_id == "my_job__v2"
+    assert parse_report(report_body(job_id=job_id), "h", 0.0).heartbeat.job_id == job_id

@@ -26,6 +26,8 @@ def test_a_valid_report_becomes_heartbeat_timing_and_progress_records() -> None:
         (report_body(rank=True), "rank"),
         (report_body(pid="12"), "pid"),
         (report_body(job_id=""), "job_id"),
+        (report_body(job_id="--all"), "job_id"),  # would be an option to scancel in {job}
+        (report_body(job_id="a b;rm"), "job_id"),
         (report_body(status="exploded"), "status"),
         (report_body(timings=[[1.0, 2, "compute"]]), "timings[0]"),
         (report_body(timings=[[1.0, 2, "compute", float("nan")]]), "timings[0].duration"),
