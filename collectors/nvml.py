@@ -104,7 +104,12 @@ class _Gpu:
 
 
 class NvmlCollector:
-    """Samples every GPU NVML sees. Raises CollectorUnavailable (one sentence) when NVML cannot start."""
+    """Samples every GPU NVML sees. Raises CollectorUnavailable (one sentence) when NVML cannot start.
+
+    ``xid_events=False`` creates no event set: no XID events at all. The driver writes every XID to the kernel
+    log as well, so where the kernel-log collector runs it reports them and NVML must not report them a second
+    time (`fleetguard.agent.sources` decides).
+    """
 
     name = "nvml"
 
@@ -117,8 +122,10 @@ class NvmlCollector:
         lost_retry_seconds: float = 30.0,
         max_xid_events_per_collect: int = 10_000,
         xid_fold_window_seconds: float | None = DEFAULT_WINDOW_SECONDS,
+        xid_events: bool = True,
     ) -> None:
         self.host = host
+        self.xid_events = xid_events
         self.read_pcie_throughput = read_pcie_throughput
         self.lost_retry_seconds = lost_retry_seconds
         self.max_xid_events_per_collect = max_xid_events_per_collect
@@ -142,7 +149,7 @@ class NvmlCollector:
             raise CollectorUnavailable("NVML started but sees no GPU on this host: " + _INIT_ADVICE)
         self.driver_version = self._system_text(self._api.driver_version)
         self._gpus = [_Gpu(index) for index in range(count)]
-        self._event_set = self._create_event_set()
+        self._event_set = self._create_event_set() if xid_events else None
         for gpu in self._gpus:
             if not self._attach(gpu):
                 self._problems["gpu_unreachable_at_start"] += 1

@@ -3,7 +3,8 @@
 A custom prometheus_client collector renders the agent's state at scrape time, so sampling never formats
 text. Cumulative sources (ECC, PCIe replay, NVLink, NIC counters, XIDs, energy) are counters; they can reset
 (driver reload), which Prometheus' rate() handles. Every XID occurrence is counted, including repeats that the
-store folds into one row.
+store folds into one row. Each XID arrives from one collector only (`fleetguard.agent.sources` takes them
+from the kernel log, or from NVML where the kernel log cannot be read), so nothing here matches two reports.
 """
 
 from __future__ import annotations

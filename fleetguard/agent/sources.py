@@ -25,6 +25,7 @@ class Sources:
     unavailable: list[str] = field(default_factory=list)  # one operator-readable sentence each
     simulated: bool = False
     gpus: int = 0
+    xid_source: str | None = None  # name of the one collector that reports XIDs (see build_sources)
 
 
 def build_folder(config: Config) -> EventFolder | None:
@@ -43,16 +44,26 @@ def build_sources(config: Config, *, kmsg_file: str | None = None, require_gpu: 
     unavailable: list[str] = []
     host = config.host
     gpus = 0
+    # The driver reports every XID twice: to NVML's event set and as an `NVRM: Xid` kernel-log line. Taking
+    # both would count each XID twice, in /metrics and in the stored count. The kernel log is the richer
+    # report (pid, process name, the driver's text) and also holds XIDs from before the agent started, so
+    # when a kernel-log collector opens, XIDs come from it alone; NVML XID events are asked for only when it
+    # cannot (not root, no /dev/kmsg, switched off). Opened first, so that NVML knows before it registers.
+    kernel_log, kernel_log_unavailable = _kernel_log(config, kmsg_file)
+    xid_source = kernel_log.name if kernel_log is not None else None
     if config.collectors.nvml:
         try:
             from collectors.nvml import NvmlCollector
 
-            nvml = NvmlCollector(host)
+            nvml = NvmlCollector(host, xid_events=kernel_log is None)
             collectors.append(nvml)
             gpus = len(getattr(nvml, "gpu_indices", []) or []) or 1
+            xid_source = xid_source or nvml.name
         except CollectorUnavailable as exc:
             unavailable.append(f"nvml: {exc}")
     if require_gpu and gpus == 0:
+        if kernel_log is not None:
+            kernel_log.close()
         raise NoSources(
             "no NVIDIA GPU can be read on this host "
             f"({'; '.join(unavailable) or 'NVML disabled'}). "
@@ -65,22 +76,10 @@ def build_sources(config: Config, *, kmsg_file: str | None = None, require_gpu: 
             collectors.append(RdmaCollector(host, sysfs_root=config.collectors.sysfs_root))
         except CollectorUnavailable as exc:
             unavailable.append(f"rdma: {exc}")
-    if kmsg_file is not None or config.collectors.kmsg:
-        try:
-            from collectors.kmsg import KmsgCollector, KmsgFileCollector
-
-            if kmsg_file is not None:
-                collectors.append(KmsgFileCollector(host, kmsg_file))
-            else:
-                collectors.append(
-                    KmsgCollector(
-                        host,
-                        path=config.collectors.kmsg_path,
-                        state_path=config.collectors.kmsg_state_path or None,
-                    )
-                )
-        except CollectorUnavailable as exc:
-            unavailable.append(f"kmsg: {exc}")
+    if kernel_log is not None:
+        collectors.append(kernel_log)
+    if kernel_log_unavailable is not None:
+        unavailable.append(f"kmsg: {kernel_log_unavailable}")
     if config.collectors.nccl_logs:
         from collectors.nccl import NcclLogCollector
 
@@ -91,7 +90,29 @@ def build_sources(config: Config, *, kmsg_file: str | None = None, require_gpu: 
             + "; ".join(unavailable)
             + ". To try fleetguard without GPUs: fleetguard up --simulate 2x8"
         )
-    return Sources(collectors, build_folder(config), unavailable, simulated=False, gpus=gpus)
+    return Sources(
+        collectors, build_folder(config), unavailable, simulated=False, gpus=gpus, xid_source=xid_source
+    )
+
+
+def _kernel_log(config: Config, kmsg_file: str | None) -> tuple[Collector | None, str | None]:
+    """The kernel-log collector (a saved file when given, else /dev/kmsg) and None; (None, why) when it cannot
+    open; (None, None) when switched off."""
+    if kmsg_file is None and not config.collectors.kmsg:
+        return None, None
+    from collectors.kmsg import KmsgCollector, KmsgFileCollector
+
+    try:
+        if kmsg_file is not None:
+            return KmsgFileCollector(config.host, kmsg_file), None
+        collector = KmsgCollector(
+            config.host,
+            path=config.collectors.kmsg_path,
+            state_path=config.collectors.kmsg_state_path or None,
+        )
+    except CollectorUnavailable as exc:
+        return None, str(exc)
+    return collector, None
 
 
 def _simulated(config: Config) -> Sources:
@@ -115,7 +136,14 @@ def _simulated(config: Config) -> Sources:
         SimulatedNicCollector(fleet),
         SimulatedKmsgCollector(fleet),
     ]
-    return Sources(collectors, build_folder(config), [], simulated=True, gpus=hosts * gpus)
+    return Sources(
+        collectors,
+        build_folder(config),
+        [],
+        simulated=True,
+        gpus=hosts * gpus,
+        xid_source=SimulatedKmsgCollector.name,  # the simulated GPUs raise XIDs only in the kernel log
+    )
 
 
 def collect_once(config: Config, *, kmsg_file: str | None = None) -> dict[str, Any]:
@@ -130,6 +158,7 @@ def collect_once(config: Config, *, kmsg_file: str | None = None) -> dict[str, A
         "ts": now,
         "simulated": sources.simulated,
         "unavailable": sources.unavailable,
+        "xid_source": sources.xid_source,
         "collectors": {},
         "gpu_samples": [],
         "nic_samples": [],

@@ -563,3 +563,15 @@ def test_an_event_set_wait_error_other_than_timeout_is_counted(monkeypatch: pyte
     batch = collector.collect(T0)
     assert len(batch.gpu_samples) == 1
     assert collector.problems() == {"xid_wait_gpu_is_lost": 1}
+
+
+def test_with_xid_events_off_no_event_set_is_made_and_no_xid_is_reported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = install(monkeypatch, [FakeGpu()])
+    collector = NvmlCollector(HOST, xid_events=False)
+    fake.xid(0, 79)
+    batch = collector.collect(T0)
+    assert (batch.events, len(batch.gpu_samples)) == ([], 1)
+    assert fake.calls["nvmlEventSetCreate"] == fake.calls["nvmlDeviceRegisterEvents"] == 0
+    assert collector.problems() == {}
