@@ -9,7 +9,7 @@ Clock-free: time only comes in as arguments.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from fleetguard.records.findings import Finding
 from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
@@ -34,7 +34,9 @@ class RuntimeAnalyzer:
         self.stragglers = StragglerDetector(straggler_config)
         self._progress: dict[str, dict[tuple[str, int], CollectiveProgress]] = {}
         self._groups: dict[str, dict[str, tuple[int, ...]]] = {}
-        self._world_size: dict[str, int] = {}
+        # Ranks that report to this agent (or are expected to): a multi-node job's other hosts report to
+        # their own agents, so they are not missing members of the world group here.
+        self._local_ranks: dict[str, set[int]] = {}
         self._hang_open: set[str] = set()
         self.skipped_records = 0
 
@@ -44,12 +46,15 @@ class RuntimeAnalyzer:
         world_size: int,
         started_at: float,
         process_groups: Mapping[str, Sequence[int]] | None = None,
+        local_ranks: Iterable[int] = (),
     ) -> None:
         """Start watching a job, or re-arm it after a restart (progress of the old incarnation is dropped).
-        `process_groups` names each group's ranks, so a rank that never reports is seen as missing."""
-        self.heartbeats.register_job(job_id, world_size, started_at)
+        `process_groups` names each group's ranks, so a rank that never reports is seen as missing;
+        `local_ranks` are the ranks expected on this host (the world group as this agent sees it)."""
+        local = tuple(local_ranks)
+        self.heartbeats.register_job(job_id, world_size, started_at, local)
         self.stragglers.forget_job(job_id)  # resumed steps repeat old step numbers; the slow host may be gone
-        self._world_size[job_id] = world_size
+        self._local_ranks[job_id] = set(local)
         self._groups[job_id] = {k: tuple(v) for k, v in (process_groups or {}).items()}
         self._progress.pop(job_id, None)
         self._hang_open.discard(job_id)
@@ -59,14 +64,14 @@ class RuntimeAnalyzer:
         self.stragglers.forget_job(job_id)
         self._progress.pop(job_id, None)
         self._groups.pop(job_id, None)
-        self._world_size.pop(job_id, None)
+        self._local_ranks.pop(job_id, None)
         self._hang_open.discard(job_id)
 
     def observe(self, record: RuntimeRecord, now: float | None = None) -> None:
         """Take one record; `now` (receive time) defaults to the record's own timestamp."""
         if isinstance(record, Heartbeat):
             self.heartbeats.observe(record, record.ts if now is None else now)
-            self._world_size.setdefault(record.job_id, record.world_size)
+            self._local_ranks.setdefault(record.job_id, set()).add(record.rank)
         elif isinstance(record, StepTiming):
             self.stragglers.observe(record)
         elif isinstance(record, CollectiveProgress):
@@ -128,11 +133,11 @@ class RuntimeAnalyzer:
 
     def _members(self, job_id: str) -> dict[str, tuple[int, ...]]:
         members = dict(self._groups.get(job_id, {}))
-        world = self._world_size.get(job_id)
-        if world is not None:
+        local = self._local_ranks.get(job_id)
+        if local:
             for group, _ in self._progress.get(job_id, {}):
                 if group in WORLD_GROUP_NAMES and group not in members:
-                    members[group] = tuple(range(world))
+                    members[group] = tuple(sorted(local))
         return members
 
 

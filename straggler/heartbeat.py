@@ -12,7 +12,7 @@ agent's, on the ranks' own host), since silence is `now - last heartbeat ts`.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from fleetguard.records.findings import Finding
@@ -33,6 +33,9 @@ class HeartbeatConfig:
     # workers of one job import and rendezvous at different speeds, and a caller that registers the job
     # at its first heartbeat makes that start-up time look like zero.
     min_first_heartbeat_timeout_seconds: float = 30.0
+    # From a rank's first heartbeat to its first step (model build, torch.compile, NCCL set-up, checkpoint
+    # load): heartbeats arrive but no step moves, and nothing learned about steps applies yet.
+    first_step_timeout_seconds: float = 600.0
     # Sections that run rarely (the first checkpoint has no learned duration) start from at least this.
     section_initial_timeout_seconds: Mapping[str, float] = field(
         default_factory=lambda: {"checkpoint": 600.0, "eval": 600.0}
@@ -71,6 +74,7 @@ class _Rank:
     __slots__ = (
         "dead_since",
         "finished",
+        "first_step",
         "host",
         "hung_since",
         "last_progress_at",
@@ -86,6 +90,7 @@ class _Rank:
         self.last_seen: float | None = None
         self.last_progress_at = 0.0
         self.step: int | None = None
+        self.first_step: int | None = None  # the first step this incarnation reported (compiles, warms up)
         self.section = DEFAULT_SECTION
         self.finished = False
         self.dead_since: float | None = None
@@ -104,10 +109,12 @@ class _Job:
         "startup_reported",
     )
 
-    def __init__(self, world_size: int, started_at: float, start_known: bool = True) -> None:
+    def __init__(self, started_at: float, start_known: bool = True) -> None:
         self.started_at = started_at
         self.start_known = start_known
-        self.ranks = [_Rank() for _ in range(world_size)]
+        # Only ranks that reported here: an agent sees its own host's ranks, and a multi-node job's ranks on
+        # other hosts must not look like ranks that never sent a first heartbeat.
+        self.ranks: dict[int, _Rank] = {}
         self.first_heartbeat_seconds: float | None = None  # max over ranks of (first heartbeat - start)
         self.gap: dict[str, _AdaptiveTimeout] = {}
         self.stall: dict[str, _AdaptiveTimeout] = {}
@@ -115,9 +122,10 @@ class _Job:
         self.dead: set[int] = set()
 
     def rank(self, rank: int) -> _Rank:
-        if rank >= len(self.ranks):  # a rank beyond the announced world size: grow rather than drop it
-            self.ranks.extend(_Rank() for _ in range(rank + 1 - len(self.ranks)))
-        return self.ranks[rank]
+        r = self.ranks.get(rank)
+        if r is None:
+            r = self.ranks[rank] = _Rank()
+        return r
 
 
 class HeartbeatMonitor:
@@ -131,12 +139,18 @@ class HeartbeatMonitor:
 
     # ---- input ----------------------------------------------------------------------------------------
 
-    def register_job(self, job_id: str, world_size: int, started_at: float) -> None:
-        """Start (or, after a restart, restart) watching a job; learned timeouts survive a restart."""
+    def register_job(
+        self, job_id: str, world_size: int, started_at: float, local_ranks: Iterable[int] = ()
+    ) -> None:
+        """Start (or, after a restart, restart) watching a job; learned timeouts survive a restart.
+        `local_ranks` are the ranks expected to report here (one that never does is hung); any other rank
+        is watched from its first report, so ranks on other hosts are never missed here."""
         if world_size < 1:
             raise ValueError(f"world_size must be >= 1, got {world_size}")
         old = self._jobs.get(job_id)
-        job = _Job(world_size, started_at)
+        job = _Job(started_at)
+        for rank in local_ranks:
+            job.rank(rank)
         if old is not None:
             job.gap, job.stall, job.first_heartbeat_seconds = old.gap, old.stall, old.first_heartbeat_seconds
         self._jobs[job_id] = job
@@ -156,7 +170,7 @@ class HeartbeatMonitor:
         if job is None:
             # Never registered: when it started is unknown, so time-to-first-heartbeat teaches nothing and
             # ranks not yet seen get the full first-heartbeat timeout.
-            job = self._jobs[hb.job_id] = _Job(hb.world_size, min(hb.ts, now), start_known=False)
+            job = self._jobs[hb.job_id] = _Job(min(hb.ts, now), start_known=False)
         r = job.rank(hb.rank)
         ts = hb.ts
         if r.dead_since is not None:
@@ -173,20 +187,31 @@ class HeartbeatMonitor:
                 job.startup_reported.discard(hb.rank)
             r.last_progress_at = ts
             r.hung_since = None
+            r.first_step = None
         else:
             assert r.last_seen is not None
             if ts < r.last_seen:
                 return  # out of order; the newer heartbeat already counted
             if r.hung_since is None:  # an interval that was itself a hang must not teach us to wait longer
                 job.gap.setdefault(r.section, _AdaptiveTimeout()).learn(ts - r.last_seen, self.config)
-            progressed = hb.step is None or hb.step != r.step or section != r.section
+            progressed = hb.step != r.step or section != r.section
             if progressed:
-                if r.hung_since is None:
+                # Only a move between two real steps teaches how long a step takes: the time to the first
+                # step and the first step itself are start-up (compilation, NCCL set-up, checkpoint load,
+                # warm-up) and have their own timeout.
+                if (
+                    r.hung_since is None
+                    and r.step is not None
+                    and hb.step is not None
+                    and r.step != r.first_step
+                ):
                     job.stall.setdefault(r.section, _AdaptiveTimeout()).learn(
                         ts - r.last_progress_at, self.config
                     )
                 r.last_progress_at = ts
         r.host, r.pid, r.last_seen, r.step, r.section = hb.host, hb.pid, ts, hb.step, section
+        if r.first_step is None:
+            r.first_step = hb.step
         if r.hung_since is not None and r.last_progress_at >= r.hung_since:
             r.hung_since = None  # it moved again: the problem has cleared
         if hb.status == "finished":
@@ -260,7 +285,8 @@ class HeartbeatMonitor:
         startup_timeout = max(
             self.config.min_first_heartbeat_timeout_seconds, self._initial_timeout(job, DEFAULT_SECTION)
         )
-        for rank, r in enumerate(ranks):
+        startup_step_timeout = self.config.first_step_timeout_seconds
+        for rank, r in ranks.items():
             if r.finished or r.hung_since is not None:
                 continue
             last_seen = r.last_seen
@@ -291,10 +317,16 @@ class HeartbeatMonitor:
                 stall_cache[section] = self._timeout(job, section, job.stall)
             silent = now - last_seen
             stalled = now - r.last_progress_at
+            learned = job.stall.get(section)
+            stall_timeout = (
+                stall_cache[section]
+                if r.step is not None and learned is not None and learned.timeout_seconds is not None
+                else max(startup_step_timeout, stall_cache[section])  # no step-to-step interval known yet
+            )
             if silent > gap_timeout:
                 cause, waited, timeout = "silent", silent, gap_timeout
-            elif stalled > stall_cache[section]:
-                cause, waited, timeout = "stalled", stalled, stall_cache[section]
+            elif stalled > stall_timeout:
+                cause, waited, timeout = "stalled", stalled, stall_timeout
             else:
                 continue
             r.hung_since = now
@@ -326,7 +358,7 @@ class HeartbeatMonitor:
         job = self._jobs.get(job_id)
         if job is None:
             return []
-        hung = {i for i, r in enumerate(job.ranks) if r.hung_since is not None}
+        hung = {i for i, r in job.ranks.items() if r.hung_since is not None}
         return sorted(hung | job.startup_reported)
 
     def _learn_first_heartbeat(self, job: _Job, ts: float) -> None:

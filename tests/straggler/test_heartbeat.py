@@ -43,7 +43,7 @@ def kinds(findings: list[Finding]) -> list[tuple[str, int | None]]:
 @pytest.fixture
 def mon() -> HeartbeatMonitor:
     m = HeartbeatMonitor(HeartbeatConfig())
-    m.register_job(JOB, world_size=4, started_at=0.0)
+    m.register_job(JOB, world_size=4, started_at=0.0, local_ranks=range(4))  # a one-host job
     return m
 
 
@@ -197,7 +197,7 @@ def test_quick_starters_do_not_make_the_start_up_timeout_tiny(mon: HeartbeatMoni
 
 def test_no_heartbeat_from_any_rank_waits_for_the_first_heartbeat_timeout() -> None:
     m = HeartbeatMonitor(HeartbeatConfig(first_heartbeat_timeout_seconds=600.0))
-    m.register_job(JOB, 4, 0.0)
+    m.register_job(JOB, 4, 0.0, local_ranks=range(4))
     assert m.check(599.0) == []
     assert len(m.check(601.0)) == 4
 
@@ -219,7 +219,7 @@ def test_restarted_rank_clears_dead_and_does_not_learn_the_restart_gap(mon: Hear
     steady(mon, range(4), 2.0, 30.0)
     mon.process_exited(JOB, 2, exit_code=-9, now=30.5)
     mon.check(30.5)
-    mon.register_job(JOB, world_size=4, started_at=50.0)  # the runtime restarted the worker group
+    mon.register_job(JOB, world_size=4, started_at=50.0, local_ranks=range(4))  # the group restarted
     steady(mon, range(4), 52.0, 70.0)
     assert mon.timeout_seconds(JOB) == pytest.approx(5.0)
     assert mon.check(70.5) == []
@@ -246,3 +246,39 @@ def test_negative_rank_is_counted_and_skipped(mon: HeartbeatMonitor) -> None:
 def test_bad_config_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="ema_alpha"):
         HeartbeatConfig(ema_alpha=0.0)
+
+
+def test_ranks_of_a_multi_node_job_on_other_hosts_are_never_reported_missing() -> None:
+    m = HeartbeatMonitor()
+    m.register_job(JOB, world_size=16, started_at=0.0, local_ranks=range(8, 16))  # this host: node 1 of 2
+    for t in range(0, 1000, 1):
+        for rank in range(8, 16):
+            m.observe(hb(rank, float(t), step=t), now=float(t))
+        assert m.check(float(t)) == []
+
+
+def test_a_long_first_step_after_quick_heartbeats_is_not_a_hang(mon: HeartbeatMonitor) -> None:
+    # heartbeats every second from start-up, a first step (step 0) that compiles for 90 s, then 1 s steps
+    for t in range(0, 100):
+        for rank in range(4):
+            mon.observe(hb(rank, float(t), step=None if t < 10 else 0), float(t))
+        assert mon.check(float(t)) == []
+    steady(mon, range(4), 100.0, 130.0)
+    assert mon.check(130.0) == []
+    assert mon.timeout_seconds(JOB, kind="stall") < 10.0  # what steps taught, not the start-up
+
+
+def test_a_rank_that_never_reaches_its_first_step_is_hung_after_the_first_step_timeout(
+    mon: HeartbeatMonitor,
+) -> None:
+    timeout = HeartbeatConfig().first_step_timeout_seconds
+    t = 0.0
+    found: list[Finding] = []
+    while t <= timeout + 5 and not found:
+        for rank in range(4):
+            mon.observe(hb(rank, t), t)  # alive (the reporter thread beats) but never a step
+        found = mon.check(t)
+        t += 1.0
+    assert {f.rank for f in found} == {0, 1, 2, 3}
+    assert all(json.loads(f.evidence_json)["cause"] == "stalled" for f in found)
+    assert t > timeout
