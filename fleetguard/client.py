@@ -68,10 +68,20 @@ def _log() -> Any:
 class Identity:
     """Who this process is in its job (from torchrun's environment unless given)."""
 
-    __slots__ = ("host", "job_id", "local_rank", "pid", "rank", "world_size")
+    __slots__ = ("host", "job_id", "local_rank", "local_world_size", "pid", "rank", "world_size")
 
-    def __init__(self, job_id: str, rank: int, local_rank: int, world_size: int, host: str, pid: int) -> None:
+    def __init__(
+        self,
+        job_id: str,
+        rank: int,
+        local_rank: int,
+        world_size: int,
+        host: str,
+        pid: int,
+        local_world_size: int | None = None,
+    ) -> None:
         self.job_id = _safe_job_id(job_id)
+        self.local_world_size = local_world_size  # ranks on this host: the agent expects each to report
         self.rank = rank
         self.local_rank = local_rank
         self.world_size = world_size
@@ -89,6 +99,7 @@ class Identity:
             world_size=_int_env(e, "WORLD_SIZE", 1),
             host=os.uname().nodename,  # what socket.gethostname() returns, without importing socket
             pid=os.getpid(),
+            local_world_size=max(0, _int_env(e, "LOCAL_WORLD_SIZE", 0)) or None,
         )
 
 
@@ -377,6 +388,7 @@ class Client:
             "rank": ident.rank,
             "local_rank": ident.local_rank,
             "world_size": ident.world_size,
+            "local_world_size": ident.local_world_size,
             "host": ident.host,
             "pid": ident.pid,
             "step": _int_or(self._step, None),

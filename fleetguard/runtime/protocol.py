@@ -30,10 +30,20 @@ class RankReport:
     collectives: tuple[CollectiveProgress, ...]
     checkpoint_step: int | None
     dropped_timings: int
+    local_world_size: int | None = None  # ranks on the sender's host (torchrun's LOCAL_WORLD_SIZE)
 
     @property
     def key(self) -> tuple[str, int]:
         return (self.heartbeat.job_id, self.heartbeat.rank)
+
+    def local_ranks(self) -> range:
+        """The global ranks on the sender's host (torchrun numbers a node's ranks consecutively); just the
+        sender when its host's rank count is unknown."""
+        hb = self.heartbeat
+        first = hb.rank - hb.local_rank
+        if self.local_world_size is None or first < 0 or hb.local_rank >= self.local_world_size:
+            return range(hb.rank, hb.rank + 1)
+        return range(first, first + self.local_world_size)
 
 
 def parse_report(body: bytes, host: str, received_ts: float) -> RankReport:
@@ -73,6 +83,7 @@ def parse_report(body: bytes, host: str, received_ts: float) -> RankReport:
         collectives=collectives,
         checkpoint_step=_optional_int(doc, "checkpoint_step"),
         dropped_timings=_optional_int(doc, "dropped_timings") or 0,
+        local_world_size=_positive_or_none(_optional_int(doc, "local_world_size"), "local_world_size"),
     )
 
 
@@ -125,6 +136,12 @@ def _job_id(value: str) -> str:
     # with "-" would be read as an option, and odd characters have no business in a scheduler's job id.
     if not _JOB_ID.fullmatch(value):
         raise ReportError("job_id: letters, digits and . _ : @ + = / - only, starting with a letter or digit")
+    return value
+
+
+def _positive_or_none(value: int | None, key: str) -> int | None:
+    if value is not None and value < 1:
+        raise ReportError(f"{key}: must be >= 1")
     return value
 
 

@@ -294,3 +294,9 @@ def test_a_job_id_the_agent_would_refuse_is_made_safe_rather_than_silencing_the_
     job_id = fg.Identity.from_env(env={"FLEETGUARD_JOB_ID": "--my job; v2"}).job_id
     assert job_id == "my_job__v2"
     assert parse_report(report_body(job_id=job_id), "h", 0.0).heartbeat.job_id == job_id
+
+
+def test_the_number_of_ranks_on_this_host_comes_from_torchrun() -> None:
+    assert fg.Identity.from_env(env={"LOCAL_WORLD_SIZE": "8"}).local_world_size == 8
+    assert fg.Identity.from_env(env={"LOCAL_WORLD_SIZE": "-3"}).local_world_size is None
+    assert fg.Identity.from_env(env={}).local_world_size is None

@@ -43,3 +43,11 @@ def test_bad_reports_are_rejected_with_the_field_named(body: bytes, field: str) 
 def test_a_report_over_the_size_limit_is_rejected() -> None:
     with pytest.raises(ReportError, match="bytes"):
         parse_report(b" " * (MAX_REPORT_BYTES + 1), host="agent", received_ts=1.0)
+
+
+def test_a_report_names_the_global_ranks_on_its_host_from_torchruns_local_world_size() -> None:
+    body = report_body(rank=13, local_rank=5, world_size=16, local_world_size=8)
+    assert parse_report(body, "agent", 0.0).local_ranks() == range(8, 16)
+    assert parse_report(report_body(rank=13, local_rank=5), "agent", 0.0).local_ranks() == range(13, 14)
+    with pytest.raises(ReportError, match="local_world_size"):
+        parse_report(report_body(local_world_size=0), "agent", 0.0)
