@@ -19,6 +19,8 @@ from fleetguard.records.findings import Finding
 from fleetguard.records.runtime import Heartbeat
 
 DEFAULT_SECTION = "step"
+# Exit codes of a process ended by SIGTERM, SIGINT or SIGHUP (negative signal numbers, as /proc reports them).
+TERMINATION_EXIT_CODES = frozenset({-15, -2, -1})
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +248,25 @@ class HeartbeatMonitor:
         r.dead_since = now
         job.dead.add(rank)
         r.hung_since = None
+        evidence = {"exit_code": exit_code, "pid": r.pid, "last_heartbeat_ts": r.last_seen, "step": r.step}
+        if exit_code in TERMINATION_EXIT_CODES:
+            # Asked to stop, not crashed: launchers tear a worker group down with SIGTERM when a rank on
+            # another node failed or the job was cancelled (scancel, pod deletion, Ctrl-C). Acting on it
+            # here would restart a job someone stopped, or a group its own launcher is already restarting.
+            self._pending.append(
+                _finding(
+                    "rank_terminated",
+                    job_id,
+                    rank,
+                    r,
+                    now,
+                    f"rank {rank} of job {job_id} was terminated by signal {-exit_code} (launcher teardown or"
+                    " cancellation)",
+                    evidence,
+                    severity="warning",
+                )
+            )
+            return
         self._pending.append(
             _finding(
                 "dead_rank",
@@ -255,7 +276,7 @@ class HeartbeatMonitor:
                 now,
                 f"rank {rank} of job {job_id} exited"
                 + (f" with code {exit_code}" if exit_code is not None else " (exit code unknown)"),
-                {"exit_code": exit_code, "pid": r.pid, "last_heartbeat_ts": r.last_seen, "step": r.step},
+                evidence,
             )
         )
 
@@ -384,9 +405,15 @@ class HeartbeatMonitor:
 
 
 def _finding(
-    kind: str, job_id: str, rank: int, r: _Rank, now: float, summary: str, evidence: dict[str, object]
+    kind: str,
+    job_id: str,
+    rank: int,
+    r: _Rank,
+    now: float,
+    summary: str,
+    evidence: Mapping[str, object],
+    severity: str = "critical",
 ) -> Finding:
-    severity = "critical"
     return Finding(
         ts=now,
         finding_id=f"{kind}/{job_id}/{rank}/{now:.3f}",

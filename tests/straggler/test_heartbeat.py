@@ -282,3 +282,13 @@ def test_a_rank_that_never_reaches_its_first_step_is_hung_after_the_first_step_t
     assert {f.rank for f in found} == {0, 1, 2, 3}
     assert all(json.loads(f.evidence_json)["cause"] == "stalled" for f in found)
     assert t > timeout
+
+
+def test_a_rank_ended_by_sigterm_was_terminated_not_crashed(mon: HeartbeatMonitor) -> None:
+    steady(mon, range(4), 2.0, 10.0)
+    for rank in range(4):  # the launcher tears the group down (remote failure, scancel, Ctrl-C)
+        mon.process_exited(JOB, rank, exit_code=-15, now=10.5)
+    found = mon.check(10.5)
+    assert kinds(found) == [("rank_terminated", r) for r in range(4)]
+    assert {f.severity for f in found} == {"warning"}
+    assert mon.check(100.0) == []  # and the silence that follows is not a hang
