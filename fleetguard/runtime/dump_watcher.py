@@ -1,0 +1,69 @@
+"""Flight-recorder dumps as they appear: the runtime reads each new or rewritten ``nccl_trace_rank_<r>`` file
+of a configured directory once, so a hang that made PyTorch dump (TORCH_NCCL_DUMP_ON_TIMEOUT) is localised
+from the dumps' collective sequence numbers as well as from the client's reports."""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from pathlib import Path
+
+from collectors.flight_recorder import (
+    DEFAULT_PREFIX,
+    MAX_DUMP_BYTES,
+    FlightRecorderError,
+    load_dump,
+    progress_from_dump,
+    rank_from_path,
+)
+from fleetguard.records.runtime import CollectiveProgress
+
+log = logging.getLogger(__name__)
+
+
+class DumpWatcher:
+    """`poll(job_id, now)` returns the progress records of the dumps written since the last poll."""
+
+    def __init__(
+        self, directory: str | Path, host: str, prefix: str = DEFAULT_PREFIX, max_bytes: int = MAX_DUMP_BYTES
+    ) -> None:
+        self.directory = Path(directory)
+        self.host = host
+        self.prefix = prefix
+        self.max_bytes = max_bytes
+        self.errors: dict[str, str] = {}  # file -> why it was skipped (the latest reason)
+        self._seen: dict[str, tuple[int, int]] = {}  # file name -> (mtime_ns, size) when read
+
+    def poll(self, job_id: str, now: float) -> list[CollectiveProgress]:
+        try:
+            names = sorted(os.listdir(self.directory))
+        except OSError as exc:
+            self.errors[str(self.directory)] = f"cannot list: {exc.strerror or exc}"
+            return []
+        out: list[CollectiveProgress] = []
+        for name in names:
+            path = self.directory / name
+            rank = rank_from_path(path, self.prefix)
+            if rank is None:
+                continue
+            try:
+                info = os.lstat(path)
+            except OSError:
+                continue  # removed between listing and reading
+            if not stat.S_ISREG(info.st_mode):
+                # a link could point the agent (often root) at a file the dump's writer may not read
+                self.errors[str(path)] = "not a regular file"
+                continue
+            version = (info.st_mtime_ns, info.st_size)
+            if self._seen.get(name) == version:
+                continue
+            self._seen[name] = version
+            try:
+                dump = load_dump(path, self.max_bytes)
+            except FlightRecorderError as exc:
+                self.errors[str(path)] = str(exc)
+                log.warning("flight-recorder dump skipped: %s", exc)
+                continue
+            out.extend(progress_from_dump(dump, host=self.host, job_id=job_id, rank=rank, ts=now))
+        return out

@@ -1,0 +1,51 @@
+"""DumpWatcher: each new or rewritten flight-recorder dump is read once; links and hostile pickles skipped."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+from pathlib import Path
+
+from fleetguard.runtime.dump_watcher import DumpWatcher
+
+REAL_DUMP = Path(__file__).resolve().parents[1] / "fixtures" / "nccl" / "nccl_trace_rank_0"
+
+
+class _RunsCode:
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (os.system, ("touch /tmp/fleetguard-pwned",))
+
+
+def test_a_new_dump_is_read_once_into_progress_records(tmp_path: Path) -> None:
+    shutil.copy(REAL_DUMP, tmp_path / "nccl_trace_rank_3")
+    watcher = DumpWatcher(tmp_path, host="node1")
+    progress = watcher.poll("job-a", now=10.0)
+    assert progress and {(p.job_id, p.rank, p.host, p.ts) for p in progress} == {("job-a", 3, "node1", 10.0)}
+    assert {p.source for p in progress} == {"flight_recorder"}
+    assert watcher.poll("job-a", now=11.0) == []
+
+
+def test_a_rewritten_dump_is_read_again(tmp_path: Path) -> None:
+    target = tmp_path / "nccl_trace_rank_0"
+    shutil.copy(REAL_DUMP, target)
+    watcher = DumpWatcher(tmp_path, host="node1")
+    assert watcher.poll("job-a", now=10.0)
+    os.utime(target, ns=(1, 1))  # as if a later timeout dumped again
+    assert watcher.poll("job-a", now=20.0)
+
+
+def test_links_and_hostile_pickles_are_skipped_with_a_reason_and_nothing_runs(tmp_path: Path) -> None:
+    (tmp_path / "nccl_trace_rank_1").symlink_to(REAL_DUMP)
+    (tmp_path / "nccl_trace_rank_2").write_bytes(pickle.dumps(_RunsCode()))
+    (tmp_path / "notes.txt").write_text("not a dump")
+    watcher = DumpWatcher(tmp_path, host="node1")
+    assert watcher.poll("job-a", now=10.0) == []
+    assert set(watcher.errors) == {str(tmp_path / "nccl_trace_rank_1"), str(tmp_path / "nccl_trace_rank_2")}
+    assert not Path("/tmp/fleetguard-pwned").exists()
+
+
+def test_a_missing_directory_is_an_error_not_an_exception(tmp_path: Path) -> None:
+    watcher = DumpWatcher(tmp_path / "absent", host="node1")
+    assert watcher.poll("job-a", now=1.0) == []
+    assert str(tmp_path / "absent") in watcher.errors
