@@ -57,15 +57,19 @@ def pick_train_window(
     seed: int,
     n_jobs: int = 2,
 ) -> float | None:
-    """The candidate L_train whose XGBoost, trained before `at - V`, ranks [at - V, at) best (PR-AUC).
+    """The candidate L_train whose XGBoost, trained on what was known at the start of the validation slice,
+    ranks the slice best (PR-AUC).
 
-    Validation labels are those known at `at`, so the pick uses nothing from the scoring period.
-    Returns None when no candidate has a validation slice with both classes.
+    The slice is [at - H - V, at - H): the latest instances whose whole horizon has passed by `at`, so both
+    outcomes are known (an instance of the last H before `at` can only be a known positive: a slice there
+    holds almost no negatives, and none at all unless instances fall exactly H before `at`). Its labels are
+    those known at `at`; the pick uses nothing from the scoring period. None when the slice lacks a class.
     """
-    val_start = at - validation_seconds
+    val_end = at - horizon_seconds
+    val_start = val_end - validation_seconds
     val_labels = labels_known_at(inst, at, horizon_seconds)
-    val = np.flatnonzero((inst.ts >= val_start) & (inst.ts < at) & ~np.isnan(val_labels))
-    if len(val) == 0 or val_labels[val].sum() == 0:
+    val = np.flatnonzero((inst.ts >= val_start) & (inst.ts < val_end) & ~np.isnan(val_labels))
+    if len(val) == 0 or val_labels[val].sum() == 0 or val_labels[val].sum() == len(val):
         return None
     best: tuple[float, float] | None = None
     for window in candidates:
