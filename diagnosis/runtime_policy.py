@@ -1,14 +1,18 @@
 """What to do about a training-runtime finding: checkpoint, restart, cordon, stop a crash loop, or nothing.
 
 Pure decisions over a finding, the job's action history and the policy config; the runtime executes the
-plans in order (a checkpoint before the restart that follows it) and records each one with its outcome.
+plans in order (a checkpoint before the restart that follows it), records each one with its outcome and
+reports back whether each restart succeeded.
 - dead rank or error status: restart (a broken job cannot checkpoint);
 - hang: restart from the previous checkpoint (stuck collectives cannot checkpoint), decided on the
   `hang_localised` finding so a mismatched-collective program bug is alerted, not restarted or evicted;
-- straggler: checkpoint then restart, only once the time it already cost exceeds the cost of a restart;
+- straggler: checkpoint then restart, only once the time it already cost exceeds the cost of a restart; a
+  rank still slow after its restart is acted on again only if its host can be cordoned (the default restart
+  brings it back on the same GPU), otherwise it is left to a person;
 - at-risk GPU: checkpoint (then restart without the node and cordon it, if configured);
-- no restart within a cooldown of the last (one fault, one restart), and a crash loop (checkpoint step not
-  advanced over N restarts) stops instead of restarting again.
+- no restart within a cooldown of the last (one fault, one restart): the plan says when the cooldown ends so
+  a fault that is still there then is planned again; a crash loop (checkpoint step not advanced over N
+  successful restarts, or without checkpoints N restarts within a window) stops instead of restarting again.
 """
 
 from __future__ import annotations
@@ -27,21 +31,31 @@ class ActionPolicyConfig:
     restart_cost_seconds: float = 300.0  # lost time a restart costs (teardown, rendezvous, reload, replay)
     cooldown_seconds: float = 120.0
     max_restarts_without_progress: int = 3
+    # A job that never reports a checkpoint: this many restarts within the window are a crash loop.
+    crash_loop_window_seconds: float = 1800.0
     cordon_at_risk_gpu: bool = False  # at-risk GPU: also restart without the node and cordon its host
     cordon_gpu_hang: bool = False  # hang localised to a blocked GPU stream: cordon the suspect's host
     cordon_stragglers: bool = False  # straggler restart: cordon the slow rank's host so it is left out
+    # A cordon really takes a host out only when a cordon command is configured; without one it is recorded
+    # as skipped, so a restart cannot leave a slow host behind.
+    cordon_command_configured: bool = False
 
     def __post_init__(self) -> None:
         if self.restart_cost_seconds < 0 or self.cooldown_seconds < 0:
             raise ValueError("restart_cost_seconds and cooldown_seconds must be >= 0")
         if self.max_restarts_without_progress < 1:
             raise ValueError("max_restarts_without_progress must be >= 1")
+        if self.crash_loop_window_seconds <= 0:
+            raise ValueError("crash_loop_window_seconds must be > 0")
 
 
 @dataclass(frozen=True, slots=True)
 class RestartMark:
-    ts: float
-    checkpoint_step: int | None  # the latest complete checkpoint when the restart was ordered
+    ts: float  # when the restart was ordered
+    checkpoint_step: int | None  # the latest complete checkpoint when it was ordered (or when it completed)
+    finding_id: str | None = None
+    kind: str | None = None  # the finding kind it answered (a straggler restart is judged by its rank)
+    rank: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,14 +63,12 @@ class JobActionState:
     """What has been done to one job so far; updated by pure `with_*` methods that return a new state."""
 
     job_id: str
-    restarts: tuple[RestartMark, ...] = ()
+    restarts: tuple[RestartMark, ...] = ()  # restarts that succeeded (the crash-loop evidence)
+    ordered: tuple[RestartMark, ...] = ()  # restarts ordered whose outcome is not known yet
+    last_restart_at: float | None = None  # the latest restart ordered, whatever its outcome (cooldown)
     latest_checkpoint_step: int | None = None
     last_checkpoint_request_at: float | None = None
     stopped: bool = False
-
-    @property
-    def last_restart_at(self) -> float | None:
-        return self.restarts[-1].ts if self.restarts else None
 
     def with_checkpoint(self, step: int) -> JobActionState:
         """A checkpoint of `step` completed (steps only move forward)."""
@@ -64,8 +76,30 @@ class JobActionState:
             return self
         return replace(self, latest_checkpoint_step=step)
 
+    def with_restart_ordered(self, mark: RestartMark) -> JobActionState:
+        """A restart was ordered: the cooldown starts now; it counts once it has succeeded."""
+        return replace(
+            self, ordered=(*self.ordered, mark), last_restart_at=_latest(self.last_restart_at, mark.ts)
+        )
+
+    def with_restart_outcome(self, finding_id: str | None, succeeded: bool) -> JobActionState:
+        """The restart ordered for `finding_id` was carried out: only a successful one is counted. A failed or
+        skipped one still holds the cooldown, so a failing restart command is not run again at once."""
+        mark = next((m for m in self.ordered if m.finding_id == finding_id), None)
+        if mark is None:
+            return self
+        ordered = tuple(m for m in self.ordered if m is not mark)
+        if not succeeded:
+            return replace(self, ordered=ordered)
+        done = replace(mark, checkpoint_step=self.latest_checkpoint_step)
+        return replace(self, ordered=ordered, restarts=(*self.restarts, done))
+
     def with_restart(self, ts: float) -> JobActionState:
-        return replace(self, restarts=(*self.restarts, RestartMark(ts, self.latest_checkpoint_step)))
+        """A restart ordered at `ts` succeeded (shorthand for ordered + outcome)."""
+        mark = RestartMark(ts, self.latest_checkpoint_step)
+        return replace(
+            self, restarts=(*self.restarts, mark), last_restart_at=_latest(self.last_restart_at, ts)
+        )
 
     def with_checkpoint_request(self, ts: float) -> JobActionState:
         return replace(self, last_checkpoint_request_at=ts)
@@ -85,8 +119,11 @@ class ActionPlan:
     finding_id: str
     reason: str
     job_id: str | None = None
-    host: str | None = None  # cordon: the host; restart: the host to leave out, where known
+    host: str | None = None  # cordon: the host; restart: the slow or failing host, where known
     rank: int | None = None
+    finding_kind: str | None = None
+    # `none` only because of the restart cooldown: decide again at this time if the fault is still there
+    retry_at: float | None = None
 
     def __post_init__(self) -> None:
         if self.action not in ACTIONS:
@@ -100,8 +137,15 @@ def decide(finding: Finding, state: JobActionState, config: ActionPolicyConfig) 
     kind = finding.kind
     evidence = _evidence(finding)
 
-    def plan(action: str, reason: str, *, target: str = target, host: str | None = None) -> ActionPlan:
-        return ActionPlan(action, target, finding.finding_id, reason, job, host, finding.rank)
+    def plan(
+        action: str,
+        reason: str,
+        *,
+        target: str = target,
+        host: str | None = None,
+        retry_at: float | None = None,
+    ) -> ActionPlan:
+        return ActionPlan(action, target, finding.finding_id, reason, job, host, finding.rank, kind, retry_at)
 
     if state.stopped:
         return [plan("none", "restarts are stopped for this job (crash loop); an operator must resume it")]
@@ -145,6 +189,18 @@ def decide(finding: Finding, state: JobActionState, config: ActionPolicyConfig) 
                     f"{config.restart_cost_seconds:.0f} s a restart costs",
                 )
             ]
+        can_exclude = config.cordon_stragglers and config.cordon_command_configured and bool(finding.host)
+        earlier = _straggler_restart_of(state, finding.rank)
+        if earlier is not None and not can_exclude:
+            return [
+                plan(
+                    "none",
+                    f"rank {finding.rank} is a straggler again after the restart at {earlier.ts:.0f}: the "
+                    f"restart did not help (it runs on the same GPU again) and its host "
+                    f"{finding.host or 'unknown'} cannot be cordoned (runtime.cordon_stragglers and "
+                    f"runtime.cordon_command); a person must look",
+                )
+            ]
         return _checkpoint_then_restart(
             plan,
             finding,
@@ -165,10 +221,11 @@ def decide(finding: Finding, state: JobActionState, config: ActionPolicyConfig) 
 
 
 def apply_plans(state: JobActionState, plans: list[ActionPlan], now: float) -> JobActionState:
-    """The state after the plans were carried out (call it once they were ordered)."""
+    """The state after the plans were ordered; report each restart's outcome with `with_restart_outcome`."""
     for p in plans:
         if p.action == "restart":
-            state = state.with_restart(now)
+            mark = RestartMark(now, state.latest_checkpoint_step, p.finding_id, p.finding_kind, p.rank)
+            state = state.with_restart_ordered(mark)
         elif p.action == "checkpoint":
             state = state.with_checkpoint_request(now)
         elif p.action == "stop_crash_loop":
@@ -176,35 +233,59 @@ def apply_plans(state: JobActionState, plans: list[ActionPlan], now: float) -> J
     return state
 
 
-def crash_looping(state: JobActionState, config: ActionPolicyConfig) -> bool:
-    """The latest checkpoint is no later than it was `max_restarts_without_progress` restarts ago."""
+def crash_looping(state: JobActionState, config: ActionPolicyConfig, now: float) -> bool:
+    """The latest checkpoint is no later than it was `max_restarts_without_progress` successful restarts ago;
+    for a job that never reported a checkpoint, that many restarts within `crash_loop_window_seconds`."""
     n = config.max_restarts_without_progress
+    latest = state.latest_checkpoint_step
+    if latest is None:
+        # No progress signal at all: restarts must age out, or any n restarts over a long life would stop it.
+        recent = [m for m in state.restarts if now - m.ts < config.crash_loop_window_seconds]
+        return len(recent) >= n
     if len(state.restarts) < n:
         return False
     then = state.restarts[-n].checkpoint_step
-    now = state.latest_checkpoint_step
-    return now is None or (then is not None and now <= then)
+    return then is not None and latest <= then
 
 
 class _Plan(Protocol):
     def __call__(
-        self, action: str, reason: str, *, target: str = ..., host: str | None = None
+        self,
+        action: str,
+        reason: str,
+        *,
+        target: str = ...,
+        host: str | None = None,
+        retry_at: float | None = None,
     ) -> ActionPlan: ...
 
 
 def _restart(
     plan: _Plan, finding: Finding, state: JobActionState, config: ActionPolicyConfig, reason: str
 ) -> list[ActionPlan]:
-    if _in_cooldown(state.last_restart_at, finding.ts, config):
-        return [plan("none", "the job was restarted within the cooldown: this is the same fault")]
-    if crash_looping(state, config):
+    last = state.last_restart_at
+    if last is not None and _in_cooldown(last, finding.ts, config):
+        ends = last + config.cooldown_seconds
         return [
             plan(
-                "stop_crash_loop",
-                f"checkpoint step {state.latest_checkpoint_step} has not advanced over "
-                f"{config.max_restarts_without_progress} restarts",
+                "none",
+                f"the job was restarted within the cooldown (it ends at {ends:.0f}): this is taken as the "
+                "same fault; if the job is still stuck when the cooldown ends it is planned again",
+                retry_at=ends,
             )
         ]
+    if crash_looping(state, config, finding.ts):
+        if state.latest_checkpoint_step is None:
+            why = (
+                f"{config.max_restarts_without_progress} restarts within "
+                f"{config.crash_loop_window_seconds:.0f} s and no checkpoint ever reported"
+            )
+        else:
+            why = (
+                f"checkpoint step {state.latest_checkpoint_step} has not advanced over "
+                f"{config.max_restarts_without_progress} restarts"
+            )
+        return [plan("stop_crash_loop", why)]
     return [plan("restart", reason)]
 
 
@@ -216,7 +297,11 @@ def _checkpoint_then_restart(
     reason: str,
     cordon: bool,
 ) -> list[ActionPlan]:
-    restart = _restart(plan, finding, state, config, f"{reason}: restart without host {finding.host}")
+    if cordon and finding.host:
+        how = f"restart, and cordon host {finding.host} so the job is placed without it"
+    else:
+        how = "restart (the worker group comes back on the same hosts)"
+    restart = _restart(plan, finding, state, config, f"{reason}: {how}")
     if restart[0].action != "restart":
         return restart
     out = [plan("checkpoint", f"{reason}: checkpoint at the next step boundary first")]
@@ -233,8 +318,19 @@ def _checkpoint_then_restart(
     return out
 
 
+def _straggler_restart_of(state: JobActionState, rank: int | None) -> RestartMark | None:
+    """The latest successful restart that answered a straggler on `rank`."""
+    if rank is None:
+        return None
+    return next((m for m in reversed(state.restarts) if m.kind == "straggler" and m.rank == rank), None)
+
+
 def _in_cooldown(last: float | None, now: float, config: ActionPolicyConfig) -> bool:
     return last is not None and now - last < config.cooldown_seconds
+
+
+def _latest(a: float | None, b: float) -> float:
+    return b if a is None else max(a, b)
 
 
 def _evidence(finding: Finding) -> dict[str, object]:

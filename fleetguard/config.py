@@ -64,7 +64,16 @@ class RuntimeConfig:
     restart_grace_seconds: float = 10.0
     restart_command: list[str] = field(default_factory=list)  # argv; empty = kill the local worker group
     cordon_command: list[str] = field(default_factory=list)
-    restart_cost_seconds: float = 300.0
+    restart_cost_seconds: float = 300.0  # a straggler is acted on once the time it cost exceeds this
+    checkpoint_timeout_seconds: float = 120.0  # a restart after a checkpoint request waits at most this
+    command_timeout_seconds: float = 60.0  # restart_command / cordon_command
+    # action policy (diagnosis.runtime_policy.ActionPolicyConfig)
+    cooldown_seconds: float = 120.0  # no second restart of a job within this (one fault, one restart)
+    max_restarts_without_progress: int = 3  # crash loop: restarts without the checkpoint step advancing
+    crash_loop_window_seconds: float = 1800.0  # job without checkpoints: that many restarts within this
+    cordon_at_risk_gpu: bool = False  # these three need cordon_command
+    cordon_gpu_hang: bool = False
+    cordon_stragglers: bool = False
 
 
 @dataclass(frozen=True)
@@ -218,7 +227,20 @@ def _validate(config: Config) -> None:
     need(config.store.retention_days > 0, "store.retention_days", "must be > 0")
     need(bool(config.store.path), "store.path", "must not be empty")
     need(0 <= config.runtime.port <= 65535, "runtime.port", "must be a TCP port, 0-65535")
-    need(config.runtime.restart_grace_seconds >= 0, "runtime.restart_grace_seconds", "must be >= 0")
+    rt = config.runtime
+    need(rt.restart_grace_seconds >= 0, "runtime.restart_grace_seconds", "must be >= 0")
+    need(rt.restart_cost_seconds >= 0, "runtime.restart_cost_seconds", "must be >= 0")
+    need(rt.checkpoint_timeout_seconds >= 0, "runtime.checkpoint_timeout_seconds", "must be >= 0")
+    need(rt.command_timeout_seconds > 0, "runtime.command_timeout_seconds", "must be > 0")
+    need(rt.cooldown_seconds >= 0, "runtime.cooldown_seconds", "must be >= 0")
+    need(rt.max_restarts_without_progress >= 1, "runtime.max_restarts_without_progress", "must be >= 1")
+    need(rt.crash_loop_window_seconds > 0, "runtime.crash_loop_window_seconds", "must be > 0")
+    for switch in ("cordon_at_risk_gpu", "cordon_gpu_hang", "cordon_stragglers"):
+        need(
+            not getattr(rt, switch) or bool(rt.cordon_command),
+            f"runtime.{switch}",
+            "needs runtime.cordon_command (without it nothing is cordoned)",
+        )
     need(0.0 <= config.predictor.risk_threshold <= 1.0, "predictor.risk_threshold", "must be within 0..1")
     need(config.predictor.score_interval_seconds > 0, "predictor.score_interval_seconds", "must be > 0")
     if config.simulate.fleet:

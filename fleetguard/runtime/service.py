@@ -15,7 +15,7 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fleetguard.actions.argv import check_template
@@ -25,11 +25,13 @@ from fleetguard.records.findings import ActionRecord, Finding
 from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
 from fleetguard.runtime.commands import Command, CommandQueue
 from fleetguard.runtime.pid_watcher import PidWatcher, ProcessExit
+from fleetguard.runtime.procfs import is_alive
 from fleetguard.runtime.protocol import RankReport
 from fleetguard.runtime.ranks import JobInfo, RankRegistry
 from fleetguard.runtime.server import RuntimeServer, require_loopback
 
 if TYPE_CHECKING:
+    from diagnosis.runtime_policy import ActionPolicyConfig, JobActionState
     from fleetguard.config import Config
 
 log = logging.getLogger(__name__)
@@ -60,6 +62,19 @@ class RuntimeServiceConfig:
         for template in (self.restart_command, self.cordon_command):
             if template:
                 check_template(template)
+        policy_config(self)  # a bad policy setting fails here, not at the first finding
+
+
+def policy_config(config: RuntimeServiceConfig) -> ActionPolicyConfig:
+    """The action policy's settings: `policy` plus what the service itself knows (restart cost, whether a
+    cordon command exists)."""
+    from diagnosis.runtime_policy import ActionPolicyConfig
+
+    return ActionPolicyConfig(
+        restart_cost_seconds=config.restart_cost_seconds,
+        cordon_command_configured=bool(config.cordon_command),
+        **config.policy,
+    )
 
 
 def runtime_config_from(config: Config) -> RuntimeServiceConfig:
@@ -72,6 +87,16 @@ def runtime_config_from(config: Config) -> RuntimeServiceConfig:
         restart_command=tuple(rt.restart_command),
         cordon_command=tuple(rt.cordon_command),
         restart_cost_seconds=rt.restart_cost_seconds,
+        checkpoint_timeout_seconds=rt.checkpoint_timeout_seconds,
+        command_timeout_seconds=rt.command_timeout_seconds,
+        policy={
+            "cooldown_seconds": rt.cooldown_seconds,
+            "max_restarts_without_progress": rt.max_restarts_without_progress,
+            "crash_loop_window_seconds": rt.crash_loop_window_seconds,
+            "cordon_at_risk_gpu": rt.cordon_at_risk_gpu,
+            "cordon_gpu_hang": rt.cordon_gpu_hang,
+            "cordon_stragglers": rt.cordon_stragglers,
+        },
     )
 
 
@@ -89,7 +114,20 @@ class Analyzer(Protocol):
     def tick(self, now: float) -> list[Finding]: ...
 
 
-Planner = Callable[[Finding, JobInfo | None], list[ActionRequest]]
+JobLookup = Callable[[str], JobInfo | None]
+
+
+class Planner(Protocol):
+    """What the service needs from the action policy (PolicyPlanner)."""
+
+    def __call__(self, finding: Finding, job: JobInfo | None) -> list[ActionRequest]:
+        """The actions for a new finding, in execution order."""
+
+    def replan_deferred(self, now: float, job_of: JobLookup) -> list[tuple[Finding, list[ActionRequest]]]:
+        """Findings put off by the restart cooldown whose cooldown has ended, planned again."""
+
+    def action_done(self, request: ActionRequest, record: ActionRecord, job: JobInfo | None) -> None:
+        """The outcome of an executed request (only a restart that succeeded counts as one)."""
 
 
 @dataclass
@@ -221,9 +259,17 @@ class RuntimeService:
     # ---- loops ----
 
     def tick_once(self) -> list[Finding]:
-        """One analysis round: findings -> sink, and their planned actions -> the action runner."""
+        """One analysis round: findings -> sink, and their planned actions -> the action runner; findings the
+        restart cooldown put off are planned again once it ends (the analyzer reports a hang only once)."""
+        now = self.clock.time()
         with self._analysis_lock:
-            findings = self.analyzer.tick(self.clock.time())
+            findings = self.analyzer.tick(now)
+        for finding, requests in self.planner.replan_deferred(now, self.ranks.job):
+            log.warning(
+                "runtime finding %s outlasted the restart cooldown: planned again", finding.finding_id
+            )
+            if requests:
+                self._actions.put((finding, requests))
         if findings:
             self.stats.findings += len(findings)
             self._buffer(findings)
@@ -243,19 +289,28 @@ class RuntimeService:
         checkpoint_before: int | None = None
         asked_checkpoint = False
         for request in requests:
-            if request.action == "restart" and asked_checkpoint:
-                self._wait_for_checkpoint(request.job_id, checkpoint_before)
-            if request.action == "restart":
-                self._expected_exits.update(self.ranks.live_pids(request.job_id).values())
-                with self._analysis_lock:
-                    # the group we are about to kill goes silent on purpose; its next incarnation re-registers
-                    self.analyzer.forget_job(request.job_id)
+            note = ""
+            if (
+                request.action == "restart"
+                and asked_checkpoint
+                and not self._wait_for_checkpoint(request.job_id, checkpoint_before)
+            ):
+                note = (
+                    f"the requested checkpoint did not complete within "
+                    f"{self.config.checkpoint_timeout_seconds:.0f} s: restarted from checkpoint step "
+                    f"{self._checkpoint_step(request.job_id)}"
+                )
             if request.action == "checkpoint":
-                job = self.ranks.job(request.job_id)
-                checkpoint_before = job.checkpoint_step if job else None
-            record = self.executor.execute(request)
+                checkpoint_before = self._checkpoint_step(request.job_id)
+            run = self._restart if request.action == "restart" else self.executor.execute
+            record = run(request)
+            if request.action == "stop_crash_loop":
+                note = self._stop_delivery_note(record)
+            if note:
+                record = replace(record, detail=f"{record.detail}; {note}")
             if request.action == "checkpoint" and record.outcome == "requested":
                 asked_checkpoint = True
+            self.planner.action_done(request, record, self.ranks.job(request.job_id))
             records.append(record)
         self.stats.actions += len(records)
         self._buffer(records)
@@ -273,15 +328,57 @@ class RuntimeService:
             self.stats.sink_errors += 1
             log.exception("runtime: the sink refused %d records", len(batch))
 
-    def _wait_for_checkpoint(self, job_id: str, before: int | None) -> None:
+    def _restart(self, request: ActionRequest) -> ActionRecord:
+        """Restart through the executor. The group's pids are expected to exit while it runs (the kill), and
+        the analyzer stops watching the group meant to go silent; a restart that did not succeed hands the
+        ranks still alive back to crash detection and the analyzer, so a real crash of theirs is seen."""
+        job_id = request.job_id
+        pids = set(self.ranks.live_pids(job_id).values())
+        self._expected_exits.update(pids)
+        with self._analysis_lock:
+            self.analyzer.forget_job(job_id)
+        record = self.executor.execute(request)
+        if record.outcome == "succeeded":
+            return record
+        survivors = {pid for pid in pids & self._expected_exits if is_alive(pid)}
+        self._expected_exits.difference_update(survivors)
+        job = self.ranks.job(job_id)
+        if survivors and job is not None:
+            world_size = max(r.world_size for r in job.ranks.values())
+            with self._analysis_lock:
+                self.analyzer.register_job(job_id, world_size, self.clock.time())
+            log.warning(
+                "job %s: restart %s; still watching pids %s", job_id, record.outcome, sorted(survivors)
+            )
+        return record
+
+    def _stop_delivery_note(self, record: ActionRecord) -> str:
+        if record.outcome != "requested":
+            return "the stop was not delivered: no rank can receive it"
+        note = (
+            "delivered with each rank's next report and taken at its next step boundary; "
+            "a rank that crashes before that never receives it"
+        )
+        if self.config.restart_command:
+            note += (
+                "; runtime.restart_command is set but there is no stop command: the scheduler may restart it"
+            )
+        return note
+
+    def _checkpoint_step(self, job_id: str) -> int | None:
+        job = self.ranks.job(job_id)
+        return job.checkpoint_step if job else None
+
+    def _wait_for_checkpoint(self, job_id: str, before: int | None) -> bool:
+        """True once the ranks report a checkpoint newer than `before`; False on the timeout."""
         deadline = self.clock.monotonic() + self.config.checkpoint_timeout_seconds
         while self.clock.monotonic() < deadline and not self._stop.is_set():
-            job = self.ranks.job(job_id)
-            step = job.checkpoint_step if job else None
+            step = self._checkpoint_step(job_id)
             if step is not None and (before is None or step > before):
-                return
+                return True
             self.clock.sleep(0.1)
         log.warning("job %s: requested checkpoint did not complete in time; restarting anyway", job_id)
+        return False
 
     def _buffer(self, records: Sequence[object]) -> None:
         with self._pending_lock:
@@ -313,21 +410,31 @@ def _default_analyzer() -> Analyzer:
     return RuntimeAnalyzer()
 
 
+@dataclass(frozen=True)
+class _Deferred:
+    """A finding the restart cooldown put off, and what the job looked like then."""
+
+    finding: Finding
+    retry_at: float
+    incarnation: int  # the job's restart count
+    step: int | None  # the furthest step any of its ranks had reached
+
+
 class PolicyPlanner:
-    """diagnosis.runtime_policy.decide behind the service: keeps each job's JobActionState (restarts ordered,
-    latest complete checkpoint as the ranks report it) and turns ActionPlans into ActionRequests."""
+    """diagnosis.runtime_policy.decide behind the service: keeps each job's JobActionState (restarts ordered
+    and their outcomes, latest complete checkpoint as the ranks report it), remembers findings put off by the
+    restart cooldown, and turns ActionPlans into ActionRequests."""
 
     def __init__(self, config: RuntimeServiceConfig) -> None:
-        from diagnosis.runtime_policy import ActionPolicyConfig, JobActionState
+        from diagnosis.runtime_policy import JobActionState
 
-        self.policy_config = ActionPolicyConfig(
-            restart_cost_seconds=config.restart_cost_seconds, **config.policy
-        )
+        self.policy_config = policy_config(config)
         self._new_state = JobActionState
-        self._states: dict[str, Any] = {}
+        self._states: dict[str, JobActionState] = {}
+        self._deferred: dict[tuple[str, str], _Deferred] = {}  # (job, finding kind) -> the latest put off
         self._lock = threading.Lock()
 
-    def state(self, job_id: str) -> Any:
+    def state(self, job_id: str) -> JobActionState:
         """The job's JobActionState (what the policy has ordered so far)."""
         with self._lock:
             return self._states.get(job_id) or self._new_state(job_id)
@@ -342,6 +449,11 @@ class PolicyPlanner:
                 state = state.with_checkpoint(job.checkpoint_step)
             plans = decide(finding, state, self.policy_config)
             self._states[job_id] = apply_plans(state, plans, finding.ts)
+            retry_at = next((p.retry_at for p in plans if p.retry_at is not None), None)
+            if retry_at is not None and job is not None:
+                self._deferred[(job_id, finding.kind)] = _Deferred(
+                    finding, retry_at, job.restarts, _furthest_step(job)
+                )
         return [
             ActionRequest(
                 action=p.action,
@@ -353,3 +465,40 @@ class PolicyPlanner:
             )
             for p in plans
         ]
+
+    def replan_deferred(self, now: float, job_of: JobLookup) -> list[tuple[Finding, list[ActionRequest]]]:
+        """Deferred findings whose cooldown has ended, decided again as of `now`, while the fault is still
+        there: the same worker group, still alive, and not a step further than when it was put off (a
+        straggler, or a hang that cleared, has moved on and is dropped)."""
+        with self._lock:
+            due = [key for key, d in self._deferred.items() if d.retry_at <= now]
+            items = [self._deferred.pop(key) for key in due]
+        out: list[tuple[Finding, list[ActionRequest]]] = []
+        for d in items:
+            job = job_of(d.finding.job_id or "unknown")
+            if (
+                job is None
+                or not job.live_pids()
+                or job.restarts != d.incarnation
+                or _furthest_step(job) != d.step
+            ):
+                log.info("finding %s cleared during the restart cooldown", d.finding.finding_id)
+                continue
+            out.append((d.finding, self(replace(d.finding, ts=now), job)))
+        return out
+
+    def action_done(self, request: ActionRequest, record: ActionRecord, job: JobInfo | None) -> None:
+        if request.action != "restart":
+            return
+        with self._lock:
+            state = self._states.get(request.job_id)
+            if state is None:
+                return
+            if job is not None and job.checkpoint_step is not None:
+                state = state.with_checkpoint(job.checkpoint_step)
+            succeeded = record.outcome == "succeeded"
+            self._states[request.job_id] = state.with_restart_outcome(request.finding_id, succeeded)
+
+
+def _furthest_step(job: JobInfo) -> int | None:
+    return max((r.step for r in job.ranks.values() if r.step is not None), default=None)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+import tomllib
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from fleetguard.cli import cli
-from fleetguard.config import ConfigError, load_config
+from fleetguard.config import ConfigError, RuntimeConfig, load_config
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "data" / "fleetguard.example.toml"
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -47,9 +51,29 @@ def test_environment_overrides_the_file_with_typed_values(tmp_path: Path) -> Non
 
 
 def test_example_config_shipped_in_data_is_valid() -> None:
-    example = Path(__file__).resolve().parents[2] / "data" / "fleetguard.example.toml"
-    config = load_config(example, env={})
+    config = load_config(EXAMPLE, env={})
     assert config.store.path
+
+
+def test_the_example_config_shows_every_runtime_setting() -> None:
+    with EXAMPLE.open("rb") as fh:
+        shown = set(tomllib.load(fh)["runtime"])
+    assert shown == {f.name for f in dataclasses.fields(RuntimeConfig)}
+
+
+def test_the_action_policy_is_set_in_the_runtime_section(tmp_path: Path) -> None:
+    text = (
+        "[runtime]\ncooldown_seconds = 60.0\nmax_restarts_without_progress = 5\n"
+        "crash_loop_window_seconds = 900.0\ncordon_stragglers = true\n"
+        'cordon_command = ["kubectl", "cordon", "{host}"]\n'
+    )
+    rt = load_config(write(tmp_path, text), env={}).runtime
+    assert (rt.cooldown_seconds, rt.max_restarts_without_progress, rt.crash_loop_window_seconds) == (
+        60.0,
+        5,
+        900.0,
+    )
+    assert rt.cordon_stragglers is True
 
 
 @pytest.mark.parametrize(
@@ -64,6 +88,22 @@ def test_example_config_shipped_in_data_is_valid() -> None:
         ("", {"FLEETGUARD_AGENT_METRICS_PORT": "abc"}, r"agent\.metrics_port: expected an integer"),
         ("", {"FLEETGUARD_COLLECTORS_NVML": "maybe"}, r"collectors\.nvml: expected true or false"),
         ('[runtime]\nrestart_command = "kill it"\n', {}, r"runtime\.restart_command: expected a list"),
+        ("[runtime]\ncooldown_seconds = -1\n", {}, r"runtime\.cooldown_seconds: must be >= 0"),
+        (
+            "[runtime]\nmax_restarts_without_progress = 0\n",
+            {},
+            r"runtime\.max_restarts_without_progress: must be >= 1",
+        ),
+        (
+            "[runtime]\ncrash_loop_window_seconds = 0\n",
+            {},
+            r"runtime\.crash_loop_window_seconds: must be > 0",
+        ),
+        (
+            "[runtime]\ncordon_stragglers = true\n",
+            {},
+            r"runtime\.cordon_stragglers: needs runtime\.cordon_command",
+        ),
         ("agent = 3\n", {}, r"agent: expected a \[agent\] table"),
         ("[agent\n", {}, r"not valid TOML"),
     ],

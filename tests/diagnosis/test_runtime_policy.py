@@ -45,6 +45,17 @@ def state() -> JobActionState:
     return JobActionState(JOB)
 
 
+def carried_out(
+    s: JobActionState, plans: list[ActionPlan], now: float, succeeded: bool = True
+) -> JobActionState:
+    """The state after the plans were ordered and each restart among them ran with this outcome."""
+    s = apply_plans(s, plans, now)
+    for p in plans:
+        if p.action == "restart":
+            s = s.with_restart_outcome(p.finding_id, succeeded)
+    return s
+
+
 def test_dead_rank_restarts_the_job_without_a_checkpoint() -> None:
     plans = decide(finding("dead_rank"), state(), CFG)
     assert actions(plans) == ["restart"]
@@ -149,7 +160,7 @@ def test_crash_loop_stops_after_three_restarts_without_checkpoint_progress() -> 
         ts = 1000.0 + 200 * k
         plans = decide(finding("dead_rank", ts=ts), s, CFG)
         assert actions(plans) == ["restart"]
-        s = apply_plans(s, plans, ts)
+        s = carried_out(s, plans, ts)
     plans = decide(finding("dead_rank", ts=1600.0), s, CFG)
     assert actions(plans) == ["stop_crash_loop"]
     assert "500" in plans[0].reason
@@ -159,13 +170,13 @@ def test_restarts_with_checkpoint_progress_are_not_a_crash_loop() -> None:
     s = state()
     for k in range(5):
         s = s.with_checkpoint(100 * (k + 1)).with_restart(1000.0 + 200 * k)
-    assert not crash_looping(s, CFG)
+    assert not crash_looping(s, CFG, now=3000.0)
     assert actions(decide(finding("dead_rank", ts=3000.0), s, CFG)) == ["restart"]
 
 
 def test_job_that_never_checkpointed_is_a_crash_loop_after_three_restarts() -> None:
     s = state().with_restart(1.0).with_restart(300.0).with_restart(600.0)
-    assert crash_looping(s, CFG)
+    assert crash_looping(s, CFG, now=900.0)
 
 
 def test_stopped_job_gets_no_more_actions_until_resumed() -> None:
@@ -197,3 +208,75 @@ def test_unknown_action_is_rejected() -> None:
 def test_bad_config_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="max_restarts_without_progress"):
         ActionPolicyConfig(max_restarts_without_progress=0)
+
+
+def test_a_restart_put_off_by_the_cooldown_says_when_to_plan_it_again() -> None:
+    s = carried_out(state(), decide(finding("dead_rank", ts=1000.0), state(), CFG), 1000.0)
+    [plan] = decide(finding("hang_localised", ts=1035.0, hang_kind="host_stuck"), s, CFG)
+    assert (plan.action, plan.retry_at) == ("none", 1120.0)
+
+
+def test_a_finding_planned_again_after_the_cooldown_restarts() -> None:
+    s = carried_out(state(), decide(finding("dead_rank", ts=1000.0), state(), CFG), 1000.0)
+    [deferred] = decide(finding("hang_localised", ts=1035.0, hang_kind="host_stuck"), s, CFG)
+    assert deferred.retry_at is not None
+    again = finding("hang_localised", ts=deferred.retry_at, hang_kind="host_stuck")
+    assert actions(decide(again, s, CFG)) == ["restart"]
+
+
+def test_a_straggler_restart_does_not_claim_to_leave_its_host_out_without_a_cordon() -> None:
+    plans = decide(finding("straggler", lost_seconds=301.0), state(), CFG)
+    assert "without host" not in plans[1].reason
+    assert "same hosts" in plans[1].reason
+
+
+def test_a_straggler_slow_again_after_its_restart_is_left_to_a_person() -> None:
+    s = carried_out(
+        state(), decide(finding("straggler", ts=1000.0, lost_seconds=400.0), state(), CFG), 1000.0
+    )
+    plans = decide(finding("straggler", ts=2000.0, lost_seconds=400.0), s, CFG)
+    assert actions(plans) == ["none"]
+    assert "did not help" in plans[0].reason and "a person must look" in plans[0].reason
+
+
+def test_a_straggler_slow_again_is_restarted_and_cordoned_when_its_host_can_be_cordoned() -> None:
+    cfg = ActionPolicyConfig(cordon_stragglers=True, cordon_command_configured=True)
+    s = carried_out(
+        state(), decide(finding("straggler", ts=1000.0, lost_seconds=400.0), state(), cfg), 1000.0
+    )
+    plans = decide(finding("straggler", ts=2000.0, lost_seconds=400.0), s, cfg)
+    assert actions(plans) == ["checkpoint", "restart", "cordon"]
+
+
+def test_a_failed_straggler_restart_may_be_tried_again() -> None:
+    first = decide(finding("straggler", ts=1000.0, lost_seconds=400.0), state(), CFG)
+    s = carried_out(state(), first, 1000.0, succeeded=False)
+    assert actions(decide(finding("straggler", ts=2000.0, lost_seconds=400.0), s, CFG)) == [
+        "checkpoint",
+        "restart",
+    ]
+
+
+def test_restarts_of_a_job_without_checkpoints_age_out_of_the_crash_loop_window() -> None:
+    s = state()
+    for ts in (0.0, 3600.0, 7200.0):
+        s = carried_out(s, decide(finding("dead_rank", ts=ts), s, CFG), ts)
+    assert actions(decide(finding("dead_rank", ts=7400.0), s, CFG)) == ["restart"]
+
+
+def test_a_bad_crash_loop_window_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="crash_loop_window_seconds"):
+        ActionPolicyConfig(crash_loop_window_seconds=0)
+
+
+def test_a_failed_restart_does_not_count_toward_a_crash_loop() -> None:
+    s = state().with_checkpoint(500)
+    for k in range(3):
+        ts = 1000.0 + 200 * k
+        s = carried_out(s, decide(finding("dead_rank", ts=ts), s, CFG), ts, succeeded=False)
+    assert actions(decide(finding("dead_rank", ts=1600.0), s, CFG)) == ["restart"]
+
+
+def test_a_failed_restart_still_holds_the_cooldown() -> None:
+    s = carried_out(state(), decide(finding("dead_rank", ts=1000.0), state(), CFG), 1000.0, succeeded=False)
+    assert actions(decide(finding("dead_rank", ts=1005.0), s, CFG)) == ["none"]

@@ -53,6 +53,15 @@ def run_queued_actions(service: RuntimeService) -> list[ActionRecord]:
     return records
 
 
+def carried_out(
+    service: RuntimeService, clock: FakeClock, requests: Sequence[ActionRequest], outcome: str
+) -> None:
+    """Tell the planner each request ran with `outcome`, without running it."""
+    for r in requests:
+        record = ActionRecord(clock.time(), "act-test", r.action, f"job/{r.job_id}", r.finding_id, outcome)
+        service.planner.action_done(r, record, service.ranks.job(r.job_id))
+
+
 @pytest.fixture
 def ranks():
     procs = [sleeper() for _ in range(4)]
@@ -301,7 +310,9 @@ def test_a_crash_loop_is_stopped_with_a_stop_command_instead_of_a_fourth_restart
             job_id="job-a",
             rank=0,
         )
-        planned.extend(r.action for r in service.planner(crash, service.ranks.job("job-a")))
+        requests = service.planner(crash, service.ranks.job("job-a"))
+        planned.extend(r.action for r in requests)
+        carried_out(service, clock, requests, "succeeded")
         clock.advance(60.0)
     assert planned == ["restart", "restart", "restart", "stop_crash_loop"]
     stop = Finding(
@@ -328,4 +339,152 @@ def test_a_worker_of_a_replaced_group_dying_late_is_not_a_new_crash(ranks) -> No
     report(service, clock, 1, new[1].pid, step=5)
     service.handle_exit(ProcessExit(new[1].pid, ("job-a", 1), -9))  # the new group's own crash still counts
     assert [(f.kind, f.rank) for f in service.tick_once()] == [("dead_rank", 1)]
+    service.stop()
+
+
+class ScriptedAnalyzer:
+    """An analyzer that reports the findings a test hands it at the next tick and nothing else."""
+
+    def __init__(self) -> None:
+        self.next: list[Finding] = []
+
+    def register_job(self, job_id: str, world_size: int, started_at: float) -> None:
+        pass
+
+    def forget_job(self, job_id: str) -> None:
+        pass
+
+    def observe(self, record: object) -> None:
+        pass
+
+    def process_exited(self, job_id: str, rank: int, exit_code: int | None, now: float) -> None:
+        pass
+
+    def tick(self, now: float) -> list[Finding]:
+        out, self.next = self.next, []
+        return out
+
+
+def hang(clock: FakeClock) -> Finding:
+    return Finding(
+        clock.time(),
+        f"hang-{clock.time()}",
+        "hang_localised",
+        "critical",
+        "job/job-a/group/world",
+        "hung",
+        job_id="job-a",
+        evidence_json='{"hang_kind": "host_stuck"}',
+    )
+
+
+def restarted_at_the_start(service: RuntimeService, clock: FakeClock, ranks) -> None:
+    """Four ranks reporting, and a restart of the job that has just succeeded."""
+    for r, p in enumerate(ranks):
+        report(service, clock, r, p.pid, step=5)
+    dead = Finding(
+        clock.time(), "f-0", "dead_rank", "critical", "job/job-a/rank/0", "dead", job_id="job-a", rank=0
+    )
+    carried_out(service, clock, service.planner(dead, service.ranks.job("job-a")), "succeeded")
+
+
+def queued(service: RuntimeService) -> list[tuple[str | None, str]]:
+    out = []
+    while not service._actions.empty():
+        item = service._actions.get()
+        assert item is not None
+        out.extend((r.finding_id, r.action) for r in item[1])
+    return out
+
+
+def test_a_hang_put_off_by_the_cooldown_is_restarted_when_the_cooldown_ends(ranks) -> None:
+    clock, analyzer = FakeClock(), ScriptedAnalyzer()
+    service = RuntimeService(RuntimeServiceConfig(host="node1", port=0), clock, Sink(), analyzer=analyzer)
+    restarted_at_the_start(service, clock, ranks)
+    clock.advance(35.0)
+    analyzer.next = [finding := hang(clock)]
+    service.tick_once()
+    assert queued(service) == [(finding.finding_id, "none")]  # within the 120 s cooldown
+    clock.advance(90.0)
+    service.tick_once()
+    assert queued(service) == [(finding.finding_id, "restart")]
+    service.stop()
+
+
+def test_a_crash_after_a_failed_restart_is_still_a_finding(ranks) -> None:
+    clock, sink = FakeClock(), Sink()
+    service = make_service(clock, sink, restart_command=("false",))
+    for r, p in enumerate(ranks):
+        report(service, clock, r, p.pid, step=5)
+    stuck = Finding(clock.time(), "f-1", "hang_localised", "critical", "job/job-a", "hung", job_id="job-a")
+    [record] = service.run_actions(stuck, [ActionRequest("restart", "job-a", "f-1", "test")])
+    assert record.outcome == "failed"
+    ranks[2].send_signal(signal.SIGKILL)
+    ranks[2].wait()
+    service.handle_exit(ProcessExit(ranks[2].pid, ("job-a", 2), -9))
+    assert [(f.kind, f.rank) for f in service.tick_once()] == [("dead_rank", 2)]
+    service.stop()
+
+
+def test_a_failed_restart_is_not_counted_as_a_restart(ranks) -> None:
+    clock, sink = FakeClock(), Sink()
+    service = make_service(clock, sink, restart_command=("false",))
+    for r, p in enumerate(ranks):
+        report(service, clock, r, p.pid, step=5)
+    dead = Finding(
+        clock.time(), "f-1", "dead_rank", "critical", "job/job-a/rank/0", "dead", job_id="job-a", rank=0
+    )
+    service.run_actions(dead, service.planner(dead, service.ranks.job("job-a")))
+    assert service.planner.state("job-a").restarts == ()  # type: ignore[attr-defined]
+    service.stop()
+
+
+def test_a_checkpoint_timeout_is_written_into_the_restart_record(ranks) -> None:
+    clock, sink = FakeClock(), Sink()
+    service = make_service(clock, sink, checkpoint_timeout_seconds=30.0)
+    for r, p in enumerate(ranks):
+        report(service, clock, r, p.pid, step=5, checkpoint_step=4)
+    finding = Finding(clock.time(), "f-9", "straggler", "warning", "job/job-a/rank/2", "slow", job_id="job-a")
+    _, restart = service.run_actions(
+        finding,
+        [
+            ActionRequest("checkpoint", "job-a", "f-9", "slow"),
+            ActionRequest("restart", "job-a", "f-9", "slow"),
+        ],
+    )
+    assert "checkpoint did not complete within 30 s: restarted from checkpoint step 4" in restart.detail
+    service.stop()
+
+
+def test_the_stop_record_says_when_the_ranks_receive_the_stop(ranks) -> None:
+    clock, sink = FakeClock(), Sink()
+    service = make_service(clock, sink)
+    report(service, clock, 0, ranks[0].pid, step=3)
+    stop = Finding(clock.time(), "f-s", "dead_rank", "critical", "job/job-a/rank/0", "dead", job_id="job-a")
+    [record] = service.run_actions(stop, [ActionRequest("stop_crash_loop", "job-a", "f-s", "crash loop")])
+    assert "next step boundary" in record.detail
+    service.stop()
+
+
+def test_the_stop_record_warns_that_a_restart_command_has_no_stop_counterpart(ranks) -> None:
+    clock, sink = FakeClock(), Sink()
+    service = make_service(clock, sink, restart_command=("scontrol", "requeue", "{job}"))
+    report(service, clock, 0, ranks[0].pid, step=3)
+    stop = Finding(clock.time(), "f-s", "dead_rank", "critical", "job/job-a/rank/0", "dead", job_id="job-a")
+    [record] = service.run_actions(stop, [ActionRequest("stop_crash_loop", "job-a", "f-s", "crash loop")])
+    assert "the scheduler may restart it" in record.detail
+    service.stop()
+
+
+def test_the_policy_settings_of_the_config_section_reach_the_policy() -> None:
+    rt = RuntimeConfig(
+        cooldown_seconds=30.0, cordon_stragglers=True, cordon_command=["kubectl", "cordon", "{host}"]
+    )
+    service = RuntimeService(runtime_config_from(Config(runtime=rt)), FakeClock(), Sink())
+    policy = service.planner.policy_config  # type: ignore[attr-defined]
+    assert (policy.cooldown_seconds, policy.cordon_stragglers, policy.cordon_command_configured) == (
+        30.0,
+        True,
+        True,
+    )
     service.stop()
