@@ -74,6 +74,9 @@ class RuntimeConfig:
     cordon_at_risk_gpu: bool = False  # these three need cordon_command
     cordon_gpu_hang: bool = False
     cordon_stragglers: bool = False
+    # PyTorch's flight-recorder dumps (TORCH_NCCL_DEBUG_INFO_TEMP_FILE's directory): read for hang
+    # localisation while one job runs on the host; empty: not read
+    flight_recorder_dir: str = ""
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -24,6 +24,7 @@ from fleetguard.clock import Clock
 from fleetguard.records.findings import ActionRecord, Finding
 from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
 from fleetguard.runtime.commands import Command, CommandQueue
+from fleetguard.runtime.dump_watcher import DumpWatcher
 from fleetguard.runtime.pid_watcher import PidWatcher, ProcessExit
 from fleetguard.runtime.procfs import is_alive
 from fleetguard.runtime.protocol import RankReport
@@ -56,6 +57,7 @@ class RuntimeServiceConfig:
     checkpoint_timeout_seconds: float = 120.0  # restart anyway if a requested checkpoint does not complete
     command_timeout_seconds: float = 60.0
     policy: dict[str, Any] = field(default_factory=dict)  # extra ActionPolicyConfig fields, by name
+    flight_recorder_dir: str = ""  # where PyTorch writes nccl_trace_rank_<r> dumps; empty: not read
 
     def __post_init__(self) -> None:
         require_loopback(self.bind_address)
@@ -89,6 +91,7 @@ def runtime_config_from(config: Config) -> RuntimeServiceConfig:
         restart_cost_seconds=rt.restart_cost_seconds,
         checkpoint_timeout_seconds=rt.checkpoint_timeout_seconds,
         command_timeout_seconds=rt.command_timeout_seconds,
+        flight_recorder_dir=rt.flight_recorder_dir,
         policy={
             "cooldown_seconds": rt.cooldown_seconds,
             "max_restarts_without_progress": rt.max_restarts_without_progress,
@@ -103,7 +106,9 @@ def runtime_config_from(config: Config) -> RuntimeServiceConfig:
 class Analyzer(Protocol):
     """What the service needs from straggler.analysis.RuntimeAnalyzer."""
 
-    def register_job(self, job_id: str, world_size: int, started_at: float) -> None: ...
+    def register_job(
+        self, job_id: str, world_size: int, started_at: float, *, local_ranks: Iterable[int] = ()
+    ) -> None: ...
 
     def forget_job(self, job_id: str) -> None: ...
 
@@ -175,6 +180,9 @@ class RuntimeService:
         )
         self.server = RuntimeServer(self.handle_report, config.host, clock, config.bind_address, config.port)
         self.watcher = PidWatcher(self.handle_exit, config.pid_poll_interval_seconds)
+        self._dumps = (
+            DumpWatcher(config.flight_recorder_dir, config.host) if config.flight_recorder_dir else None
+        )
         self._analysis_lock = threading.Lock()
         self._pending: list[object] = []
         self._pending_lock = threading.Lock()
@@ -222,7 +230,8 @@ class RuntimeService:
         with self._analysis_lock:
             if new_incarnation:
                 # progress and silence of the old worker group must not count against the new one
-                self.analyzer.register_job(hb.job_id, hb.world_size, hb.ts)
+                # only this host's ranks are expected here: a multi-node job's others report elsewhere
+                self.analyzer.register_job(hb.job_id, hb.world_size, hb.ts, local_ranks=report.local_ranks())
             for record in records:
                 self.analyzer.observe(record)
         self._buffer(records)
@@ -262,6 +271,7 @@ class RuntimeService:
         """One analysis round: findings -> sink, and their planned actions -> the action runner; findings the
         restart cooldown put off are planned again once it ends (the analyzer reports a hang only once)."""
         now = self.clock.time()
+        self._read_dumps(now)
         with self._analysis_lock:
             findings = self.analyzer.tick(now)
         for finding, requests in self.planner.replan_deferred(now, self.ranks.job):
@@ -281,6 +291,21 @@ class RuntimeService:
                     self._actions.put((finding, requests))
         self.flush()
         return findings
+
+    def _read_dumps(self, now: float) -> None:
+        """New flight-recorder dumps -> collective progress for hang localisation. A dump does not say which
+        job wrote it, so they are read while exactly one job runs on this host."""
+        if self._dumps is None:
+            return
+        jobs = [j for j in self.ranks.jobs() if self.ranks.live_pids(j)]
+        if len(jobs) != 1:
+            return
+        progress = self._dumps.poll(jobs[0], now)
+        if progress:
+            with self._analysis_lock:
+                for record in progress:
+                    self.analyzer.observe(record)
+            self._buffer(progress)
 
     def run_actions(self, finding: Finding, requests: Sequence[ActionRequest]) -> list[ActionRecord]:
         """Execute the plans for one finding in order; a restart that follows a checkpoint request waits
@@ -346,7 +371,9 @@ class RuntimeService:
         if survivors and job is not None:
             world_size = max(r.world_size for r in job.ranks.values())
             with self._analysis_lock:
-                self.analyzer.register_job(job_id, world_size, self.clock.time())
+                self.analyzer.register_job(
+                    job_id, world_size, self.clock.time(), local_ranks=sorted(job.ranks)
+                )
             log.warning(
                 "job %s: restart %s; still watching pids %s", job_id, record.outcome, sorted(survivors)
             )

@@ -348,7 +348,9 @@ class ScriptedAnalyzer:
     def __init__(self) -> None:
         self.next: list[Finding] = []
 
-    def register_job(self, job_id: str, world_size: int, started_at: float) -> None:
+    def register_job(
+        self, job_id: str, world_size: int, started_at: float, *, local_ranks: object = ()
+    ) -> None:
         pass
 
     def forget_job(self, job_id: str) -> None:
@@ -487,4 +489,38 @@ def test_the_policy_settings_of_the_config_section_reach_the_policy() -> None:
         True,
         True,
     )
+    service.stop()
+
+
+def test_a_multi_node_job_is_not_hung_for_ranks_that_report_to_other_hosts(ranks) -> None:
+    clock, sink = FakeClock(), Sink()
+    service = make_service(clock, sink)
+    for _ in range(120):  # two minutes of this host's ranks 4..7 of a 2 x 4 job, stepping every second
+        for local, p in enumerate(ranks):
+            body = report_body(
+                rank=4 + local,
+                local_rank=local,
+                world_size=8,
+                local_world_size=4,
+                pid=p.pid,
+                step=int(clock.time()),
+            )
+            service.handle_report(parse_report(body, "node1", clock.time()))
+        assert service.tick_once() == []
+        clock.advance(1.0)
+    service.stop()
+
+
+def test_flight_recorder_dumps_feed_hang_localisation_while_one_job_runs(ranks, tmp_path) -> None:
+    import shutil
+    from pathlib import Path
+
+    dump = Path(__file__).resolve().parents[1] / "fixtures" / "nccl" / "nccl_trace_rank_0"
+    clock, sink = FakeClock(), Sink()
+    service = make_service(clock, sink, flight_recorder_dir=str(tmp_path))
+    report(service, clock, 0, ranks[0].pid, step=5)
+    shutil.copy(dump, tmp_path / "nccl_trace_rank_0")
+    service.tick_once()
+    from_dumps = [c for c in sink.of(CollectiveProgress) if c.source == "flight_recorder"]
+    assert from_dumps and {(c.job_id, c.rank) for c in from_dumps} == {("job-a", 0)}
     service.stop()
