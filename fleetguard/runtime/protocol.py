@@ -31,6 +31,7 @@ class RankReport:
     checkpoint_step: int | None
     dropped_timings: int
     local_world_size: int | None = None  # ranks on the sender's host (torchrun's LOCAL_WORLD_SIZE)
+    pid_trusted: bool = True  # False: the pid is not the sender's, so it is never watched or signalled
 
     @property
     def key(self) -> tuple[str, int]:

@@ -21,6 +21,7 @@ class RankInfo:
     alive: bool = True
     pids_seen: list[int] = field(default_factory=list)
     incarnation: int = 0  # the job's restart count when this rank's current pid first reported
+    pid_trusted: bool = True  # the pid belongs to the sender: only then is it watched and signalled
 
 
 @dataclass
@@ -36,7 +37,7 @@ class JobInfo:
         return max((len(r.pids_seen) - 1 for r in self.ranks.values()), default=0)
 
     def live_pids(self) -> dict[int, int]:
-        return {r.rank: r.pid for r in self.ranks.values() if r.alive}
+        return {r.rank: r.pid for r in self.ranks.values() if r.alive and r.pid_trusted}
 
 
 class RankRegistry:
@@ -46,7 +47,7 @@ class RankRegistry:
         self._jobs: dict[str, JobInfo] = {}
         self._lock = threading.Lock()
 
-    def update(self, heartbeat: Heartbeat, checkpoint_step: int | None) -> bool:
+    def update(self, heartbeat: Heartbeat, checkpoint_step: int | None, pid_trusted: bool = True) -> bool:
         """Record a report; True when it is the first of a new worker-group incarnation of its job (the job's
         first report, or the first report after a restart)."""
         with self._lock:
@@ -67,6 +68,7 @@ class RankRegistry:
                     restarted = True
                 info.incarnation = job.restarts
             info.pid = heartbeat.pid
+            info.pid_trusted = pid_trusted
             info.local_rank = heartbeat.local_rank
             info.world_size = heartbeat.world_size
             info.status = heartbeat.status

@@ -11,11 +11,12 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from fleetguard.clock import Clock
 from fleetguard.runtime.commands import Command
+from fleetguard.runtime.peer import pid_belongs_to_peer
 from fleetguard.runtime.protocol import MAX_REPORT_BYTES, RankReport, ReportError, parse_report
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ class ServerStats:
     reports_accepted: int = 0
     reports_rejected: int = 0
     handler_errors: int = 0
+    untrusted_pids: int = 0  # reports naming a pid that is not the sender's (another user, another namespace)
 
 
 ReportHandler = Callable[[RankReport], Sequence[Command]]
@@ -105,13 +107,20 @@ class RuntimeServer:
             self._thread = None
         self._httpd.server_close()
 
-    def handle_body(self, body: bytes) -> tuple[int, dict[str, object]]:
-        """Status code and JSON answer for one report body (the HTTP handler's core, callable directly)."""
+    def handle_body(
+        self, body: bytes, pid_trusted: Callable[[int], bool] = lambda pid: True
+    ) -> tuple[int, dict[str, object]]:
+        """Status code and JSON answer for one report body (the HTTP handler's core, callable directly).
+        `pid_trusted(pid)` says whether the sender may have the agent watch and signal the pid it names."""
         try:
             report = parse_report(body, self._host, self._clock.time())
         except ReportError as exc:
             self.stats.reports_rejected += 1
             return 400, {"error": str(exc)}
+        if not pid_trusted(report.heartbeat.pid):
+            # still telemetry (heartbeats, timings), but the agent will neither watch nor signal the pid
+            self.stats.untrusted_pids += 1
+            report = replace(report, pid_trusted=False)
         try:
             commands = self._on_report(report)
         except Exception:
@@ -152,8 +161,14 @@ def _make_handler(server: RuntimeServer) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True  # the body is not read: the connection cannot be reused
                 self._reply(413, {"error": f"report larger than {MAX_REPORT_BYTES} bytes"})
                 return
-            status, answer = server.handle_body(self.rfile.read(length))
+            status, answer = server.handle_body(self.rfile.read(length), self._pid_trusted)
             self._reply(status, answer)
+
+        def _pid_trusted(self, pid: int) -> bool:
+            client = self.client_address
+            if ":" in str(client[0]):
+                return False  # IPv6 loopback: no owner lookup; the report is kept, the pid not signalled
+            return pid_belongs_to_peer(pid, (str(client[0]), int(client[1])), (server.address, server.port))
 
         def do_GET(self) -> None:
             if self.path == HEALTH_PATH:

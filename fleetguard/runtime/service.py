@@ -224,8 +224,9 @@ class RuntimeService:
 
     def handle_report(self, report: RankReport) -> list[Command]:
         hb = report.heartbeat
-        new_incarnation = self.ranks.update(hb, report.checkpoint_step)
-        self.watcher.watch(hb.pid, report.key)
+        new_incarnation = self.ranks.update(hb, report.checkpoint_step, pid_trusted=report.pid_trusted)
+        if report.pid_trusted:
+            self.watcher.watch(hb.pid, report.key)
         records: list[RuntimeRecord] = [hb, *report.timings, *report.collectives]
         with self._analysis_lock:
             if new_incarnation:

@@ -115,3 +115,11 @@ def test_a_kept_alive_connection_is_refused_once_the_server_stops() -> None:
     conn.request("POST", "/v1/report", body=report_body())
     assert conn.getresponse().status == 503
     conn.close()
+
+
+def test_a_report_naming_a_pid_the_sender_does_not_own_is_kept_but_marked_untrusted() -> None:
+    seen: list[RankReport] = []
+    srv = RuntimeServer(lambda r: seen.append(r) or [], host="agent", clock=FakeClock(), port=0)
+    status, _ = srv.handle_body(report_body(), pid_trusted=lambda pid: False)
+    assert status == 200 and seen[0].pid_trusted is False and srv.stats.untrusted_pids == 1
+    srv.stop()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import pytest
 
@@ -523,4 +524,21 @@ def test_flight_recorder_dumps_feed_hang_localisation_while_one_job_runs(ranks, 
     service.tick_once()
     from_dumps = [c for c in sink.of(CollectiveProgress) if c.source == "flight_recorder"]
     assert from_dumps and {(c.job_id, c.rank) for c in from_dumps} == {("job-a", 0)}
+    service.stop()
+
+
+def test_a_pid_that_is_not_the_senders_is_neither_watched_nor_signalled(ranks) -> None:
+    clock, sink = FakeClock(), Sink()
+    service = make_service(clock, sink)
+    victim = ranks[0]  # a process the sender named but does not own (another user's, or another namespace's)
+    report = replace(
+        parse_report(report_body(rank=0, pid=victim.pid), "node1", clock.time()), pid_trusted=False
+    )
+    service.handle_report(report)
+    assert victim.pid not in service.watcher.watched()
+    stuck = Finding(clock.time(), "f-1", "hang_localised", "critical", "job/job-a", "hung", job_id="job-a")
+    [record] = service.run_actions(stuck, [ActionRequest("restart", "job-a", "f-1", "test")])
+    assert record.outcome != "succeeded"
+    assert victim.poll() is None  # still running: nothing was signalled
+    assert len(sink.of(Heartbeat)) + len(service._pending) >= 1  # the report itself was kept as telemetry
     service.stop()
