@@ -206,6 +206,7 @@ class Client:
         self._on_checkpoint: list[Callable[[], object]] = []
         self._on_stop: list[Callable[[], object]] = []
         self._seen_commands: set[str] = set()
+        self._to_ack: set[str] = set()
         self._warned = False
         self._connection: Any = None
         self._wake = threading.Event()
@@ -398,8 +399,14 @@ class Client:
             "timings": timings,
             "collectives": collectives,
             "dropped_timings": self.stats.dropped_timings,
+            "acked": self._take_acks(),
         }
         return json.dumps(report, separators=(",", ":")).encode()
+
+    def _take_acks(self) -> list[str]:
+        # Sent once; if that report is lost the agent sends the command again and it is acknowledged again.
+        acks, self._to_ack = sorted(self._to_ack), set()
+        return acks
 
     def _post(self, body: bytes) -> Any:
         import http.client  # lazy: keeps `import fleetguard.client` fast
@@ -431,6 +438,8 @@ class Client:
             if not isinstance(command, dict):
                 continue
             command_id = str(command.get("id", ""))
+            if command_id:
+                self._to_ack.add(command_id)  # acknowledged in the next report; then it is not sent again
             if command_id and command_id in self._seen_commands:
                 continue  # a command re-sent after a lost response is applied once
             self._seen_commands.add(command_id)

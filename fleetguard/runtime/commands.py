@@ -1,11 +1,13 @@
-"""Commands waiting for local ranks (checkpoint, stop); each rank takes its own from the reply
-to its next report."""
+"""Commands waiting for local ranks (checkpoint, stop), delivered at least once: each reply to a rank's report
+carries its commands until a later report acknowledges their ids (a reply lost on the way, e.g. a client
+timeout, would otherwise lose a checkpoint request; the client applies each id once)."""
 
 from __future__ import annotations
 
 import itertools
 import threading
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 COMMAND_KINDS = frozenset({"checkpoint", "stop"})
@@ -22,7 +24,7 @@ class Command:
 
 
 class CommandQueue:
-    """Per (job, rank) queues. A command stays queued until the rank's next report takes it."""
+    """Per (job, rank) queues. A command stays queued until the rank acknowledges it."""
 
     def __init__(self) -> None:
         self._queues: defaultdict[tuple[str, int], list[Command]] = defaultdict(list)
@@ -39,9 +41,16 @@ class CommandQueue:
                 self._queues[(job_id, rank)].append(command)
         return command
 
-    def take(self, job_id: str, rank: int) -> list[Command]:
+    def take(self, job_id: str, rank: int, acked: Iterable[str] = ()) -> list[Command]:
+        """Drop what the rank acknowledged; the rest is (re)sent with this reply."""
+        done = set(acked)
         with self._lock:
-            return self._queues.pop((job_id, rank), [])
+            queue = [c for c in self._queues.get((job_id, rank), []) if c.command_id not in done]
+            if queue:
+                self._queues[(job_id, rank)] = queue
+            else:
+                self._queues.pop((job_id, rank), None)
+            return list(queue)
 
     def pending(self, job_id: str, rank: int) -> list[Command]:
         with self._lock:

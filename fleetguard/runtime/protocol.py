@@ -32,6 +32,7 @@ class RankReport:
     dropped_timings: int
     local_world_size: int | None = None  # ranks on the sender's host (torchrun's LOCAL_WORLD_SIZE)
     pid_trusted: bool = True  # False: the pid is not the sender's, so it is never watched or signalled
+    acked: tuple[str, ...] = ()  # command ids the rank has received (they are not sent again)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -85,6 +86,7 @@ def parse_report(body: bytes, host: str, received_ts: float) -> RankReport:
         checkpoint_step=_optional_int(doc, "checkpoint_step"),
         dropped_timings=_optional_int(doc, "dropped_timings") or 0,
         local_world_size=_positive_or_none(_optional_int(doc, "local_world_size"), "local_world_size"),
+        acked=tuple(_as_name(item, f"acked[{i}]") for i, item in enumerate(_list(doc, "acked"))),
     )
 
 

@@ -237,7 +237,7 @@ class RuntimeService:
                 self.analyzer.observe(record)
         self._buffer(records)
         self.stats.reports += 1
-        return self.commands.take(hb.job_id, hb.rank)
+        return self.commands.take(hb.job_id, hb.rank, report.acked)
 
     def handle_exit(self, process_exit: ProcessExit) -> None:
         job_id, rank = process_exit.key

@@ -34,7 +34,7 @@ class Collecting:
 
     def __call__(self, report: RankReport) -> list[Command]:
         self.reports.append(report)
-        return self.commands.take(*report.key)
+        return self.commands.take(*report.key, report.acked)
 
 
 @pytest.fixture
@@ -300,3 +300,18 @@ def test_the_number_of_ranks_on_this_host_comes_from_torchrun() -> None:
     assert fg.Identity.from_env(env={"LOCAL_WORLD_SIZE": "8"}).local_world_size == 8
     assert fg.Identity.from_env(env={"LOCAL_WORLD_SIZE": "-3"}).local_world_size is None
     assert fg.Identity.from_env(env={}).local_world_size is None
+
+
+def test_a_command_whose_reply_was_lost_comes_again_and_is_applied_once(server) -> None:
+    srv, collected = server
+    client = fg.Client(identity(), endpoint=f"127.0.0.1:{srv.port}", heartbeat_interval_seconds=60.0)
+    ran: list[str] = []
+    client.on_checkpoint(lambda: ran.append("checkpoint"))
+    collected.commands.push("job-a", [3], "checkpoint")
+    collected.commands.take("job-a", 3)  # a reply that never reached the rank (client timeout)
+    assert client.report_once()  # the command is sent again ...
+    assert client.report_once()  # ... and again until acknowledged, but applied once
+    client.step(1)
+    assert ran == ["checkpoint"] and client.stats.commands_received == 1
+    assert collected.commands.pending("job-a", 3) == []  # the acknowledgement emptied the queue
+    client.close()

@@ -51,3 +51,11 @@ def test_a_report_names_the_global_ranks_on_its_host_from_torchruns_local_world_
     assert parse_report(report_body(rank=13, local_rank=5), "agent", 0.0).local_ranks() == range(13, 14)
     with pytest.raises(ReportError, match="local_world_size"):
         parse_report(report_body(local_world_size=0), "agent", 0.0)
+
+
+def test_acknowledged_command_ids_are_parsed_and_checked() -> None:
+    assert parse_report(report_body(acked=["job-a:checkpoint:1"]), "agent", 0.0).acked == (
+        "job-a:checkpoint:1",
+    )
+    with pytest.raises(ReportError, match=r"acked\[0\]"):
+        parse_report(report_body(acked=[7]), "agent", 0.0)

@@ -21,7 +21,7 @@ def served():
 
     def on_report(report: RankReport) -> list[Command]:
         reports.append(report)
-        return commands.take(*report.key)
+        return commands.take(*report.key, report.acked)
 
     server = RuntimeServer(on_report, host="agent", clock=FakeClock(), port=0)
     server.start()
@@ -61,7 +61,10 @@ def test_a_valid_report_is_stored_and_answered_with_the_ranks_commands(served) -
     assert status == 200
     assert [c["kind"] for c in answer["commands"]] == ["checkpoint"]
     assert reports[0].heartbeat.rank == 1
-    assert post(server.port, report_body())[1]["commands"] == []  # delivered once
+    again = post(server.port, report_body())[1]["commands"]  # not acknowledged yet: sent again
+    assert [c["id"] for c in again] == [c["id"] for c in answer["commands"]]
+    acked = [c["id"] for c in again]
+    assert post(server.port, report_body(acked=acked))[1]["commands"] == []  # acknowledged: done
 
 
 def test_bad_json_is_a_400_counted_and_the_server_keeps_serving(served) -> None:
