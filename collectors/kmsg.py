@@ -7,9 +7,11 @@ every other line is ignored, and lines in no known form are counted in `problems
 more for now; EPIPE means the ring buffer overwrote records we had not read yet (counted as ``overrun``;
 reading goes on with the oldest record still there). Where to start:
 
-- with `state_path`, the last sequence number handled is saved there together with the boot id; on start,
-  records up to it are skipped, so a restart neither loses nor repeats records. After a reboot (other boot id)
-  the saved number means nothing and reading starts from the oldest record;
+- with `state_path`, the last sequence number whose events are stored is saved there together with the boot
+  id; on start, records up to it are skipped, so a restart neither loses nor repeats records. The collector
+  cannot know when its events are stored (they wait in the agent's buffer, folded repeats longer): the agent
+  calls `commit(seq)` once they are, and a crash before that makes the restart read them again. After a
+  reboot (other boot id) the saved number means nothing and reading starts from the oldest record;
 - without saved state, ``start="beginning"`` (the default) replays the whole ring buffer: XIDs logged during
   boot or while the agent was down matter more than the noise of a replay, which folding absorbs;
   ``start="end"`` reads only records logged from now on.
@@ -172,22 +174,29 @@ class KmsgCollector:
 
     def collect(self, now: float) -> Batch:
         events = fold_burst(self._events(now), self._lines.fold_window_seconds)
-        self._save_state()
         return Batch(events=events)
 
     def problems(self) -> Mapping[str, int]:
         return dict(self._lines.problems)
 
     def close(self) -> None:
-        self._save_state()
+        # No state saved here: what was read but never committed must be read again after a restart.
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
 
     @property
     def last_seq(self) -> int | None:
-        """The last kernel sequence number handled (what `state_path` holds)."""
+        """The last kernel sequence number read."""
         return self._last_seq
+
+    def commit(self, seq: int) -> None:
+        """The events of every record up to `seq` are stored: save `seq` so that a restart resumes after it.
+
+        A write failure is counted in `problems()` as ``state_write_error``, not raised."""
+        if self._saved_seq is not None and seq <= self._saved_seq:
+            return
+        self._save_state(seq)
 
     # ---- internals --------------------------------------------------------------------------------------
 
@@ -260,18 +269,18 @@ class KmsgCollector:
             return None  # another boot: its sequence numbers started again from zero
         return seq
 
-    def _save_state(self) -> None:
-        if self.state_path is None or self._last_seq is None or self._last_seq == self._saved_seq:
+    def _save_state(self, seq: int) -> None:
+        if self.state_path is None:
             return
         tmp = self.state_path.with_name(self.state_path.name + ".tmp")
         try:
             self.state_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps({"boot_id": self._boot_id, "seq": self._last_seq}))
+            tmp.write_text(json.dumps({"boot_id": self._boot_id, "seq": seq}))
             os.replace(tmp, self.state_path)
         except OSError:
             self._lines.count("state_write_error")
             return
-        self._saved_seq = self._last_seq
+        self._saved_seq = seq
 
 
 class KmsgFileCollector:

@@ -112,9 +112,10 @@ def _scoring_extension(config: Config, sources: Sources, risk: _RiskSummary) -> 
                 risk.text = "risk: off (see log)"
                 return
             risk.text = "risk: waiting for data"
-            cursor = store.connection.cursor()
+            # Reads only: writes stay on the agent thread, which flushes every flush interval, so scoring sees
+            # data at most that old.
+            cursor = store.cursor()
             while not stop_event.is_set():
-                agent.flush()  # score what has been sampled so far
                 try:
                     predictions = scorer.score(cursor, agent.clock.time())
                 except Exception as exc:

@@ -7,9 +7,11 @@ import os
 import select
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from functools import partial
+from typing import Protocol, runtime_checkable
 
 from collectors.protocol import Collector
 from fleetguard.agent.buffer import WriteBuffer
@@ -21,11 +23,36 @@ log = logging.getLogger(__name__)
 
 
 class EventFolder(Protocol):
-    """Folds repeats of the same event into one stored row (see collectors.event_dedup)."""
+    """Folds repeats of the same event into one stored row (see collectors.event_dedup).
+
+    A repeat that `add` holds back is released by the first `drain(now)` at least `window_seconds` after it
+    was added (the events' times never run ahead of the agent's clock)."""
+
+    window_seconds: float
 
     def add(self, event: Event) -> list[Event]: ...
 
     def drain(self, now: float, force: bool = False) -> list[Event]: ...
+
+
+@runtime_checkable
+class Resumable(Protocol):
+    """A stream collector that resumes after a restart from the last record whose events are stored
+    (collectors.kmsg): the agent tells it how far that is, after the flush that stored them."""
+
+    @property
+    def last_seq(self) -> int | None:
+        """The sequence number of the last record read."""
+
+    def commit(self, seq: int) -> None:
+        """Events of every record up to `seq` are stored."""
+
+
+@dataclass(frozen=True)
+class _Checkpoint:
+    collector: Resumable
+    seq: int
+    ready_at: float  # clock time by which every event read up to `seq` has left the folder for the buffer
 
 
 @dataclass(frozen=True)
@@ -73,6 +100,10 @@ class Agent:
         self._periodic = [c for c in self.collectors if _fileno(c) is None]
         self._error_logged: set[str] = set()
         self._unreported_events: list[Event] = []
+        self._resumable = {id(c): c for c in self.collectors if isinstance(c, Resumable)}
+        self._read_seqs: dict[int, int] = {}  # id(collector) -> last sequence number checkpointed
+        self._just_read: list[tuple[Resumable, int]] = []
+        self._checkpoints: deque[_Checkpoint] = deque()
         for c in self.collectors:
             metrics.set_collector_up(c.name, True)
 
@@ -108,7 +139,12 @@ class Agent:
         self.buffer.add(records)
 
     def flush(self) -> int:
-        written = self.buffer.flush()
+        try:
+            written = self.buffer.flush()
+        except Exception:
+            # The buffer keeps what it could not write; whatever went wrong, the daemon keeps sampling.
+            log.exception("flushing the write buffer failed")
+            written = 0
         stats = self.metrics.stats
         stats.rows_written = dict(self.buffer.rows_written)
         stats.store_write_errors = self.buffer.write_errors
@@ -122,6 +158,11 @@ class Agent:
         self._collect_into(batch, self._streams, now)
         self._ingest(batch, now, force_drain=True)
         written = self.flush()
+        if len(self.buffer):
+            log.error(
+                "%d rows could not be stored before shutdown and are lost (the store is failing: see above)",
+                len(self.buffer),
+            )
         for c in self.collectors:
             try:
                 c.close()
@@ -134,6 +175,7 @@ class Agent:
         for c in collectors:
             try:
                 batch.extend(c.collect(now))
+                self._note_read(c)
             except Exception as exc:
                 # A collector bug must not stop the others, nor the daemon.
                 failed.append(c.name)
@@ -151,11 +193,14 @@ class Agent:
             if e.kind == EventKind.GPU_LOST and e.gpu_index is not None:
                 self.metrics.forget_gpu(e.host, e.gpu_index)
         stored_events: list[Event] = []
+        held_back = False
         if self.folder is None:
             stored_events = batch.events
         else:
             for e in batch.events:
-                stored_events.extend(self.folder.add(e))
+                released = self.folder.add(e)
+                held_back = held_back or not any(r is e for r in released)
+                stored_events.extend(released)
             stored_events.extend(self.folder.drain(now, force=force_drain))
         self.buffer.add(batch.gpu_samples)
         self.buffer.add(batch.nic_samples)
@@ -163,6 +208,30 @@ class Agent:
         self.buffer.add(stored_events)
         if self._on_round is not None:
             self._unreported_events.extend(stored_events)
+        self._checkpoint(now, held_back, force_drain)
+
+    # ---- resuming streams: how far their records are stored --------------------------------------------
+
+    def _note_read(self, collector: Collector) -> None:
+        resumable = self._resumable.get(id(collector))
+        if resumable is None:
+            return
+        seq = resumable.last_seq
+        if seq is not None and seq != self._read_seqs.get(id(collector)):
+            self._read_seqs[id(collector)] = seq
+            self._just_read.append((resumable, seq))
+
+    def _checkpoint(self, now: float, held_back: bool, all_released: bool) -> None:
+        """Queue a commit behind the rows holding the events read so far. A repeat the folder holds back is
+        not in the buffer yet, so the commit then waits until the folder must have released it."""
+        delay = self.folder.window_seconds if held_back and self.folder is not None else 0.0
+        for collector, seq in self._just_read:
+            self._checkpoints.append(_Checkpoint(collector, seq, now + delay))
+        self._just_read = []
+        # In order: a later read must not commit past events of an earlier one that are still held back.
+        while self._checkpoints and (all_released or self._checkpoints[0].ready_at <= now):
+            checkpoint = self._checkpoints.popleft()
+            self.buffer.after_stored(partial(checkpoint.collector.commit, checkpoint.seq))
 
     # ---- the loop -------------------------------------------------------------------------------------
 
@@ -187,7 +256,7 @@ class Agent:
                     rounds_skipped += missed
                     next_round += missed * interval
             if now >= next_flush:
-                self.flush()
+                self.flush()  # never raises
                 next_flush = now + self.schedule.flush_interval_seconds
             if self._apply_retention is not None and self.schedule.retention_days and now >= next_retention:
                 try:

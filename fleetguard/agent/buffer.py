@@ -1,7 +1,15 @@
 """The agent's write buffer: rows wait here until the next flush; a failed write keeps them for the next try.
 
-A row that the store refuses on its own (a poison record) is set aside in a JSON-lines file next to the store,
-counted, and never silently dropped, so one bad record cannot block every later one.
+What a failed write means is read from the exception's type, never from its text:
+- the store itself failing (I/O error, disk full, out of memory, connection gone) keeps the rows buffered
+  for a later flush;
+- any other error is about the batch's content: the rows are retried one by one, and a row the store refuses
+  on its own (a poison record) is set aside in a JSON-lines file next to the store, counted, and never
+  silently dropped, so one bad record cannot block every later one.
+
+While the store fails the buffer holds at most `max_rows` rows; past that the oldest are dropped, counted and
+logged. `after_stored(callback)` queues a callback behind the rows buffered so far; it runs once all of them
+are stored (or set aside, or dropped): that is how a collector learns how far its records are safe.
 """
 
 from __future__ import annotations
@@ -10,78 +18,205 @@ import dataclasses
 import json
 import logging
 import threading
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Final
+
+import duckdb
 
 from fleetguard.store import Store
 from fleetguard.store.schema import TABLE_BY_RECORD
 
 log = logging.getLogger(__name__)
 
+# Rows take 250-500 bytes each: at most ~200 MB, about 25 minutes of a busy host (8 GPUs, 8 NIC ports with
+# their counters: ~350 rows/s).
+DEFAULT_MAX_ROWS: Final = 500_000
+
+# The store itself failing, whatever the rows: keep them and try again on a later flush. OperationalError is
+# DuckDB's (DB-API) class for I/O errors (EIO, ENOSPC, EDQUOT, EFBIG, read-only file system), out of memory,
+# a closed or busy connection and transaction conflicts; data errors (conversion, constraint) are not in it.
+STORE_FAILURES: Final[tuple[type[Exception], ...]] = (
+    duckdb.OperationalError,
+    duckdb.FatalException,  # the database was invalidated by an earlier failure
+    duckdb.InternalError,
+    duckdb.InterruptException,
+    duckdb.PermissionException,
+    OSError,
+)
+
+
+class _AfterStored:
+    """A callback queued between rows."""
+
+    __slots__ = ("callback",)
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self.callback = callback
+
 
 class WriteBuffer:
-    def __init__(self, store: Store, rejected_path: Path | None = None) -> None:
+    def __init__(
+        self, store: Store, rejected_path: Path | None = None, *, max_rows: int = DEFAULT_MAX_ROWS
+    ) -> None:
+        if max_rows < 1:
+            raise ValueError(f"max_rows must be >= 1, got {max_rows}")
         self._store = store
-        self._rows: list[object] = []
-        self._lock = threading.Lock()
         self._rejected_path = rejected_path
+        self.max_rows = max_rows
+        self._queue: deque[object] = deque()  # rows oldest first, with _AfterStored marks between them
+        self._rows = 0  # rows in the queue, marks not counted
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()  # one flush at a time, so rows are stored in the order added
+        self._store_failing = False
+        self._dropped_since_full = 0
         self.rows_written: dict[str, int] = {}
         self.write_errors = 0
         self.rejected_rows = 0
+        self.dropped_rows = 0
 
     def add(self, rows: Iterable[object]) -> None:
+        new = list(rows)
         with self._lock:
-            self._rows.extend(rows)
+            self._queue.extend(new)
+            self._rows += len(new)
+            self._drop_over_limit()
+
+    def after_stored(self, callback: Callable[[], None]) -> None:
+        """Run `callback` (on the flushing thread) once every row added so far is stored or dropped."""
+        with self._lock:
+            self._queue.append(_AfterStored(callback))
 
     def __len__(self) -> int:
         with self._lock:
-            return len(self._rows)
+            return self._rows
 
     def flush(self) -> int:
-        """Write everything buffered; return rows written. On failure the rows stay buffered."""
-        with self._lock:
-            rows, self._rows = self._rows, []
+        """Write everything buffered; return rows written. Never raises: what cannot be written now stays
+        buffered, in order, for the next flush."""
+        with self._flush_lock:
+            with self._lock:
+                items = list(self._queue)
+                self._queue.clear()
+                self._rows = 0
+            rows = [item for item in items if not isinstance(item, _AfterStored)]
+            done, written = self._write(rows)
+            # Everything queued before the first row not done is finished; the rest goes back in front.
+            split = _index_of_row(items, done)
+            with self._lock:
+                if split < len(items):
+                    self._queue.extendleft(reversed(items[split:]))
+                    self._rows += len(rows) - done
+                    self._drop_over_limit()
+                elif self._dropped_since_full:
+                    log.warning(
+                        "store caught up; %d rows were dropped while it failed", self._dropped_since_full
+                    )
+                    self._dropped_since_full = 0
+            for item in items[:split]:
+                if isinstance(item, _AfterStored):
+                    _run(item.callback)
+            return written
+
+    def _write(self, rows: list[object]) -> tuple[int, int]:
+        """Store `rows` in order; return (rows done from the front: stored or set aside, rows stored)."""
         if not rows:
-            return 0
+            return 0, 0
         try:
             self._store.append(rows)
+        except STORE_FAILURES as exc:
+            self.write_errors += 1
+            self._store_failed(exc, len(rows))
+            return 0, 0
         except Exception as exc:
             self.write_errors += 1
-            log.warning("store write of %d rows failed (%s); retrying row by row", len(rows), exc)
+            log.warning(
+                "store refused a batch of %d rows (%s: %s); retrying row by row", len(rows), _name(exc), exc
+            )
             return self._write_one_by_one(rows)
+        self._store_recovered()
         self._count(rows)
-        return len(rows)
+        return len(rows), len(rows)
 
-    def _write_one_by_one(self, rows: list[object]) -> int:
-        written: list[object] = []
+    def _write_one_by_one(self, rows: list[object]) -> tuple[int, int]:
+        written = 0
         for index, row in enumerate(rows):
             try:
                 self._store.append([row])
+            except STORE_FAILURES as exc:
+                self._store_failed(exc, len(rows) - index)
+                return index, written
             except Exception as exc:
-                if _store_is_broken(exc):
-                    # The store itself fails (disk full, closed): keep everything not yet written.
-                    with self._lock:
-                        self._rows[:0] = rows[index:]
-                    self._count(written)
-                    return len(written)
-                self._reject(row, exc)
+                if not self._reject(row, exc):
+                    return index, written
             else:
-                written.append(row)
-        self._count(written)
-        return len(written)
+                self._count([row])
+                written += 1
+        self._store_recovered()
+        return len(rows), written
 
-    def _reject(self, row: object, exc: Exception) -> None:
+    def _store_failed(self, exc: Exception, kept: int) -> None:
+        if not self._store_failing:  # once per outage, not every flush
+            self._store_failing = True
+            log.error(
+                "the store cannot be written (%s: %s); %d rows stay buffered and are retried every flush",
+                _name(exc),
+                exc,
+                kept,
+            )
+
+    def _store_recovered(self) -> None:
+        if self._store_failing:
+            self._store_failing = False
+            log.warning("the store can be written again")
+
+    def _reject(self, row: object, exc: Exception) -> bool:
+        """Set a row the store refuses aside; False (row kept) when even that fails."""
+        if self._rejected_path is not None:
+            try:
+                with self._rejected_path.open("a", encoding="utf-8") as fh:
+                    fh.write(_rejected_line(row, exc) + "\n")
+            except OSError as write_exc:
+                log.error(
+                    "store refused a %s record (%s) and it cannot be set aside in %s (%s); kept buffered",
+                    type(row).__name__,
+                    exc,
+                    self._rejected_path,
+                    write_exc,
+                )
+                return False
         self.rejected_rows += 1
         log.error(
-            "store refused a %s record (%s); set aside in %s", type(row).__name__, exc, self._rejected_path
+            "store refused a %s record (%s: %s); %s",
+            type(row).__name__,
+            _name(exc),
+            exc,
+            f"set aside in {self._rejected_path}" if self._rejected_path is not None else "dropped",
         )
-        if self._rejected_path is None:
+        return True
+
+    def _drop_over_limit(self) -> None:
+        """Drop the oldest rows past `max_rows` (marks stay, in order). Call with `_lock` held."""
+        excess = self._rows - self.max_rows
+        if excess <= 0:
             return
-        record: dict[str, object] = {"type": type(row).__name__, "error": str(exc)}
-        if dataclasses.is_dataclass(row) and not isinstance(row, type):
-            record["record"] = dataclasses.asdict(row)
-        with self._rejected_path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(record, default=str) + "\n")
+        if not self._dropped_since_full:
+            log.error(
+                "write buffer full (%d rows) while the store fails: dropping the oldest rows", self.max_rows
+            )
+        marks: list[object] = []
+        dropped = 0
+        while dropped < excess:
+            item = self._queue.popleft()
+            if isinstance(item, _AfterStored):
+                marks.append(item)
+            else:
+                dropped += 1
+        self._queue.extendleft(reversed(marks))
+        self._rows -= dropped
+        self.dropped_rows += dropped
+        self._dropped_since_full += dropped
 
     def _count(self, rows: Iterable[object]) -> None:
         for row in rows:
@@ -89,8 +224,34 @@ class WriteBuffer:
             self.rows_written[name] = self.rows_written.get(name, 0) + 1
 
 
-def _store_is_broken(exc: Exception) -> bool:
-    text = str(exc).lower()
-    return any(
-        s in text for s in ("closed", "no space", "read-only", "i/o error", "database has been invalidated")
-    )
+def _name(exc: BaseException) -> str:
+    return type(exc).__name__
+
+
+def _rejected_line(row: object, exc: Exception) -> str:
+    record: dict[str, object] = {"type": type(row).__name__, "error": f"{_name(exc)}: {exc}"}
+    try:
+        if dataclasses.is_dataclass(row) and not isinstance(row, type):
+            record["record"] = dataclasses.asdict(row)
+        return json.dumps(record, default=str)
+    except Exception:  # a row odd enough to be refused may not serialise either: keep what can be kept
+        record["record"] = repr(row)
+        return json.dumps(record, default=str)
+
+
+def _index_of_row(items: list[object], n: int) -> int:
+    """Where in `items` the row with index `n` (counting rows only, not marks) is; len(items) if none."""
+    seen = 0
+    for index, item in enumerate(items):
+        if not isinstance(item, _AfterStored):
+            if seen == n:
+                return index
+            seen += 1
+    return len(items)
+
+
+def _run(callback: Callable[[], None]) -> None:
+    try:
+        callback()
+    except Exception:
+        log.exception("a callback waiting for stored rows failed")

@@ -33,7 +33,7 @@ class Extension:
     ready with a function that hands records to the store, stopped before the final flush."""
 
     name: str
-    start: Callable[[Agent, Store], None]  # the store is for reads (use store.connection.cursor())
+    start: Callable[[Agent, Store], None]  # the store is for reads (on its thread: store.cursor())
     stop: Callable[[], None]
 
 
@@ -43,6 +43,8 @@ class DaemonResult:
     rows_written: dict[str, int]
     write_errors: int
     rejected_rows: int
+    dropped_rows: int  # dropped oldest-first while the store failed and the buffer was full
+    unstored_rows: int  # still buffered at shutdown, because the store failed: lost
     metrics_port: int
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -134,6 +136,8 @@ def run_daemon(
         rows_written=dict(buffer.rows_written),
         write_errors=buffer.write_errors,
         rejected_rows=buffer.rejected_rows,
+        dropped_rows=buffer.dropped_rows,
+        unstored_rows=len(buffer),
         metrics_port=port,
     )
     out.write(json.dumps({"stopped": True, **result.__dict__}) + "\n")

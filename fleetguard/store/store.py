@@ -1,15 +1,21 @@
 """The store: one DuckDB file, written in batches by one process (the agent, or `fleetguard up`).
 
+One DuckDB connection is not safe for two threads at once (they share its transaction and its registered
+views), so every use of it here holds the store's lock; other threads read through their own `cursor()`.
+
 Two write paths, both one statement per table per batch, never row-by-row:
-- `append(records)`: record dataclasses (the agent's path). Columns travel as Python lists unnested by DuckDB,
-  so the agent needs neither numpy, pandas nor pyarrow.
+- `append(records)`: record dataclasses (the agent's path). Columns travel as numpy arrays of the type each
+  column's SQL type says, so the agent needs neither pandas nor pyarrow.
 - `append_columns(table, frame)`: a pandas DataFrame, Arrow table or dict of columns (bulk ingest), scanned by
   DuckDB in place.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import operator
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -18,7 +24,12 @@ from typing import Any
 import duckdb
 
 from fleetguard.store.migrations import CURRENT_VERSION, migrate, schema_version
-from fleetguard.store.schema import TABLE_BY_RECORD, TABLES, Table, quote_ident
+from fleetguard.store.schema import TABLE_BY_RECORD, TABLES, Column, Table, quote_ident
+
+log = logging.getLogger(__name__)
+
+_ROWS_VIEW = "__fleetguard_rows"
+_BATCH_VIEW = "__fleetguard_batch"
 
 
 class StoreError(Exception):
@@ -43,6 +54,7 @@ class Store:
 
     def __init__(self, con: duckdb.DuckDBPyConnection, path: str, read_only: bool) -> None:
         self._con = con
+        self._lock = threading.RLock()
         self.path = path
         self.read_only = read_only
         self._insert_sql: dict[str, str] = {}
@@ -90,15 +102,23 @@ class Store:
 
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:
-        """The DuckDB connection, for reads. Writes go through `append` / `append_columns`."""
+        """The DuckDB connection, for reads on the thread that opened the store (another thread reads through
+        its own `cursor()`). Writes go through `append` / `append_columns`."""
         return self._con
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A connection of its own to this store, for reads on another thread."""
+        with self._lock:
+            return self._con.cursor()
 
     @property
     def schema_version(self) -> int:
-        return schema_version(self._con)
+        with self._lock:
+            return schema_version(self._con)
 
     def close(self) -> None:
-        self._con.close()
+        with self._lock:
+            self._con.close()
 
     # ---- writes ---------------------------------------------------------------------------------------
 
@@ -112,12 +132,12 @@ class Store:
             by_table.setdefault(table.name, []).append(record)
         if not by_table:
             return 0
-        with self._transaction():
+        with self._lock, self._transaction() as tx:
             for name, rows in by_table.items():
-                self._insert_rows(TABLES[name], rows)
+                self._insert_rows(tx, TABLES[name], rows)
         return sum(len(rows) for rows in by_table.values())
 
-    def _insert_rows(self, table: Table, rows: Sequence[object]) -> None:
+    def _insert_rows(self, tx: _Transaction, table: Table, rows: Sequence[object]) -> None:
         getter = self._getters[table.name]
         if len(table.columns) == 1:
             columns: list[Sequence[Any]] = [[getter(r) for r in rows]]
@@ -125,12 +145,9 @@ class Store:
             columns = list(zip(*map(getter, rows), strict=True))
         # DuckDB scans numpy arrays in C; Python lists passed as parameters cost ~4x more CPU per value,
         # and pyarrow would add ~40 MB to the agent. numpy costs ~7 MB.
-        batch = {c.name: _numpy_column(values) for c, values in zip(table.columns, columns, strict=True)}
-        self._con.register("__fleetguard_rows", batch)
-        try:
-            self._con.execute(self._records_insert_sql(table))
-        finally:
-            self._con.unregister("__fleetguard_rows")
+        batch = {c.name: _numpy_column(c, values) for c, values in zip(table.columns, columns, strict=True)}
+        tx.register(_ROWS_VIEW, batch)
+        self._con.execute(self._records_insert_sql(table))
 
     def _records_insert_sql(self, table: Table) -> str:
         sql = self._insert_sql.get(table.name)
@@ -140,7 +157,7 @@ class Store:
                 for c in table.columns
             ]
             names = ", ".join(quote_ident(n) for n in table.column_names)
-            sql = f"INSERT INTO {table.name} ({names}) SELECT {', '.join(exprs)} FROM __fleetguard_rows"
+            sql = f"INSERT INTO {table.name} ({names}) SELECT {', '.join(exprs)} FROM {_ROWS_VIEW}"
             self._insert_sql[table.name] = sql
         return sql
 
@@ -153,11 +170,15 @@ class Store:
         table = TABLES.get(table_name)
         if table is None:
             raise StoreError(f"unknown table {table_name!r}; tables: {', '.join(sorted(TABLES))}")
-        if isinstance(frame, Mapping):
-            return self._append_mapping(table, frame)
-        self._con.register("__fleetguard_batch", frame)
+        with self._lock:
+            if isinstance(frame, Mapping):
+                return self._append_mapping(table, frame)
+            return self._append_frame(table, frame)
+
+    def _append_frame(self, table: Table, frame: Any) -> int:
+        self._con.register(_BATCH_VIEW, frame)
         try:
-            rel = self._con.sql("SELECT * FROM __fleetguard_batch")
+            rel = self._con.sql(f"SELECT * FROM {_BATCH_VIEW}")
             given = dict(zip(rel.columns, (str(t) for t in rel.types), strict=True))
             self._check_columns(table, given)
             exprs = []
@@ -169,11 +190,13 @@ class Store:
             names = ", ".join(quote_ident(n) for n in given)
             with self._transaction():
                 self._con.execute(
-                    f"INSERT INTO {table.name} ({names}) SELECT {', '.join(exprs)} FROM __fleetguard_batch"
+                    f"INSERT INTO {table.name} ({names}) SELECT {', '.join(exprs)} FROM {_BATCH_VIEW}"
                 )
             return len(rel)
         finally:
-            self._con.unregister("__fleetguard_batch")
+            # Must not replace the error that brought us here.
+            with contextlib.suppress(duckdb.Error):
+                self._con.unregister(_BATCH_VIEW)
 
     def _append_mapping(self, table: Table, frame: Mapping[str, Sequence[Any]]) -> int:
         self._check_columns(table, dict.fromkeys(frame, ""))
@@ -218,7 +241,7 @@ class Store:
             raise StoreError(f"retention must be a positive number of days, got {days}")
         cutoff = (time.time() if now is None else now) - days * 86400.0
         deleted: dict[str, int] = {}
-        with self._transaction():
+        with self._lock, self._transaction():
             for table in TABLES.values():
                 row = self._con.execute(
                     f"DELETE FROM {table.name} WHERE ts < {_epoch_to_timestamp('?')}", [cutoff]
@@ -227,24 +250,49 @@ class Store:
         return deleted
 
     def counts(self) -> dict[str, int]:
-        out = {}
-        for name in TABLES:
-            row = self._con.execute(f"SELECT count(*) FROM {name}").fetchall()
-            out[name] = int(row[0][0]) if row else 0
-        return out
+        """Rows per table; 0 for a table that a store of an older schema version does not have yet."""
+        with self._lock:
+            existing = self._existing_tables()
+            out = {}
+            for name in TABLES:
+                row = self._con.execute(f"SELECT count(*) FROM {name}").fetchall() if name in existing else []
+                out[name] = int(row[0][0]) if row else 0
+            return out
+
+    def _existing_tables(self) -> set[str]:
+        return {r[0] for r in self._con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
 
     def export_parquet(self, out_dir: str | Path, tables: Iterable[str] | None = None) -> dict[str, int]:
         """Write hive-partitioned Parquet, `OUT/<table>/dt=YYYY-MM-DD/host=H/*.parquet`; rows per table.
 
-        A table's directory is replaced whole, so a repeated export never duplicates rows.
+        A table's directory is replaced whole, so a repeated export never duplicates rows. A store of an older
+        schema version opened read-only has not been upgraded and lacks the newer tables: those are skipped,
+        with a warning that says how to upgrade it.
         """
-        out = Path(out_dir)
+        with self._lock:
+            return self._export_parquet(Path(out_dir), list(tables) if tables is not None else list(TABLES))
+
+    def _export_parquet(self, out: Path, names: list[str]) -> dict[str, int]:
+        unknown = [name for name in names if name not in TABLES]
+        if unknown:
+            raise StoreError(f"unknown table {unknown[0]!r}")
+        existing = self._existing_tables()
+        missing = [name for name in names if name not in existing]
+        if missing:
+            log.warning(
+                "store %s has schema version %d (this fleetguard writes %d) and no table %s yet: not "
+                "exported; open it for writing once (`fleetguard agent` or `fleetguard up`) to upgrade it",
+                self.path,
+                schema_version(self._con),
+                CURRENT_VERSION,
+                ", ".join(missing),
+            )
         out.mkdir(parents=True, exist_ok=True)
         written: dict[str, int] = {}
-        for name in tables if tables is not None else TABLES:
-            table = TABLES.get(name)
-            if table is None:
-                raise StoreError(f"unknown table {name!r}")
+        for name in names:
+            if name in missing:
+                continue
+            table = TABLES[name]
             row = self._con.execute(f"SELECT count(*) FROM {name}").fetchall()
             count = int(row[0][0]) if row else 0
             if count == 0:
@@ -259,29 +307,79 @@ class Store:
         return written
 
 
-def _numpy_column(values: Sequence[Any]) -> Any:
-    """A column as a numpy array DuckDB can scan. A column holding None stays an object array, so None is
-    NULL (a float array would turn it into NaN, which is not missing)."""
+# The numpy type that holds each column type exactly; others (VARCHAR) travel as Python objects.
+_NUMPY_DTYPES: dict[str, str] = {
+    "BIGINT": "int64",
+    "UBIGINT": "uint64",
+    "DOUBLE": "float64",
+    "TIMESTAMP": "float64",  # epoch seconds, converted in SQL
+}
+
+
+def _numpy_column(column: Column, values: Sequence[Any]) -> Any:
+    """A column as a numpy array DuckDB can scan, of the type its SQL type says: inferring the type from the
+    values would make a batch mixing small counters and one past 2**63 float64 (rounded).
+
+    A column holding None stays an object array, so None is NULL (a float array would turn it into NaN, which
+    is not missing). So does a value the type cannot hold: DuckDB then refuses it with an error naming it."""
     import numpy as np
 
-    if any(v is None for v in values):
-        array = np.empty(len(values), dtype=object)
-        array[:] = values
-        return array
-    first = values[0] if values else None
-    if isinstance(first, str) or first is None:
-        array = np.empty(len(values), dtype=object)
-        array[:] = values
-        return array
-    return np.asarray(values)
+    dtype = _NUMPY_DTYPES.get(column.sql_type)
+    if dtype is not None and not any(v is None for v in values):
+        try:
+            return np.array(values, dtype=dtype)
+        except (OverflowError, ValueError, TypeError):
+            pass
+    elif column.sql_type == "BOOLEAN":
+        # np.array(..., dtype=bool) would take any truthy value, a string included, as True.
+        array = np.asarray(values)
+        if array.dtype == np.bool_:
+            return array
+    objects = np.empty(len(values), dtype=object)
+    objects[:] = values
+    return objects
 
 
 class _Transaction:
+    """BEGIN ... COMMIT, or ROLLBACK on any error, so the connection is usable again whatever happened.
+
+    Views registered inside are dropped once the transaction has ended: within an aborted transaction even
+    `unregister` fails, and its error would replace the one that aborted the transaction.
+    """
+
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         self._con = con
+        self._views: list[str] = []
 
-    def __enter__(self) -> None:
-        self._con.execute("BEGIN TRANSACTION")
+    def register(self, name: str, data: object) -> None:
+        self._con.register(name, data)
+        self._views.append(name)
+
+    def __enter__(self) -> _Transaction:
+        try:
+            self._con.execute("BEGIN TRANSACTION")
+        except duckdb.TransactionException:
+            # A transaction was left open (a COMMIT that failed half-way): end it, or no write ever succeeds.
+            self._rollback()
+            self._con.execute("BEGIN TRANSACTION")
+        return self
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
-        self._con.execute("ROLLBACK" if exc_type is not None else "COMMIT")
+        try:
+            if exc_type is not None:
+                self._rollback()
+                return
+            try:
+                self._con.execute("COMMIT")
+            except BaseException:
+                self._rollback()
+                raise
+        finally:
+            for name in self._views:
+                with contextlib.suppress(duckdb.Error):
+                    self._con.unregister(name)
+
+    def _rollback(self) -> None:
+        # Never raises: the error being handled is the one worth reporting.
+        with contextlib.suppress(duckdb.Error):
+            self._con.execute("ROLLBACK")

@@ -43,3 +43,19 @@ class ScriptedCollector:
 
     def close(self) -> None:
         self.closed = True
+
+
+class ResumableStream(ScriptedCollector):
+    """A stream like the kernel log: each emitted event gets the next sequence number; commits are kept."""
+
+    def __init__(self, name: str = "stream", host: str = "h") -> None:
+        super().__init__(name, host, gpus=0)
+        self.last_seq: int | None = None
+        self.commits: list[int] = []
+
+    def emit_xid(self, ts: float, code: int) -> None:
+        self.last_seq = 1 if self.last_seq is None else self.last_seq + 1
+        self.emit(Event(ts, self.host, "xid", "kmsg", f"Xid {code}", code=code, seq=self.last_seq))
+
+    def commit(self, seq: int) -> None:
+        self.commits.append(seq)

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 from pathlib import Path
 
+import duckdb
 import pytest
 
+from collectors.event_dedup import EventDeduplicator
 from fleetguard.agent.agent import Agent, RoundReport, Schedule
 from fleetguard.agent.buffer import WriteBuffer
 from fleetguard.agent.metrics import MetricsState
 from fleetguard.clock import FakeClock
 from fleetguard.records.telemetry import Event, GpuSample
 from fleetguard.store import Store
-from tests.agent.fakes import ScriptedCollector
+from tests.agent.fakes import ResumableStream, ScriptedCollector
 
 
 @pytest.fixture
@@ -26,7 +29,7 @@ def store(tmp_path: Path) -> Store:
 
 def make_agent(
     store: Store,
-    *collectors: ScriptedCollector,
+    *collectors: ScriptedCollector | ResumableStream,
     clock: FakeClock | None = None,
     rejected: Path | None = None,
     **kwargs: object,
@@ -63,7 +66,7 @@ def test_rows_survive_a_failed_store_write_and_land_on_the_next_flush(store: Sto
 
     def broken_append(records: object) -> int:
         calls["n"] += 1
-        raise OSError("I/O error: disk went away")
+        raise duckdb.IOException('IO Error: Could not write file "agent.duckdb.wal": Input/output error')
 
     store.append = broken_append  # type: ignore[method-assign]
     assert agent.flush() == 0
@@ -87,6 +90,8 @@ def test_a_poison_record_is_set_aside_and_the_rest_is_stored(store: Store, tmp_p
 
 class CountingFolder:
     """Folds every repeat of (kind, code) until drained with force."""
+
+    window_seconds = 60.0
 
     def __init__(self) -> None:
         self.held: dict[tuple[str, int | None], Event] = {}
@@ -153,3 +158,81 @@ def test_events_reach_the_round_report_once(store: Store) -> None:
     agent.sample_round()
     agent.sample_round()
     assert [len(r.events) for r in seen] == [1, 0]
+
+
+def store_fails(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    def append(records: object) -> int:
+        raise duckdb.IOException('IO Error: Could not write file "agent.duckdb.wal": Input/output error')
+
+    monkeypatch.setattr(store, "append", append)
+
+
+def test_the_loop_keeps_running_when_a_flush_raises(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    stop = threading.Event()
+    rounds: list[RoundReport] = []
+
+    def on_round(report: RoundReport) -> None:
+        rounds.append(report)
+        clock.advance(1.0)
+        if len(rounds) == 5:
+            stop.set()
+
+    agent = make_agent(
+        store,
+        ScriptedCollector(),
+        clock=clock,
+        on_round=on_round,
+        schedule=Schedule(sample_interval_seconds=1.0, flush_interval_seconds=1.0),
+    )
+
+    def flush() -> int:
+        raise RuntimeError("a bug in the buffer")
+
+    monkeypatch.setattr(agent.buffer, "flush", flush)
+    agent.run(stop)
+    assert len(rounds) == 5
+
+
+def test_rows_the_store_never_took_are_logged_as_lost_at_shutdown(
+    store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    agent = make_agent(store, ScriptedCollector(gpus=3))
+    agent.sample_round()
+    store_fails(store, monkeypatch)
+    with caplog.at_level(logging.ERROR):
+        agent.shutdown()
+    assert "3 rows could not be stored before shutdown" in caplog.text
+
+
+def test_a_stream_position_is_committed_only_after_the_flush_that_stores_its_events(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stream = ResumableStream()
+    agent = make_agent(store, stream)
+    stream.emit_xid(1.0, 79)
+    stream.emit_xid(2.0, 48)
+    agent.sample_round()
+    assert stream.commits == []  # read, not stored yet
+    with monkeypatch.context() as m:
+        store_fails(store, m)
+        agent.flush()
+    assert stream.commits == []
+    agent.flush()
+    assert stream.commits == [2]
+
+
+def test_a_stream_position_waits_for_the_repeats_the_folder_holds_back(store: Store) -> None:
+    clock = FakeClock()
+    stream = ResumableStream()
+    agent = make_agent(store, stream, clock=clock, folder=EventDeduplicator(window_seconds=60.0))
+    stream.emit_xid(clock.time(), 79)
+    stream.emit_xid(clock.time() + 1, 79)  # a repeat: held until its window closes
+    agent.sample_round()
+    agent.flush()
+    assert stream.commits == []
+    clock.advance(60.0)
+    agent.sample_round()
+    agent.flush()
+    assert stream.commits == [2]
+    assert store.connection.execute("SELECT sum(count) FROM events").fetchall() == [(2,)]

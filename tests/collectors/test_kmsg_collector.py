@@ -105,12 +105,14 @@ def test_timestamps_after_now_are_clamped_to_now(kmsg: Path, boot_id: Path) -> N
     assert {e.ts for e in collector.collect(NOW).events} == {NOW}
 
 
-def test_restart_with_state_resumes_after_the_last_sequence(
+def test_restart_with_state_resumes_after_the_last_committed_sequence(
     kmsg: Path, boot_id: Path, tmp_path: Path
 ) -> None:
     state = tmp_path / "var" / "kmsg.seq"
     first = make(kmsg, boot_id, state_path=str(state))
     assert len(first.collect(NOW).events) == 8
+    assert first.last_seq == 3971
+    first.commit(3971)  # the agent stored those events
     first.close()
     assert json.loads(state.read_text())["seq"] == 3971
     append(kmsg, record(3972, xid_line(48)))
@@ -118,6 +120,25 @@ def test_restart_with_state_resumes_after_the_last_sequence(
     events = second.collect(NOW + 5).events
     assert [(e.kind, e.code, e.seq) for e in events] == [(EventKind.XID, 48, 3972)]
     assert second.skipped_replayed == 12
+
+
+def test_records_read_are_not_marked_handled_until_committed(
+    kmsg: Path, boot_id: Path, tmp_path: Path
+) -> None:
+    state = tmp_path / "kmsg.seq"
+    collector = make(kmsg, boot_id, state_path=str(state))
+    collector.collect(NOW)
+    assert not state.exists()
+
+
+def test_closing_without_a_commit_leaves_the_records_to_be_read_again(
+    kmsg: Path, boot_id: Path, tmp_path: Path
+) -> None:
+    state = tmp_path / "kmsg.seq"
+    first = make(kmsg, boot_id, state_path=str(state))
+    first.collect(NOW)
+    first.close()
+    assert len(make(kmsg, boot_id, state_path=str(state)).collect(NOW).events) == 8
 
 
 def test_state_from_another_boot_is_ignored(kmsg: Path, boot_id: Path, tmp_path: Path) -> None:
@@ -143,6 +164,7 @@ def test_state_that_cannot_be_written_is_counted_not_raised(
     blocker.write_text("")
     collector = make(kmsg, boot_id, state_path=str(blocker / "kmsg.seq"))
     assert len(collector.collect(NOW).events) == 8
+    collector.commit(3971)
     assert collector.problems()["state_write_error"] == 1
 
 

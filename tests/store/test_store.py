@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import duckdb
@@ -21,6 +23,7 @@ from fleetguard.store.migrations import CURRENT_VERSION, MIGRATIONS
 from fleetguard.store.schema import TABLE_BY_RECORD, TABLES
 
 NOW = 1_763_800_000.25
+SCHEMA_V1 = Path(__file__).parent / "fixtures" / "schema_v1.sql"
 
 
 def full_gpu_sample(**changes: object) -> GpuSample:
@@ -90,6 +93,16 @@ def store(tmp_path: Path) -> Store:
     s.close()
 
 
+@pytest.fixture
+def store_v1(tmp_path: Path) -> Path:
+    """A store file exactly as schema version 1 made it (frozen DDL, not today's table definitions)."""
+    path = tmp_path / "v1.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute(SCHEMA_V1.read_text())
+    con.close()
+    return path
+
+
 def read_back(store: Store, record: object) -> object:
     table = TABLE_BY_RECORD[type(record)]
     cols = ", ".join(f"epoch_us({c.name}) / 1e6" if c.is_timestamp else f'"{c.name}"' for c in table.columns)
@@ -123,6 +136,51 @@ def test_unsigned_64_bit_counter_values_fit(store: Store) -> None:
     assert store.connection.execute("SELECT value FROM nic_counters").fetchall() == [(2**64 - 1,)]
 
 
+def test_counters_past_2_to_the_63_keep_every_digit_in_a_batch_with_small_ones(store: Store) -> None:
+    values = [5, 2**63 + 1, 2**64 - 1]
+    store.append([NicCounterSample(NOW, "h", "mlx5_0", 1, "port_xmit_data", "counters", v) for v in values])
+    rows = store.connection.execute("SELECT value FROM nic_counters ORDER BY value").fetchall()
+    assert [r[0] for r in rows] == values
+
+
+def test_a_bad_record_fails_with_its_own_error_not_the_aborted_transaction_it_leaves(store: Store) -> None:
+    with pytest.raises(duckdb.ConversionException, match="not a number"):
+        store.append([full_gpu_sample(gpu_index="not a number")])
+
+
+def test_an_integer_too_large_for_its_column_is_refused_by_name(store: Store) -> None:
+    with pytest.raises(duckdb.ConversionException, match="out of range"):
+        store.append([full_gpu_sample(gpu_index=2**63)])
+
+
+def test_a_transaction_left_aborted_on_the_connection_does_not_block_later_writes(store: Store) -> None:
+    store.connection.execute("BEGIN TRANSACTION")
+    with pytest.raises(duckdb.ConstraintException):
+        store.connection.execute("INSERT INTO gpu_samples (ts) VALUES (NULL)")
+    assert store.append([full_gpu_sample()]) == 1
+    assert store.counts()["gpu_samples"] == 1
+
+
+def test_two_threads_appending_at_once_store_every_row(store: Store) -> None:
+    rounds, gpus = 100, 8
+    errors: list[BaseException] = []
+
+    def write(host: str) -> None:
+        for i in range(rounds):
+            try:
+                store.append([full_gpu_sample(host=host, ts=NOW + i, gpu_index=g) for g in range(gpus)])
+            except BaseException as exc:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(host,)) for host in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert store.counts()["gpu_samples"] == 2 * rounds * gpus
+
+
 def test_a_batch_with_a_bad_record_writes_nothing(store: Store) -> None:
     bad = full_gpu_sample(gpu_index="not a number")
     with pytest.raises(duckdb.Error):
@@ -135,7 +193,7 @@ def test_unknown_record_types_are_refused_by_name(store: Store) -> None:
         store.append(["not a record"])
 
 
-def test_every_table_matches_its_record_after_all_migrations(store: Store) -> None:
+def assert_every_table_matches_its_record(store: Store) -> None:
     for table in TABLES.values():
         rows = store.connection.execute(
             "SELECT column_name, data_type, is_nullable, column_default IS NOT NULL "
@@ -147,6 +205,10 @@ def test_every_table_matches_its_record_after_all_migrations(store: Store) -> No
             for c in table.columns
         ]
         assert rows == expected, table.name
+
+
+def test_every_table_matches_its_record_after_all_migrations(store: Store) -> None:
+    assert_every_table_matches_its_record(store)
 
 
 def test_a_store_made_by_an_older_version_opens_and_is_upgraded(tmp_path: Path) -> None:
@@ -161,6 +223,38 @@ def test_a_store_made_by_an_older_version_opens_and_is_upgraded(tmp_path: Path) 
         assert new.counts()["gpu_samples"] == 1
         new.append(ONE_OF_EACH)
         assert new.counts()["heartbeats"] == 1
+
+
+def test_a_store_made_by_schema_version_1_is_upgraded_to_match_todays_records(store_v1: Path) -> None:
+    with Store.open(store_v1) as store:
+        assert store.schema_version == CURRENT_VERSION
+        assert_every_table_matches_its_record(store)
+
+
+def test_a_store_made_by_schema_version_1_keeps_its_rows_and_takes_todays_records(store_v1: Path) -> None:
+    with Store.open(store_v1) as store:
+        store.append(ONE_OF_EACH)
+        counts = store.counts()
+    assert counts["gpu_samples"] == 2 and counts["events"] == 2
+    assert all(counts[t.name] >= 1 for t in TABLES.values())
+
+
+def test_a_store_made_by_schema_version_1_exports_after_the_upgrade(store_v1: Path, tmp_path: Path) -> None:
+    with Store.open(store_v1) as store:
+        store.append(ONE_OF_EACH)
+        written = store.export_parquet(tmp_path / "parquet")
+    assert written == {"gpu_samples": 2, "events": 2} | {
+        t.name: 1 for t in TABLES.values() if t.name not in ("gpu_samples", "events")
+    }
+
+
+def test_exporting_an_older_store_opened_read_only_writes_the_tables_it_has_and_says_how_to_upgrade(
+    store_v1: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING), Store.open(store_v1, read_only=True) as store:
+        written = store.export_parquet(tmp_path / "parquet")
+    assert written == {"gpu_samples": 1, "events": 1}
+    assert "heartbeats" in caplog.text and "open it for writing once" in caplog.text
 
 
 def test_a_store_from_a_newer_fleetguard_is_refused_with_a_clear_error(tmp_path: Path) -> None:

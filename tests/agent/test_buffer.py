@@ -1,0 +1,157 @@
+"""The write buffer: what a failed store write means, decided by the error's type; the size limit; callbacks
+that wait for rows to be stored. Real DuckDB stores; failures are real duckdb exception types."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from fleetguard.agent.buffer import WriteBuffer
+from fleetguard.records.telemetry import GpuSample
+from fleetguard.store import Store
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    s = Store.open(tmp_path / "buffer.duckdb")
+    yield s  # type: ignore[misc]
+    s.close()
+
+
+def samples(n: int, start: int = 0) -> list[GpuSample]:
+    return [GpuSample(ts=1.0 + i, host="h", gpu_index=i, uuid=f"GPU-{i}") for i in range(start, start + n)]
+
+
+def bad_sample() -> GpuSample:
+    return GpuSample(ts=1.0, host="h", gpu_index="bad", uuid="x")  # type: ignore[arg-type]
+
+
+def raising(error: type[Exception], message: str) -> Callable[[object], int]:
+    def append(records: object) -> int:
+        raise error(message)
+
+    return append
+
+
+@pytest.mark.parametrize(
+    ("error", "message"),
+    [
+        (duckdb.IOException, 'IO Error: Could not write file "buffer.duckdb.wal": Input/output error'),
+        (duckdb.IOException, 'IO Error: Could not write file "buffer.duckdb.wal": Disk quota exceeded'),
+        (duckdb.IOException, 'IO Error: Could not write file "buffer.duckdb.wal": File too large'),
+        (duckdb.OutOfMemoryException, "Out of Memory Error: could not allocate block of size 256.0 KiB"),
+    ],
+    ids=["EIO", "EDQUOT", "EFBIG", "out-of-memory"],
+)
+def test_rows_stay_buffered_when_the_store_itself_fails(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: type[Exception], message: str
+) -> None:
+    rejected = tmp_path / "rejected.jsonl"
+    buffer = WriteBuffer(store, rejected)
+    buffer.add(samples(4))
+    monkeypatch.setattr(store, "append", raising(error, message))
+    assert buffer.flush() == 0
+    assert len(buffer) == 4 and buffer.rejected_rows == 0 and not rejected.exists()
+
+
+def test_when_the_store_fails_midway_through_a_row_by_row_retry_the_unwritten_rows_stay_buffered(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_append = store.append
+    calls = 0
+
+    def append(records: list[object]) -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise duckdb.ConversionException("Conversion Error: Could not convert string 'bad' to INT64")
+        if calls == 2:
+            return real_append(records)
+        raise duckdb.IOException("IO Error: Could not write file: Input/output error")
+
+    buffer = WriteBuffer(store)
+    buffer.add(samples(3))
+    monkeypatch.setattr(store, "append", append)
+    assert buffer.flush() == 1
+    assert len(buffer) == 2 and buffer.rejected_rows == 0
+
+
+def test_a_set_aside_row_carries_the_stores_own_reason_for_refusing_it(store: Store, tmp_path: Path) -> None:
+    rejected = tmp_path / "rejected.jsonl"
+    buffer = WriteBuffer(store, rejected)
+    buffer.add([*samples(2), bad_sample()])
+    assert buffer.flush() == 2
+    assert "ConversionException" in rejected.read_text() and "'bad'" in rejected.read_text()
+
+
+def test_a_poison_row_that_cannot_be_set_aside_stays_buffered_and_the_flush_does_not_raise(
+    store: Store, tmp_path: Path
+) -> None:
+    buffer = WriteBuffer(store, tmp_path / "no-such-dir" / "rejected.jsonl")
+    buffer.add([*samples(2), bad_sample()])
+    assert buffer.flush() == 2
+    assert len(buffer) == 1 and buffer.rejected_rows == 0
+
+
+def test_a_full_buffer_drops_the_oldest_rows_and_counts_them(store: Store) -> None:
+    buffer = WriteBuffer(store, max_rows=3)
+    buffer.add(samples(5))
+    assert len(buffer) == 3 and buffer.dropped_rows == 2
+    buffer.flush()
+    assert store.connection.execute("SELECT gpu_index FROM gpu_samples ORDER BY 1").fetchall() == [
+        (2,),
+        (3,),
+        (4,),
+    ]
+
+
+def test_dropping_rows_is_logged_once_while_the_buffer_stays_full(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    buffer = WriteBuffer(store, max_rows=3)
+    with caplog.at_level(logging.ERROR):
+        for start in range(0, 20, 4):
+            buffer.add(samples(4, start))
+    assert sum("dropping the oldest rows" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_callback_queued_behind_rows_runs_once_they_are_stored(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    buffer = WriteBuffer(store)
+    buffer.add(samples(2))
+    buffer.after_stored(lambda: calls.append("stored"))
+    buffer.add(samples(2, 2))
+    with monkeypatch.context() as m:
+        m.setattr(store, "append", raising(duckdb.IOException, "IO Error: Input/output error"))
+        buffer.flush()
+    assert calls == []
+    buffer.flush()
+    buffer.flush()
+    assert calls == ["stored"]
+
+
+def test_two_threads_adding_and_flushing_at_once_store_every_row(store: Store, tmp_path: Path) -> None:
+    rejected = tmp_path / "rejected.jsonl"
+    buffer = WriteBuffer(store, rejected)
+    rounds, gpus = 100, 8
+
+    def sample_and_flush(host: str) -> None:
+        for i in range(rounds):
+            buffer.add(GpuSample(ts=1.0 + i, host=host, gpu_index=g, uuid=f"GPU-{g}") for g in range(gpus))
+            buffer.flush()
+
+    threads = [threading.Thread(target=sample_and_flush, args=(host,)) for host in ("agent", "scoring")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    buffer.flush()
+    assert store.counts()["gpu_samples"] == 2 * rounds * gpus
+    assert buffer.rejected_rows == 0 and buffer.write_errors == 0 and not rejected.exists()
