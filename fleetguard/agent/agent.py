@@ -149,6 +149,8 @@ class Agent:
         stats.rows_written = dict(self.buffer.rows_written)
         stats.store_write_errors = self.buffer.write_errors
         stats.buffered_rows = len(self.buffer)
+        stats.dropped_rows = self.buffer.dropped_rows
+        stats.rejected_rows = self.buffer.rejected_rows
         return written
 
     def shutdown(self) -> int:

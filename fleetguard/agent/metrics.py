@@ -126,6 +126,8 @@ class AgentStats:
     store_write_errors: int = 0
     buffered_rows: int = 0
     collector_errors: dict[str, int] = field(default_factory=dict)  # exceptions escaping a collector
+    dropped_rows: int = 0  # oldest rows dropped while the store failed and the buffer was full
+    rejected_rows: int = 0  # rows the store refused one by one (set aside in rejected.jsonl)
 
 
 class MetricsState(PromCollector):
@@ -200,6 +202,8 @@ class MetricsState(PromCollector):
                 self.stats.store_write_errors,
                 self.stats.buffered_rows,
                 dict(self.stats.collector_errors),
+                self.stats.dropped_rows,
+                self.stats.rejected_rows,
             )
         yield from _gpu_families(gpus)
         yield from _nic_families(nics, nic_counters)
@@ -378,6 +382,16 @@ def _agent_families(
         "fleetguard_store_write_errors",
         "Failed store writes (rows kept and retried)",
         value=stats.store_write_errors,
+    )
+    yield CounterMetricFamily(
+        "fleetguard_store_dropped_rows",
+        "Rows lost: the store kept failing and the write buffer was full (oldest first)",
+        value=stats.dropped_rows,
+    )
+    yield CounterMetricFamily(
+        "fleetguard_store_rejected_rows",
+        "Rows the store refused one by one, set aside in rejected.jsonl",
+        value=stats.rejected_rows,
     )
     errors = CounterMetricFamily(
         "fleetguard_collector_errors",

@@ -146,3 +146,10 @@ def test_promtool_accepts_the_exposition(state: MetricsState) -> None:
         [promtool, "check", "metrics"], input=render(state), capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_rows_lost_or_set_aside_by_the_store_are_counted(state: MetricsState) -> None:
+    state.stats.dropped_rows, state.stats.rejected_rows = 12, 3
+    text = render(state)
+    assert samples(text, "fleetguard_store_dropped_rows_total") == {(): 12.0}
+    assert samples(text, "fleetguard_store_rejected_rows_total") == {(): 3.0}
