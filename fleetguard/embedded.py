@@ -129,7 +129,12 @@ def _scoring_extension(config: Config, sources: Sources, risk: _RiskSummary) -> 
                     risk.text = (
                         f"at-risk GPUs {len(findings)} (top {top.host}/{top.device_id[:12]} {top.risk:.2f})"
                     )
-                stop_event.wait(config.predictor.score_interval_seconds)
+                # Until the first flush brings data, look again after the next flush rather than a whole
+                # scoring interval later (a minute by default): risk shows up in the demo within seconds.
+                interval = config.predictor.score_interval_seconds
+                if not predictions:
+                    interval = min(interval, config.agent.flush_interval_seconds)
+                stop_event.wait(interval)
 
         thread = threading.Thread(target=loop, name="fleetguard-scoring", daemon=True)
         thread.start()

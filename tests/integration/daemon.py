@@ -16,6 +16,18 @@ from prometheus_client.parser import text_string_to_metric_families
 FLEETGUARD = str(Path(sys.executable).with_name("fleetguard"))
 
 
+def scrape(port: int) -> dict[str, float]:
+    """Every sample of a /metrics page, keyed `name` or `name{label=value,...}` (labels sorted)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
+            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
+    return out
+
+
 class Daemon:
     def __init__(self, args: list[str], tmp: Path, env: dict[str, str] | None = None) -> None:
         self.tmp = tmp
@@ -49,14 +61,8 @@ class Daemon:
         raise AssertionError("daemon did not report its port:\n" + "".join(lines))
 
     def metrics(self) -> dict[str, float]:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as resp:
-            text = resp.read().decode()
-        out: dict[str, float] = {}
-        for family in text_string_to_metric_families(text):
-            for s in family.samples:
-                if not s.labels:
-                    out[s.name] = s.value
-        return out
+        """The unlabelled samples (the agent's own health), by name."""
+        return {k: v for k, v in scrape(self.port).items() if "{" not in k}
 
     def wait_for_rounds(self, rounds: int, timeout_seconds: float = 60) -> None:
         deadline = time.monotonic() + timeout_seconds

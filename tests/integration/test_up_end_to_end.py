@@ -1,0 +1,61 @@
+"""`fleetguard up --simulate`, the embedded default, as `make demo` runs it: sampling, /metrics, live risk."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from tests.integration.daemon import FLEETGUARD, scrape
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_up_on_a_simulated_fleet_serves_metrics_and_live_risk_scores(tmp_path: Path) -> None:
+    store = tmp_path / "var" / "fleetguard.duckdb"
+    proc = subprocess.Popen(
+        [FLEETGUARD, "up", "--simulate", "1x4", "--metrics-port", "0", "--store", str(store)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={
+            **os.environ,
+            "FLEETGUARD_AGENT_FLUSH_INTERVAL_SECONDS": "1",
+            "FLEETGUARD_RUNTIME_PORT": str(free_port()),
+            "FLEETGUARD_COLLECTORS_KMSG_STATE_PATH": str(tmp_path / "kmsg.seq"),
+        },
+    )
+    try:
+        assert proc.stdout is not None
+        port = None
+        while port is None:
+            line = proc.stdout.readline()
+            assert line, "fleetguard up exited before printing its metrics address"
+            match = re.search(r"http://127\.0\.0\.1:(\d+)/metrics", line)
+            port = int(match.group(1)) if match else None
+        deadline = time.monotonic() + 90  # the demo model is trained at start-up
+        risk: dict[str, float] = {}
+        while not risk and time.monotonic() < deadline:
+            risk = {k: v for k, v in scrape(port).items() if k.startswith("fleetguard_gpu_failure_risk")}
+            time.sleep(0.5)  # polling a real process, bounded by the deadline
+        assert len(risk) == 4 and all(0.0 <= v <= 1.0 for v in risk.values())
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    con = duckdb.connect(str(store), read_only=True)
+    assert con.execute("SELECT count(DISTINCT device_id) FROM predictions").fetchone() == (4,)
+    assert con.execute("SELECT count(*) FROM gpu_samples").fetchone()[0] >= 4
