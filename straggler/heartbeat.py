@@ -339,10 +339,13 @@ class HeartbeatMonitor:
             silent = now - last_seen
             stalled = now - r.last_progress_at
             learned = job.stall.get(section)
+            warmed_up = r.step is not None and r.step != r.first_step  # past this incarnation's first step
             stall_timeout = (
                 stall_cache[section]
-                if r.step is not None and learned is not None and learned.timeout_seconds is not None
-                else max(startup_step_timeout, stall_cache[section])  # no step-to-step interval known yet
+                if warmed_up and learned is not None and learned.timeout_seconds is not None
+                # start-up: before and during the first step of every incarnation (a restarted group loads
+                # its checkpoint and compiles again), whatever steps taught before the restart
+                else max(startup_step_timeout, stall_cache[section])
             )
             if silent > gap_timeout:
                 cause, waited, timeout = "silent", silent, gap_timeout

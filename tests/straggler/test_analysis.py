@@ -159,7 +159,7 @@ def test_hang_without_progress_records_names_the_hung_ranks() -> None:
     clock = FakeClock()
     a = started(clock)
     found: list[Finding] = []
-    for _ in range(30):  # rank 0 keeps beating but its step never moves; no collective progress at all
+    for i in range(30):  # rank 0 keeps beating but its step stops at 5; no collective progress at all
         clock.advance(1.0)
         for r in range(WORLD):
             a.observe(
@@ -171,7 +171,7 @@ def test_hang_without_progress_records_names_the_hung_ranks() -> None:
                     local_rank=r,
                     world_size=WORLD,
                     pid=7 + r,
-                    step=int(clock.time()) if r != 0 else 5,
+                    step=i if r != 0 else min(i, 5),
                 )
             )
         found.extend(a.tick(clock.time()))

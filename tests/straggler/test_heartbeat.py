@@ -292,3 +292,12 @@ def test_a_rank_ended_by_sigterm_was_terminated_not_crashed(mon: HeartbeatMonito
     assert kinds(found) == [("rank_terminated", r) for r in range(4)]
     assert {f.severity for f in found} == {"warning"}
     assert mon.check(100.0) == []  # and the silence that follows is not a hang
+
+
+def test_the_first_step_after_a_restart_is_start_up_again_not_a_hang(mon: HeartbeatMonitor) -> None:
+    steady(mon, range(4), 0.0, 30.0)  # 1 s steps: the stall timeout is a few seconds now
+    mon.register_job(JOB, world_size=4, started_at=31.0, local_ranks=range(4))  # torchrun restarted the group
+    for t in range(31, 120):  # new pids resume at step 21 and compile for a minute and a half
+        for rank in range(4):
+            mon.observe(hb(rank, float(t), step=21, pid=2000 + rank), float(t))
+        assert mon.check(float(t)) == []
