@@ -42,12 +42,7 @@ def pid_uid(pid: int, proc_root: str = "/proc") -> int | None:
     return None
 
 
-def pid_belongs_to_peer(
-    pid: int, client: tuple[str, int], server: tuple[str, int], proc_root: str = "/proc"
-) -> bool:
+def pid_trusted(sender_uid: int | None, pid: int, proc_root: str = "/proc") -> bool:
     """True when the sender may have the agent watch and signal `pid`: the sender is root, or the pid is a
     process of the sender's own uid. A pid of another user, or of another pid namespace, is not."""
-    peer = tcp_peer_uid(client, server, proc_root)
-    if peer is None:
-        return False
-    return peer == 0 or pid_uid(pid, proc_root) == peer
+    return sender_uid is not None and (sender_uid == 0 or pid_uid(pid, proc_root) == sender_uid)

@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from fleetguard.clock import Clock
 from fleetguard.runtime.commands import Command
-from fleetguard.runtime.peer import pid_belongs_to_peer
+from fleetguard.runtime.peer import pid_trusted, tcp_peer_uid
 from fleetguard.runtime.protocol import MAX_REPORT_BYTES, RankReport, ReportError, parse_report
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,7 @@ class ServerStats:
     reports_rejected: int = 0
     handler_errors: int = 0
     untrusted_pids: int = 0  # reports naming a pid that is not the sender's (another user, another namespace)
+    reports_refused: int = 0  # reports for a job another user owns
 
 
 ReportHandler = Callable[[RankReport], Sequence[Command]]
@@ -79,6 +80,8 @@ class RuntimeServer:
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
         self.stopping = False
+        self._job_owner: dict[str, int] = {}  # job id -> uid of the first sender
+        self._owners_lock = threading.Lock()
 
     @property
     def port(self) -> int:
@@ -108,15 +111,28 @@ class RuntimeServer:
         self._httpd.server_close()
 
     def handle_body(
-        self, body: bytes, pid_trusted: Callable[[int], bool] = lambda pid: True
+        self,
+        body: bytes,
+        pid_trusted: Callable[[int], bool] = lambda pid: True,
+        sender_uid: int | None = None,
     ) -> tuple[int, dict[str, object]]:
         """Status code and JSON answer for one report body (the HTTP handler's core, callable directly).
-        `pid_trusted(pid)` says whether the sender may have the agent watch and signal the pid it names."""
+        `pid_trusted(pid)` says whether the sender may have the agent watch and signal the pid it names;
+        `sender_uid` is the user who sent it (None: unknown)."""
         try:
             report = parse_report(body, self._host, self._clock.time())
         except ReportError as exc:
             self.stats.reports_rejected += 1
             return 400, {"error": str(exc)}
+        job_id = report.heartbeat.job_id
+        if sender_uid is not None:
+            with self._owners_lock:
+                owner = self._job_owner.setdefault(job_id, sender_uid)
+            if sender_uid not in (owner, 0):
+                # Reports steer restarts of the job (and fill {job} in commands): only the user whose ranks
+                # reported it first, or root, may report for it.
+                self.stats.reports_refused += 1
+                return 403, {"error": f"job {job_id!r} belongs to another user"}
         if not pid_trusted(report.heartbeat.pid):
             # still telemetry (heartbeats, timings), but the agent will neither watch nor signal the pid
             self.stats.untrusted_pids += 1
@@ -161,14 +177,24 @@ def _make_handler(server: RuntimeServer) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True  # the body is not read: the connection cannot be reused
                 self._reply(413, {"error": f"report larger than {MAX_REPORT_BYTES} bytes"})
                 return
-            status, answer = server.handle_body(self.rfile.read(length), self._pid_trusted)
+            sender = self._sender_uid()
+            status, answer = server.handle_body(self.rfile.read(length), self._pid_trusted, sender)
             self._reply(status, answer)
 
+        def _sender_uid(self) -> int | None:
+            # One handler serves one kept-alive connection, whose sender cannot change: scan /proc/net/tcp
+            # once per connection. The pid's owner is read afresh each time (a pid can be reused).
+            if not hasattr(self, "_peer_uid"):
+                client = self.client_address
+                self._peer_uid = (
+                    None  # IPv6 loopback: no owner lookup; reports are kept, pids not signalled
+                    if ":" in str(client[0])
+                    else tcp_peer_uid((str(client[0]), int(client[1])), (server.address, server.port))
+                )
+            return self._peer_uid
+
         def _pid_trusted(self, pid: int) -> bool:
-            client = self.client_address
-            if ":" in str(client[0]):
-                return False  # IPv6 loopback: no owner lookup; the report is kept, the pid not signalled
-            return pid_belongs_to_peer(pid, (str(client[0]), int(client[1])), (server.address, server.port))
+            return pid_trusted(self._sender_uid(), pid)
 
         def do_GET(self) -> None:
             if self.path == HEALTH_PATH:

@@ -6,7 +6,7 @@ import os
 import socket
 from pathlib import Path
 
-from fleetguard.runtime.peer import pid_belongs_to_peer, pid_uid, tcp_peer_uid
+from fleetguard.runtime.peer import pid_trusted, pid_uid, tcp_peer_uid
 
 
 def fake_proc(tmp_path: Path, rows: list[tuple[str, str, int]], pids: dict[int, int]) -> str:
@@ -36,17 +36,17 @@ def test_the_senders_uid_comes_from_the_client_end_of_the_connection(tmp_path: P
 
 
 def test_a_pid_of_the_senders_own_uid_is_trusted_another_users_is_not(tmp_path: Path) -> None:
-    proc = fake_proc(tmp_path, [("0100007F:9C40", "0100007F:2505", 1001)], {4242: 1001, 1: 0, 777: 1002})
-    assert pid_belongs_to_peer(4242, CLIENT, SERVER, proc)
-    assert not pid_belongs_to_peer(1, CLIENT, SERVER, proc)  # e.g. init: a restart would kill it
-    assert not pid_belongs_to_peer(777, CLIENT, SERVER, proc)
-    assert not pid_belongs_to_peer(9999, CLIENT, SERVER, proc)  # not a process here (another pid namespace)
+    proc = fake_proc(tmp_path, [], {4242: 1001, 1: 0, 777: 1002})
+    assert pid_trusted(1001, 4242, proc)
+    assert not pid_trusted(1001, 1, proc)  # e.g. init: a restart would kill it
+    assert not pid_trusted(1001, 777, proc)
+    assert not pid_trusted(1001, 9999, proc)  # not a process here (another pid namespace)
 
 
 def test_root_may_name_any_pid_and_an_unknown_sender_none(tmp_path: Path) -> None:
-    proc = fake_proc(tmp_path, [("0100007F:9C40", "0100007F:2505", 0)], {777: 1002})
-    assert pid_belongs_to_peer(777, CLIENT, SERVER, proc)
-    assert not pid_belongs_to_peer(777, ("127.0.0.1", 40001), SERVER, proc)
+    proc = fake_proc(tmp_path, [], {777: 1002})
+    assert pid_trusted(0, 777, proc)
+    assert not pid_trusted(None, 777, proc)
 
 
 def test_on_this_machine_a_real_loopback_connection_is_found_with_our_uid() -> None:

@@ -126,3 +126,23 @@ def test_a_report_naming_a_pid_the_sender_does_not_own_is_kept_but_marked_untrus
     status, _ = srv.handle_body(report_body(), pid_trusted=lambda pid: False)
     assert status == 200 and seen[0].pid_trusted is False and srv.stats.untrusted_pids == 1
     srv.stop()
+
+
+def test_a_job_is_reported_only_by_the_user_who_reported_it_first_or_root() -> None:
+    seen: list[RankReport] = []
+    srv = RuntimeServer(lambda r: seen.append(r) or [], host="agent", clock=FakeClock(), port=0)
+    assert srv.handle_body(report_body(job_id="job-a"), sender_uid=1001)[0] == 200  # job-a is 1001's
+    status, answer = srv.handle_body(report_body(job_id="job-a", status="error"), sender_uid=1002)
+    assert (status, srv.stats.reports_refused) == (403, 1) and "another user" in str(answer["error"])
+    assert srv.handle_body(report_body(job_id="job-a"), sender_uid=0)[0] == 200  # root may
+    assert srv.handle_body(report_body(job_id="job-b"), sender_uid=1002)[0] == 200  # its own job
+    assert [r.heartbeat.job_id for r in seen] == ["job-a", "job-a", "job-b"]
+    srv.stop()
+
+
+def test_over_http_the_sender_is_found_and_its_own_pid_trusted(served) -> None:
+    import os
+
+    server, reports, _ = served
+    assert post(server.port, report_body(pid=os.getpid()))[0] == 200
+    assert reports[-1].pid_trusted  # this test process sent it, naming itself
