@@ -22,6 +22,9 @@ from fleetguard.runtime.protocol import MAX_REPORT_BYTES, RankReport, ReportErro
 log = logging.getLogger(__name__)
 
 REPORT_PATH = "/v1/report"
+# A job id whose owner has not reported for this long may be taken by another user's new job (torchrun's
+# default rendezvous port makes ids like torchrun-127.0.0.1-29500 recur).
+OWNER_IDLE_SECONDS = 300.0
 HEALTH_PATH = "/v1/health"
 
 
@@ -80,7 +83,7 @@ class RuntimeServer:
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
         self.stopping = False
-        self._job_owner: dict[str, int] = {}  # job id -> uid of the first sender
+        self._job_owner: dict[str, tuple[int, float]] = {}  # job id -> (uid of its sender, last report)
         self._owners_lock = threading.Lock()
 
     @property
@@ -126,8 +129,13 @@ class RuntimeServer:
             return 400, {"error": str(exc)}
         job_id = report.heartbeat.job_id
         if sender_uid is not None:
+            now = self._clock.monotonic()
             with self._owners_lock:
-                owner = self._job_owner.setdefault(job_id, sender_uid)
+                owner, last = self._job_owner.get(job_id, (sender_uid, now))
+                if now - last > OWNER_IDLE_SECONDS:
+                    owner = sender_uid  # the job went quiet long ago: a new job may reuse its id
+                if sender_uid == owner:
+                    self._job_owner[job_id] = (owner, now)
             if sender_uid not in (owner, 0):
                 # Reports steer restarts of the job (and fill {job} in commands): only the user whose ranks
                 # reported it first, or root, may report for it.

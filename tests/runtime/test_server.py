@@ -10,7 +10,12 @@ import pytest
 from fleetguard.clock import FakeClock
 from fleetguard.runtime.commands import Command, CommandQueue
 from fleetguard.runtime.protocol import RankReport
-from fleetguard.runtime.server import NonLoopbackBindError, RuntimeServer, require_loopback
+from fleetguard.runtime.server import (
+    OWNER_IDLE_SECONDS,
+    NonLoopbackBindError,
+    RuntimeServer,
+    require_loopback,
+)
 from tests.runtime.helpers import report_body
 
 
@@ -146,3 +151,14 @@ def test_over_http_the_sender_is_found_and_its_own_pid_trusted(served) -> None:
     server, reports, _ = served
     assert post(server.port, report_body(pid=os.getpid()))[0] == 200
     assert reports[-1].pid_trusted  # this test process sent it, naming itself
+
+
+def test_a_job_id_left_idle_may_be_taken_by_another_users_new_job() -> None:
+    clock = FakeClock()
+    srv = RuntimeServer(lambda r: [], host="agent", clock=clock, port=0)
+    assert srv.handle_body(report_body(job_id="torchrun-127.0.0.1-29500"), sender_uid=1001)[0] == 200
+    clock.advance(60.0)
+    assert srv.handle_body(report_body(job_id="torchrun-127.0.0.1-29500"), sender_uid=1002)[0] == 403
+    clock.advance(OWNER_IDLE_SECONDS + 1)
+    assert srv.handle_body(report_body(job_id="torchrun-127.0.0.1-29500"), sender_uid=1002)[0] == 200
+    srv.stop()
