@@ -22,6 +22,7 @@ import math
 import os
 import pickle
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,8 +71,14 @@ def load_dump_bytes(data: bytes) -> dict[str, Any]:
 def load_dump(path: str | Path, max_bytes: int = MAX_DUMP_BYTES) -> dict[str, Any]:
     """Read and safely unpickle one dump file; larger than `max_bytes` is refused before reading."""
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+        # No link is followed and nothing but a regular file is read: a dump directory is writable by the
+        # training user, and a link to a FIFO would block the reader (the agent's analysis tick) for good.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise FlightRecorderError(f"{path} is not a regular file")
+            size = info.st_size
             if size > max_bytes:
                 raise FlightRecorderError(
                     f"{path} is {size} bytes, over the {max_bytes}-byte limit for a dump"

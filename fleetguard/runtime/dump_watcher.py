@@ -4,6 +4,7 @@ from the dumps' collective sequence numbers as well as from the client's reports
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import stat
@@ -23,7 +24,8 @@ log = logging.getLogger(__name__)
 
 
 class DumpWatcher:
-    """`poll(job_id, now)` returns the progress records of the dumps written since the last poll."""
+    """`poll(job_id, now)` returns the progress records of the dumps written since the watcher started and
+    not yet returned; each record's ts is its file's modification time."""
 
     def __init__(
         self, directory: str | Path, host: str, prefix: str = DEFAULT_PREFIX, max_bytes: int = MAX_DUMP_BYTES
@@ -33,7 +35,21 @@ class DumpWatcher:
         self.prefix = prefix
         self.max_bytes = max_bytes
         self.errors: dict[str, str] = {}  # file -> why it was skipped (the latest reason)
-        self._seen: dict[str, tuple[int, int]] = {}  # file name -> (mtime_ns, size) when read
+        # file name -> (mtime_ns, size) when read. Dumps already there belong to earlier jobs: they are
+        # remembered, not read, so they cannot be credited to whichever job runs now.
+        self._seen: dict[str, tuple[int, int]] = dict(self._versions())
+
+    def _versions(self) -> list[tuple[str, tuple[int, int]]]:
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return []
+        out = []
+        for name in names:
+            with contextlib.suppress(OSError):
+                info = os.lstat(self.directory / name)
+                out.append((name, (info.st_mtime_ns, info.st_size)))
+        return out
 
     def poll(self, job_id: str, now: float) -> list[CollectiveProgress]:
         try:
@@ -65,5 +81,7 @@ class DumpWatcher:
                 self.errors[str(path)] = str(exc)
                 log.warning("flight-recorder dump skipped: %s", exc)
                 continue
-            out.extend(progress_from_dump(dump, host=self.host, job_id=job_id, rank=rank, ts=now))
+            # stamped with when the dump was written: older than a live report, it never overrides one
+            written = info.st_mtime_ns / 1e9
+            out.extend(progress_from_dump(dump, host=self.host, job_id=job_id, rank=rank, ts=written))
         return out

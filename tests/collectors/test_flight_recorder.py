@@ -260,3 +260,14 @@ def test_hostile_dump_in_a_directory_does_not_stop_the_others(tmp_path: Path) ->
     assert {p.rank for p in report.progress} == {0}
     assert "refusing to load" in report.errors[str(tmp_path / "nccl_trace_rank_1")]
     assert not marker.exists()
+
+
+def test_load_dump_follows_no_link_and_reads_nothing_but_a_regular_file(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.write_bytes(pickle.dumps(nccl_dump(), protocol=2))
+    (tmp_path / "nccl_trace_rank_0").symlink_to(real)
+    os.mkfifo(tmp_path / "nccl_trace_rank_1")  # opening it for reading would block without O_NONBLOCK
+    with pytest.raises(FlightRecorderError):
+        load_dump(tmp_path / "nccl_trace_rank_0")
+    with pytest.raises(FlightRecorderError, match="not a regular file"):
+        load_dump(tmp_path / "nccl_trace_rank_1")

@@ -17,31 +17,41 @@ class _RunsCode:
         return (os.system, ("touch /tmp/fleetguard-pwned",))
 
 
-def test_a_new_dump_is_read_once_into_progress_records(tmp_path: Path) -> None:
-    shutil.copy(REAL_DUMP, tmp_path / "nccl_trace_rank_3")
+def test_a_new_dump_is_read_once_into_progress_records_stamped_when_written(tmp_path: Path) -> None:
     watcher = DumpWatcher(tmp_path, host="node1")
-    progress = watcher.poll("job-a", now=10.0)
-    assert progress and {(p.job_id, p.rank, p.host, p.ts) for p in progress} == {("job-a", 3, "node1", 10.0)}
+    shutil.copy(REAL_DUMP, tmp_path / "nccl_trace_rank_3")
+    os.utime(tmp_path / "nccl_trace_rank_3", (1000.0, 1000.0))
+    progress = watcher.poll("job-a", now=2000.0)
+    assert progress and {(p.job_id, p.rank, p.host, p.ts) for p in progress} == {
+        ("job-a", 3, "node1", 1000.0)
+    }
     assert {p.source for p in progress} == {"flight_recorder"}
     assert watcher.poll("job-a", now=11.0) == []
 
 
+def test_dumps_already_there_belong_to_earlier_jobs_and_are_not_read(tmp_path: Path) -> None:
+    shutil.copy(REAL_DUMP, tmp_path / "nccl_trace_rank_0")
+    watcher = DumpWatcher(tmp_path, host="node1")
+    assert watcher.poll("job-a", now=10.0) == []
+
+
 def test_a_rewritten_dump_is_read_again(tmp_path: Path) -> None:
     target = tmp_path / "nccl_trace_rank_0"
-    shutil.copy(REAL_DUMP, target)
     watcher = DumpWatcher(tmp_path, host="node1")
+    shutil.copy(REAL_DUMP, target)
     assert watcher.poll("job-a", now=10.0)
     os.utime(target, ns=(1, 1))  # as if a later timeout dumped again
     assert watcher.poll("job-a", now=20.0)
 
 
-def test_links_and_hostile_pickles_are_skipped_with_a_reason_and_nothing_runs(tmp_path: Path) -> None:
+def test_links_fifos_and_hostile_pickles_are_skipped_with_a_reason_and_nothing_runs(tmp_path: Path) -> None:
+    watcher = DumpWatcher(tmp_path, host="node1")
     (tmp_path / "nccl_trace_rank_1").symlink_to(REAL_DUMP)
     (tmp_path / "nccl_trace_rank_2").write_bytes(pickle.dumps(_RunsCode()))
+    os.mkfifo(tmp_path / "nccl_trace_rank_4")  # reading it would block the analysis tick
     (tmp_path / "notes.txt").write_text("not a dump")
-    watcher = DumpWatcher(tmp_path, host="node1")
     assert watcher.poll("job-a", now=10.0) == []
-    assert set(watcher.errors) == {str(tmp_path / "nccl_trace_rank_1"), str(tmp_path / "nccl_trace_rank_2")}
+    assert set(watcher.errors) == {str(tmp_path / f"nccl_trace_rank_{r}") for r in (1, 2, 4)}
     assert not Path("/tmp/fleetguard-pwned").exists()
 
 
