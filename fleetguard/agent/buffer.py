@@ -4,8 +4,9 @@ What a failed write means is read from the exception's type, never from its text
 - the store itself failing (I/O error, disk full, out of memory, connection gone) keeps the rows buffered
   for a later flush;
 - any other error is about the batch's content: the rows are retried one by one, and a row the store refuses
-  on its own (a poison record) is set aside in a JSON-lines file next to the store, counted, and never
-  silently dropped, so one bad record cannot block every later one.
+  on its own (a poison record) is set aside in a JSON-lines file next to the store (or, when that file cannot
+  be written, logged whole), counted, and never silently dropped, so one bad record cannot block every later
+  one.
 
 While the store fails the buffer holds at most `max_rows` rows; past that the oldest are dropped, counted and
 logged. `after_stored(callback)` queues a callback behind the rows buffered so far; it runs once all of them
@@ -148,8 +149,7 @@ class WriteBuffer:
                 self._store_failed(exc, len(rows) - index)
                 return index, written
             except Exception as exc:
-                if not self._reject(row, exc):
-                    return index, written
+                self._reject(row, exc)
             else:
                 self._count([row])
                 written += 1
@@ -171,21 +171,22 @@ class WriteBuffer:
             self._store_failing = False
             log.warning("the store can be written again")
 
-    def _reject(self, row: object, exc: Exception) -> bool:
-        """Set a row the store refuses aside; False (row kept) when even that fails."""
+    def _reject(self, row: object, exc: Exception) -> None:
+        """Set a row the store refuses aside: in the rejected file, else whole in the log. Never kept
+        buffered: it would be tried first on every flush and block every row behind it for good."""
         if self._rejected_path is not None:
             try:
                 with self._rejected_path.open("a", encoding="utf-8") as fh:
                     fh.write(_rejected_line(row, exc) + "\n")
             except OSError as write_exc:
+                self.rejected_rows += 1
                 log.error(
-                    "store refused a %s record (%s) and it cannot be set aside in %s (%s); kept buffered",
-                    type(row).__name__,
-                    exc,
+                    "store refused a record and it cannot be set aside in %s (%s); the record: %s",
                     self._rejected_path,
                     write_exc,
+                    _rejected_line(row, exc),
                 )
-                return False
+                return
         self.rejected_rows += 1
         log.error(
             "store refused a %s record (%s: %s); %s",
@@ -194,7 +195,6 @@ class WriteBuffer:
             exc,
             f"set aside in {self._rejected_path}" if self._rejected_path is not None else "dropped",
         )
-        return True
 
     def _drop_over_limit(self) -> None:
         """Drop the oldest rows past `max_rows` (marks stay, in order). Call with `_lock` held."""

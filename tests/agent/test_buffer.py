@@ -89,13 +89,17 @@ def test_a_set_aside_row_carries_the_stores_own_reason_for_refusing_it(store: St
     assert "ConversionException" in rejected.read_text() and "'bad'" in rejected.read_text()
 
 
-def test_a_poison_row_that_cannot_be_set_aside_stays_buffered_and_the_flush_does_not_raise(
-    store: Store, tmp_path: Path
+def test_a_poison_row_that_cannot_be_set_aside_is_logged_whole_and_blocks_no_row_behind_it(
+    store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     buffer = WriteBuffer(store, tmp_path / "no-such-dir" / "rejected.jsonl")
-    buffer.add([*samples(2), bad_sample()])
-    assert buffer.flush() == 2
-    assert len(buffer) == 1 and buffer.rejected_rows == 0
+    buffer.add([bad_sample(), *samples(2)])
+    with caplog.at_level(logging.ERROR):
+        assert buffer.flush() == 2  # the flush does not raise, and the rows after the poison one land
+    assert len(buffer) == 0 and buffer.rejected_rows == 1
+    assert "'bad'" in caplog.text  # the record itself is in the log
+    buffer.add(samples(1, start=5))
+    assert buffer.flush() == 1
 
 
 def test_a_full_buffer_drops_the_oldest_rows_and_counts_them(store: Store) -> None:
