@@ -52,6 +52,19 @@ class CommandQueue:
                 self._queues.pop((job_id, rank), None)
             return list(queue)
 
+    def discard(self, job_id: str, kind: str) -> int:
+        """Drop every queued command of `kind` for the job's ranks; returns how many were dropped."""
+        dropped = 0
+        with self._lock:
+            for key in [k for k in self._queues if k[0] == job_id]:
+                kept = [c for c in self._queues[key] if c.kind != kind]
+                dropped += len(self._queues[key]) - len(kept)
+                if kept:
+                    self._queues[key] = kept
+                else:
+                    del self._queues[key]
+        return dropped
+
     def pending(self, job_id: str, rank: int) -> list[Command]:
         with self._lock:
             return list(self._queues.get((job_id, rank), []))

@@ -230,8 +230,10 @@ class RuntimeService:
         records: list[RuntimeRecord] = [hb, *report.timings, *report.collectives]
         with self._analysis_lock:
             if new_incarnation:
-                # progress and silence of the old worker group must not count against the new one
-                # only this host's ranks are expected here: a multi-node job's others report elsewhere
+                # a checkpoint asked of the group that is gone is moot (a stop still applies to the new one)
+                self.commands.discard(hb.job_id, "checkpoint")
+                # progress and silence of the old worker group must not count against the new one; only
+                # this host's ranks are expected here (a multi-node job's others report elsewhere)
                 self.analyzer.register_job(hb.job_id, hb.world_size, hb.ts, local_ranks=report.local_ranks())
             for record in records:
                 self.analyzer.observe(record)

@@ -542,3 +542,16 @@ def test_a_pid_that_is_not_the_senders_is_neither_watched_nor_signalled(ranks) -
     assert victim.poll() is None  # still running: nothing was signalled
     assert len(sink.of(Heartbeat)) + len(service._pending) >= 1  # the report itself was kept as telemetry
     service.stop()
+
+
+def test_a_checkpoint_asked_of_a_group_that_was_replaced_is_dropped_but_a_stop_is_kept(ranks) -> None:
+    clock, sink = FakeClock(), Sink()
+    service = make_service(clock, sink)
+    old, new = ranks[:2], ranks[2:]
+    for r, p in enumerate(old):
+        report(service, clock, r, p.pid, step=5)
+    service.commands.push("job-a", [0, 1], "checkpoint")
+    service.commands.push("job-a", [0, 1], "stop")
+    report(service, clock, 0, new[0].pid, step=5)  # torchrun's next worker group starts reporting
+    assert [c.kind for c in service.commands.pending("job-a", 1)] == ["stop"]
+    service.stop()
