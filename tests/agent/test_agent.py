@@ -20,13 +20,6 @@ from fleetguard.store import Store
 from tests.agent.fakes import ResumableStream, ScriptedCollector
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    s = Store.open(tmp_path / "agent.duckdb")
-    yield s  # type: ignore[misc]
-    s.close()
-
-
 def make_agent(
     store: Store,
     *collectors: ScriptedCollector | ResumableStream,

@@ -28,13 +28,6 @@ def kmsg(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
-    s = Store.open(tmp_path / "fleet.duckdb")
-    yield s  # type: ignore[misc]
-    s.close()
-
-
-@pytest.fixture
 def boot_id(tmp_path: Path) -> Path:
     path = tmp_path / "boot_id"
     path.write_text("9b1d2c3e-0000-4000-8000-000000000001\n")

@@ -16,13 +16,6 @@ from fleetguard.records.telemetry import GpuSample
 from fleetguard.store import Store
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    s = Store.open(tmp_path / "buffer.duckdb")
-    yield s  # type: ignore[misc]
-    s.close()
-
-
 def samples(n: int, start: int = 0) -> list[GpuSample]:
     return [GpuSample(ts=1.0 + i, host="h", gpu_index=i, uuid=f"GPU-{i}") for i in range(start, start + n)]
 

@@ -87,13 +87,6 @@ ONE_OF_EACH: list[object] = [
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
-    s = Store.open(tmp_path / "fleet.duckdb")
-    yield s  # type: ignore[misc]
-    s.close()
-
-
-@pytest.fixture
 def store_v1(tmp_path: Path) -> Path:
     """A store file exactly as schema version 1 made it (frozen DDL, not today's table definitions)."""
     path = tmp_path / "v1.duckdb"
