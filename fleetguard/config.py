@@ -64,9 +64,12 @@ class RuntimeConfig:
     restart_grace_seconds: float = 10.0
     restart_command: list[str] = field(default_factory=list)  # argv; empty = kill the local worker group
     cordon_command: list[str] = field(default_factory=list)
+    stop_command: list[str] = field(
+        default_factory=list
+    )  # crash loop: end the job (scancel, kubectl delete job)
     restart_cost_seconds: float = 300.0  # a straggler is acted on once the time it cost exceeds this
     checkpoint_timeout_seconds: float = 120.0  # a restart after a checkpoint request waits at most this
-    command_timeout_seconds: float = 60.0  # restart_command / cordon_command
+    command_timeout_seconds: float = 60.0  # restart_command / cordon_command / stop_command
     # action policy (diagnosis.runtime_policy.ActionPolicyConfig)
     cooldown_seconds: float = 120.0  # no second restart of a job within this (one fault, one restart)
     max_restarts_without_progress: int = 3  # crash loop: restarts without the checkpoint step advancing

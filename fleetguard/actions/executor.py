@@ -25,6 +25,8 @@ class ExecutorConfig:
     restart_grace_seconds: float = 10.0
     restart_command: tuple[str, ...] = ()  # argv with {job} {host} {rank} {pid}; empty: kill the worker group
     cordon_command: tuple[str, ...] = ()  # argv; empty: cordon is recorded as skipped
+    # argv that ends the job at its scheduler (scancel, kubectl delete job); empty: only the ranks are asked
+    stop_command: tuple[str, ...] = ()
     command_timeout_seconds: float = 60.0
 
 
@@ -89,7 +91,7 @@ class ActionExecutor:
         if request.action == "checkpoint":
             return self._ask_ranks(request.job_id, "checkpoint", request.reason)
         if request.action == "stop_crash_loop":
-            return self._ask_ranks(request.job_id, "stop", request.reason)
+            return self._stop(request)
         if request.action == "restart":
             return self._restart(request)
         return self._cordon(request)
@@ -112,6 +114,15 @@ class ActionExecutor:
             f"killed local worker group {sorted(ranks)} (pids {sorted(ranks.values())}): {outcome.describe()}"
         )
         return ("succeeded" if outcome.ok else "failed"), detail
+
+    def _stop(self, request: ActionRequest) -> tuple[str, str]:
+        """Ask the ranks to stop (taken at their next step boundary) and, when configured, end the job at its
+        scheduler: a group that crashes before its first step never takes the ranks' command."""
+        asked, asked_detail = self._ask_ranks(request.job_id, "stop", request.reason)
+        if not self.config.stop_command:
+            return asked, asked_detail
+        outcome, detail = self._run(self.config.stop_command, request, dict(self.local_ranks(request.job_id)))
+        return outcome, f"{detail}; ranks: {asked_detail}"
 
     def _cordon(self, request: ActionRequest) -> tuple[str, str]:
         if not self.config.cordon_command:

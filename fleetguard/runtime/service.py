@@ -53,6 +53,7 @@ class RuntimeServiceConfig:
         str, ...
     ] = ()  # argv, {job} {host} {rank} {pid}; empty: kill the local worker group
     cordon_command: tuple[str, ...] = ()
+    stop_command: tuple[str, ...] = ()  # crash loop: end the job at its scheduler as well as asking the ranks
     restart_cost_seconds: float = 300.0
     checkpoint_timeout_seconds: float = 120.0  # restart anyway if a requested checkpoint does not complete
     command_timeout_seconds: float = 60.0
@@ -61,7 +62,7 @@ class RuntimeServiceConfig:
 
     def __post_init__(self) -> None:
         require_loopback(self.bind_address)
-        for template in (self.restart_command, self.cordon_command):
+        for template in (self.restart_command, self.cordon_command, self.stop_command):
             if template:
                 check_template(template)
         policy_config(self)  # a bad policy setting fails here, not at the first finding
@@ -88,6 +89,7 @@ def runtime_config_from(config: Config) -> RuntimeServiceConfig:
         restart_grace_seconds=rt.restart_grace_seconds,
         restart_command=tuple(rt.restart_command),
         cordon_command=tuple(rt.cordon_command),
+        stop_command=tuple(rt.stop_command),
         restart_cost_seconds=rt.restart_cost_seconds,
         checkpoint_timeout_seconds=rt.checkpoint_timeout_seconds,
         command_timeout_seconds=rt.command_timeout_seconds,
@@ -172,6 +174,7 @@ class RuntimeService:
                 restart_grace_seconds=config.restart_grace_seconds,
                 restart_command=config.restart_command,
                 cordon_command=config.cordon_command,
+                stop_command=config.stop_command,
                 command_timeout_seconds=config.command_timeout_seconds,
             ),
             clock,
@@ -383,6 +386,8 @@ class RuntimeService:
         return record
 
     def _stop_delivery_note(self, record: ActionRecord) -> str:
+        if self.config.stop_command:
+            return "the job was ended through runtime.stop_command" if record.outcome == "succeeded" else ""
         if record.outcome != "requested":
             return "the stop was not delivered: no rank can receive it"
         note = (
@@ -390,9 +395,7 @@ class RuntimeService:
             "a rank that crashes before that never receives it"
         )
         if self.config.restart_command:
-            note += (
-                "; runtime.restart_command is set but there is no stop command: the scheduler may restart it"
-            )
+            note += "; runtime.restart_command is set, runtime.stop_command is not: the scheduler may restart"
         return note
 
     def _checkpoint_step(self, job_id: str) -> int | None:

@@ -125,3 +125,10 @@ def test_the_cli_exits_non_zero_naming_the_bad_key(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["export", "--parquet", str(tmp_path / "out"), "--config", str(path)])
     assert result.exit_code != 0
     assert "store.retention_dayz: unknown key" in result.output
+
+
+def test_the_stop_command_reaches_the_runtime_service() -> None:
+    from fleetguard.runtime.service import runtime_config_from
+
+    config = load_config(None, env={"FLEETGUARD_RUNTIME_STOP_COMMAND": "scancel {job}"})
+    assert runtime_config_from(config).stop_command == ("scancel", "{job}")

@@ -38,6 +38,21 @@ def test_a_crash_loop_stop_asks_the_ranks_to_stop() -> None:
     assert [c.kind for c in commands.take("job-a", 0)] == ["stop"]
 
 
+def test_a_crash_loop_stop_also_ends_the_job_through_the_configured_stop_command(tmp_path: Path) -> None:
+    out = tmp_path / "argv.txt"
+    script = f"import sys; open({str(out)!r}, 'w').write(' '.join(sys.argv[1:]))"
+    ex, commands = executor({0: 100}, stop_command=(sys.executable, "-c", script, "scancel", "{job}"))
+    record = ex.execute(request("stop_crash_loop"))
+    assert record.outcome == "succeeded" and out.read_text() == "scancel job-a"
+    assert [c.kind for c in commands.take("job-a", 0)] == ["stop"]  # the ranks are asked as well
+
+
+def test_a_stop_command_ends_a_job_even_when_no_rank_is_alive_to_ask(tmp_path: Path) -> None:
+    ex, _ = executor({}, stop_command=(sys.executable, "-c", "pass", "{job}"))
+    record = ex.execute(request("stop_crash_loop"))
+    assert record.outcome == "succeeded" and "no live local ranks" in record.detail
+
+
 def test_restart_kills_the_local_worker_group() -> None:
     workers = [sleeper(), sleeper(ignore_sigterm=True)]
     ex, _ = executor({0: workers[0].pid, 1: workers[1].pid}, restart_grace_seconds=0.3)

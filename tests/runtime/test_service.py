@@ -475,7 +475,7 @@ def test_the_stop_record_warns_that_a_restart_command_has_no_stop_counterpart(ra
     report(service, clock, 0, ranks[0].pid, step=3)
     stop = Finding(clock.time(), "f-s", "dead_rank", "critical", "job/job-a/rank/0", "dead", job_id="job-a")
     [record] = service.run_actions(stop, [ActionRequest("stop_crash_loop", "job-a", "f-s", "crash loop")])
-    assert "the scheduler may restart it" in record.detail
+    assert "runtime.stop_command is not: the scheduler may restart" in record.detail
     service.stop()
 
 
