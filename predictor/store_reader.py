@@ -74,7 +74,9 @@ def register_store(
         raise InputError("store: no table gpu_samples")
     columns = tuple(c for c in gpu_feature_columns() if c in existing)
     since = _time_filter("ts", since_ts, until_ts)
-    since_e = _time_filter("e.ts", since_ts, until_ts)
+    # Failures from the whole history up to `until_ts`: "hours since the last failure" looks back past any
+    # window, and live scoring must compute it as training did. Other events only count inside the window.
+    until_e = _time_filter("e.ts", None, until_ts)
     feats = "".join(f", CAST({quote(c)} AS DOUBLE) AS {quote(c)}" for c in columns)
     con.execute(
         f"CREATE OR REPLACE TEMP VIEW {SAMPLES_VIEW} AS SELECT uuid AS device_id, epoch(ts) AS ts{feats} "
@@ -91,15 +93,16 @@ def register_store(
                epoch(e.ts) AS ts,
                CASE WHEN e.kind = 'xid' AND e.code IS NOT NULL THEN 'xid_' || e.code ELSE e.kind END AS kind,
                {rule.sql()} AS is_failure
-        FROM {prefix}events e WHERE {since_e}"""
+        FROM {prefix}events e WHERE {until_e}"""
     )
     con.execute(
         f"CREATE OR REPLACE TEMP VIEW {FAILURES_VIEW} AS SELECT device_id, ts, kind FROM fg_store_events "
         "WHERE is_failure AND device_id IS NOT NULL"
     )
+    events_since = "true" if since_ts is None else f"ts >= {float(since_ts)!r}"
     con.execute(
         f"CREATE OR REPLACE TEMP VIEW {EVENTS_VIEW} AS SELECT device_id, ts, kind FROM fg_store_events "
-        "WHERE NOT is_failure AND device_id IS NOT NULL"
+        f"WHERE NOT is_failure AND device_id IS NOT NULL AND {events_since}"
     )
     return ContractInputs(columns, ())
 

@@ -157,3 +157,14 @@ def test_demo_model_is_deterministic_under_its_seed(tmp_path: Path, demo_model: 
     a = LiveScorer(demo_model).loaded.model.score(x.astype(np.float32))
     b = LiveScorer(again).loaded.model.score(x.astype(np.float32))
     np.testing.assert_array_equal(a, b)
+
+
+def test_live_features_see_failures_from_before_the_feature_window_as_training_does(store_path: Path) -> None:
+    con = duckdb.connect()
+    con.execute(f"ATTACH '{store_path}' AS fgstore (READ_ONLY)")
+    now = T0 + 47 * HOUR  # GPU-1 failed (XID 79) at hour 10, long before a 6-hour window
+    register_store(con, FailureRule(), schema="fgstore", since_ts=now - 7 * HOUR, until_ts=now)
+    failures = con.execute("SELECT device_id, ts FROM fg_failures").fetchall()
+    assert ("GPU-1", T0 + 10 * HOUR) in failures
+    counted = con.execute("SELECT count(*) FROM fg_events WHERE ts < ?", [now - 7 * HOUR]).fetchone()
+    assert counted == (0,)  # other events still only inside the window
