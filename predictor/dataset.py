@@ -22,6 +22,9 @@ import numpy.typing as npt
 from predictor.contract import EVENTS_VIEW, FAILURES_VIEW, SAMPLES_VIEW, quote
 
 INSTANCES_TABLE = "fg_instances"
+# A device's failure within this long after its previous one is the same incident: a GPU that falls off the
+# bus logs XID 79 and "fallen off the bus" seconds apart, and that is one failure to predict, not two.
+INCIDENT_GAP_SECONDS = 3600.0
 STATS = ("mean", "std", "min", "max", "last", "delta", "slope")
 ID_COLUMNS = ("device_id", "ts", "label", "next_failure_ts")
 
@@ -66,6 +69,14 @@ class Instances:
             self.feature_names,
             dict(self.meta),
         )
+
+
+def incidents_sql() -> str:
+    """The failures view with repeats of one incident folded into its first record (a subquery)."""
+    return (
+        f"(SELECT device_id, ts, kind FROM (SELECT *, lag(ts) OVER (PARTITION BY device_id ORDER BY ts) "
+        f"AS prev_ts FROM {FAILURES_VIEW}) WHERE prev_ts IS NULL OR ts - prev_ts > {INCIDENT_GAP_SECONDS!r})"
+    )
 
 
 def _window_clause(window_steps: int) -> str:
@@ -153,7 +164,7 @@ eb AS (
   SELECT device_id, CAST(floor(ts / $step) AS BIGINT) AS b, count(*) FILTER (WHERE is_failure) AS nf,
          max(ts) FILTER (WHERE is_failure) AS last_fail{ev}
   FROM (SELECT device_id, ts, kind, false AS is_failure FROM {EVENTS_VIEW}
-        UNION ALL SELECT device_id, ts, kind, true FROM {FAILURES_VIEW}) GROUP BY ALL
+        UNION ALL SELECT device_id, ts, kind, true FROM {incidents_sql()}) GROUP BY ALL
 ),
 keys AS (SELECT device_id, b FROM sb UNION SELECT device_id, b FROM eb),
 joined AS (
@@ -163,7 +174,7 @@ feats AS (
   SELECT device_id, b, n_rows, CAST((b + 1) * $step AS DOUBLE) AS ts, {", ".join(features)}
   FROM joined WINDOW w AS ({_window_clause(spec.window_steps)})
 ),
-fail AS (SELECT device_id, ts AS fail_ts FROM {FAILURES_VIEW}),
+fail AS (SELECT device_id, ts AS fail_ts FROM {incidents_sql()}),
 data_end AS (
   SELECT greatest((SELECT max(ts) FROM {SAMPLES_VIEW} WHERE {where_samples}),
                   coalesce((SELECT max(ts) FROM {FAILURES_VIEW}), 0)) AS t
@@ -235,5 +246,5 @@ def data_end_ts(con: duckdb.DuckDBPyConnection) -> float:
 
 
 def fetch_failures(con: duckdb.DuckDBPyConnection) -> tuple[npt.NDArray[np.object_], npt.NDArray[np.float64]]:
-    arrays = con.execute(f"SELECT device_id, ts FROM {FAILURES_VIEW} ORDER BY ts, device_id").fetchnumpy()
+    arrays = con.execute(f"SELECT device_id, ts FROM {incidents_sql()} ORDER BY ts, device_id").fetchnumpy()
     return np.asarray(arrays["device_id"], dtype=object), _as_float(arrays["ts"])

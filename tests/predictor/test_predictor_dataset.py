@@ -121,6 +121,19 @@ def test_a_device_failing_twice_is_labelled_against_its_next_failure(
     assert label[13.0] == 1.0 and nxt[13.0] == 14.0
 
 
+def test_records_of_one_incident_seconds_apart_are_one_failure(tmp_path: Path, table_writer: Writer) -> None:
+    five_seconds = 5.0 / DAY  # e.g. XID 79, then "fallen off the bus"
+    inst = _toy(tmp_path, table_writer, [10.0, 10.0 + five_seconds, 14.0])
+    con = duckdb.connect()
+    register_inputs(con, tmp_path / "s.parquet", tmp_path / "f.parquet")
+    _, failure_ts = dataset.fetch_failures(con)
+    assert list(failure_ts / DAY) == [10.0, 14.0]  # recall counts the incident once
+    feat = {
+        t / DAY: dict(zip(inst.feature_names, x, strict=True)) for t, x in zip(inst.ts, inst.x, strict=True)
+    }
+    assert feat[11.0]["failures__count"] == 1.0
+
+
 def test_instances_whose_future_is_unknown_stay_unlabelled(tmp_path: Path, table_writer: Writer) -> None:
     inst = _toy(tmp_path, table_writer, [5.0])
     label = dict(zip(inst.ts / DAY, inst.label, strict=True))
