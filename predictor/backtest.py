@@ -214,7 +214,7 @@ def summarise(result: BacktestResult, k: int) -> dict[str, ModelMetrics]:
         score_of[name] = scores[name]
     if "parallel" in config.models:
         members = [m for m in config.parallel_members if m in scores]
-        rank_avg = np.mean([normalised_rank(scores[m]) for m in members], axis=0)
+        rank_avg = np.mean([ranks_within_periods(scores[m], scored.period) for m in members], axis=0)
         member_sel = [select_top_k(scored.period, scored.device_id, scores[m], k) for m in members]
         chosen["parallel"] = intersect(member_sel, scored.period, scored.device_id)
         score_of["parallel"] = rank_avg
@@ -227,6 +227,18 @@ def summarise(result: BacktestResult, k: int) -> dict[str, ModelMetrics]:
             scored, scores["xgboost_static"], volume_by_period(scored, sel)
         )
         out[name] = metrics
+    return out
+
+
+def ranks_within_periods(
+    scores: npt.NDArray[np.float64], period: npt.NDArray[np.int64]
+) -> npt.NDArray[np.float64]:
+    """Each score's normalised rank among its own period's scores: a period's picks must not depend on the
+    scores of later periods (ranking the whole backtest at once would let them)."""
+    out = np.empty(len(scores), dtype=np.float64)
+    for p in np.unique(period):
+        idx = np.flatnonzero(period == p)
+        out[idx] = normalised_rank(scores[idx])
     return out
 
 

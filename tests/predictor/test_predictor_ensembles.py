@@ -82,3 +82,12 @@ def test_keep_threshold_keeps_the_asked_share_of_positives() -> None:
 def test_normalised_rank_gives_ties_the_same_rank() -> None:
     r = normalised_rank(np.array([0.1, 0.5, 0.5, 0.9]))
     assert r[1] == r[2] and r[0] < r[1] < r[3] == 1.0
+
+
+def test_a_periods_rank_average_does_not_depend_on_later_periods() -> None:
+    from predictor.backtest import ranks_within_periods
+
+    period = np.array([0, 0, 1, 1])
+    first = ranks_within_periods(np.array([0.2, 0.9, 0.5, 0.1]), period)
+    later_changed = ranks_within_periods(np.array([0.2, 0.9, 100.0, -100.0]), period)
+    assert list(first[:2]) == list(later_changed[:2]) == [0.5, 1.0]
