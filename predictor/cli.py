@@ -99,6 +99,13 @@ def _open(
         raise click.ClickException(str(exc)) from exc
 
 
+def _bad_data(exc: duckdb.Error, *paths: Path | None) -> click.ClickException:
+    """A value DuckDB could not read while building features (e.g. text in a numeric column past the rows
+    it sampled for types): a clear error naming the inputs, not a traceback."""
+    where = ", ".join(str(p) for p in paths if p is not None) or "the input"
+    return click.ClickException(f"cannot read {where}: {type(exc).__name__}: {exc}")
+
+
 def _spec(horizon: float, window: float, step: float) -> DatasetSpec:
     return DatasetSpec(window_seconds=window, horizon_seconds=horizon, step_seconds=step)
 
@@ -139,6 +146,8 @@ def train_command(
         )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
+    except duckdb.Error as exc:
+        raise _bad_data(exc, samples, failures, events, store) from exc
     finally:
         con.close()
     metrics = {
@@ -213,6 +222,8 @@ def evaluate_command(
         inst = fetch_instances(con, names)
         f_dev, f_ts = fetch_failures(con)
         end = data_end_ts(con)
+    except duckdb.Error as exc:
+        raise _bad_data(exc, samples, failures, events, store) from exc
     finally:
         con.close()
     config = BacktestConfig(
@@ -287,6 +298,8 @@ def predict_command(
         inst = latest_per_device(fetch_instances(con, names))
     except artifact.ArtifactError as exc:
         raise click.ClickException(str(exc)) from exc
+    except duckdb.Error as exc:
+        raise _bad_data(exc, samples, failures, events, store) from exc
     finally:
         con.close()
     risk = loaded.model.score(inst.x) if len(inst) else inst.ts[:0]

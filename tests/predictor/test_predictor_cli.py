@@ -128,3 +128,18 @@ def test_evaluate_runs_through_the_fleetguard_command(small_history: History) ->
     result = CliRunner().invoke(cli, ["evaluate", *args, "--models", "logistic", "--json", "--quiet"])
     assert result.exit_code == 0, result.output
     assert set(json.loads(result.output)["models"]) == {"xgboost_static", "logistic"}
+
+
+def test_a_bad_value_beyond_the_type_sample_is_a_clear_error_naming_the_file(tmp_path: Path) -> None:
+    rows = ["device_id,ts,temp"] + [f"d{i % 50},{i * 3600},{20 + i % 7}" for i in range(40_000)]
+    rows.append("d1,144000001,n/a")  # past the rows DuckDB samples to choose the column's type
+    samples = tmp_path / "samples.csv"
+    samples.write_text("\n".join(rows) + "\n")
+    failures = tmp_path / "failures.csv"
+    failures.write_text("device_id,ts\nd1,100000000\n")
+    result = CliRunner().invoke(
+        evaluate_command,
+        ["--samples", str(samples), "--failures", str(failures), "--train-window", "3d", "--quiet"],
+    )
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+    assert f"cannot read {samples}" in result.output and "n/a" in result.output
