@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import platform
+import zipfile
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
@@ -95,23 +96,52 @@ def load(directory: Path) -> LoadedModel:
             f"{meta_path}: format {meta.get('format')!r} v{meta.get('format_version')!r}, "
             f"expected {FORMAT!r} v{FORMAT_VERSION}"
         )
-    schema = meta["feature_schema"]
-    d = meta["dataset"]
-    spec = DatasetSpec(
-        window_seconds=d["window_seconds"],
-        horizon_seconds=d["horizon_seconds"],
-        step_seconds=d["step_seconds"],
-        event_kinds=tuple(d["event_kinds"]),
-        max_event_kinds=d["max_event_kinds"],
-    )
-    return LoadedModel(
-        model=load_any(directory / "model", meta["model"]),
-        spec=spec,
-        feature_columns=tuple(schema["sample_columns"]),
-        event_kinds=tuple(schema["event_kinds"]),
-        feature_names=tuple(schema["features"]),
-        meta=meta,
-    )
+    _check_names(meta, meta_path)
+    try:
+        schema = meta["feature_schema"]
+        d = meta["dataset"]
+        spec = DatasetSpec(
+            window_seconds=float(d["window_seconds"]),
+            horizon_seconds=float(d["horizon_seconds"]),
+            step_seconds=float(d["step_seconds"]),
+            event_kinds=tuple(d["event_kinds"]),
+            max_event_kinds=int(d["max_event_kinds"]),
+        )
+        return LoadedModel(
+            model=load_any(directory / "model", meta["model"]),
+            spec=spec,
+            feature_columns=tuple(schema["sample_columns"]),
+            event_kinds=tuple(schema["event_kinds"]),
+            feature_names=tuple(schema["features"]),
+            meta=meta,
+        )
+    except ArtifactError:
+        raise
+    except (KeyError, TypeError, ValueError, OSError, zipfile.BadZipFile) as exc:
+        # a hand-edited, truncated or half-copied model directory: say which, never a traceback
+        raise ArtifactError(
+            f"{directory}: incomplete or damaged model ({type(exc).__name__}: {exc})"
+        ) from exc
+
+
+def _check_names(node: Any, meta_path: Path) -> None:
+    """Every "file" and "dir" the metadata names must be a plain name inside the model directory."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("file", "dir") and (
+                not isinstance(value, str)
+                or not value
+                or value in (".", "..")
+                or "/" in value
+                or "\\" in value
+            ):
+                raise ArtifactError(
+                    f"{meta_path}: {key} {value!r} is not a plain name inside the model directory"
+                )
+            _check_names(value, meta_path)
+    elif isinstance(node, list):
+        for item in node:
+            _check_names(item, meta_path)
 
 
 def check_schema(loaded: LoadedModel, available_columns: tuple[str, ...], where: str) -> None:

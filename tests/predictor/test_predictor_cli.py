@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
+import pytest
 from click.testing import CliRunner
 
 from predictor.cli import COMMANDS, evaluate_command, predict_command, train_command
@@ -143,3 +144,25 @@ def test_a_bad_value_beyond_the_type_sample_is_a_clear_error_naming_the_file(tmp
     )
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
     assert f"cannot read {samples}" in result.output and "n/a" in result.output
+
+
+@pytest.mark.parametrize("damage", ["drop_schema", "escape_dir", "delete_arrays"])
+def test_a_damaged_model_directory_is_a_clear_error(
+    small_history: History, tmp_path: Path, damage: str
+) -> None:
+    out = tmp_path / "model"
+    CliRunner().invoke(train_command, [*_inputs(small_history), "--model", "logistic", "--out", str(out)])
+    meta = json.loads((out / "model.json").read_text())
+    if damage == "drop_schema":
+        del meta["feature_schema"]
+    elif damage == "escape_dir":
+        meta["model"]["file"] = "../../etc/passwd"
+    else:
+        for npz in out.rglob("*.npz"):
+            npz.unlink()
+    (out / "model.json").write_text(json.dumps(meta))
+    result = CliRunner().invoke(
+        predict_command, ["--model", str(out), "--samples", str(small_history.samples)]
+    )
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+    assert str(out) in result.output
