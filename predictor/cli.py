@@ -296,6 +296,9 @@ def predict_command(
         artifact.check_schema(loaded, inputs.feature_columns, str(samples or store))
         names = build_instances(con, loaded.feature_columns, loaded.spec, loaded.event_kinds)
         inst = latest_per_device(fetch_instances(con, names))
+        # only devices still reporting: one whose last window ended long before the data did (a drive that
+        # died months ago) is not a prediction anyone can act on
+        inst = inst.subset(inst.ts > data_end_ts(con) - loaded.spec.window_seconds)
     except artifact.ArtifactError as exc:
         raise click.ClickException(str(exc)) from exc
     except duckdb.Error as exc:

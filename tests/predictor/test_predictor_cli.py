@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
@@ -166,3 +167,23 @@ def test_a_damaged_model_directory_is_a_clear_error(
     )
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
     assert str(out) in result.output
+
+
+def test_predict_lists_only_devices_still_reporting(small_history: History, tmp_path: Path) -> None:
+    out = tmp_path / "model"
+    CliRunner().invoke(train_command, [*_inputs(small_history), "--model", "logistic", "--out", str(out)])
+    samples = pq.read_table(small_history.samples)
+    ts = samples.column("ts").to_numpy()
+    gone = str(samples.column("device_id")[0])  # this device stops reporting half way through the history
+    keep = [
+        not (d == gone and t > ts.min() + (ts.max() - ts.min()) / 2)
+        for d, t in zip(samples.column("device_id").to_pylist(), ts, strict=True)
+    ]
+    trimmed = tmp_path / "trimmed.parquet"
+    pq.write_table(samples.filter(pa.array(keep)), trimmed)
+    result = CliRunner().invoke(
+        predict_command, ["--model", str(out), "--samples", str(trimmed), "--top-k", "1000", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    listed = {p["device_id"] for p in json.loads(result.output)["predictions"]}
+    assert gone not in listed and len(listed) > 10
