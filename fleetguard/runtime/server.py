@@ -113,15 +113,9 @@ class RuntimeServer:
             self._thread = None
         self._httpd.server_close()
 
-    def handle_body(
-        self,
-        body: bytes,
-        pid_trusted: Callable[[int], bool] = lambda pid: True,
-        sender_uid: int | None = None,
-    ) -> tuple[int, dict[str, object]]:
+    def handle_body(self, body: bytes, sender_uid: int | None = 0) -> tuple[int, dict[str, object]]:
         """Status code and JSON answer for one report body (the HTTP handler's core, callable directly).
-        `pid_trusted(pid)` says whether the sender may have the agent watch and signal the pid it names;
-        `sender_uid` is the user who sent it (None: unknown)."""
+        `sender_uid` is the user who sent it (None: unknown, so nothing it names is signalled)."""
         try:
             report = parse_report(body, self._host, self._clock.time())
         except ReportError as exc:
@@ -141,7 +135,7 @@ class RuntimeServer:
                 # reported it first, or root, may report for it.
                 self.stats.reports_refused += 1
                 return 403, {"error": f"job {job_id!r} belongs to another user"}
-        if not pid_trusted(report.heartbeat.pid):
+        if not pid_trusted(sender_uid, report.heartbeat.pid):
             # still telemetry (heartbeats, timings), but the agent will neither watch nor signal the pid
             self.stats.untrusted_pids += 1
             report = replace(report, pid_trusted=False)
@@ -185,8 +179,7 @@ def _make_handler(server: RuntimeServer) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True  # the body is not read: the connection cannot be reused
                 self._reply(413, {"error": f"report larger than {MAX_REPORT_BYTES} bytes"})
                 return
-            sender = self._sender_uid()
-            status, answer = server.handle_body(self.rfile.read(length), self._pid_trusted, sender)
+            status, answer = server.handle_body(self.rfile.read(length), self._sender_uid())
             self._reply(status, answer)
 
         def _sender_uid(self) -> int | None:
@@ -200,9 +193,6 @@ def _make_handler(server: RuntimeServer) -> type[BaseHTTPRequestHandler]:
                     else tcp_peer_uid((str(client[0]), int(client[1])), (server.address, server.port))
                 )
             return self._peer_uid
-
-        def _pid_trusted(self, pid: int) -> bool:
-            return pid_trusted(self._sender_uid(), pid)
 
         def do_GET(self) -> None:
             if self.path == HEALTH_PATH:

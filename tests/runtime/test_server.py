@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 
 import pytest
 
@@ -128,7 +129,7 @@ def test_a_kept_alive_connection_is_refused_once_the_server_stops() -> None:
 def test_a_report_naming_a_pid_the_sender_does_not_own_is_kept_but_marked_untrusted() -> None:
     seen: list[RankReport] = []
     srv = RuntimeServer(lambda r: seen.append(r) or [], host="agent", clock=FakeClock(), port=0)
-    status, _ = srv.handle_body(report_body(), pid_trusted=lambda pid: False)
+    status, _ = srv.handle_body(report_body(pid=os.getpid()), sender_uid=os.getuid() + 4242)  # not its owner
     assert status == 200 and seen[0].pid_trusted is False and srv.stats.untrusted_pids == 1
     srv.stop()
 
@@ -146,8 +147,6 @@ def test_a_job_is_reported_only_by_the_user_who_reported_it_first_or_root() -> N
 
 
 def test_over_http_the_sender_is_found_and_its_own_pid_trusted(served) -> None:
-    import os
-
     server, reports, _ = served
     assert post(server.port, report_body(pid=os.getpid()))[0] == 200
     assert reports[-1].pid_trusted  # this test process sent it, naming itself
