@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 
 class DumpWatcher:
-    """`poll(job_id, now)` returns the progress records of the dumps written since the watcher started and
+    """`poll(job_id)` returns the progress records of the dumps written since the watcher started and
     not yet returned; each record's ts is its file's modification time."""
 
     def __init__(
@@ -51,7 +51,7 @@ class DumpWatcher:
                 out.append((name, (info.st_mtime_ns, info.st_size)))
         return out
 
-    def poll(self, job_id: str, now: float) -> list[CollectiveProgress]:
+    def poll(self, job_id: str) -> list[CollectiveProgress]:
         try:
             names = sorted(os.listdir(self.directory))
         except OSError as exc:

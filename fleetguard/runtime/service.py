@@ -277,7 +277,7 @@ class RuntimeService:
         """One analysis round: findings -> sink, and their planned actions -> the action runner; findings the
         restart cooldown put off are planned again once it ends (the analyzer reports a hang only once)."""
         now = self.clock.time()
-        self._read_dumps(now)
+        self._read_dumps()
         with self._analysis_lock:
             findings = self.analyzer.tick(now)
         for finding, requests in self.planner.replan_deferred(now, self.ranks.job):
@@ -298,7 +298,7 @@ class RuntimeService:
         self.flush()
         return findings
 
-    def _read_dumps(self, now: float) -> None:
+    def _read_dumps(self) -> None:
         """New flight-recorder dumps -> collective progress for hang localisation. A dump does not say which
         job wrote it, so they are read while exactly one job runs on this host."""
         if self._dumps is None:
@@ -306,7 +306,7 @@ class RuntimeService:
         jobs = [j for j in self.ranks.jobs() if self.ranks.live_pids(j)]
         if len(jobs) != 1:
             return
-        progress = self._dumps.poll(jobs[0], now)
+        progress = self._dumps.poll(jobs[0])
         if progress:
             with self._analysis_lock:
                 for record in progress:

@@ -21,27 +21,27 @@ def test_a_new_dump_is_read_once_into_progress_records_stamped_when_written(tmp_
     watcher = DumpWatcher(tmp_path, host="node1")
     shutil.copy(REAL_DUMP, tmp_path / "nccl_trace_rank_3")
     os.utime(tmp_path / "nccl_trace_rank_3", (1000.0, 1000.0))
-    progress = watcher.poll("job-a", now=2000.0)
+    progress = watcher.poll("job-a")
     assert progress and {(p.job_id, p.rank, p.host, p.ts) for p in progress} == {
         ("job-a", 3, "node1", 1000.0)
     }
     assert {p.source for p in progress} == {"flight_recorder"}
-    assert watcher.poll("job-a", now=11.0) == []
+    assert watcher.poll("job-a") == []
 
 
 def test_dumps_already_there_belong_to_earlier_jobs_and_are_not_read(tmp_path: Path) -> None:
     shutil.copy(REAL_DUMP, tmp_path / "nccl_trace_rank_0")
     watcher = DumpWatcher(tmp_path, host="node1")
-    assert watcher.poll("job-a", now=10.0) == []
+    assert watcher.poll("job-a") == []
 
 
 def test_a_rewritten_dump_is_read_again(tmp_path: Path) -> None:
     target = tmp_path / "nccl_trace_rank_0"
     watcher = DumpWatcher(tmp_path, host="node1")
     shutil.copy(REAL_DUMP, target)
-    assert watcher.poll("job-a", now=10.0)
+    assert watcher.poll("job-a")
     os.utime(target, ns=(1, 1))  # as if a later timeout dumped again
-    assert watcher.poll("job-a", now=20.0)
+    assert watcher.poll("job-a")
 
 
 def test_links_fifos_and_hostile_pickles_are_skipped_with_a_reason_and_nothing_runs(tmp_path: Path) -> None:
@@ -50,12 +50,12 @@ def test_links_fifos_and_hostile_pickles_are_skipped_with_a_reason_and_nothing_r
     (tmp_path / "nccl_trace_rank_2").write_bytes(pickle.dumps(_RunsCode()))
     os.mkfifo(tmp_path / "nccl_trace_rank_4")  # reading it would block the analysis tick
     (tmp_path / "notes.txt").write_text("not a dump")
-    assert watcher.poll("job-a", now=10.0) == []
+    assert watcher.poll("job-a") == []
     assert set(watcher.errors) == {str(tmp_path / f"nccl_trace_rank_{r}") for r in (1, 2, 4)}
     assert not Path("/tmp/fleetguard-pwned").exists()
 
 
 def test_a_missing_directory_is_an_error_not_an_exception(tmp_path: Path) -> None:
     watcher = DumpWatcher(tmp_path / "absent", host="node1")
-    assert watcher.poll("job-a", now=1.0) == []
+    assert watcher.poll("job-a") == []
     assert str(tmp_path / "absent") in watcher.errors
