@@ -5,7 +5,10 @@ An invalid config is a ConfigError naming the key and why; the CLI turns it into
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import ipaddress
+import math
 import os
 import socket
 import tomllib
@@ -143,18 +146,35 @@ def _ENV_TEXT(text: str) -> _EnvText:
     return _EnvText(text)
 
 
+# FLEETGUARD_* variables that are not config keys: the training client's (fleetguard/client.py).
+# Any other FLEETGUARD_* variable must name a config key, so a typo is refused instead of silently ignored.
+NOT_CONFIG_VARIABLES = frozenset({"FLEETGUARD_AGENT_URL", "FLEETGUARD_JOB_ID"})
+
+
 def _env_overrides(env: Mapping[str, str]) -> dict[str, str]:
-    hints = typing.get_type_hints(Config)
     out = {}
     for name, value in env.items():
-        if not name.startswith(ENV_PREFIX):
-            continue
-        section, _, key = name[len(ENV_PREFIX) :].lower().partition("_")
-        # Only variables naming a config key count: the training client shares the prefix
-        # (FLEETGUARD_AGENT_URL, FLEETGUARD_JOB_ID), so anything else is not ours to reject.
-        if section in hints and key in {f.name for f in dataclasses.fields(hints[section])}:
-            out[f"{section}.{key}"] = value
+        if name.startswith(ENV_PREFIX) and name not in NOT_CONFIG_VARIABLES:
+            out[_env_key(name)] = value
     return out
+
+
+def _env_key(name: str) -> str:
+    """The key ("section.key") FLEETGUARD_<SECTION>_<KEY> sets, or a ConfigError naming the variable."""
+    hints = typing.get_type_hints(Config)
+    rest = name[len(ENV_PREFIX) :].lower()
+    # The longest matching section wins, so a section whose name holds "_" is still found.
+    sections = sorted((s for s in hints if rest.startswith(s + "_")), key=len, reverse=True)
+    if not sections:
+        raise ConfigError(
+            f"{name}: no such setting (FLEETGUARD_<SECTION>_<KEY>; sections: {', '.join(sorted(hints))})"
+        )
+    section = sections[0]
+    key = rest[len(section) + 1 :]
+    known = sorted(f.name for f in dataclasses.fields(hints[section]))
+    if key not in known:
+        raise ConfigError(f"{name}: [{section}] has no key {key!r} (known: {', '.join(known)})")
+    return f"{section}.{key}"
 
 
 def _build(raw: Mapping[str, Mapping[str, Any]]) -> Config:
@@ -191,22 +211,20 @@ def _coerce(key: str, value: Any, expected: Any) -> Any:
         raise ConfigError(f"{key}: expected true or false, got {value!r}")
     if expected is int:
         if from_env:
-            try:
-                return int(value)
-            except ValueError:
-                pass
+            with contextlib.suppress(ValueError):
+                value = int(value)
         if isinstance(value, int) and not isinstance(value, bool):
+            if not _INT64_MIN <= value <= _INT64_MAX:
+                raise ConfigError(f"{key}: {value} is out of range")
             return value
         raise ConfigError(f"{key}: expected an integer, got {value!r}")
     if expected is float:
-        if from_env:
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        raise ConfigError(f"{key}: expected a number, got {value!r}")
+        number = _as_float(value, from_env)
+        if number is None:
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        if not math.isfinite(number):
+            raise ConfigError(f"{key}: expected a finite number, got {value!r}")
+        return number
     if expected is str:
         if isinstance(value, str):
             return str(value)
@@ -221,26 +239,95 @@ def _coerce(key: str, value: Any, expected: Any) -> Any:
     raise ConfigError(f"{key}: unsupported type {expected!r}")
 
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _as_float(value: Any, from_env: bool) -> float | None:
+    if from_env:
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:  # an integer beyond float's range
+            return math.inf
+    return None
+
+
+_DAY = 86400.0
+_PORT = (0, 65535)
+# Sane ranges of numeric keys ("section.key": (lowest, highest), both allowed): a value outside is a typo or a
+# unit slip (1e-9 would spin a core, 1e308 or inf never happens), refused at load. Every float is finite.
+BOUNDS: dict[str, tuple[float, float]] = {
+    "agent.sample_interval_seconds": (0.01, 3600.0),
+    "agent.flush_interval_seconds": (0.1, 3600.0),
+    "agent.metrics_port": _PORT,
+    "agent.event_dedup_window_seconds": (0.0, _DAY),
+    "store.retention_days": (0.01, 36500.0),
+    "simulate.seed": (0, 2**32 - 1),
+    "runtime.port": _PORT,
+    "runtime.restart_grace_seconds": (0.0, 3600.0),
+    "runtime.restart_cost_seconds": (0.0, 7 * _DAY),
+    "runtime.checkpoint_timeout_seconds": (0.0, _DAY),
+    "runtime.command_timeout_seconds": (0.1, _DAY),
+    "runtime.cooldown_seconds": (0.0, 7 * _DAY),
+    "runtime.max_restarts_without_progress": (1, 1000),
+    "runtime.crash_loop_window_seconds": (1.0, 30 * _DAY),
+    "predictor.score_interval_seconds": (1.0, _DAY),
+    "predictor.risk_threshold": (0.0, 1.0),
+}
+
+
+def _check_bounds(config: Config) -> None:
+    for key, (low, high) in BOUNDS.items():
+        section, _, name = key.partition(".")
+        value = getattr(getattr(config, section), name)
+        if not low <= value <= high:
+            raise ConfigError(f"{key}: must be within {low:g}..{high:g}, got {value!r}")
+
+
+def _check_listen_address(key: str, address: str) -> None:
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        raise ConfigError(
+            f"{key}: {address!r} is not an IP address to listen on (0.0.0.0 or :: for every interface, "
+            "127.0.0.1 for this host only)"
+        ) from None
+
+
+def _check_commands(rt: RuntimeConfig) -> None:
+    """Command templates are checked here, so an unknown {placeholder} fails at start-up, not at the first
+    action hours later."""
+    from fleetguard.actions.argv import ArgvTemplateError, check_template
+
+    for name in ("restart_command", "cordon_command", "stop_command"):
+        template = getattr(rt, name)
+        if not template:
+            continue
+        try:
+            check_template(template)
+        except ArgvTemplateError as exc:
+            raise ConfigError(f"runtime.{name}: {exc}") from exc
+
+
 def _validate(config: Config) -> None:
     def need(ok: bool, key: str, why: str) -> None:
         if not ok:
             raise ConfigError(f"{key}: {why}")
 
-    need(config.agent.sample_interval_seconds > 0, "agent.sample_interval_seconds", "must be > 0")
-    need(config.agent.flush_interval_seconds > 0, "agent.flush_interval_seconds", "must be > 0")
-    need(0 <= config.agent.metrics_port <= 65535, "agent.metrics_port", "must be a TCP port, 0-65535")
-    need(config.agent.event_dedup_window_seconds >= 0, "agent.event_dedup_window_seconds", "must be >= 0")
-    need(config.store.retention_days > 0, "store.retention_days", "must be > 0")
+    _check_bounds(config)
+    _check_listen_address("agent.metrics_address", config.agent.metrics_address)
     need(bool(config.store.path), "store.path", "must not be empty")
-    need(0 <= config.runtime.port <= 65535, "runtime.port", "must be a TCP port, 0-65535")
     rt = config.runtime
-    need(rt.restart_grace_seconds >= 0, "runtime.restart_grace_seconds", "must be >= 0")
-    need(rt.restart_cost_seconds >= 0, "runtime.restart_cost_seconds", "must be >= 0")
-    need(rt.checkpoint_timeout_seconds >= 0, "runtime.checkpoint_timeout_seconds", "must be >= 0")
-    need(rt.command_timeout_seconds > 0, "runtime.command_timeout_seconds", "must be > 0")
-    need(rt.cooldown_seconds >= 0, "runtime.cooldown_seconds", "must be >= 0")
-    need(rt.max_restarts_without_progress >= 1, "runtime.max_restarts_without_progress", "must be >= 1")
-    need(rt.crash_loop_window_seconds > 0, "runtime.crash_loop_window_seconds", "must be > 0")
+    need(
+        not rt.enabled or rt.port == 0 or rt.port != config.agent.metrics_port,
+        "runtime.port",
+        f"{rt.port} is agent.metrics_port as well; give each its own port",
+    )
+    _check_commands(rt)
     for switch in ("cordon_at_risk_gpu", "cordon_gpu_hang", "cordon_stragglers"):
         need(
             not getattr(rt, switch) or bool(rt.cordon_command),
