@@ -1,0 +1,499 @@
+"""A hardened HTTP/1.1 server for fleetguard's endpoints: runtime reports, /metrics, the controller's API.
+
+One asyncio loop on one thread reads every connection; a fixed pool of worker threads runs the handler for
+complete requests only. So a slow or silent client (slowloris) holds no thread, only a small buffer until its
+deadline closes it; a request's head and body must arrive within `Limits.request_timeout_seconds` and a
+kept-alive connection may sit idle for `Limits.idle_timeout_seconds`. Bodies above `Limits.max_body_bytes`
+are answered 413 unread; JSON nested deeper than `Limits.max_json_depth` is a 400, never a RecursionError.
+Each response is written with one send on a TCP_NODELAY socket, so a keep-alive round trip does not wait
+for a delayed ACK.
+
+Usage::
+
+    from fleetguard.httpserve import HttpError, HttpServer, Request, Response
+
+    def handle(request: Request) -> Response:            # runs on a worker thread
+        if request.method == "POST" and request.path == "/v1/report":
+            doc = request.json()                           # 400 on bad or too deeply nested JSON
+            return Response.json(200, {"ok": True})
+        raise HttpError(404, f"unknown path {request.path}")  # answered {"error": "..."}
+
+    server = HttpServer(handle, "127.0.0.1", 9477)         # binds now: BindError names address and port
+    server.start()
+    ...
+    server.stop()                                          # stop accepting, finish in-flight, close all
+
+`request.connection.memo` keeps per-connection facts a handler looks up once (a sender's uid): a
+connection's requests are handled one at a time, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import itertools
+import json
+import logging
+import re
+import socket
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Limits:
+    workers: int = 8  # handler threads
+    backlog: int = 1024  # listen backlog: a burst of connections queues instead of being dropped
+    max_connections: int = 4096  # beyond this a new connection is answered 503 and closed
+    max_header_bytes: int = 16 * 1024
+    max_headers: int = 100
+    max_body_bytes: int = 1 << 20
+    request_timeout_seconds: float = 10.0  # from a request's first byte to its last
+    idle_timeout_seconds: float = 120.0  # a kept-alive connection without a new request
+    write_timeout_seconds: float = 10.0  # a client that does not read its answer
+    max_json_depth: int = 64
+    shutdown_grace_seconds: float = 5.0  # in-flight handlers get this long at stop()
+
+
+class HttpError(Exception):
+    """Raise from a handler (or `Request.json`) to answer `status` with {"error": message}."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class BindError(OSError):
+    """The server cannot listen where asked; `str()` is one line naming the address and port."""
+
+
+class JsonBodyError(ValueError):
+    """A body that is not JSON, or is nested deeper than allowed."""
+
+
+@dataclass
+class Connection:
+    """One client connection. `memo` is for the handler: facts about the peer it looks up once."""
+
+    id: int
+    peer: tuple[str, int]
+    local: tuple[str, int]
+    memo: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    target: str  # as sent, e.g. /metrics?name=x
+    headers: Mapping[str, str]  # names lower-cased
+    body: bytes
+    connection: Connection
+    max_json_depth: int = Limits.max_json_depth
+
+    @property
+    def path(self) -> str:
+        return self.target.split("?", 1)[0]
+
+    @property
+    def query(self) -> str:
+        return self.target.partition("?")[2]
+
+    def json(self) -> Any:
+        """The body as JSON; HttpError(400) if it is not JSON or is nested too deeply."""
+        try:
+            return loads_json(self.body, self.max_json_depth)
+        except JsonBodyError as exc:
+            raise HttpError(400, str(exc)) from exc
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    body: bytes = b""
+    content_type: str = "text/plain; charset=utf-8"
+    headers: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def json(cls, status: int, doc: object) -> Response:
+        return cls(status, json.dumps(doc).encode(), "application/json")
+
+    @classmethod
+    def text(cls, status: int, text: str) -> Response:
+        return cls(status, text.encode())
+
+
+Handler = Callable[[Request], Response]
+
+
+@dataclass
+class HttpStats:
+    """Counts since start, updated on the server's loop thread (read them anywhere; they only grow)."""
+
+    connections_accepted: int = 0
+    connections_refused: int = 0  # over max_connections
+    requests: int = 0
+    timeouts: int = 0  # connections closed for being too slow (head, body or answer)
+    bad_requests: int = 0  # malformed, too large, unsupported
+    handler_errors: int = 0  # handler raised something other than HttpError: answered 500
+
+
+# ---- JSON with a depth limit ---------------------------------------------------------------------------
+
+_JSON_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_INNERMOST_PAIR = re.compile(rb"\[\]|\{\}")
+
+
+def json_depth_exceeds(body: bytes, max_depth: int) -> bool:
+    """Whether the brackets in `body` (outside strings) nest deeper than `max_depth`. Each pass removes the
+    innermost pairs in C, so the cost is at most `max_depth` scans of the body whatever it holds."""
+    brackets = _JSON_STRING.sub(b"", body).translate(None, _NOT_BRACKETS)
+    for _ in range(max_depth):
+        if not brackets:
+            return False
+        shorter = _INNERMOST_PAIR.sub(b"", brackets)  # one level: "[{}]" becomes "[]", not ""
+        if shorter == brackets:
+            return False  # unbalanced, so not JSON: json.loads refuses it (RecursionError if deep)
+        brackets = shorter
+    return bool(brackets)
+
+
+def loads_json(body: bytes, max_depth: int = Limits.max_json_depth) -> Any:
+    """Parse a JSON body; JsonBodyError (one line) if it is not JSON or nests deeper than `max_depth`."""
+    if json_depth_exceeds(body, max_depth):
+        raise JsonBodyError(f"JSON nested deeper than {max_depth} levels")
+    try:
+        return json.loads(body)
+    except RecursionError as exc:  # unbalanced and deep: refused by the check's fallback above
+        raise JsonBodyError(f"JSON nested deeper than {max_depth} levels") from exc
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise JsonBodyError(f"body is not JSON: {exc}") from exc
+
+
+# ---- wire format ---------------------------------------------------------------------------------------
+
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+@dataclass(frozen=True)
+class _Head:
+    method: str
+    target: str
+    version: str
+    headers: dict[str, str]
+
+    @property
+    def keep_alive(self) -> bool:
+        connection = self.headers.get("connection", "").lower()
+        if self.version == "HTTP/1.0":
+            return "keep-alive" in connection
+        return "close" not in connection
+
+
+def _parse_head(raw: bytes, max_headers: int) -> _Head:
+    lines = raw.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]) or not parts[1]:
+        raise HttpError(400, "malformed request line")
+    if parts[2] not in ("HTTP/1.1", "HTTP/1.0"):
+        raise HttpError(505, f"unsupported protocol {parts[2][:16]!r}")
+    header_lines = [line for line in lines[1:] if line]
+    if len(header_lines) > max_headers:
+        raise HttpError(431, f"more than {max_headers} header fields")
+    headers: dict[str, str] = {}
+    for line in header_lines:
+        name, sep, value = line.partition(":")
+        if not sep or not _TOKEN.fullmatch(name):
+            raise HttpError(400, "malformed header field")
+        key = name.lower()
+        if key in headers and key == "content-length" and headers[key] != value.strip():
+            raise HttpError(400, "conflicting Content-Length")
+        headers[key] = value.strip()
+    return _Head(parts[0], parts[1], parts[2], headers)
+
+
+def _content_length(head: _Head, max_body_bytes: int) -> int:
+    if "transfer-encoding" in head.headers:
+        raise HttpError(411, "Content-Length required (chunked bodies are not accepted)")
+    text = head.headers.get("content-length", "0")
+    if not text.isdigit() or not text.isascii():
+        raise HttpError(400, "bad Content-Length")
+    if len(text) > 18 or int(text) > max_body_bytes:
+        raise HttpError(413, f"body larger than {max_body_bytes} bytes")
+    return int(text)
+
+
+def encode_response(response: Response, keep_alive: bool, head_only: bool = False) -> bytes:
+    """Status line, headers and body as one bytes object, to be written with one send."""
+    try:
+        reason = HTTPStatus(response.status).phrase
+    except ValueError:
+        reason = ""
+    fields = [
+        ("Content-Type", response.content_type),
+        ("Content-Length", str(len(response.body))),
+        ("Connection", "keep-alive" if keep_alive else "close"),
+        *response.headers,
+    ]
+    for name, value in fields:
+        if not _TOKEN.fullmatch(name) or "\r" in value or "\n" in value:
+            raise ValueError(f"header {name!r} would break the response")
+    head = f"HTTP/1.1 {response.status} {reason}\r\n" + "".join(f"{n}: {v}\r\n" for n, v in fields)
+    return head.encode("latin-1") + b"\r\n" + (b"" if head_only else response.body)
+
+
+def _error_response(exc: HttpError) -> Response:
+    return Response.json(exc.status, {"error": exc.message})
+
+
+_LINGER_SECONDS = 1.0
+
+# ---- the server ----------------------------------------------------------------------------------------
+
+
+class HttpServer:
+    """Serve `handler` on `address:port` (port 0: any free port, see `.port`). Binds in the constructor."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        address: str = "127.0.0.1",
+        port: int = 0,
+        limits: Limits | None = None,
+        name: str = "fleetguard-http",
+    ) -> None:
+        self.limits = limits or Limits()
+        self.stats = HttpStats()
+        self._handler = handler
+        self._name = name
+        self._sock = _listen(address, port, self.limits.backlog)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._executor = concurrent.futures.ThreadPoolExecutor(self.limits.workers, f"{name}-worker")
+        self._writers: dict[int, tuple[asyncio.StreamWriter, bool]] = {}  # id -> (writer, busy)
+        self._ids = itertools.count(1)
+        self._stopping = False
+        self._server: asyncio.AbstractServer | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._sock.getsockname()[1])
+
+    @property
+    def address(self) -> str:
+        return str(self._sock.getsockname()[0])
+
+    def start(self) -> None:
+        """Serve on a thread of its own; returns once the server accepts connections."""
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(ready,), name=self._name, daemon=True)
+        self._thread.start()
+        ready.wait()
+
+    def stop(self) -> None:
+        """Stop accepting, close idle connections, give in-flight requests `shutdown_grace_seconds` to be
+        answered, then close everything. Safe to call twice, or on a server never started."""
+        loop, thread = self._loop, self._thread
+        if loop is not None and thread is not None and thread.is_alive():
+            future = asyncio.run_coroutine_threadsafe(self._shutdown(), loop)
+            try:
+                future.result(timeout=self.limits.shutdown_grace_seconds + 5)
+            except (concurrent.futures.TimeoutError, RuntimeError):
+                log.warning("%s: shutdown did not finish in time", self._name)
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=5)
+        self._sock.close()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> HttpServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- loop thread ----------------------------------------------------------------------------------
+
+    def _run(self, ready: threading.Event) -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        self._loop = loop
+        try:
+            self._server = loop.run_until_complete(
+                asyncio.start_server(
+                    self._serve,
+                    sock=self._sock,
+                    limit=self.limits.max_header_bytes,
+                    backlog=self.limits.backlog,
+                )
+            )
+            ready.set()
+            loop.run_forever()
+        finally:
+            ready.set()
+            tasks = asyncio.all_tasks(loop)
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            loop.close()
+
+    async def _shutdown(self) -> None:
+        self._stopping = True
+        if self._server is not None:
+            self._server.close()
+        for writer, busy in list(self._writers.values()):
+            if not busy:
+                writer.close()
+        deadline = asyncio.get_running_loop().time() + self.limits.shutdown_grace_seconds
+        while any(busy for _, busy in self._writers.values()):
+            if asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.01)
+        for writer, _ in list(self._writers.values()):
+            writer.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn_id = next(self._ids)
+        self.stats.connections_accepted += 1
+        if len(self._writers) >= self.limits.max_connections or self._stopping:
+            self.stats.connections_refused += 1
+            writer.write(encode_response(_error_response(HttpError(503, "too many connections")), False))
+            await _linger_close(reader, writer)
+            return
+        connection = Connection(conn_id, _address(writer, "peername"), _address(writer, "sockname"))
+        self._writers[conn_id] = (writer, False)
+        try:
+            await self._converse(reader, writer, connection)
+        except (ConnectionError, OSError):
+            pass  # the peer went away: nothing to answer
+        finally:
+            self._writers.pop(conn_id, None)
+            await _linger_close(reader, writer)
+
+    async def _converse(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, connection: Connection
+    ) -> None:
+        fresh = True
+        while not self._stopping:
+            # A new connection must say something soon; a kept-alive one may wait for its next request.
+            idle = self.limits.request_timeout_seconds if fresh else self.limits.idle_timeout_seconds
+            try:
+                async with asyncio.timeout(idle):
+                    first = await reader.read(1)
+            except TimeoutError:
+                self.stats.timeouts += int(fresh)
+                return
+            if not first:
+                return  # the client closed its side
+            self._writers[connection.id] = (writer, True)
+            keep_alive = await self._exchange(first, reader, writer, connection)
+            self._writers[connection.id] = (writer, False)
+            if not keep_alive:
+                return
+            fresh = False
+
+    async def _exchange(
+        self, first: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, connection: Connection
+    ) -> bool:
+        """Read one request, answer it; whether the connection stays open."""
+        try:
+            async with asyncio.timeout(self.limits.request_timeout_seconds):
+                head, body = await self._read_request(first, reader, writer)
+        except TimeoutError:
+            self.stats.timeouts += 1
+            return False
+        except HttpError as exc:
+            self.stats.bad_requests += 1
+            await self._write(writer, encode_response(_error_response(exc), keep_alive=False))
+            return False
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+            self.stats.bad_requests += 1
+            if not reader.at_eof():
+                too_large = HttpError(431, "request head too large")
+                await self._write(writer, encode_response(_error_response(too_large), keep_alive=False))
+            return False
+        self.stats.requests += 1
+        request = Request(
+            head.method, head.target, head.headers, body, connection, self.limits.max_json_depth
+        )
+        response = await asyncio.get_running_loop().run_in_executor(self._executor, self._respond, request)
+        keep_alive = head.keep_alive and not self._stopping
+        await self._write(writer, encode_response(response, keep_alive, head_only=head.method == "HEAD"))
+        return keep_alive
+
+    async def _read_request(
+        self, first: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> tuple[_Head, bytes]:
+        raw = (first + await reader.readuntil(b"\r\n\r\n")).lstrip(b"\r\n")
+        if len(raw) > self.limits.max_header_bytes:
+            raise HttpError(431, "request head too large")
+        head = _parse_head(raw[:-4], self.limits.max_headers)
+        length = _content_length(head, self.limits.max_body_bytes)
+        if length and head.headers.get("expect", "").lower() == "100-continue":
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        body = await reader.readexactly(length) if length else b""
+        return head, body
+
+    def _respond(self, request: Request) -> Response:
+        """The handler's answer (worker thread); HttpError and any other exception become an answer."""
+        try:
+            return self._handler(request)
+        except HttpError as exc:
+            return _error_response(exc)
+        except Exception:
+            self.stats.handler_errors += 1
+            log.exception("%s: handler failed on %s %s", self._name, request.method, request.path)
+            return Response.json(500, {"error": "internal error"})
+
+    async def _write(self, writer: asyncio.StreamWriter, data: bytes) -> None:
+        writer.write(data)
+        try:
+            async with asyncio.timeout(self.limits.write_timeout_seconds):
+                await writer.drain()
+        except TimeoutError:
+            self.stats.timeouts += 1
+            writer.transport.abort()
+
+
+async def _linger_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Close after the client has our answer: closing with its unread request bytes still queued would
+    send a reset that can destroy the answer in flight (a 413 or 503 sent before the body was read)."""
+    if writer.is_closing() or reader.at_eof():
+        writer.close()
+        return
+    try:
+        writer.write_eof()
+        async with asyncio.timeout(_LINGER_SECONDS):
+            for _ in range(64):  # at most 4 MiB discarded
+                if not await reader.read(65536):
+                    break
+    except (TimeoutError, ConnectionError, OSError):
+        pass
+    finally:
+        writer.close()
+
+
+def _listen(address: str, port: int, backlog: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    try:
+        return socket.create_server((address, port), family=family, backlog=backlog)
+    except OSError as exc:
+        error = BindError(f"cannot listen on {address}:{port}: {exc.strerror or exc}")
+        error.errno = exc.errno
+        raise error from exc
+    except OverflowError as exc:
+        raise BindError(f"cannot listen on {address}:{port}: port must be 0-65535") from exc
+
+
+def _address(writer: asyncio.StreamWriter, which: str) -> tuple[str, int]:
+    info = writer.get_extra_info(which)
+    if isinstance(info, tuple) and len(info) >= 2:
+        return (str(info[0]), int(info[1]))
+    return ("", 0)
