@@ -70,7 +70,11 @@ class HttpError(Exception):
 
 
 class BindError(OSError):
-    """The server cannot listen where asked; `str()` is one line naming the address and port."""
+    """The server cannot listen where asked; `str()` is one line naming the address and port (`errno` and
+    `strerror` are the socket's)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "cannot listen"
 
 
 class JsonBodyError(ValueError):
@@ -486,7 +490,7 @@ def _listen(address: str, port: int, backlog: int) -> socket.socket:
         return socket.create_server((address, port), family=family, backlog=backlog)
     except OSError as exc:
         error = BindError(f"cannot listen on {address}:{port}: {exc.strerror or exc}")
-        error.errno = exc.errno
+        error.errno, error.strerror = exc.errno, exc.strerror  # for callers that read them off any OSError
         raise error from exc
     except OverflowError as exc:
         raise BindError(f"cannot listen on {address}:{port}: port must be 0-65535") from exc

@@ -121,6 +121,7 @@ class Agent:
         stats.rounds += 1
         stats.round_cpu_seconds += cpu
         stats.buffered_rows = len(self.buffer)
+        self.metrics.round_done()
         report = RoundReport(now, len(batch), cpu, failed, self._unreported_events)
         self._unreported_events = []
         if self._on_round is not None:

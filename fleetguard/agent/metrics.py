@@ -1,10 +1,12 @@
 """What the agent exposes on /metrics: the latest reading of everything plus cumulative counts.
 
-A custom prometheus_client collector renders the agent's state at scrape time, so sampling never formats
-text. Cumulative sources (ECC, PCIe replay, NVLink, NIC counters, XIDs, energy) are counters; they can reset
-(driver reload), which Prometheus' rate() handles. Every XID occurrence is counted, including repeats that the
-store folds into one row. Each XID arrives from one collector only (`fleetguard.agent.sources` takes them
-from the kernel log, or from NVML where the kernel log cannot be read), so nothing here matches two reports.
+A custom prometheus_client collector renders the agent's state on a scrape thread, so sampling never formats
+text; the text is rendered at most once per sampling round (`round_done`) and served from bytes however
+many scrapers ask (`exposition`). Cumulative sources (ECC, PCIe replay, NVLink, NIC counters, XIDs, energy)
+are counters; they can reset (driver reload), which Prometheus' rate() handles. Every XID occurrence is
+counted, including repeats that the store folds into one row. Each XID arrives from one collector only
+(`fleetguard.agent.sources` takes them from the kernel log, or from NVML where the kernel log cannot be read),
+so nothing here matches two reports.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector as PromCollector
 
 from fleetguard.records.prediction import Prediction
@@ -144,6 +147,9 @@ class MetricsState(PromCollector):
         self._collectors_up: dict[str, bool] = {}
         self._risk: dict[tuple[str, str], float] = {}
         self.stats = AgentStats()
+        self._round = 0  # bumped by round_done: the exposition text of an earlier round is stale
+        self._render_lock = threading.Lock()
+        self._rendered: tuple[int, bytes] | None = None
 
     # ---- updates (agent thread) ---------------------------------------------------------------------
 
@@ -182,8 +188,24 @@ class MetricsState(PromCollector):
     def set_predictions(self, predictions: Iterable[Prediction]) -> None:
         with self._lock:
             self._risk = {(p.host, p.device_id): p.risk for p in predictions}
+            self._round += 1
+
+    def round_done(self) -> None:
+        """A sampling round (or a new set of predictions) is in: the next scrape renders the state afresh."""
+        with self._lock:
+            self._round += 1
 
     # ---- rendering (scrape thread) ------------------------------------------------------------------
+
+    def exposition(self) -> bytes:
+        """The Prometheus text of the state as of the last completed round. Rendered by the first scrape
+        after `round_done`; concurrent and later scrapes of the same round share those bytes."""
+        with self._render_lock:
+            with self._lock:
+                current = self._round
+            if self._rendered is None or self._rendered[0] != current:
+                self._rendered = (current, generate_latest(self))
+            return self._rendered[1]
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import http.client
 import json
 import logging
@@ -259,6 +260,7 @@ def test_a_port_in_use_is_one_line_naming_it() -> None:
             HttpServer(echo, "127.0.0.1", port)
     assert str(caught.value).startswith(f"cannot listen on 127.0.0.1:{port}: ")
     assert "\n" not in str(caught.value)
+    assert caught.value.errno == errno.EADDRINUSE
 
 
 def test_stop_answers_the_request_in_flight_then_refuses_connections(

@@ -1,0 +1,39 @@
+"""The agent's /metrics endpoint on fleetguard.httpserve: the text of the last sampling round, from bytes.
+
+A scrape never renders while holding up sampling, and fifty scrapers at once share one rendering; slow or
+silent clients hold no thread (see fleetguard.httpserve)."""
+
+from __future__ import annotations
+
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from fleetguard.agent.metrics import MetricsState
+from fleetguard.httpserve import Handler, HttpError, HttpServer, Limits, Request, Response
+
+METRICS_PATH = "/metrics"
+
+# Scrapes carry no body; a few workers suffice because answering one is copying bytes.
+METRICS_LIMITS = Limits(workers=4, max_body_bytes=4096, max_connections=1024)
+
+
+def metrics_handler(state: MetricsState) -> Handler:
+    def handle(request: Request) -> Response:
+        if request.method not in ("GET", "HEAD"):
+            raise HttpError(405, f"{request.method} is not served here; GET {METRICS_PATH}")
+        if request.path == METRICS_PATH:
+            return Response(200, state.exposition(), CONTENT_TYPE_LATEST)
+        if request.path == "/":
+            return Response.text(200, f"fleetguard agent: metrics at {METRICS_PATH}\n")
+        raise HttpError(404, f"unknown path {request.path}; metrics are at {METRICS_PATH}")
+
+    return handle
+
+
+def serve_metrics(
+    state: MetricsState, address: str, port: int, limits: Limits = METRICS_LIMITS
+) -> HttpServer:
+    """Serve `state` on http://address:port/metrics (started); `.stop()` it. BindError (an OSError whose
+    message names address and port) if it cannot listen there."""
+    server = HttpServer(metrics_handler(state), address, port, limits, name="fleetguard-metrics")
+    server.start()
+    return server

@@ -1,0 +1,119 @@
+"""/metrics over HTTP: rendered once per round, served from bytes, slow clients pin no thread."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from fleetguard.agent.metrics import MetricsState
+from fleetguard.agent.metrics_http import serve_metrics
+from fleetguard.httpserve import HttpServer, Limits
+from fleetguard.records.telemetry import Batch, GpuSample
+
+WAIT_SECONDS = 30.0
+
+
+def gpu(temperature: float) -> GpuSample:
+    return GpuSample(ts=1.0, host="h", gpu_index=0, uuid="GPU-0", temperature_celsius=temperature)
+
+
+class CountingState(MetricsState):
+    """Counts renderings (collect calls) to show that scrapes share them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.renders = 0
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        self.renders += 1
+        return super().collect()
+
+
+@pytest.fixture
+def state() -> CountingState:
+    s = CountingState()
+    s.observe(Batch(gpu_samples=[gpu(50.0)]))
+    s.round_done()
+    return s
+
+
+@pytest.fixture
+def server(state: CountingState) -> Iterator[HttpServer]:
+    srv = serve_metrics(state, "127.0.0.1", 0)
+    yield srv
+    srv.stop()
+
+
+def scrape(port: int, path: str = "/metrics", method: str = "GET") -> tuple[int, str]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=WAIT_SECONDS)
+    conn.request(method, path)
+    response = conn.getresponse()
+    body = response.read().decode()
+    conn.close()
+    return response.status, body
+
+
+def temperature(text: str) -> float:
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "fleetguard_gpu_temperature_celsius":
+                return float(sample.value)
+    raise AssertionError("no temperature series")
+
+
+def test_a_scrape_shows_the_last_completed_round(state: CountingState, server: HttpServer) -> None:
+    status, text = scrape(server.port)
+    assert status == 200
+    assert temperature(text) == 50.0
+    state.observe(Batch(gpu_samples=[gpu(70.0)]))
+    assert temperature(scrape(server.port)[1]) == 50.0  # the round is not over yet
+    state.round_done()
+    assert temperature(scrape(server.port)[1]) == 70.0
+
+
+def test_fifty_concurrent_scrapes_of_one_round_share_one_rendering(
+    state: CountingState, server: HttpServer
+) -> None:
+    renders_before = state.renders
+    results: list[tuple[int, str]] = []
+    lock = threading.Lock()
+
+    def one() -> None:
+        answer = scrape(server.port)
+        with lock:
+            results.append(answer)
+
+    threads = [threading.Thread(target=one) for _ in range(50)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT_SECONDS)
+    assert [status for status, _ in results] == [200] * 50
+    assert len({text for _, text in results}) == 1
+    assert state.renders - renders_before == 1
+
+
+def test_other_paths_and_methods(server: HttpServer) -> None:
+    assert scrape(server.port, "/")[0] == 200
+    assert scrape(server.port, "/nope")[0] == 404
+    assert scrape(server.port, "/metrics", "POST")[0] == 405
+    assert scrape(server.port, "/metrics", "HEAD") == (200, "")
+
+
+def test_silent_connections_pin_no_thread_and_are_closed(state: CountingState) -> None:
+    srv = serve_metrics(state, "127.0.0.1", 0, Limits(workers=2, request_timeout_seconds=1.0))
+    try:
+        threads_before = threading.active_count()
+        silent = [socket.create_connection(("127.0.0.1", srv.port), timeout=WAIT_SECONDS) for _ in range(200)]
+        assert scrape(srv.port)[0] == 200
+        assert threading.active_count() <= threads_before + 2
+        for sock in silent:
+            assert sock.recv(16) == b""  # the server hung up on it
+            sock.close()
+    finally:
+        srv.stop()
