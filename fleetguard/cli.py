@@ -3,10 +3,12 @@ agent never imports pandas, scikit-learn or xgboost."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,8 @@ from fleetguard.config import Config, ConfigError, load_config
 
 
 class LazyGroup(click.Group):
-    """A click group whose subcommands named in `lazy` ("module:attr") are imported on first use."""
+    """A click group whose subcommands named in `lazy` ("module:attr") are imported on first use. `--help`
+    imports none of them: their one-line help is read from the source (fleetguard.lazyhelp)."""
 
     def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -29,10 +32,36 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self.lazy:
             module, _, attr = self.lazy[cmd_name].partition(":")
-            command = getattr(importlib.import_module(module), attr)
+            try:
+                command = getattr(importlib.import_module(module), attr)
+            except ModuleNotFoundError as exc:
+                if exc.name is None or exc.name.split(".")[0] in _OUR_PACKAGES:
+                    raise
+                raise click.ClickException(
+                    f"`fleetguard {cmd_name}` needs {exc.name}, which this install lacks: "
+                    "pip install 'fleetguard[predictor]' adds the offline tools' packages"
+                ) from exc
             assert isinstance(command, click.Command)
             return command
         return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from fleetguard.lazyhelp import short_help
+
+        rows = []
+        for name in self.list_commands(ctx):
+            if name in self.lazy:
+                rows.append((name, short_help(self.lazy[name], formatter.width - 6 - len(name))))
+                continue
+            command = super().get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(formatter.width - 6 - len(name))))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+_OUR_PACKAGES = frozenset({"fleetguard", "collectors", "predictor", "diagnosis", "straggler", "dashboard"})
 
 
 @click.group(
@@ -72,6 +101,22 @@ def load(config_path: str | None, **overrides: Any) -> Config:
         return load_config(config_path, overrides={k: v for k, v in overrides.items() if v is not None})
     except ConfigError as exc:
         raise click.ClickException(f"invalid configuration: {exc}") from exc
+
+
+@contextlib.contextmanager
+def startup_errors() -> Iterator[None]:
+    """A daemon that cannot start: its one-line reason and a non-zero exit, no traceback."""
+    from fleetguard.agent.daemon import StartupError
+
+    try:
+        yield
+    except StartupError as exc:
+        raise click.ClickException(one_line(str(exc))) from exc
+
+
+def one_line(text: str) -> str:
+    """An error message as one line (DuckDB's span several)."""
+    return " ".join(text.split())
 
 
 def _daemon_overrides(
@@ -130,15 +175,23 @@ def agent(
     for message in sources.unavailable:
         click.echo(f"note: {message}", err=True)
     runtime = config.runtime.enabled and not no_runtime
-    ranks = f"; training ranks report to 127.0.0.1:{config.runtime.port}" if runtime else ""
-    run_daemon(
-        config,
-        sources.collectors,
-        sources.folder,
-        extensions=[runtime_extension(config)] if runtime else [],
-        duration_seconds=duration,
-        on_ready=lambda port: click.echo(f"fleetguard agent: /metrics on port {port}{ranks}", err=True),
-    )
+    parts: dict[str, object] = {}
+
+    def ready(port: int) -> None:
+        # The port the runtime did bind (runtime.port may be 0: any free one), never just the configured one.
+        endpoint = getattr(parts.get("service"), "endpoint", None)
+        ranks = f"; training ranks report to {endpoint}" if endpoint else ""
+        click.echo(f"fleetguard agent: /metrics on port {port}{ranks}", err=True)
+
+    with startup_errors():
+        run_daemon(
+            config,
+            sources.collectors,
+            sources.folder,
+            extensions=[runtime_extension(config, parts)] if runtime else [],
+            duration_seconds=duration,
+            on_ready=ready,
+        )
 
 
 @cli.command()
@@ -159,7 +212,8 @@ def up(
     from fleetguard.embedded import run_embedded
 
     config = load(config_path, **_daemon_overrides(store_path, metrics_port, simulate, no_faults))
-    code = run_embedded(config, duration_seconds=duration, runtime=not no_runtime, predict=not no_predict)
+    with startup_errors():
+        code = run_embedded(config, duration_seconds=duration, runtime=not no_runtime, predict=not no_predict)
     sys.exit(code)
 
 
@@ -215,10 +269,18 @@ def export(parquet_dir: str, config_path: str | None, store_path: str | None) ->
 
     config = load(config_path, **{"store.path": store_path})
     try:
-        with Store.open(config.store.path, read_only=True) as store:
+        store = Store.open(config.store.path, read_only=True)
+    except StoreError as exc:
+        raise click.ClickException(f"store.path: {one_line(str(exc))}") from exc
+    except OSError as exc:
+        raise click.ClickException(f"store.path {config.store.path}: {exc.strerror or exc}") from exc
+    try:
+        with store:
             written = store.export_parquet(Path(parquet_dir))
     except StoreError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(one_line(str(exc))) from exc
+    except OSError as exc:  # the Parquet directory cannot be made or written
+        raise click.ClickException(f"--parquet {parquet_dir}: {exc.strerror or exc}") from exc
     for table, rows in written.items():
         click.echo(f"{table:20s} {rows:>10d} rows")
     if not written:

@@ -51,9 +51,10 @@ def run_embedded(
             f"  metrics   http://127.0.0.1:{port}/metrics  (curl -s localhost:{port}/metrics | grep xid)\n"
             f"  store     {store_path}  (after stopping: fleetguard export --parquet DIR)\n"
         )
-        if "service" in runtime_parts:
+        endpoint = getattr(runtime_parts.get("service"), "endpoint", None)
+        if endpoint:  # the port bound (runtime.port 0 is any free one)
             out.write(
-                f"  training  ranks send heartbeats to 127.0.0.1:{config.runtime.port} "
+                f"  training  ranks send heartbeats to {endpoint} "
                 "(see README: three lines in your training loop)\n"
             )
         for note in sources.unavailable:

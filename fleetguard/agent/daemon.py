@@ -22,19 +22,31 @@ from fleetguard.agent.buffer import WriteBuffer
 from fleetguard.agent.metrics import MetricsState
 from fleetguard.clock import SystemClock
 from fleetguard.config import Config
-from fleetguard.store import Store
+from fleetguard.store import Store, StoreError
 
 log = logging.getLogger(__name__)
+
+
+class StartupError(Exception):
+    """The daemon cannot start. The message is one line naming the key, path or port at fault."""
 
 
 @dataclass
 class Extension:
     """Something `up` runs beside the agent (training runtime, live scoring): started after the agent is
-    ready with a function that hands records to the store, stopped before the final flush."""
+    ready with a function that hands records to the store, stopped before the final flush.
+
+    `stop` must return only once the part accepts nothing more and has handed every record it acknowledged
+    to the agent: the final flush follows it."""
 
     name: str
     start: Callable[[Agent, Store], None]  # the store is for reads (on its thread: store.cursor())
     stop: Callable[[], None]
+    # A part the configuration asked for (the training runtime): if it cannot start, neither does the daemon,
+    # with `key` (e.g. "runtime.port 9477") and `off_switch` (e.g. "runtime.enabled = false") in the error.
+    # Empty key: optional, the daemon runs without it and says so.
+    key: str = ""
+    off_switch: str = ""
 
 
 @dataclass
@@ -61,15 +73,15 @@ def run_daemon(
     out: TextIO = sys.stdout,
 ) -> DaemonResult:
     """Run until SIGTERM/SIGINT (or `duration_seconds`), then flush everything and return a summary."""
-    store = Store.open(config.store.path)
+    store = open_store(config.store.path)
     rejected = Path(config.store.path + ".rejected.jsonl") if config.store.path != ":memory:" else None
     buffer = WriteBuffer(store, rejected)
     metrics = MetricsState()
-    registry = CollectorRegistry(auto_describe=True)
-    registry.register(metrics)
-    server, server_thread = start_http_server(
-        config.agent.metrics_port, addr=config.agent.metrics_address, registry=registry
-    )
+    try:
+        server, server_thread = _serve_metrics(config, metrics)
+    except BaseException:
+        store.close()
+        raise
     port = int(server.server_address[1])
     agent = Agent(
         collectors,
@@ -100,14 +112,8 @@ def run_daemon(
     started: list[Extension] = []
     try:
         for ext in extensions:
-            try:
-                ext.start(agent, store)
-            except Exception as exc:
-                # An optional part (training runtime, scoring) must not keep the agent from sampling.
-                log.error("%s is off: %s", ext.name, exc)
-                out.write(f"  note      {ext.name} is off: {exc}\n")
-                continue
-            started.append(ext)
+            if _start_extension(ext, agent, store, out):
+                started.append(ext)
         if on_ready is not None:
             on_ready(port)
         if timer is not None:
@@ -117,6 +123,8 @@ def run_daemon(
     finally:
         if timer is not None:
             timer.cancel()
+        # Order matters: every extension stops accepting and hands over what it acknowledged, then the
+        # final flush stores it.
         for ext in reversed(started):
             try:
                 ext.stop()
@@ -143,3 +151,47 @@ def run_daemon(
     out.write(json.dumps({"stopped": True, **result.__dict__}) + "\n")
     out.flush()
     return result
+
+
+def open_store(path: str) -> Store:
+    """The store for writing, or a StartupError naming store.path and why it cannot be used."""
+    try:
+        return Store.open(path)
+    except StoreError as exc:
+        raise StartupError(f"store.path: {one_line(str(exc))}") from exc
+    except OSError as exc:
+        raise StartupError(f"store.path {path}: {exc.strerror or exc}") from exc
+
+
+def _serve_metrics(config: Config, metrics: MetricsState) -> tuple[Any, threading.Thread]:
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(metrics)
+    address, port = config.agent.metrics_address, config.agent.metrics_port
+    try:
+        return start_http_server(port, addr=address, registry=registry)  # type: ignore[no-any-return]
+    except OSError as exc:
+        raise StartupError(
+            f"cannot serve /metrics on {address} port {port} (agent.metrics_address, agent.metrics_port): "
+            f"{exc.strerror or exc}"
+        ) from exc
+
+
+def _start_extension(ext: Extension, agent: Agent, store: Store, out: TextIO) -> bool:
+    """Start one extension; False if an optional one failed (noted), StartupError if a required one did."""
+    try:
+        ext.start(agent, store)
+    except Exception as exc:
+        reason = one_line(exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc))
+        if ext.key:
+            switch = f" ({ext.off_switch} runs without it)" if ext.off_switch else ""
+            raise StartupError(f"{ext.key}: the {ext.name} cannot start: {reason}{switch}") from exc
+        # An optional part (live scoring) must not keep the agent from sampling.
+        log.error("%s is off: %s", ext.name, reason)
+        out.write(f"  note      {ext.name} is off: {reason}\n")
+        return False
+    return True
+
+
+def one_line(text: str) -> str:
+    """An error message as one line (DuckDB's span several)."""
+    return " ".join(text.split())

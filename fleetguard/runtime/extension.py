@@ -25,4 +25,6 @@ def runtime_extension(config: Config, holder: dict[str, object] | None = None) -
         if service is not None:
             service.stop()  # type: ignore[attr-defined]
 
-    return Extension("training runtime", start, stop)
+    # Required: an agent whose ranks cannot reach it must not look healthy (runtime.enabled = false opts out).
+    key = f"runtime.port {config.runtime.port}"
+    return Extension("training runtime", start, stop, key=key, off_switch="runtime.enabled = false")

@@ -1,0 +1,79 @@
+"""Safety: a circuit breaker that stops all repairs when too much of the fleet is hit too fast, and a repair
+rate limit. Never resets by itself: an operator runs `fleetguard breaker reset` after looking."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from diagnosis.incident import ActionOutcome
+from diagnosis.model import RepairAction
+from diagnosis.policy import BreakerPolicy
+
+_HOUR = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Permit:
+    outcome: ActionOutcome  # REQUESTED (go ahead), HELD (breaker open) or DEFERRED (rate limit)
+    reason: str = ""
+    tripped_now: bool = False
+
+
+@dataclass(slots=True)
+class BreakerState:
+    tripped: bool = False
+    tripped_at: float | None = None
+    reason: str = ""
+    acted: deque[tuple[float, str]] = field(default_factory=deque)  # (when, host) within the window
+    repairs: deque[float] = field(default_factory=deque)  # when, within the last hour
+
+
+class CircuitBreaker:
+    def __init__(self, policy: BreakerPolicy, state: BreakerState | None = None) -> None:
+        self.policy = policy
+        self.state = state or BreakerState()
+
+    @property
+    def tripped(self) -> bool:
+        return self.state.tripped
+
+    def permit(self, host: str, action: RepairAction, now: float, fleet_hosts: int) -> Permit:
+        """May `action` on `host` go ahead now? An allowed action is counted."""
+        if action not in self.policy.actions:
+            return Permit(ActionOutcome.REQUESTED)
+        if self.state.tripped:
+            return Permit(
+                ActionOutcome.HELD,
+                f"circuit breaker open since {self.state.tripped_at:.0f}: {self.state.reason}",
+            )
+        self._prune(now)
+        hosts = {h for _, h in self.state.acted} | {host}
+        fleet = max(fleet_hosts, 1)
+        if len(hosts) >= self.policy.min_hosts and len(hosts) / fleet > self.policy.max_host_fraction:
+            self.state.tripped = True
+            self.state.tripped_at = now
+            self.state.reason = (
+                f"{len(hosts)} of {fleet} hosts acted on within {self.policy.window_seconds:g} s "
+                f"(limit {self.policy.max_host_fraction:.0%})"
+            )
+            return Permit(ActionOutcome.HELD, self.state.reason, tripped_now=True)
+        limit = max(self.policy.repairs_per_hour, math.floor(self.policy.repairs_fraction_per_hour * fleet))
+        if len(self.state.repairs) >= limit:
+            return Permit(ActionOutcome.DEFERRED, f"repair rate limit: {limit} per hour reached")
+        self.state.acted.append((now, host))
+        self.state.repairs.append(now)
+        return Permit(ActionOutcome.REQUESTED)
+
+    def reset(self) -> None:
+        self.state.tripped = False
+        self.state.tripped_at = None
+        self.state.reason = ""
+        self.state.acted.clear()
+
+    def _prune(self, now: float) -> None:
+        while self.state.acted and now - self.state.acted[0][0] > self.policy.window_seconds:
+            self.state.acted.popleft()
+        while self.state.repairs and now - self.state.repairs[0] > _HOUR:
+            self.state.repairs.popleft()

@@ -1,0 +1,384 @@
+"""The incident engine: observations in, incidents out. One incident per (host, component, fault), however
+many lines the fault prints; opened once its thresholds are met, resolved when healthy (or cancelled, or by
+an operator), closed later; escalated when it keeps coming back; every action passes the circuit breaker.
+
+Pure and single-threaded: the caller passes `now` (a fake clock in tests, the simulated clock in replay) and
+persists what `observe` / `tick` return. `restore` rebuilds the state from the store after a restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+from diagnosis.breaker import BreakerState, CircuitBreaker
+from diagnosis.escalation import escalated_action, escalation_step
+from diagnosis.incident import (
+    ACTIVE_STATES,
+    ActionEntry,
+    ActionOutcome,
+    ChangeKind,
+    Incident,
+    IncidentChange,
+    IncidentState,
+    Resolution,
+    action_id,
+    incident_id,
+)
+from diagnosis.model import ComponentKind, IncidentKey, Observation, RepairAction, Severity, worst
+from diagnosis.policy import Policy
+from diagnosis.rules import Rules, Signals
+
+BREAKER_KEY = IncidentKey("fleet", ComponentKind.HOST, "fleet", "breaker:tripped")
+MAX_PENDING = 200_000  # keys seen but below their threshold; the oldest go first beyond this
+MAX_EVIDENCE_OBSERVATIONS = 20
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A fault seen but not (yet) an incident: its bursts within the rule's window."""
+
+    bursts: list[tuple[float, float]] = field(default_factory=list)  # (first, last) per burst
+    count: int = 0
+    first_seen: float = 0.0
+    seen: list[Observation] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Round:
+    """Changes of one call, one entry per incident."""
+
+    kinds: dict[str, list[ChangeKind]] = field(default_factory=dict)
+    evidence: dict[str, tuple[Observation, ...]] = field(default_factory=dict)
+    actions: dict[str, list[ActionEntry]] = field(default_factory=dict)
+
+    def mark(self, incident: str, kind: ChangeKind) -> None:
+        kinds = self.kinds.setdefault(incident, [])
+        if kind not in kinds:
+            kinds.append(kind)
+
+    def action(self, entry: ActionEntry) -> None:
+        self.actions.setdefault(entry.incident_id, []).append(entry)
+        self.kinds.setdefault(entry.incident_id, [])
+
+
+class IncidentEngine:
+    def __init__(self, policy: Policy, breaker: BreakerState | None = None) -> None:
+        self.policy = policy
+        self.rules = Rules(policy)
+        self.breaker = CircuitBreaker(policy.breaker, breaker)
+        self.incidents: dict[IncidentKey, Incident] = {}  # open, acting or resolved (not closed)
+        self.by_id: dict[str, IncidentKey] = {}
+        self.actions: dict[str, ActionEntry] = {}  # latest ledger line per incident
+        self.history: dict[IncidentKey, list[float]] = {}  # open / reopen times within the escalation window
+        self.hosts: set[str] = set()
+        self._pending: dict[IncidentKey, _Pending] = {}
+
+    # ---- state from the store -------------------------------------------------------------------------
+
+    def restore(
+        self,
+        incidents: Iterable[Incident],
+        actions: Iterable[ActionEntry],
+        history: Iterable[tuple[IncidentKey, float]],
+    ) -> None:
+        """Take back the incidents that were not closed, their latest actions and the recent open times."""
+        for incident in incidents:
+            if incident.state is not IncidentState.CLOSED:
+                self.incidents[incident.key] = incident
+                self.by_id[incident.incident_id] = incident.key
+                self.hosts.add(incident.key.host)
+        for entry in actions:
+            if entry.incident_id in self.by_id:
+                self.actions[entry.incident_id] = entry
+        for key, ts in history:
+            self.history.setdefault(key, []).append(ts)
+
+    # ---- the two entry points -------------------------------------------------------------------------
+
+    def observe(self, signals: Signals, now: float) -> list[IncidentChange]:
+        """Apply a round of records, then the passage of time up to `now`."""
+        round_ = _Round()
+        for obs in self.rules.observations(signals):
+            self._observe(obs, now, round_)
+        self._tick(now, round_)
+        return self._changes(round_)
+
+    def observe_many(self, observations: Iterable[Observation], now: float) -> list[IncidentChange]:
+        round_ = _Round()
+        for obs in observations:
+            self._observe(obs, now, round_)
+        self._tick(now, round_)
+        return self._changes(round_)
+
+    def tick(self, now: float) -> list[IncidentChange]:
+        round_ = _Round()
+        self._tick(now, round_)
+        return self._changes(round_)
+
+    # ---- operator and executor ------------------------------------------------------------------------
+
+    def resolve(self, incident: str, now: float) -> list[IncidentChange]:
+        """An operator says it is fixed."""
+        round_ = _Round()
+        key = self.by_id.get(incident)
+        current = self.incidents.get(key) if key is not None else None
+        if current is not None and current.state in ACTIVE_STATES:
+            self._resolve(current, now, Resolution.OPERATOR, round_)
+        return self._changes(round_)
+
+    def action_finished(
+        self, action: str, outcome: ActionOutcome, detail: str, now: float
+    ) -> list[IncidentChange]:
+        round_ = _Round()
+        for entry in list(self.actions.values()):
+            if entry.action_id == action and entry.finished_at is None:
+                done = replace(entry, outcome=outcome, finished_at=now, detail=detail[:500])
+                self.actions[entry.incident_id] = done
+                round_.action(done)
+        return self._changes(round_)
+
+    def reset_breaker(self, now: float, process_backlog: bool) -> list[IncidentChange]:
+        """Close the breaker; with `process_backlog`, request the actions it held back."""
+        round_ = _Round()
+        self.breaker.reset()
+        tripped = self.incidents.get(BREAKER_KEY)
+        if tripped is not None and tripped.state in ACTIVE_STATES:
+            self._resolve(tripped, now, Resolution.OPERATOR, round_)
+        if process_backlog:
+            for entry in list(self.actions.values()):
+                incident = self._incident_by_id(entry.incident_id)
+                if (
+                    entry.outcome is ActionOutcome.HELD
+                    and incident is not None
+                    and incident.state is IncidentState.OPEN
+                ):
+                    self._request(incident, now, round_)
+        return self._changes(round_)
+
+    def active(self) -> list[Incident]:
+        return [i for i in self.incidents.values() if i.state in ACTIVE_STATES]
+
+    # ---- internals ------------------------------------------------------------------------------------
+
+    def _incident_by_id(self, ident: str) -> Incident | None:
+        key = self.by_id.get(ident)
+        return self.incidents.get(key) if key is not None else None
+
+    def _observe(self, obs: Observation, now: float, round_: _Round) -> None:
+        self.hosts.add(obs.key.host)
+        if obs.healthy:
+            self._healthy(obs, round_)
+            return
+        current = self.incidents.get(obs.key)
+        if current is not None and current.state in ACTIVE_STATES:
+            self._update(current, obs, round_)
+        elif current is not None:
+            self._reopen(current, obs, now, round_)
+        else:
+            self._pend(obs, now, round_)
+
+    def _healthy(self, obs: Observation, round_: _Round) -> None:
+        for fault in self.policy.cancels(obs.key.fault):
+            key = replace(obs.key, fault=fault)
+            self._pending.pop(key, None)
+            current = self.incidents.get(key)
+            if current is not None and current.state in ACTIVE_STATES and obs.ts >= current.last_seen:
+                self._resolve(current, obs.ts, Resolution.CANCELLED, round_)
+
+    def _update(self, current: Incident, obs: Observation, round_: _Round) -> None:
+        severity = worst(current.severity, obs.severity)
+        updated = replace(
+            current,
+            last_seen=max(current.last_seen, obs.ts),
+            occurrences=current.occurrences + obs.count,
+            severity=severity,
+        )
+        self._put(updated)
+        every = self.policy.lifecycle.update_alert_every
+        crossed = every and current.occurrences // every != updated.occurrences // every
+        round_.mark(
+            current.incident_id,
+            ChangeKind.ESCALATED if severity is not current.severity else ChangeKind.UPDATED,
+        )
+        if crossed:
+            round_.mark(current.incident_id, ChangeKind.ESCALATED)
+
+    def _pend(self, obs: Observation, now: float, round_: _Round) -> None:
+        pending = self._pending.get(obs.key)
+        if pending is None:
+            if len(self._pending) >= MAX_PENDING:
+                self._pending.pop(next(iter(self._pending)))
+            pending = self._pending[obs.key] = _Pending(first_seen=obs.ts)
+        window = obs.window_seconds
+        pending.bursts = [b for b in pending.bursts if window <= 0 or obs.ts - b[1] <= window]
+        if pending.bursts and obs.ts - pending.bursts[-1][1] <= self.policy.burst_seconds:
+            pending.bursts[-1] = (pending.bursts[-1][0], obs.ts)
+        else:
+            pending.bursts.append((obs.ts, obs.ts))
+        pending.count += obs.count
+        if len(pending.seen) < MAX_EVIDENCE_OBSERVATIONS:
+            pending.seen.append(obs)
+        needed = max(obs.min_count, 2) if obs.needs_company else obs.min_count
+        company = obs.needs_company and self._has_company(obs.key)
+        if len(pending.bursts) >= needed or company:
+            del self._pending[obs.key]
+            self._open(obs, pending, now, round_)
+
+    def _has_company(self, key: IncidentKey) -> bool:
+        return any(
+            i.state in ACTIVE_STATES
+            and i.key.host == key.host
+            and i.key.component == key.component
+            and i.key != key
+            for i in self.incidents.values()
+        )
+
+    def _open(self, obs: Observation, pending: _Pending, now: float, round_: _Round) -> None:
+        times = self._recurrence(obs.key, obs.ts)
+        step = escalation_step(times, obs.ts, self.policy.escalation)
+        first = pending.bursts[0][0] if pending.bursts else obs.ts
+        incident = Incident(
+            incident_id=incident_id(obs.key, obs.ts),
+            key=obs.key,
+            state=IncidentState.OPEN,
+            severity=max((o.severity for o in pending.seen), key=lambda s: s.rank, default=obs.severity),
+            action=escalated_action(obs.action, step, self.policy.escalation),
+            rule=obs.rule,
+            summary=obs.message,
+            first_seen=min(first, pending.first_seen),
+            last_seen=obs.ts,
+            occurrences=pending.count,
+            opened_at=obs.ts,
+            escalation_step=step,
+            sticky_seconds=obs.sticky_seconds,
+        )
+        self._put(incident)
+        round_.mark(incident.incident_id, ChangeKind.OPENED)
+        round_.evidence[incident.incident_id] = tuple(pending.seen)
+        self._request(incident, obs.ts, round_)
+
+    def _reopen(self, current: Incident, obs: Observation, now: float, round_: _Round) -> None:
+        times = self._recurrence(obs.key, obs.ts)
+        step = escalation_step(times, obs.ts, self.policy.escalation)
+        base = replace(current, action=current.action)
+        reopened = replace(
+            base,
+            state=IncidentState.OPEN,
+            severity=worst(current.severity, obs.severity),
+            action=escalated_action(_base_action(current, obs), step, self.policy.escalation),
+            last_seen=obs.ts,
+            occurrences=current.occurrences + obs.count,
+            resolved_at=None,
+            resolution=Resolution.NONE,
+            returns=current.returns + 1,
+            escalation_step=step,
+            summary=obs.message,
+        )
+        self._put(reopened)
+        round_.mark(current.incident_id, ChangeKind.REOPENED)
+        if step > current.escalation_step:
+            round_.mark(current.incident_id, ChangeKind.ESCALATED)
+        round_.evidence[current.incident_id] = (obs,)
+        last = self.actions.get(current.incident_id)
+        if last is not None and not last.fault_returned:
+            marked = replace(last, fault_returned=True)
+            self.actions[current.incident_id] = marked
+            round_.action(marked)
+        self._request(reopened, obs.ts, round_)
+
+    def _request(self, incident: Incident, now: float, round_: _Round) -> None:
+        if not incident.action.acts or incident.key == BREAKER_KEY:
+            return
+        permit = self.breaker.permit(incident.key.host, incident.action, now, len(self.hosts))
+        entry = ActionEntry(
+            action_id=action_id(incident.incident_id, now, incident.action),
+            incident_id=incident.incident_id,
+            host=incident.key.host,
+            action=incident.action,
+            rule=incident.rule,
+            requested_at=now,
+            outcome=permit.outcome,
+            detail=permit.reason,
+        )
+        self.actions[incident.incident_id] = entry
+        round_.action(entry)
+        if permit.outcome is ActionOutcome.REQUESTED:
+            self._put(replace(incident, state=IncidentState.ACTING))
+        if permit.tripped_now:
+            self._trip(permit.reason, now, round_)
+
+    def _trip(self, reason: str, now: float, round_: _Round) -> None:
+        obs = Observation(now, BREAKER_KEY, Severity.CRITICAL, RepairAction.NONE, "breaker", reason)
+        current = self.incidents.get(BREAKER_KEY)
+        if current is not None and current.state not in ACTIVE_STATES:
+            self._reopen(current, obs, now, round_)
+        elif current is None:
+            self._open(obs, _Pending(first_seen=now, count=1, seen=[obs]), now, round_)
+
+    def _resolve(self, current: Incident, now: float, how: Resolution, round_: _Round) -> None:
+        self._put(replace(current, state=IncidentState.RESOLVED, resolved_at=now, resolution=how))
+        round_.mark(current.incident_id, ChangeKind.RESOLVED)
+
+    def _tick(self, now: float, round_: _Round) -> None:
+        life = self.policy.lifecycle
+        for incident in list(self.incidents.values()):
+            if incident.key == BREAKER_KEY:
+                continue
+            if incident.state in ACTIVE_STATES:
+                quiet = max(life.resolve_healthy_seconds, incident.sticky_seconds)
+                if now - incident.last_seen >= quiet:
+                    self._resolve(incident, incident.last_seen + quiet, Resolution.HEALTHY, round_)
+            elif (
+                incident.state is IncidentState.RESOLVED
+                and incident.resolved_at is not None
+                and now - incident.resolved_at >= life.close_after_seconds
+            ):
+                round_.mark(incident.incident_id, ChangeKind.CLOSED)
+                self._put(replace(incident, state=IncidentState.CLOSED, closed_at=now))
+        self._forget_closed()
+        horizon = max(self.policy.escalation.window_seconds, 1.0)
+        if len(self.history) > MAX_PENDING:
+            self.history = {k: v for k, v in self.history.items() if v and now - v[-1] <= horizon}
+
+    def _forget_closed(self) -> None:
+        closed = [k for k, i in self.incidents.items() if i.state is IncidentState.CLOSED]
+        self._closed_snapshots = {self.incidents[k].incident_id: self.incidents[k] for k in closed}
+        for key in closed:
+            incident = self.incidents.pop(key)
+            self.by_id.pop(incident.incident_id, None)
+            self.actions.pop(incident.incident_id, None)
+
+    def _recurrence(self, key: IncidentKey, ts: float) -> list[float]:
+        window = self.policy.escalation.window_seconds
+        times = [t for t in self.history.get(key, []) if ts - t <= window]
+        times.append(ts)
+        self.history[key] = times
+        return times
+
+    def _put(self, incident: Incident) -> None:
+        self.incidents[incident.key] = incident
+        self.by_id[incident.incident_id] = incident.key
+
+    def _changes(self, round_: _Round) -> list[IncidentChange]:
+        closed = getattr(self, "_closed_snapshots", {})
+        out = []
+        for ident, kinds in round_.kinds.items():
+            incident = self._incident_by_id(ident) or closed.get(ident)
+            if incident is None:
+                continue
+            out.append(
+                IncidentChange(
+                    incident=incident,
+                    kinds=tuple(kinds),
+                    evidence=round_.evidence.get(ident, ()),
+                    actions=tuple(round_.actions.get(ident, ())),
+                )
+            )
+        self._closed_snapshots = {}
+        return out
+
+
+def _base_action(current: Incident, obs: Observation) -> RepairAction:
+    """The rung the ladder starts from: the rule's own action, not the one a past escalation chose."""
+    return obs.action if obs.action.acts else current.action

@@ -1,0 +1,114 @@
+"""NVML samples as observations: row remapping, ECC, throttling, temperature, NVLink and PCIe errors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from diagnosis.model import ComponentKind, IncidentKey, Observation, RepairAction, Severity
+from diagnosis.policy import GpuRules
+from fleetguard.records.telemetry import GpuSample
+
+# nvmlClocksEventReasons bits.
+_SW_POWER_CAP = 0x4
+_HW_SLOWDOWN = 0x8
+_SW_THERMAL = 0x20
+_HW_THERMAL = 0x40
+_HW_POWER_BRAKE = 0x80
+THERMAL_BITS = _SW_THERMAL | _HW_THERMAL | _HW_SLOWDOWN
+POWER_BITS = _SW_POWER_CAP | _HW_POWER_BRAKE
+
+
+def gpu_observations(sample: GpuSample, previous: GpuSample | None, rules: GpuRules) -> Iterator[Observation]:
+    """What one sample says, given the previous sample of the same GPU (for counters and rates)."""
+
+    def obs(
+        fault: str, severity: Severity, action: RepairAction, message: str, healthy: bool = False
+    ) -> Observation:
+        return Observation(
+            ts=sample.ts,
+            key=IncidentKey(sample.host, ComponentKind.GPU, sample.uuid, fault),
+            severity=severity,
+            action=action,
+            rule=f"gpu.{fault.replace(':', '.')}",
+            message=message,
+            healthy=healthy,
+        )
+
+    if sample.remapped_rows_failure:
+        yield obs("row_remap:failure", Severity.CRITICAL, rules.remap_failure_action, "row remapping failed")
+    if sample.remapped_rows_pending:
+        yield obs(
+            "row_remap:pending", Severity.WARNING, rules.remap_pending_action, "row remap pending (reset)"
+        )
+    elif sample.remapped_rows_pending is False:
+        yield obs(
+            "row_remap:none_pending", Severity.INFO, RepairAction.NONE, "no remap pending", healthy=True
+        )
+    yield from _throttle(sample, rules, obs)
+    if (
+        sample.temperature_celsius is not None
+        and sample.temperature_celsius >= rules.temperature_warn_celsius
+    ):
+        yield obs(
+            "temperature:high", Severity.WARNING, RepairAction.INSPECT, f"{sample.temperature_celsius:.0f} C"
+        )
+    if previous is None or sample.ts <= previous.ts:
+        return
+    seconds = sample.ts - previous.ts
+    new_dbe = _increase(previous.ecc_uncorrected_volatile, sample.ecc_uncorrected_volatile)
+    if new_dbe:
+        yield obs(
+            "ecc:uncorrected",
+            Severity.CRITICAL,
+            rules.uncorrected_ecc_action,
+            f"{new_dbe} new uncorrected ECC errors",
+        )
+    sbe = _increase(previous.ecc_corrected_volatile, sample.ecc_corrected_volatile)
+    if sbe and sbe / seconds * 3600.0 >= rules.corrected_ecc_per_hour_warn:
+        yield obs(
+            "ecc:corrected_rate",
+            Severity.WARNING,
+            RepairAction.WATCH,
+            f"{sbe / seconds * 3600.0:.0f} corrected ECC/h",
+        )
+    crc = _increase(previous.nvlink_crc_flit_errors, sample.nvlink_crc_flit_errors)
+    if crc and crc / seconds >= rules.nvlink_crc_per_second_warn:
+        yield obs(
+            "nvlink:crc_rate",
+            Severity.WARNING,
+            RepairAction.INSPECT,
+            f"{crc / seconds:.1f} NVLink CRC errors/s",
+        )
+    replay = _increase(previous.pcie_replay_errors, sample.pcie_replay_errors)
+    if replay and replay / seconds >= rules.pcie_replay_per_second_warn:
+        yield obs(
+            "pcie:replay_rate",
+            Severity.WARNING,
+            RepairAction.INSPECT,
+            f"{replay / seconds:.1f} PCIe replays/s",
+        )
+
+
+def _throttle(
+    sample: GpuSample, rules: GpuRules, make: Callable[..., Observation]
+) -> Iterator[Observation]:
+    reasons = sample.clocks_event_reasons
+    if reasons is None:
+        return
+    if rules.thermal_throttle and reasons & THERMAL_BITS:
+        yield make(
+            "throttle:thermal", Severity.WARNING, RepairAction.INSPECT, f"thermal throttling (0x{reasons:x})"
+        )
+    if rules.power_throttle and reasons & POWER_BITS:
+        yield make(
+            "throttle:power", Severity.WARNING, RepairAction.WATCH, f"power throttling (0x{reasons:x})"
+        )
+    if not reasons & (THERMAL_BITS | POWER_BITS):
+        yield make("throttle:none", Severity.INFO, RepairAction.NONE, "not throttled", healthy=True)
+
+
+def _increase(before: int | None, after: int | None) -> int:
+    """A counter's increase; a decrease is a reset (driver reload), not a negative count."""
+    if before is None or after is None or after < before:
+        return 0
+    return after - before

@@ -1,0 +1,84 @@
+"""The circuit breaker and the repair rate limit, alone and inside the engine."""
+
+from __future__ import annotations
+
+from diagnosis.breaker import CircuitBreaker
+from diagnosis.engine import BREAKER_KEY, IncidentEngine
+from diagnosis.incident import ActionOutcome, IncidentState
+from diagnosis.model import RepairAction
+from diagnosis.policy import BreakerPolicy
+from diagnosis.rules import Signals
+from fleetguard.incidents.policy_files import load_policy
+from tests.diagnosis.records import T0, xid
+
+
+def test_acting_on_more_than_the_fraction_of_hosts_trips_and_holds_everything_after() -> None:
+    breaker = CircuitBreaker(
+        BreakerPolicy(max_host_fraction=0.5, window_seconds=300, min_hosts=2, repairs_per_hour=100)
+    )
+    assert breaker.permit("a", RepairAction.REBOOT_NODE, T0, 4).outcome is ActionOutcome.REQUESTED
+    assert breaker.permit("b", RepairAction.REBOOT_NODE, T0 + 1, 4).outcome is ActionOutcome.REQUESTED
+    third = breaker.permit("c", RepairAction.REBOOT_NODE, T0 + 2, 4)
+    assert third.outcome is ActionOutcome.HELD and third.tripped_now and "3 of 4 hosts" in third.reason
+    # It never resets by itself.
+    assert breaker.permit("a", RepairAction.RESET_GPU, T0 + 86400, 4).outcome is ActionOutcome.HELD
+    breaker.reset()
+    assert breaker.permit("a", RepairAction.RESET_GPU, T0 + 86401, 4).outcome is ActionOutcome.REQUESTED
+
+
+def test_actions_spread_beyond_the_window_do_not_trip() -> None:
+    breaker = CircuitBreaker(
+        BreakerPolicy(max_host_fraction=0.5, window_seconds=300, min_hosts=2, repairs_per_hour=100)
+    )
+    for i, host in enumerate("abcd"):
+        assert (
+            breaker.permit(host, RepairAction.REBOOT_NODE, T0 + i * 301, 4).outcome is ActionOutcome.REQUESTED
+        )
+
+
+def test_the_repair_rate_limit_defers_beyond_max_of_floor_and_fraction_per_hour() -> None:
+    breaker = CircuitBreaker(
+        BreakerPolicy(max_host_fraction=1.0, repairs_per_hour=3, repairs_fraction_per_hour=0.1)
+    )
+    outcomes = [breaker.permit(f"h{i}", RepairAction.RESET_GPU, T0 + i, 100).outcome for i in range(12)]
+    assert outcomes.count(ActionOutcome.REQUESTED) == 10  # max(3, 10% of 100)
+    assert outcomes[10:] == [ActionOutcome.DEFERRED] * 2
+    assert (
+        breaker.permit("h99", RepairAction.RESET_GPU, T0 + 3601 + 11, 100).outcome is ActionOutcome.REQUESTED
+    )
+
+
+def test_observing_actions_are_never_limited() -> None:
+    breaker = CircuitBreaker(BreakerPolicy(repairs_per_hour=0, repairs_fraction_per_hour=0.0))
+    assert breaker.permit("a", RepairAction.INSPECT, T0, 1).outcome is ActionOutcome.REQUESTED
+
+
+def test_the_engine_opens_a_breaker_incident_holds_actions_and_replays_the_backlog_on_reset() -> None:
+    eng = IncidentEngine(
+        load_policy(overrides={"breaker": {"max_host_fraction": 0.5, "min_hosts": 2, "repairs_per_hour": 10}})
+    )
+    hosts = [f"n{i}" for i in range(4)]
+    eng.observe(Signals(events=[xid(43, T0, host=h) for h in hosts]), T0)  # the fleet has 4 hosts
+    changes = eng.observe(Signals(events=[xid(79, T0 + 1 + i, host=h) for i, h in enumerate(hosts)]), T0 + 5)
+    outcomes = [a.outcome for c in changes for a in c.actions]
+    assert outcomes == [
+        ActionOutcome.REQUESTED,
+        ActionOutcome.REQUESTED,
+        ActionOutcome.HELD,
+        ActionOutcome.HELD,
+    ]
+    assert eng.incidents[BREAKER_KEY].state is IncidentState.OPEN
+    reset = eng.reset_breaker(T0 + 600, process_backlog=True)
+    assert eng.incidents[BREAKER_KEY].state is IncidentState.RESOLVED
+    requested = [a for c in reset for a in c.actions if a.outcome is ActionOutcome.REQUESTED]
+    assert len(requested) == 2  # the two held reboots
+
+
+def test_reset_without_the_backlog_leaves_held_actions_alone() -> None:
+    eng = IncidentEngine(
+        load_policy(overrides={"breaker": {"max_host_fraction": 0.5, "min_hosts": 2, "repairs_per_hour": 10}})
+    )
+    hosts = [f"n{i}" for i in range(4)]
+    eng.observe(Signals(events=[xid(79, T0 + i, host=h) for i, h in enumerate(hosts)]), T0 + 5)
+    reset = eng.reset_breaker(T0 + 600, process_backlog=False)
+    assert not [a for c in reset for a in c.actions]
