@@ -102,6 +102,13 @@ class NvmlApi:
     register_events: Callable[..., Any]
     event_set_wait: Callable[..., Any]
     event_set_free: Callable[..., Any]
+    violation_status: Callable[..., Any]
+    compute_processes: Callable[..., Any]
+    gpm_query_support: Callable[..., Any]
+    gpm_sample_alloc: Callable[..., Any]
+    gpm_sample_free: Callable[..., Any]
+    gpm_sample_get: Callable[..., Any]
+    gpm_metrics_get: Callable[..., Any]
 
     @classmethod
     def from_module(cls, module: Any) -> NvmlApi:
@@ -151,6 +158,13 @@ _PYNVML_NAMES: Final[dict[str, str]] = {
     "register_events": "nvmlDeviceRegisterEvents",
     "event_set_wait": "nvmlEventSetWait_v2",
     "event_set_free": "nvmlEventSetFree",
+    "violation_status": "nvmlDeviceGetViolationStatus",
+    "compute_processes": "nvmlDeviceGetComputeRunningProcesses",
+    "gpm_query_support": "nvmlGpmQueryDeviceSupport",
+    "gpm_sample_alloc": "nvmlGpmSampleAlloc",
+    "gpm_sample_free": "nvmlGpmSampleFree",
+    "gpm_sample_get": "nvmlGpmSampleGet",
+    "gpm_metrics_get": "nvmlGpmMetricsGet",
 }
 
 

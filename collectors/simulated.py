@@ -16,6 +16,8 @@ import uuid
 from collections import deque
 from collections.abc import Mapping, Sequence
 
+from collectors.gpu_device import FastReading, GpmReading, GpuIdentity, GpuProcesses, SlowReading
+from collectors.gpu_sampling import GpuSampler, SamplingPlan
 from collectors.simulated_faults import (
     EccRampThenDbe,
     FaultScript,
@@ -44,7 +46,7 @@ from collectors.simulated_hardware import (
     SimPort,
 )
 from collectors.simulated_kernel_log import xid_detail, xid_line
-from fleetguard.records.telemetry import Batch, Event, EventKind, GpuSample, NicCounterSample, NicSample
+from fleetguard.records.telemetry import Batch, Event, EventKind, NicCounterSample, NicSample
 
 __all__ = [
     "MAX_GPUS_PER_HOST",
@@ -276,72 +278,128 @@ class _SimulatedCollector:
         pass  # nothing to release; the fleet outlives its collectors
 
 
+class SimulatedGpuDevice:
+    """A simulated GPU as a `collectors.gpu_device.GpuDevice`: what NVML would answer, GPM included."""
+
+    __slots__ = ("_gpu", "_identity")
+
+    def __init__(self, gpu: SimGpu) -> None:
+        self._gpu = gpu
+        self._identity = GpuIdentity(
+            index=gpu.index,
+            uuid=gpu.uuid,
+            name=GPU_NAME,
+            serial=gpu.serial,
+            pci_bus_id=gpu.pci_bus_id,
+            driver_version=DRIVER_VERSION,
+            pcie_link_gen_max=PCIE_GEN,
+            pcie_link_width_max=PCIE_WIDTH,
+        )
+
+    @property
+    def identity(self) -> GpuIdentity:
+        return self._identity
+
+    @property
+    def has_gpm(self) -> bool:
+        return True  # an H100
+
+    def read_fast(self) -> FastReading:
+        gpu = self._gpu
+        return FastReading(
+            utilization_gpu_percent=gpu.utilization_gpu_percent,
+            utilization_memory_percent=gpu.utilization_memory_percent,
+            memory_used_bytes=gpu.memory_used_bytes,
+            memory_total_bytes=MEMORY_TOTAL_BYTES,
+            temperature_celsius=float(round(gpu.temperature_celsius)),  # NVML reports whole degrees
+            power_watts=gpu.power_watts,
+            sm_clock_mhz=gpu.sm_clock_mhz,
+            memory_clock_mhz=MEMORY_CLOCK_MHZ,
+            performance_state=0,
+            clocks_event_reasons=gpu.clocks_event_reasons,
+            ecc_corrected_volatile=gpu.ecc_corrected_volatile,
+            ecc_uncorrected_volatile=gpu.ecc_uncorrected_volatile,
+            ecc_corrected_aggregate=gpu.ecc_corrected_aggregate,
+            ecc_uncorrected_aggregate=gpu.ecc_uncorrected_aggregate,
+            remapped_rows_corrected=gpu.remapped_rows_corrected,
+            remapped_rows_uncorrected=gpu.remapped_rows_uncorrected,
+            remapped_rows_pending=gpu.remapped_rows_pending,
+            remapped_rows_failure=gpu.remapped_rows_failure,
+        )  # retired_pages_* stay None: Hopper remaps rows instead of retiring pages
+
+    def read_slow(self, *, pcie_throughput: bool) -> SlowReading:
+        gpu = self._gpu
+        return SlowReading(
+            pcie_replay_errors=gpu.pcie_replay_errors,
+            pcie_link_gen=PCIE_GEN,
+            pcie_link_width=PCIE_WIDTH,
+            pcie_tx_bytes_per_second=gpu.pcie_tx_bytes_per_second if pcie_throughput else None,
+            pcie_rx_bytes_per_second=gpu.pcie_rx_bytes_per_second if pcie_throughput else None,
+            violation_power_seconds=round(gpu.violation_power_seconds, 3),
+            violation_thermal_seconds=round(gpu.violation_thermal_seconds, 3),
+            nvlink_links_active=gpu.nvlink_links_active,
+            nvlink_crc_flit_errors=gpu.nvlink_crc_flit_errors,
+            nvlink_crc_data_errors=gpu.nvlink_crc_data_errors,
+            nvlink_replay_errors=gpu.nvlink_replay_errors,
+            nvlink_recovery_errors=gpu.nvlink_recovery_errors,
+        )
+
+    def read_energy_joules(self) -> float | None:
+        return self._gpu.energy_joules
+
+    def read_gpm(self) -> GpmReading | None:
+        gpu = self._gpu
+        return GpmReading(
+            sm_activity_percent=gpu.gpm_sm_activity_percent,
+            sm_occupancy_percent=gpu.gpm_sm_occupancy_percent,
+            tensor_activity_percent=gpu.gpm_tensor_activity_percent,
+            dram_bandwidth_percent=gpu.gpm_dram_bandwidth_percent,
+            pcie_tx_bytes_per_second=gpu.pcie_tx_bytes_per_second,
+            pcie_rx_bytes_per_second=gpu.pcie_rx_bytes_per_second,
+            nvlink_tx_bytes_per_second=gpu.nvlink_bytes_per_second,
+            nvlink_rx_bytes_per_second=gpu.nvlink_bytes_per_second,
+        )
+
+    def compute_pids(self) -> tuple[int, ...] | None:
+        return (self._gpu.pid,)  # the training rank that owns the GPU
+
+
 class SimulatedGpuCollector(_SimulatedCollector):
-    """What the NVML collector would read from every GPU of the fleet; a GPU that fell off reports as lost."""
+    """What the NVML collector would read from every GPU of the fleet, on the same cadence
+    (`collectors.gpu_sampling`); a GPU that fell off reports as lost."""
 
     name = "simulated_gpu"
 
-    def __init__(self, fleet: SimulatedFleet) -> None:
+    def __init__(self, fleet: SimulatedFleet, plan: SamplingPlan | None = None) -> None:
         super().__init__(fleet)
         self._reported_lost: set[tuple[int, int]] = set()
+        plan = plan or SamplingPlan()
+        per_host = fleet.gpus_per_host
+        self._devices = [
+            [(SimulatedGpuDevice(gpu), GpuSampler(plan, gpu.index / per_host)) for gpu in host.gpus]
+            for host in fleet.hosts
+        ]
+        self._pids: list[GpuProcesses] = []
 
     def collect(self, now: float) -> Batch:
         batch = Batch()
         if not self._advance(now):
             return batch
         samples = batch.gpu_samples
+        self._pids = []
         for host in self.fleet.hosts:
-            for gpu in host.gpus:
+            for gpu, (device, sampler) in zip(host.gpus, self._devices[host.index], strict=True):
                 if not gpu.lost:
-                    samples.append(_gpu_sample(now, host.name, gpu))
+                    samples.append(sampler.sample(device, host.name, now))
+                    self._pids.append(GpuProcesses(gpu.uuid, gpu.index, (gpu.pid,)))
                 elif (host.index, gpu.index) not in self._reported_lost:
                     self._reported_lost.add((host.index, gpu.index))
                     batch.events.append(_gpu_lost_event(now, host.name, gpu))
         return batch
 
-
-def _gpu_sample(now: float, host: str, gpu: SimGpu) -> GpuSample:
-    return GpuSample(
-        ts=now,
-        host=host,
-        gpu_index=gpu.index,
-        uuid=gpu.uuid,
-        name=GPU_NAME,
-        serial=gpu.serial,
-        pci_bus_id=gpu.pci_bus_id,
-        driver_version=DRIVER_VERSION,
-        utilization_gpu_percent=gpu.utilization_gpu_percent,
-        utilization_memory_percent=gpu.utilization_memory_percent,
-        memory_used_bytes=gpu.memory_used_bytes,
-        memory_total_bytes=MEMORY_TOTAL_BYTES,
-        temperature_celsius=float(round(gpu.temperature_celsius)),  # NVML reports whole degrees
-        power_watts=gpu.power_watts,
-        energy_joules=round(gpu.energy_joules, 3),
-        sm_clock_mhz=gpu.sm_clock_mhz,
-        memory_clock_mhz=MEMORY_CLOCK_MHZ,
-        performance_state=0,
-        clocks_event_reasons=gpu.clocks_event_reasons,
-        ecc_corrected_volatile=gpu.ecc_corrected_volatile,
-        ecc_uncorrected_volatile=gpu.ecc_uncorrected_volatile,
-        ecc_corrected_aggregate=gpu.ecc_corrected_aggregate,
-        ecc_uncorrected_aggregate=gpu.ecc_uncorrected_aggregate,
-        remapped_rows_corrected=gpu.remapped_rows_corrected,
-        remapped_rows_uncorrected=gpu.remapped_rows_uncorrected,
-        remapped_rows_pending=gpu.remapped_rows_pending,
-        remapped_rows_failure=gpu.remapped_rows_failure,
-        pcie_replay_errors=gpu.pcie_replay_errors,
-        pcie_tx_bytes_per_second=gpu.pcie_tx_bytes_per_second,
-        pcie_rx_bytes_per_second=gpu.pcie_rx_bytes_per_second,
-        pcie_link_gen=PCIE_GEN,
-        pcie_link_gen_max=PCIE_GEN,
-        pcie_link_width=PCIE_WIDTH,
-        pcie_link_width_max=PCIE_WIDTH,
-        nvlink_links_active=gpu.nvlink_links_active,
-        nvlink_crc_flit_errors=gpu.nvlink_crc_flit_errors,
-        nvlink_crc_data_errors=gpu.nvlink_crc_data_errors,
-        nvlink_replay_errors=gpu.nvlink_replay_errors,
-        nvlink_recovery_errors=gpu.nvlink_recovery_errors,
-    )  # retired_pages_* stay None: Hopper remaps rows instead of retiring pages
+    def gpu_processes(self) -> list[GpuProcesses]:
+        """The training process on each GPU still answering at the last round (every host of the fleet)."""
+        return list(self._pids)
 
 
 def _gpu_lost_event(now: float, host: str, gpu: SimGpu) -> Event:

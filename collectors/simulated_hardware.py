@@ -142,6 +142,8 @@ class SimGpu:
         "utilization_gpu_percent",
         "utilization_memory_percent",
         "uuid",
+        "violation_power_seconds",
+        "violation_thermal_seconds",
     )
 
     def __init__(self, index: int, uuid: str, serial: str, pid: int, rng: random.Random) -> None:
@@ -184,6 +186,8 @@ class SimGpu:
         self.clocks_event_reasons = 0
         self.pcie_tx_bytes_per_second = 0.0
         self.pcie_rx_bytes_per_second = 0.0
+        self.violation_power_seconds = 0.0  # time held down by the power cap / by heat, since driver load
+        self.violation_thermal_seconds = 0.0
         self.step(0.0, 1.0, 0.0, rng)
         self.temperature_celsius = self._natural_temperature(0.0)
 
@@ -225,6 +229,10 @@ class SimGpu:
             sm_clock = min(sm_clock, SM_CLOCK_MAX_MHZ // 2 - int(15.0 * (temperature - SLOWDOWN_CELSIUS)))
         self.sm_clock_mhz = sm_clock
         self.clocks_event_reasons = reasons
+        if reasons & CLOCKS_EVENT_SW_POWER_CAP:
+            self.violation_power_seconds += dt_seconds
+        if reasons & (CLOCKS_EVENT_SW_THERMAL_SLOWDOWN | CLOCKS_EVENT_HW_THERMAL_SLOWDOWN):
+            self.violation_thermal_seconds += dt_seconds
         power = min(demand, POWER_LIMIT_WATTS) * (0.35 + 0.65 * sm_clock / SM_CLOCK_MAX_MHZ)
         self.power_watts = round(power, 3)
         self.energy_joules += power * dt_seconds
@@ -249,6 +257,32 @@ class SimGpu:
             self.pcie_replay_errors += expected_count(
                 self.pcie_replay_rate_per_second * dt_seconds, rng.random()
             )
+
+    # ---- GPM profiling metrics, from the state above (no random draws: the fleet draws what it always did)
+
+    @property
+    def gpm_sm_activity_percent(self) -> float:
+        """Busy SMs: a bf16 training step keeps ~95% of them busy while the GPU is busy at all."""
+        return round(self.utilization_gpu_percent * 0.95, 2)
+
+    @property
+    def gpm_sm_occupancy_percent(self) -> float:
+        """Resident warps of the maximum: large GEMM kernels run about half occupied."""
+        return round(self.utilization_gpu_percent * 0.5, 2)
+
+    @property
+    def gpm_tensor_activity_percent(self) -> float:
+        """Tensor-core activity falls with the SM clock when the GPU is throttled."""
+        return round(self.utilization_gpu_percent * 0.7 * self.sm_clock_mhz / SM_CLOCK_MAX_MHZ, 2)
+
+    @property
+    def gpm_dram_bandwidth_percent(self) -> float:
+        return round(min(100.0, self.utilization_memory_percent * 0.9), 2)
+
+    @property
+    def nvlink_bytes_per_second(self) -> float:
+        """All-reduce traffic: up to ~180 GB/s each way over 18 links at full load."""
+        return round(self.load * 180e9 * self.nvlink_links_active / NVLINK_LINKS, 0)
 
     def add_ecc(self, corrected: int = 0, uncorrected: int = 0) -> None:
         self.ecc_corrected_volatile += corrected

@@ -41,8 +41,9 @@ class GpuSample:
     remapped_rows_pending: bool | None = None  # GetRemappedRows()[2]
     remapped_rows_failure: bool | None = None  # GetRemappedRows()[3]
     pcie_replay_errors: int | None = None  # nvmlDeviceGetPcieReplayCounter (cumulative)
-    pcie_tx_bytes_per_second: float | None = None  # GetPcieThroughput(TX) KB/s * 1024
-    pcie_rx_bytes_per_second: float | None = None  # GetPcieThroughput(RX) KB/s * 1024
+    # GPM's PCIE_TX/RX_PER_SEC every round where offered, else GetPcieThroughput(TX/RX) KB/s * 1024 (slow)
+    pcie_tx_bytes_per_second: float | None = None
+    pcie_rx_bytes_per_second: float | None = None
     pcie_link_gen: int | None = None  # GetCurrPcieLinkGeneration
     pcie_link_gen_max: int | None = None  # GetMaxPcieLinkGeneration
     pcie_link_width: int | None = None  # GetCurrPcieLinkWidth
@@ -52,6 +53,20 @@ class GpuSample:
     nvlink_crc_data_errors: int | None = None  # sum over links, GetNvLinkErrorCounter(CRC_DATA)
     nvlink_replay_errors: int | None = None  # sum over links, GetNvLinkErrorCounter(REPLAY)
     nvlink_recovery_errors: int | None = None  # sum over links, GetNvLinkErrorCounter(RECOVERY)
+    # Schema version 5 (collectors/gpu_sampling.py: which field is read how often). Fields read on the slow
+    # cadence (PCIe replay counter, current link generation and width, NVLink state and errors, PCIe
+    # throughput where GPM lacks it, violation times) keep their last reading between reads; this is when it
+    # was taken. energy_joules is current every round (integrated from power between counter reads).
+    slow_read_ts: float | None = None
+    violation_power_seconds: float | None = None  # GetViolationStatus(POWER).violationTime / 1e9 (cumulative)
+    violation_thermal_seconds: float | None = None  # GetViolationStatus(THERMAL).violationTime / 1e9
+    # GPM (Hopper and later), averaged over the round: nvmlGpmMetricsGet between this and the previous sample.
+    gpm_sm_activity_percent: float | None = None  # NVML_GPM_METRIC_SM_UTIL
+    gpm_sm_occupancy_percent: float | None = None  # NVML_GPM_METRIC_SM_OCCUPANCY
+    gpm_tensor_activity_percent: float | None = None  # NVML_GPM_METRIC_ANY_TENSOR_UTIL
+    gpm_dram_bandwidth_percent: float | None = None  # NVML_GPM_METRIC_DRAM_BW_UTIL
+    nvlink_tx_bytes_per_second: float | None = None  # NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC MiB/s * 2**20
+    nvlink_rx_bytes_per_second: float | None = None  # NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC MiB/s * 2**20
 
 
 @dataclass(frozen=True, slots=True)

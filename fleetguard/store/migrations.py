@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from fleetguard.store.schema import TABLES
+from fleetguard.store.schema import TABLES, quote_ident
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,20 @@ def _create(*tables: str) -> Callable[[duckdb.DuckDBPyConnection], None]:
     return apply
 
 
+def _add_columns(table: str, *columns: str) -> Callable[[duckdb.DuckDBPyConnection], None]:
+    """Add record fields to a table made by an older version (a new store has them from its CREATE)."""
+
+    def apply(con: duckdb.DuckDBPyConnection) -> None:
+        by_name = {c.name: c for c in TABLES[table].columns}
+        for name in columns:
+            column = by_name[name]
+            con.execute(
+                f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {quote_ident(name)} {column.sql_type}"
+            )
+
+    return apply
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -42,6 +56,22 @@ MIGRATIONS: tuple[Migration, ...] = (
         _create("heartbeats", "step_timings", "collective_progress", "findings", "actions"),
     ),
     Migration(3, "failure predictor: live predictions", _create("predictions")),
+    Migration(
+        5,
+        "real GPUs: slow-field read time, violation times, GPM profiling metrics",
+        _add_columns(
+            "gpu_samples",
+            "slow_read_ts",
+            "violation_power_seconds",
+            "violation_thermal_seconds",
+            "gpm_sm_activity_percent",
+            "gpm_sm_occupancy_percent",
+            "gpm_tensor_activity_percent",
+            "gpm_dram_bandwidth_percent",
+            "nvlink_tx_bytes_per_second",
+            "nvlink_rx_bytes_per_second",
+        ),
+    ),
 )
 
 CURRENT_VERSION = MIGRATIONS[-1].version

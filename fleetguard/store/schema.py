@@ -14,7 +14,7 @@ from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
 from fleetguard.records.telemetry import Event, GpuSample, NicCounterSample, NicSample
 
 # Fields holding UTC epoch seconds in Python and TIMESTAMP in DuckDB.
-TIMESTAMP_FIELDS = frozenset({"ts", "last_ts"})
+TIMESTAMP_FIELDS = frozenset({"ts", "last_ts", "slow_read_ts"})
 
 _SQL_TYPES: dict[type, str] = {float: "DOUBLE", int: "BIGINT", str: "VARCHAR", bool: "BOOLEAN"}
 

@@ -4,13 +4,20 @@ Each `FakeGpu` holds what its NVML queries answer; `errors` maps a pynvml functi
 it raises, built as real pynvml error objects (`pynvml.NVMLError(code)` is the matching subclass), so the code
 under test sees exactly what a driver would make pynvml raise. `lost = True` makes every query of that GPU
 raise GPU_IS_LOST.
+
+With a `CostMeter`, every call is charged the CPU (and wall) time the same call cost on a real H100
+(tests/fixtures/h100/nvml-call-costs.json), so a test can assert what a sampling round costs there.
+`h100_as_recorded()` answers what that H100 answered (tests/fixtures/h100/collect-once.json).
 """
 
 from __future__ import annotations
 
+import ctypes
+import json
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -27,6 +34,19 @@ CRC_FLIT = pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT
 CRC_DATA = pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA
 REPLAY = pynvml.NVML_NVLINK_ERROR_DL_REPLAY
 RECOVERY = pynvml.NVML_NVLINK_ERROR_DL_RECOVERY
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "h100"
+
+# GPM metrics as an H100 SXM under a bf16 training load answers them (NVML_GPM_METRIC_* -> value).
+H100_GPM: dict[int, float] = {
+    pynvml.NVML_GPM_METRIC_SM_UTIL: 91.5,
+    pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: 48.25,
+    pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 63.0,
+    pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: 37.5,
+    pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC: 1200.0,  # MiB/s
+    pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC: 3400.0,
+    pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC: 150_000.0,
+    pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC: 149_000.0,
+}
 
 
 @dataclass
@@ -79,6 +99,12 @@ class FakeGpu:
     pcie_width: int = 16
     pcie_width_max: int = 16
     nvlinks: dict[int, FakeNvLink] = field(default_factory=h100_nvlinks)
+    violation_power_ns: int = 12_500_000_000
+    violation_thermal_ns: int = 0
+    compute_pids: tuple[int, ...] = (4242,)
+    # GPM metric id -> value, or -> NVML return code (int) for a metric the GPU answers with an error;
+    # None: no GPM at all (nvmlGpmQueryDeviceSupport says isSupportedDevice = 0)
+    gpm: dict[int, float | int] | None = field(default_factory=lambda: dict(H100_GPM))
     errors: dict[str, int] = field(default_factory=dict)
     lost: bool = False
 
@@ -107,8 +133,102 @@ def volta(index: int = 0) -> FakeGpu:
         retired_pages={SBE: [0x1F2A3000, 0x1F2A4000], DBE: [0x2B3C4000]},
         retired_pages_pending=pynvml.NVML_FEATURE_ENABLED,
         nvlinks={link: FakeNvLink() for link in range(6)},
+        gpm=None,
         errors={"nvmlDeviceGetRemappedRows": pynvml.NVML_ERROR_NOT_SUPPORTED},
     )
+
+
+def h100_as_recorded(index: int = 0) -> FakeGpu:
+    """The H100 of tests/fixtures/h100 (idle, PCIe, alone: no NVLink, no retired pages), as NVML answered.
+
+    GPM answered there too; its values were not recorded, so this GPU answers H100_GPM's."""
+    (recorded,) = json.loads((FIXTURES / "collect-once.json").read_text())["gpu_samples"]
+    not_supported = pynvml.NVML_ERROR_NOT_SUPPORTED
+    return FakeGpu(
+        index=index,
+        uuid=recorded["uuid"] if index == 0 else f"{recorded['uuid'][:-4]}{index:04d}",
+        name=recorded["name"],
+        serial=recorded["serial"],
+        bus_id=b"00000000:00:06.0" if index == 0 else f"00000000:{6 + index:02X}:00.0".encode(),
+        utilization_gpu=int(recorded["utilization_gpu_percent"]),
+        utilization_memory=int(recorded["utilization_memory_percent"]),
+        memory_used=recorded["memory_used_bytes"],
+        memory_total=recorded["memory_total_bytes"],
+        temperature=int(recorded["temperature_celsius"]),
+        power_mw=round(recorded["power_watts"] * 1000),
+        energy_mj=round(recorded["energy_joules"] * 1000),
+        sm_clock_mhz=recorded["sm_clock_mhz"],
+        memory_clock_mhz=recorded["memory_clock_mhz"],
+        pstate=recorded["performance_state"],
+        clocks_event_reasons=recorded["clocks_event_reasons"],
+        ecc={
+            (CORRECTED, VOLATILE): recorded["ecc_corrected_volatile"],
+            (UNCORRECTED, VOLATILE): recorded["ecc_uncorrected_volatile"],
+            (CORRECTED, AGGREGATE): recorded["ecc_corrected_aggregate"],
+            (UNCORRECTED, AGGREGATE): recorded["ecc_uncorrected_aggregate"],
+        },
+        remapped_rows=(
+            recorded["remapped_rows_corrected"],
+            recorded["remapped_rows_uncorrected"],
+            int(recorded["remapped_rows_pending"]),
+            int(recorded["remapped_rows_failure"]),
+        ),
+        pcie_replay=recorded["pcie_replay_errors"],
+        pcie_tx_kib=round(recorded["pcie_tx_bytes_per_second"] / 1024),
+        pcie_rx_kib=round(recorded["pcie_rx_bytes_per_second"] / 1024),
+        pcie_gen=recorded["pcie_link_gen"],
+        pcie_gen_max=recorded["pcie_link_gen_max"],
+        pcie_width=recorded["pcie_link_width"],
+        pcie_width_max=recorded["pcie_link_width_max"],
+        nvlinks={},
+        compute_pids=(),
+        errors={
+            "nvmlDeviceGetRetiredPages": not_supported,
+            "nvmlDeviceGetRetiredPagesPendingStatus": not_supported,
+        },
+    )
+
+
+class CostMeter:
+    """Charges each NVML call what it cost on the recorded H100; `cpu_us` / `wall_us` add up the charges."""
+
+    def __init__(self, path: Path = FIXTURES / "nvml-call-costs.json") -> None:
+        table = json.loads(path.read_text())
+        self.cpu_per_call: dict[str, float] = {name: float(table["cheap_cpu_us"]) for name in table["cheap"]}
+        self.cpu_per_call.update({name: float(us) for name, us in table["cpu_us"].items()})
+        self.wall_per_call: dict[str, float] = {name: float(us) for name, us in table["wall_us"].items()}
+        self.unlisted_cpu_us = float(table["unlisted_cpu_us"])
+        self.unlisted: set[str] = set()  # calls the recording has no figure for (charged unlisted_cpu_us)
+        self.cpu_us = 0.0
+        self.wall_us = 0.0
+
+    def charge(self, name: str) -> None:
+        cpu = self.cpu_per_call.get(name)
+        if cpu is None:
+            self.unlisted.add(name)
+            cpu = self.unlisted_cpu_us
+        self.cpu_us += cpu
+        self.wall_us += self.wall_per_call.get(name, cpu)
+
+
+# Calls made once per GPU or per process (start-up, attach) or that only the stub's bookkeeping makes: not
+# charged, so that a meter read across rounds measures the rounds.
+_SET_UP_CALLS = frozenset(
+    {
+        "nvmlInit",
+        "nvmlShutdown",
+        "nvmlDeviceGetCount",
+        "nvmlSystemGetDriverVersion",
+        "nvmlDeviceGetHandleByIndex",
+        "nvmlDeviceGetHandleByUUID",
+        "nvmlEventSetCreate",
+        "nvmlDeviceRegisterEvents",
+        "nvmlEventSetFree",
+        "nvmlGpmSampleAlloc",
+        "nvmlGpmSampleFree",
+        "nvmlGpmQueryDeviceSupport",
+    }
+)
 
 
 def nvml_error(code: int) -> pynvml.NVMLError:
@@ -125,8 +245,10 @@ class FakeNvml:
         init_error: int | None = None,
         driver_version: str = "550.90.07",
         system_errors: dict[str, int] | None = None,
+        cost: CostMeter | None = None,
     ) -> None:
         self.gpus = gpus
+        self.cost = cost
         self.init_error = init_error
         self.driver_version = driver_version
         self.system_errors = system_errors or {}
@@ -135,13 +257,24 @@ class FakeNvml:
         self.registered: set[int] = set()
         self.event_sets_freed = 0
         self.shutdowns = 0
+        self.gpm_samples_freed = 0
+        self._gpm_sampled: dict[int, FakeGpu] = {}  # GPM sample address -> the GPU it was taken of
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
-        for name, fn in self._system_functions().items():
-            monkeypatch.setattr(pynvml, name, self._counted(name, fn))
-        for name, read in self._device_functions().items():
-            monkeypatch.setattr(pynvml, name, self._device(name, read))
+        for name, fn in self.functions().items():
+            monkeypatch.setattr(pynvml, name, fn)
         return self
+
+    def as_module(self) -> SimpleNamespace:
+        """The scripted driver as a stand-in module (`NvmlCollector(host, nvml=...)`), pynvml left alone."""
+        return SimpleNamespace(**self.functions())
+
+    def functions(self) -> dict[str, Callable[..., Any]]:
+        """Every scripted pynvml function, counted (and charged, with a cost meter), by pynvml name."""
+        wrapped = {name: self._counted(name, fn) for name, fn in self._system_functions().items()}
+        wrapped.update({name: self._device(name, read) for name, read in self._device_functions().items()})
+        wrapped["nvmlGpmSampleGet"] = self._device("nvmlGpmSampleGet", self._gpm_sample)
+        return wrapped
 
     def xid(self, gpu_index: int, xid: int) -> None:
         """The driver reports XID `xid` on GPU `gpu_index` (delivered only if the GPU was registered)."""
@@ -152,7 +285,7 @@ class FakeNvml:
 
     def _counted(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any) -> Any:
-            self.calls[name] += 1
+            self._charge(name)
             code = self.system_errors.get(name)
             if code is not None:
                 raise nvml_error(code)
@@ -162,7 +295,7 @@ class FakeNvml:
 
     def _device(self, name: str, read: Callable[..., Any]) -> Callable[..., Any]:
         def call(handle: FakeGpu, *args: Any) -> Any:
-            self.calls[name] += 1
+            self._charge(name)
             if handle.lost:
                 raise nvml_error(pynvml.NVML_ERROR_GPU_IS_LOST)
             code = handle.errors.get(name)
@@ -171,6 +304,39 @@ class FakeNvml:
             return read(handle, *args)
 
         return call
+
+    def _charge(self, name: str) -> None:
+        self.calls[name] += 1
+        if self.cost is not None and name not in _SET_UP_CALLS:
+            self.cost.charge(name)
+
+    def _gpm_metrics(self, request: Any) -> Any:
+        """nvmlGpmMetricsGet: each asked metric's value on the GPU both samples were taken of."""
+        assert request.version == pynvml.NVML_GPM_METRICS_GET_VERSION
+        first = self._gpm_sampled.get(_address(request.sample1))
+        second = self._gpm_sampled.get(_address(request.sample2))
+        if first is None or second is None or first is not second:
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        answers = first.gpm or {}
+        for slot in range(request.numMetrics):
+            metric = request.metrics[slot]
+            answer = answers.get(metric.metricId, pynvml.NVML_ERROR_NOT_SUPPORTED)
+            if isinstance(answer, int):
+                metric.nvmlReturn = answer
+            else:
+                metric.nvmlReturn = pynvml.NVML_SUCCESS
+                metric.value = answer
+        return request
+
+    def _gpm_sample(self, gpu: FakeGpu, sample: Any) -> Any:
+        if gpu.gpm is None:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        self._gpm_sampled[_address(sample)] = gpu
+        return sample
+
+    def _gpm_free(self, sample: Any) -> None:
+        self.gpm_samples_freed += 1
+        self._gpm_sampled.pop(_address(sample), None)
 
     def _system_functions(self) -> dict[str, Callable[..., Any]]:
         def init() -> None:
@@ -227,6 +393,9 @@ class FakeNvml:
             "nvmlDeviceRegisterEvents": register,
             "nvmlEventSetWait_v2": wait,
             "nvmlEventSetFree": free,
+            "nvmlGpmSampleAlloc": lambda: pynvml.c_nvmlGpmSample_t(pynvml.struct_c_nvmlGpmSample_t()),
+            "nvmlGpmSampleFree": self._gpm_free,
+            "nvmlGpmMetricsGet": self._gpm_metrics,
         }
 
     @staticmethod
@@ -279,4 +448,21 @@ class FakeNvml:
                 pynvml.NVML_FEATURE_ENABLED if nvlink(g, link).active else pynvml.NVML_FEATURE_DISABLED
             ),
             "nvmlDeviceGetNvLinkErrorCounter": lambda g, link, counter: nvlink(g, link).errors[counter],
+            "nvmlDeviceGetViolationStatus": lambda g, policy: SimpleNamespace(
+                referenceTime=1_700_000_000_000_000,
+                violationTime={
+                    pynvml.NVML_PERF_POLICY_POWER: g.violation_power_ns,
+                    pynvml.NVML_PERF_POLICY_THERMAL: g.violation_thermal_ns,
+                }[policy],
+            ),
+            "nvmlDeviceGetComputeRunningProcesses": lambda g: [
+                SimpleNamespace(pid=pid, usedGpuMemory=1 << 30) for pid in g.compute_pids
+            ],
+            "nvmlGpmQueryDeviceSupport": lambda g: SimpleNamespace(
+                version=pynvml.NVML_GPM_SUPPORT_VERSION, isSupportedDevice=int(g.gpm is not None)
+            ),
         }
+
+
+def _address(sample: Any) -> int:
+    return int(ctypes.cast(sample, ctypes.c_void_p).value or 0)

@@ -7,6 +7,7 @@ import dataclasses
 import pynvml
 import pytest
 
+from collectors.gpu_sampling import SamplingPlan
 from collectors.nvml import NvmlCollector
 from collectors.protocol import Collector, CollectorUnavailable
 from fleetguard.records.telemetry import EventKind, GpuSample
@@ -89,6 +90,10 @@ def test_a_healthy_h100_yields_every_field_in_the_record_units(monkeypatch: pyte
         nvlink_crc_data_errors=1,
         nvlink_replay_errors=8,
         nvlink_recovery_errors=2,
+        slow_read_ts=T0,  # the first round reads every field
+        violation_power_seconds=12.5,  # ns -> s
+        violation_thermal_seconds=0.0,
+        # GPM needs two samples: its metrics come from the second round on (test_nvml_gpm.py)
     )
 
 
@@ -132,9 +137,12 @@ def test_performance_state_unknown_is_none(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_pcie_throughput_is_not_asked_when_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = install(monkeypatch, [FakeGpu()])
-    sample = one_sample(NvmlCollector(HOST, read_pcie_throughput=False))
+    collector = NvmlCollector(HOST, plan=SamplingPlan(read_pcie_throughput=False))
+    sample = one_sample(collector)
     assert (sample.pcie_tx_bytes_per_second, sample.pcie_rx_bytes_per_second) == (None, None)
     assert fake.calls["nvmlDeviceGetPcieThroughput"] == 0
+    # GPM's PCIe bandwidth still comes, at no extra cost, from the second round on
+    assert one_sample(collector, T0 + 1).pcie_tx_bytes_per_second == 1200.0 * 2**20
 
 
 # ---- fields a GPU does not have ----------------------------------------------------------------------------
@@ -251,7 +259,9 @@ def test_nvlink_links_are_discovered_once_and_the_search_stops_at_invalid_argume
     discovery = fake.calls["nvmlDeviceGetNvLinkState"]
     assert discovery == 3  # links 0 and 1, then link 2 answers INVALID_ARGUMENT
     collector.collect(T0)
-    collector.collect(T0 + 1)
+    collector.collect(T0 + 1)  # NVLink state and errors are slow fields (5 calls per link)
+    assert fake.calls["nvmlDeviceGetNvLinkState"] == discovery + 2
+    collector.collect(T0 + 30)
     assert fake.calls["nvmlDeviceGetNvLinkState"] == discovery + 2 * 2
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pynvml
 import pytest
 
+from collectors.gpu_sampling import SamplingPlan
 from collectors.kmsg_classify import classify_kernel_message
 from collectors.protocol import Collector
 from collectors.simulated import (
@@ -45,10 +46,11 @@ THERMAL_BITS = CLOCKS_EVENT_SW_THERMAL_SLOWDOWN | CLOCKS_EVENT_HW_THERMAL_SLOWDO
 
 
 def simulate(faults: list[FaultScript], seconds: float, step: float = 1.0, gpus: int = 8) -> list[Batch]:
-    """Read a one-host fleet with `faults` every `step` seconds from its start for `seconds`."""
+    """Read a one-host fleet with `faults` every `step` seconds from its start for `seconds`, every field
+    every round (these tests follow the faults, not the cadence: test_simulated.py has that)."""
     fleet = SimulatedFleet(1, gpus, seed=1, start_ts=T0, faults=faults)
     cs: list[Collector] = [
-        SimulatedGpuCollector(fleet),
+        SimulatedGpuCollector(fleet, SamplingPlan.every(0.0)),
         SimulatedNicCollector(fleet),
         SimulatedKmsgCollector(fleet),
     ]
