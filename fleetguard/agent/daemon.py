@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from prometheus_client import CollectorRegistry, start_http_server
-
 from collectors.protocol import Collector
 from fleetguard.agent.agent import Agent, EventFolder, RoundReport, Schedule
 from fleetguard.agent.buffer import WriteBuffer
 from fleetguard.agent.metrics import MetricsState
+from fleetguard.agent.metrics_http import serve_metrics
 from fleetguard.clock import SystemClock
 from fleetguard.config import Config
+from fleetguard.httpserve import HttpServer
 from fleetguard.store import Store, StoreError
 
 log = logging.getLogger(__name__)
@@ -78,11 +78,11 @@ def run_daemon(
     buffer = WriteBuffer(store, rejected)
     metrics = MetricsState()
     try:
-        server, server_thread = _serve_metrics(config, metrics)
+        server = _serve_metrics(config, metrics)
     except BaseException:
         store.close()
         raise
-    port = int(server.server_address[1])
+    port = server.port
     agent = Agent(
         collectors,
         buffer,
@@ -131,9 +131,7 @@ def run_daemon(
             except Exception as exc:
                 log.warning("stopping %s failed: %s", ext.name, exc)
         agent.shutdown()
-        server.shutdown()
-        server.server_close()
-        server_thread.join(timeout=5)
+        server.stop()
         store.close()
         for s, handler in previous.items():
             signal.signal(s, handler)
@@ -159,20 +157,21 @@ def open_store(path: str) -> Store:
         return Store.open(path)
     except StoreError as exc:
         raise StartupError(f"store.path: {one_line(str(exc))}") from exc
+    except FileExistsError as exc:  # making its directory: a file is in the way
+        raise StartupError(f"store.path {path}: {exc.filename} exists and is not a directory") from exc
     except OSError as exc:
-        raise StartupError(f"store.path {path}: {exc.strerror or exc}") from exc
+        where = f" ({exc.filename})" if exc.filename and str(exc.filename) != path else ""
+        raise StartupError(f"store.path {path}: {os_reason(exc)}{where}") from exc
 
 
-def _serve_metrics(config: Config, metrics: MetricsState) -> tuple[Any, threading.Thread]:
-    registry = CollectorRegistry(auto_describe=True)
-    registry.register(metrics)
+def _serve_metrics(config: Config, metrics: MetricsState) -> HttpServer:
     address, port = config.agent.metrics_address, config.agent.metrics_port
     try:
-        return start_http_server(port, addr=address, registry=registry)  # type: ignore[no-any-return]
+        return serve_metrics(metrics, address, port)
     except OSError as exc:
         raise StartupError(
             f"cannot serve /metrics on {address} port {port} (agent.metrics_address, agent.metrics_port): "
-            f"{exc.strerror or exc}"
+            f"{os_reason(exc)}"
         ) from exc
 
 
@@ -181,7 +180,7 @@ def _start_extension(ext: Extension, agent: Agent, store: Store, out: TextIO) ->
     try:
         ext.start(agent, store)
     except Exception as exc:
-        reason = one_line(exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc))
+        reason = os_reason(exc) if isinstance(exc, OSError) else one_line(str(exc))
         if ext.key:
             switch = f" ({ext.off_switch} runs without it)" if ext.off_switch else ""
             raise StartupError(f"{ext.key}: the {ext.name} cannot start: {reason}{switch}") from exc
@@ -190,6 +189,11 @@ def _start_extension(ext: Extension, agent: Agent, store: Store, out: TextIO) ->
         out.write(f"  note      {ext.name} is off: {reason}\n")
         return False
     return True
+
+
+def os_reason(exc: OSError) -> str:
+    """What the system said ("Address already in use"), without the call's own decoration."""
+    return os.strerror(exc.errno) if exc.errno else one_line(str(exc))
 
 
 def one_line(text: str) -> str:
