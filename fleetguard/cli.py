@@ -67,6 +67,8 @@ _OUR_PACKAGES = frozenset({"fleetguard", "collectors", "predictor", "diagnosis",
 @click.group(
     cls=LazyGroup,
     lazy={
+        "controller": "fleetguard.controller.cli:controller_command",
+        "status": "fleetguard.controller.cli:status_command",
         "train": "predictor.cli:train_command",
         "evaluate": "predictor.cli:evaluate_command",
         "predict": "predictor.cli:predict_command",

@@ -32,6 +32,11 @@ class AgentConfig:
     metrics_address: str = "0.0.0.0"  # noqa: S104
     metrics_port: int = 9476
     event_dedup_window_seconds: float = 60.0
+    # Shipping to a fleet controller (docs/controller.md); empty controller_url: store locally instead.
+    controller_url: str = ""
+    controller_token_file: str = ""
+    spool_dir: str = "var/spool"
+    spool_max_bytes: int = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,21 @@ class PredictorConfig:
 
 
 @dataclass(frozen=True)
+class ControllerConfig:
+    """The fleet controller (`fleetguard controller`): ingest from agents, read API, cross-host analysis."""
+
+    listen: str = "127.0.0.1:9480"  # host:port
+    tokens_file: str = "var/controller-tokens.json"
+    tls_cert: str = ""  # both or neither: HTTPS with the stdlib's ssl
+    tls_key: str = ""
+    max_body_bytes: int = 8 << 20  # compressed request body
+    max_queue_batches: int = 4096  # accepted but not yet committed; past it: 503 with Retry-After
+    silent_after_seconds: float = 0.0  # 0: three of the host's flush intervals plus 10 s
+    correlation_window_seconds: float = 300.0
+    correlation_min_hosts: int = 3
+
+
+@dataclass(frozen=True)
 class Config:
     agent: AgentConfig = field(default_factory=AgentConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
@@ -100,6 +120,7 @@ class Config:
     simulate: SimulateConfig = field(default_factory=SimulateConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     predictor: PredictorConfig = field(default_factory=PredictorConfig)
+    controller: ControllerConfig = field(default_factory=ControllerConfig)
 
     @property
     def host(self) -> str:
@@ -336,6 +357,7 @@ def _validate(config: Config) -> None:
         )
     need(0.0 <= config.predictor.risk_threshold <= 1.0, "predictor.risk_threshold", "must be within 0..1")
     need(config.predictor.score_interval_seconds > 0, "predictor.score_interval_seconds", "must be > 0")
+    _validate_shipping(config)
     if config.simulate.fleet:
         from collectors.simulated import parse_fleet_spec
 
@@ -343,3 +365,28 @@ def _validate(config: Config) -> None:
             parse_fleet_spec(config.simulate.fleet)
         except ValueError as exc:
             raise ConfigError(f"simulate.fleet: {exc}") from exc
+
+
+def _validate_shipping(config: Config) -> None:
+    agent, ctl = config.agent, config.controller
+    if agent.controller_url and not agent.controller_url.startswith(("http://", "https://")):
+        raise ConfigError("agent.controller_url: must start with http:// or https://")
+    if agent.controller_url and not agent.spool_dir:
+        raise ConfigError("agent.spool_dir: must not be empty when agent.controller_url is set")
+    if not 1 << 20 <= agent.spool_max_bytes <= 1 << 40:
+        raise ConfigError("agent.spool_max_bytes: must be from 1 MiB to 1 TiB")
+    host, sep, port = ctl.listen.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"controller.listen: expected HOST:PORT, got {ctl.listen!r}")
+    if bool(ctl.tls_cert) != bool(ctl.tls_key):
+        raise ConfigError("controller.tls_cert: tls_cert and tls_key go together")
+    if not 1024 <= ctl.max_body_bytes <= 1 << 30:
+        raise ConfigError("controller.max_body_bytes: must be from 1 KiB to 1 GiB")
+    if not 1 <= ctl.max_queue_batches <= 1_000_000:
+        raise ConfigError("controller.max_queue_batches: must be from 1 to 1000000")
+    if not 0 <= ctl.silent_after_seconds <= 86400:
+        raise ConfigError("controller.silent_after_seconds: must be within 0..86400")
+    if not 1 <= ctl.correlation_window_seconds <= 86400:
+        raise ConfigError("controller.correlation_window_seconds: must be within 1..86400")
+    if not 2 <= ctl.correlation_min_hosts <= 100_000:
+        raise ConfigError("controller.correlation_min_hosts: must be within 2..100000")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import duckdb
 
+from fleetguard.controller.tables import controller_ddl, rollup_ddl
 from fleetguard.store.schema import TABLES, quote_ident
 
 
@@ -44,6 +45,16 @@ def _add_columns(table: str, *columns: str) -> Callable[[duckdb.DuckDBPyConnecti
     return apply
 
 
+def _execute(statements: Callable[[], list[str]]) -> Callable[[duckdb.DuckDBPyConnection], None]:
+    """Tables that are not records' (the controller's): their DDL comes from the module that owns them."""
+
+    def apply(con: duckdb.DuckDBPyConnection) -> None:
+        for sql in statements():
+            con.execute(sql)
+
+    return apply
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -72,6 +83,8 @@ MIGRATIONS: tuple[Migration, ...] = (
             "nvlink_rx_bytes_per_second",
         ),
     ),
+    Migration(6, "fleet controller: ingest ledger, hosts, host commands", _execute(controller_ddl)),
+    Migration(7, "fleet controller: 1-minute and 1-hour GPU and NIC rollups", _execute(rollup_ddl)),
 )
 
 CURRENT_VERSION = MIGRATIONS[-1].version

@@ -17,7 +17,7 @@ import logging
 import operator
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -227,6 +227,13 @@ class Store:
             if missing:
                 parts.append(f"missing required columns {missing}")
             raise StoreError(f"{table.name}: " + "; ".join(parts))
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """The connection inside BEGIN ... COMMIT (ROLLBACK on any error), with the store's lock held: for a
+        writer whose rows and bookkeeping must commit together (the controller's ingest ledger)."""
+        with self._lock, self._transaction():
+            yield self._con
 
     def _transaction(self) -> _Transaction:
         if self.read_only:

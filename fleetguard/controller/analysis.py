@@ -1,0 +1,70 @@
+"""Cross-host analysis on the controller's writer thread: hosts gone silent, faults seen fleet-wide, and the
+1-minute / 1-hour rollups. Each task runs every few seconds inside one store transaction."""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+
+from fleetguard.config import Config
+from fleetguard.controller.columns import insert_records
+from fleetguard.controller.ingest import IngestWriter
+from fleetguard.records.findings import Finding
+
+SILENT_CHECK_SECONDS = 5.0
+
+
+class SilentHosts:
+    """A `host_silent` finding once per silence: when a host has not been heard for longer than expected
+    (MegaScale's heartbeat to the driver). The same silence is never reported twice, across restarts too:
+    its id is the host and the time it was last heard."""
+
+    def __init__(self, writer: IngestWriter, silent_after_seconds: float) -> None:
+        self.writer = writer
+        self.silent_after_seconds = silent_after_seconds
+        self._reported: set[str] | None = None
+
+    def __call__(self, con: duckdb.DuckDBPyConnection, now: float) -> None:
+        if self._reported is None:
+            rows = con.execute("SELECT finding_id FROM findings WHERE kind = 'host_silent'").fetchall()
+            self._reported = {str(r[0]) for r in rows}
+        findings = []
+        for host in self.writer.host_states():
+            if not host.is_silent(now, self.silent_after_seconds):
+                continue
+            finding_id = f"host_silent:{host.host}:{host.last_seen:.3f}"
+            if finding_id in self._reported:
+                continue
+            silent_for = now - host.last_seen
+            findings.append(
+                Finding(
+                    ts=now,
+                    finding_id=finding_id,
+                    kind="host_silent",
+                    severity="warning",
+                    subject=f"host/{host.host}",
+                    summary=(
+                        f"the agent on {host.host} has been silent for {silent_for:.0f} s "
+                        f"(it ships every {host.interval_seconds:g} s)"
+                    ),
+                    host=host.host,
+                    evidence_json=json.dumps(
+                        {
+                            "last_seen_ts": host.last_seen,
+                            "last_seq": host.last_seq,
+                            "boot_id": host.boot_id,
+                            "interval_seconds": host.interval_seconds,
+                            "silent_after_seconds": host.silent_after(self.silent_after_seconds),
+                        }
+                    ),
+                )
+            )
+        if findings:
+            insert_records(con, findings)
+            self._reported.update(f.finding_id for f in findings)
+
+
+def register_analysis(writer: IngestWriter, config: Config) -> None:
+    ctl = config.controller
+    writer.every(SILENT_CHECK_SECONDS, "silent hosts", SilentHosts(writer, ctl.silent_after_seconds))

@@ -1,0 +1,93 @@
+"""`fleetguard controller [token]` and `fleetguard status`: the click commands (registered lazily in
+fleetguard.cli)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from fleetguard.cli import load
+
+
+@click.group(invoke_without_command=True)
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML config file.")
+@click.option("--store", "store_path", help="DuckDB store file (store.path).")
+@click.option("--listen", help="HOST:PORT to serve on (controller.listen).")
+@click.option("--duration", type=float, help="Stop after this many seconds (default: run until SIGTERM).")
+@click.pass_context
+def controller_command(
+    ctx: click.Context,
+    config_path: str | None,
+    store_path: str | None,
+    listen: str | None,
+    duration: float | None,
+) -> None:
+    """The fleet controller: agents ship to it (POST /v1/ingest); it is the fleet's single store writer and
+    serves the read API (/v1/fleet, /v1/hosts, /v1/jobs, /v1/findings) and /metrics."""
+    ctx.ensure_object(dict)
+    ctx.obj["config_path"] = config_path
+    if ctx.invoked_subcommand is not None:
+        return
+    from fleetguard.controller.process import run_controller
+    from fleetguard.controller.tokens import TokenFileError
+    from fleetguard.httpserve import BindError
+    from fleetguard.store import StoreError
+
+    config = load(config_path, **{"store.path": store_path, "controller.listen": listen})
+    try:
+        run_controller(config, duration_seconds=duration)
+    except (StoreError, TokenFileError, BindError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    except OSError as exc:
+        raise click.ClickException(f"controller cannot start: {exc}") from exc
+
+
+@controller_command.command("token")
+@click.option("--host", help="The host the token identifies (its agent.host).")
+@click.option("--operator", is_flag=True, help="An operator token: read API and commands, no ingest.")
+@click.option("--replace", is_flag=True, help="Revoke the host's earlier tokens.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML config file.")
+@click.pass_context
+def token_command(
+    ctx: click.Context, host: str | None, operator: bool, replace: bool, config_path: str | None
+) -> None:
+    """Print a new bearer token for HOST (or an operator token); only its SHA-256 is kept, in
+    controller.tokens_file (mode 0600). Put the token in the agent's controller_token_file."""
+    from fleetguard.controller.tokens import OPERATOR, Role, TokenFileError, add_token
+
+    if operator == bool(host):
+        raise click.UsageError("give --host H or --operator")
+    config = load(config_path or ctx.obj.get("config_path"))
+    path = Path(config.controller.tokens_file)
+    try:
+        token = add_token(path, host or OPERATOR, Role.OPERATOR if operator else Role.AGENT, replace=replace)
+    except TokenFileError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(token)
+    click.echo(f"(stored its hash in {path}; this token is not shown again)", err=True)
+
+
+@click.command("status")
+@click.option("--controller", "url", help="Controller URL (default: from [agent] controller_url, or local).")
+@click.option("--token-file", type=click.Path(dir_okay=False), help="Operator token (needed off loopback).")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML config file.")
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON of /v1/fleet and /v1/hosts.")
+def status_command(url: str | None, token_file: str | None, config_path: str | None, as_json: bool) -> None:
+    """The fleet at a glance: hosts, silent hosts, GPUs, open findings, at-risk GPUs."""
+    from fleetguard.controller.status_view import StatusError, fetch_status, render_status
+
+    config = load(config_path)
+    base = url or config.agent.controller_url or f"http://{config.controller.listen}"
+    token_path = token_file or config.agent.controller_token_file or None
+    try:
+        status = fetch_status(base, Path(token_path) if token_path else None)
+    except StatusError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if as_json:
+        import json
+
+        click.echo(json.dumps(status, indent=2))
+        return
+    sys.stdout.write(render_status(status))

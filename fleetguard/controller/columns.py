@@ -1,0 +1,81 @@
+"""A group of checked batches as one column set per table, in the arrays DuckDB scans fastest."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from fleetguard.shipping.wire import Columns
+from fleetguard.store.schema import TABLES, Column, Table, quote_ident
+
+# The numpy type that holds each column type exactly; others (VARCHAR) travel as Python objects.
+_DTYPES = {"BIGINT": np.int64, "UBIGINT": np.uint64, "DOUBLE": np.float64, "TIMESTAMP": np.float64}
+
+
+def _defaults(table: Table) -> dict[str, object]:
+    """What a column a batch left out holds: the record field's default, else NULL."""
+    out: dict[str, object] = {}
+    for f in dataclasses.fields(table.record):
+        out[f.name] = None if f.default is dataclasses.MISSING else f.default
+    return out
+
+
+_DEFAULTS = {name: _defaults(table) for name, table in TABLES.items()}
+
+
+def concat(table: Table, parts: Sequence[Columns]) -> dict[str, Any]:
+    """The columns of several batches for one table, one array per column (a column a batch lacks is its
+    default there)."""
+    lengths = [len(next(iter(p.values()))) for p in parts]
+    defaults = _DEFAULTS[table.name]
+    out: dict[str, Any] = {}
+    for column in table.columns:
+        values: list[Any] = []
+        for part, n in zip(parts, lengths, strict=True):
+            got = part.get(column.name)
+            values.extend(got if got is not None else [defaults[column.name]] * n)
+        out[column.name] = as_array(column, values)
+    return out
+
+
+def as_array(column: Column, values: list[Any]) -> Any:
+    dtype = _DTYPES.get(column.sql_type)
+    if None not in values:
+        if dtype is not None:
+            return np.array(values, dtype=dtype)
+        if column.sql_type == "BOOLEAN":
+            return np.array(values, dtype=np.bool_)
+    objects = np.empty(len(values), dtype=object)
+    objects[:] = values
+    return objects
+
+
+def insert_sql(table: Table, view: str) -> str:
+    exprs = [
+        f"make_timestamp(CAST(round({quote_ident(c.name)} * 1000000) AS BIGINT))"
+        if c.is_timestamp
+        else f"CAST({quote_ident(c.name)} AS {c.sql_type})"
+        for c in table.columns
+    ]
+    names = ", ".join(quote_ident(c.name) for c in table.columns)
+    return f"INSERT INTO {table.name} ({names}) SELECT {', '.join(exprs)} FROM {view}"
+
+
+def insert_records(con: duckdb.DuckDBPyConnection, records: Sequence[object]) -> None:
+    """Insert record dataclasses the controller makes itself (findings) on the writer's connection."""
+    import contextlib
+
+    from fleetguard.shipping.wire import columns_by_table
+
+    for name, columns in columns_by_table(records).items():
+        view = f"__controller_{name}"
+        con.register(view, concat(TABLES[name], [columns]))
+        try:
+            con.execute(insert_sql(TABLES[name], view))
+        finally:
+            with contextlib.suppress(duckdb.Error):
+                con.unregister(view)

@@ -1,0 +1,85 @@
+"""Commands queued for hosts (checkpoint, restart, stop, cordon), delivered in ingest replies until acked.
+
+At least once: a command rides on every reply to its host until a batch from that host acknowledges it.
+Executed once: the agent records a command id before running it and never runs a recorded id again.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+import duckdb
+
+from fleetguard.shipping.commands import CommandAck, CommandKind, HostCommand
+
+MAX_PENDING_PER_HOST = 64
+
+
+class CommandRefused(Exception):
+    """A command that cannot be queued; one line saying why."""
+
+
+@dataclass
+class CommandBook:
+    """Unacknowledged commands per host, in memory; the store's `host_commands` is the durable copy."""
+
+    pending: dict[str, list[HostCommand]]
+
+    @classmethod
+    def load(cls, con: duckdb.DuckDBPyConnection) -> CommandBook:
+        pending: dict[str, list[HostCommand]] = {}
+        for command_id, host, kind, job_id, reason in con.execute(
+            "SELECT command_id, host, kind, job_id, reason FROM host_commands WHERE acked_ts IS NULL "
+            "ORDER BY created_ts"
+        ).fetchall():
+            pending.setdefault(str(host), []).append(
+                HostCommand(command_id, CommandKind(kind), job_id, reason)
+            )
+        return cls(pending)
+
+    def for_host(self, host: str) -> list[HostCommand]:
+        return list(self.pending.get(host, ()))
+
+    def prepare(self, host: str, kind: CommandKind, job_id: str | None, reason: str) -> HostCommand:
+        if len(self.pending.get(host, ())) >= MAX_PENDING_PER_HOST:
+            raise CommandRefused(f"host {host} has {MAX_PENDING_PER_HOST} unacknowledged commands already")
+        return HostCommand(uuid.uuid4().hex, kind, job_id, reason)
+
+    def queued(self, host: str, command: HostCommand) -> None:
+        self.pending.setdefault(host, []).append(command)
+
+    def acked(self, host: str, ids: set[str]) -> None:
+        left = [c for c in self.pending.get(host, []) if c.command_id not in ids]
+        if left:
+            self.pending[host] = left
+        else:
+            self.pending.pop(host, None)
+
+
+def insert_command(con: duckdb.DuckDBPyConnection, host: str, command: HostCommand, now: float) -> None:
+    con.execute(
+        "INSERT INTO host_commands (command_id, host, kind, job_id, reason, created_ts) "
+        "VALUES (?, ?, ?, ?, ?, make_timestamp(CAST(round(? * 1000000) AS BIGINT)))",
+        [command.command_id, host, command.kind.value, command.job_id, command.reason, now],
+    )
+
+
+def record_acks(con: duckdb.DuckDBPyConnection, host: str, acks: list[CommandAck], now: float) -> None:
+    """Acks from `host` (a host can only acknowledge its own commands); the first ack of a command wins."""
+    for ack in acks:
+        con.execute(
+            "UPDATE host_commands SET acked_ts = make_timestamp(CAST(round(? * 1000000) AS BIGINT)), "
+            "outcome = ?, detail = ? WHERE command_id = ? AND host = ? AND acked_ts IS NULL",
+            [now, ack.outcome.value, ack.detail, ack.command_id, host],
+        )
+
+
+def record_deliveries(con: duckdb.DuckDBPyConnection, ids: list[str], now: float) -> None:
+    if ids:
+        con.execute(
+            "UPDATE host_commands SET deliveries = deliveries + 1, "
+            "last_delivered_ts = make_timestamp(CAST(round(? * 1000000) AS BIGINT)) "
+            "WHERE list_contains(?, command_id)",
+            [now, ids],
+        )

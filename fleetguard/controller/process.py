@@ -1,0 +1,122 @@
+"""`fleetguard controller`: the store, the single writer, the API server and the periodic analysis, run until
+SIGTERM; then stop accepting, commit what was accepted, close the store."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import ssl
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from fleetguard.clock import Clock, SystemClock
+from fleetguard.config import Config
+from fleetguard.controller.ingest import IngestWriter
+from fleetguard.controller.server import ApiSettings, ControllerApi, is_loopback
+from fleetguard.controller.stats import ControllerStats
+from fleetguard.controller.tokens import TokenBook
+from fleetguard.httpserve import HttpServer, Limits
+from fleetguard.store import Store
+
+log = logging.getLogger(__name__)
+
+# Workers mostly wait for their group to commit, so many of them cost memory, not CPU.
+WORKERS = 64
+
+
+@dataclass
+class RunningController:
+    store: Store
+    writer: IngestWriter
+    server: HttpServer
+    api: ControllerApi
+    stopped: bool = False
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    def stop(self) -> None:
+        """Stop accepting, commit what was accepted, close the store. Safe to call twice."""
+        if self.stopped:
+            return
+        self.stopped = True
+        self.server.stop()
+        self.writer.stop()
+        self.store.close()
+
+
+def split_listen(listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def tls_context(cert: str, key: str) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cert, key)
+    return context
+
+
+def start_controller(config: Config, clock: Clock | None = None) -> RunningController:
+    """Open everything and start serving; raises StoreError, TokenFileError, BindError, OSError."""
+    clock = clock or SystemClock()
+    ctl = config.controller
+    address, port = split_listen(ctl.listen)
+    tokens = TokenBook(Path(ctl.tokens_file))
+    store = Store.open(config.store.path)
+    try:
+        stats = ControllerStats()
+        writer = IngestWriter(store, clock, stats, max_queue=ctl.max_queue_batches)
+        from fleetguard.controller.analysis import register_analysis
+
+        register_analysis(writer, config)
+        api = ControllerApi(
+            store,
+            writer,
+            tokens,
+            stats,
+            clock,
+            ApiSettings(
+                read_needs_token=not is_loopback(address), silent_after_seconds=ctl.silent_after_seconds
+            ),
+        )
+        limits = Limits(workers=WORKERS, max_body_bytes=ctl.max_body_bytes, request_timeout_seconds=30.0)
+        if ctl.tls_cert:
+            raise OSError(
+                "controller.tls_cert: TLS is not served yet; terminate TLS in front of the controller"
+            )
+        server = HttpServer(api, address, port, limits, name="fleetguard-controller")
+    except BaseException:
+        store.close()
+        raise
+    writer.start()
+    server.start()
+    return RunningController(store, writer, server, api)
+
+
+def run_controller(config: Config, out: TextIO = sys.stdout, duration_seconds: float | None = None) -> None:
+    running = start_controller(config)
+    stop = threading.Event()
+
+    def request_stop(_signum: int, _frame: object) -> None:
+        stop.set()
+
+    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    scheme = "https" if config.controller.tls_cert else "http"
+    address, _ = split_listen(config.controller.listen)
+    out.write(
+        f"fleetguard controller: {scheme}://{address}:{running.port}/ (ingest /v1/ingest, read /v1/fleet, "
+        f"/metrics); store {Path(config.store.path).resolve()}\n"
+    )
+    out.flush()
+    try:
+        stop.wait(duration_seconds)
+    finally:
+        running.stop()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    out.write("fleetguard controller: stopped\n")

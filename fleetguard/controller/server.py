@@ -1,0 +1,281 @@
+"""The controller's HTTP API on fleetguard.httpserve: POST /v1/ingest, POST /v1/commands, the read API
+(GET /v1/...) and /metrics. Authentication and routing only; the work is in ingest, read_api and stats."""
+
+from __future__ import annotations
+
+import ipaddress
+import random
+import threading
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+
+from fleetguard.clock import Clock
+from fleetguard.controller import read_api
+from fleetguard.controller.command_queue import CommandRefused, insert_command
+from fleetguard.controller.ingest import IngestWriter
+from fleetguard.controller.stats import ControllerStats, render
+from fleetguard.controller.tokens import Identity, Role, TokenBook
+from fleetguard.controller.validate import BatchRefused, Refusal, parse_batch
+from fleetguard.httpserve import HttpError, Request, Response
+from fleetguard.shipping.commands import CommandKind, HostCommand
+from fleetguard.store import Store
+
+COMMIT_WAIT_SECONDS = 30.0  # past this the agent is told 503 and re-sends; the ledger stores it once
+MAX_IN_FLIGHT_PER_HOST = 4
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    read_needs_token: bool  # False when the controller listens on loopback only
+    silent_after_seconds: float = 0.0
+
+
+def is_loopback(address: str) -> bool:
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+class ControllerApi:
+    def __init__(
+        self,
+        store: Store,
+        writer: IngestWriter,
+        tokens: TokenBook,
+        stats: ControllerStats,
+        clock: Clock,
+        settings: ApiSettings,
+    ) -> None:
+        self.store = store
+        self.writer = writer
+        self.tokens = tokens
+        self.stats = stats
+        self.clock = clock
+        self.settings = settings
+        self._in_flight: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._routes: dict[tuple[str, str], Callable[[Request], Response]] = {
+            ("POST", "/v1/ingest"): self.ingest,
+            ("POST", "/v1/commands"): self.queue_command,
+            ("GET", "/v1/commands"): self.list_commands,
+            ("GET", "/v1/fleet"): self.fleet,
+            ("GET", "/v1/hosts"): self.hosts,
+            ("GET", "/v1/jobs"): self.jobs,
+            ("GET", "/v1/findings"): self.findings,
+            ("GET", "/metrics"): self.metrics,
+        }
+
+    def __call__(self, request: Request) -> Response:
+        method = "GET" if request.method == "HEAD" else request.method
+        route = self._routes.get((method, request.path))
+        if route is not None:
+            return route(request)
+        if method == "GET" and request.path.startswith("/v1/hosts/"):
+            return self.host(request)
+        if any(path == request.path for _, path in self._routes):
+            raise HttpError(405, f"{request.method} is not allowed on {request.path}")
+        raise HttpError(404, f"no such endpoint {request.path[:100]}")
+
+    # ---- ingest ---------------------------------------------------------------------------------------
+
+    def ingest(self, request: Request) -> Response:
+        try:
+            identity = self._identify(request)
+            if identity is None:
+                raise BatchRefused(Refusal.UNAUTHENTICATED, "a bearer token of this host is required")
+            if identity.role is not Role.AGENT:
+                raise BatchRefused(Refusal.WRONG_HOST, "an operator token cannot ship batches")
+            encoding = request.headers.get("content-encoding", "identity").lower()
+            if encoding not in ("gzip", "identity"):
+                raise BatchRefused(Refusal.MALFORMED, f"Content-Encoding {encoding[:20]!r} is not gzip")
+            batch = parse_batch(request.body, identity.host, compressed=encoding == "gzip")
+            return self._commit(batch.host, batch)
+        except BatchRefused as exc:
+            return self._refused(exc)
+
+    def _commit(self, host: str, batch: Any) -> Response:
+        with self._lock:
+            if self._in_flight.get(host, 0) >= MAX_IN_FLIGHT_PER_HOST:
+                raise BatchRefused(Refusal.BUSY, "this host has batches in flight; send one at a time")
+            self._in_flight[host] = self._in_flight.get(host, 0) + 1
+        try:
+            pending = self.writer.submit(batch)
+            if not pending.done.wait(COMMIT_WAIT_SECONDS):
+                raise BatchRefused(Refusal.OVERLOADED, "the controller is behind; retry later")
+            if pending.error is not None:
+                raise pending.error
+            assert pending.result is not None
+            return Response.json(
+                200,
+                {
+                    "committed": True,
+                    "duplicate": pending.result.duplicate,
+                    "seq": batch.seq,
+                    "commands": [c.to_json() for c in pending.result.commands],
+                },
+            )
+        finally:
+            with self._lock:
+                left = self._in_flight[host] - 1
+                if left:
+                    self._in_flight[host] = left
+                else:
+                    del self._in_flight[host]
+
+    def _refused(self, exc: BatchRefused) -> Response:
+        self.stats.refuse(exc.reason.value)
+        headers: tuple[tuple[str, str], ...] = ()
+        if exc.status in (429, 503):
+            # Spread the retries of many agents; more when the queue is long.
+            wait = 1 + self.stats.queue_depth // 500 + random.randint(0, 2)
+            headers = (("Retry-After", str(wait)),)
+        doc = {"error": exc.message, "reason": exc.reason.value}
+        return Response(exc.status, Response.json(exc.status, doc).body, "application/json", headers)
+
+    # ---- commands -------------------------------------------------------------------------------------
+
+    def queue_command(self, request: Request) -> Response:
+        self._require_operator(request)
+        doc = request.json()
+        if not isinstance(doc, dict):
+            raise HttpError(400, "expected {host, kind, job_id, reason}")
+        host, kind, job_id, reason = (
+            doc.get("host"),
+            doc.get("kind"),
+            doc.get("job_id"),
+            doc.get("reason", ""),
+        )
+        if not isinstance(host, str) or not 0 < len(host) <= 256:
+            raise HttpError(400, "host: expected a host name")
+        if kind not in {k.value for k in CommandKind}:
+            raise HttpError(400, f"kind: one of {', '.join(k.value for k in CommandKind)}")
+        if job_id is not None and (not isinstance(job_id, str) or len(job_id) > 256):
+            raise HttpError(400, "job_id: expected a string")
+        if not isinstance(reason, str) or len(reason) > 1024:
+            raise HttpError(400, "reason: expected a string")
+        queued: list[HostCommand] = []
+
+        def enqueue() -> None:
+            command = self.writer.commands.prepare(host, CommandKind(kind), job_id, reason or "operator")
+            with self.store.transaction() as con:
+                insert_command(con, host, command, self.clock.time())
+            self.writer.commands.queued(host, command)
+            self.stats.commands_queued += 1
+            queued.append(command)
+
+        try:
+            self.writer.call(enqueue)
+        except CommandRefused as exc:
+            raise HttpError(409, str(exc)) from exc
+        except BatchRefused as exc:
+            return self._refused(exc)
+        return Response.json(201, {"command": queued[0].to_json(), "host": host})
+
+    def list_commands(self, request: Request) -> Response:
+        self._require_reader(request)
+        params = _query(request)
+        host = params.get("host")
+        return Response.json(200, read_api.commands(self._cursor(), host, _int(params, "limit", 100)))
+
+    # ---- reads ----------------------------------------------------------------------------------------
+
+    def fleet(self, request: Request) -> Response:
+        self._require_reader(request)
+        doc = read_api.fleet(self._cursor(), self.writer.host_states(), self.clock.time(), self._silent)
+        return Response.json(200, doc)
+
+    def hosts(self, request: Request) -> Response:
+        self._require_reader(request)
+        return Response.json(
+            200, read_api.host_list(self.writer.host_states(), self.clock.time(), self._silent)
+        )
+
+    def host(self, request: Request) -> Response:
+        self._require_reader(request)
+        name = urllib.parse.unquote(request.path[len("/v1/hosts/") :])
+        state = next((h for h in self.writer.host_states() if h.host == name), None)
+        if state is None:
+            raise HttpError(404, f"no host {name[:100]!r} has shipped to this controller")
+        return Response.json(
+            200, read_api.host_detail(self._cursor(), state, self.clock.time(), self._silent)
+        )
+
+    def jobs(self, request: Request) -> Response:
+        self._require_reader(request)
+        return Response.json(200, read_api.jobs(self._cursor(), self.clock.time()))
+
+    def findings(self, request: Request) -> Response:
+        self._require_reader(request)
+        params = _query(request)
+        now = self.clock.time()
+        since = _float(params, "since", now - read_api.RECENT_SECONDS)
+        return Response.json(200, read_api.findings(self._cursor(), since, _int(params, "limit", 1000)))
+
+    def metrics(self, request: Request) -> Response:
+        self.stats.queue_depth = self.writer.queue_depth
+        body = render(self.stats, self.writer.host_states(), self.clock.time(), self._silent)
+        return Response(200, body, "text/plain; version=0.0.4; charset=utf-8")
+
+    # ---- helpers --------------------------------------------------------------------------------------
+
+    @property
+    def _silent(self) -> float:
+        return self.settings.silent_after_seconds
+
+    def _identify(self, request: Request) -> Identity | None:
+        return self.tokens.identify(request.headers.get("authorization"))
+
+    def _require_operator(self, request: Request) -> None:
+        identity = self._identify(request)
+        if identity is None:
+            self.stats.refuse(Refusal.UNAUTHENTICATED.value)
+            raise HttpError(401, "an operator token is required")
+        if identity.role is not Role.OPERATOR:
+            self.stats.refuse(Refusal.WRONG_HOST.value)
+            raise HttpError(403, "an agent token cannot do this; use an operator token")
+
+    def _require_reader(self, request: Request) -> None:
+        if self.settings.read_needs_token:
+            self._require_operator(request)
+
+    def _cursor(self) -> duckdb.DuckDBPyConnection:
+        """A cursor per worker thread, made once (DuckDB connections are not shared between threads)."""
+        cursor = getattr(self._local, "cursor", None)
+        if cursor is None:
+            cursor = self.store.cursor()
+            self._local.cursor = cursor
+        return cursor
+
+
+def _query(request: Request) -> dict[str, str]:
+    return {k: v[-1] for k, v in urllib.parse.parse_qs(request.query).items()}
+
+
+def _float(params: dict[str, str], name: str, default: float) -> float:
+    text = params.get(name)
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise HttpError(400, f"{name}: expected epoch seconds") from None
+    if not 0 <= value <= 1e11:
+        raise HttpError(400, f"{name}: expected epoch seconds")
+    return value
+
+
+def _int(params: dict[str, str], name: str, default: int) -> int:
+    text = params.get(name)
+    if text is None:
+        return default
+    if not text.isdigit() or len(text) > 6:
+        raise HttpError(400, f"{name}: expected a positive integer")
+    return int(text)

@@ -1,0 +1,148 @@
+"""Per-host bearer tokens: the controller keeps only their SHA-256, in a 0600 JSON file.
+
+A token is 32 random bytes (urlsafe base64). The controller hashes what a request presents and looks the hash
+up: a lookup by hash reveals nothing about any stored token's text; the host comparison after it is
+constant-time. The file is re-read when it changes, so `fleetguard controller token` takes effect without a
+restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+FILE_VERSION = 1
+OPERATOR = "*"  # the "host" of an operator token: may read everything and queue commands, never ingest
+
+
+class Role(StrEnum):
+    AGENT = "agent"
+    OPERATOR = "operator"
+
+
+class TokenFileError(Exception):
+    """The tokens file cannot be read or written; one line naming the file."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    host: str
+    role: Role
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def _read(path: Path) -> list[dict[str, object]]:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as exc:
+        raise TokenFileError(f"tokens file {path}: cannot be read: {exc}") from exc
+    if (
+        not isinstance(doc, dict)
+        or doc.get("version") != FILE_VERSION
+        or not isinstance(doc.get("tokens"), list)
+    ):
+        raise TokenFileError(f"tokens file {path}: not a fleetguard tokens file (version {FILE_VERSION})")
+    entries = [e for e in doc["tokens"] if isinstance(e, dict)]
+    for e in entries:
+        if not isinstance(e.get("host"), str) or not isinstance(e.get("sha256"), str):
+            raise TokenFileError(f"tokens file {path}: an entry without host and sha256")
+        if e.get("role", Role.AGENT.value) not in {r.value for r in Role}:
+            raise TokenFileError(f"tokens file {path}: unknown role {e.get('role')!r}")
+    return entries
+
+
+def add_token(path: Path, host: str, role: Role = Role.AGENT, *, replace: bool = False) -> str:
+    """Make a token for `host`, store its hash in `path` (created 0600), return the token (shown once).
+
+    `replace` drops the host's earlier tokens (rotation); otherwise they stay valid beside the new one."""
+    if not host or len(host) > 256 or not host.isprintable():
+        raise TokenFileError(f"host {host[:64]!r}: expected 1-256 printable characters")
+    entries = [e for e in _read(path) if not (replace and e.get("host") == host)]
+    token = new_token()
+    entries.append({"host": host, "role": role.value, "sha256": hash_token(token), "created_ts": time.time()})
+    _write(path, {"version": FILE_VERSION, "tokens": entries})
+    return token
+
+
+def _write(path: Path, doc: dict[str, object]) -> None:
+    """Write atomically (a new 0600 file renamed over the old), so a reader never sees half a file."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(doc, fh, indent=1)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+    except OSError as exc:
+        raise TokenFileError(f"tokens file {path}: cannot be written: {exc}") from exc
+
+
+class TokenBook:
+    """The controller's view of the tokens file; `identify` is safe from any thread."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._stamp: tuple[int, int] | None = None
+        self._by_hash: dict[str, Identity] = {}
+        self.reload()
+
+    def reload(self) -> None:
+        try:
+            st = self.path.stat()
+            stamp = (st.st_mtime_ns, st.st_ino)
+        except FileNotFoundError:
+            stamp = None
+        with self._lock:
+            if stamp == self._stamp and self._by_hash:
+                return
+            entries = _read(self.path)
+            self._by_hash = {
+                str(e["sha256"]): Identity(str(e["host"]), Role(str(e.get("role", Role.AGENT.value))))
+                for e in entries
+            }
+            self._stamp = stamp
+
+    def identify(self, authorization: str | None) -> Identity | None:
+        """The identity an `Authorization: Bearer <token>` header proves, or None."""
+        if not authorization:
+            return None
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not token or len(token) > 512:
+            return None
+        # On a damaged file keep the tokens read last (a failed rotation must not lock every agent out).
+        with contextlib.suppress(TokenFileError):
+            self.reload()
+        digest = hash_token(token.strip())
+        with self._lock:
+            identity = self._by_hash.get(digest)
+        return identity
+
+
+def same_host(a: str, b: str) -> bool:
+    return hmac.compare_digest(a.encode(), b.encode())

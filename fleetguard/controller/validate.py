@@ -1,0 +1,275 @@
+"""The ingest edge: a request body -> a checked batch, or a refusal naming the reason and the field.
+
+Every value is checked against the column it lands in (fleetguard.records.bounds ranges) here, a column at a
+time with C-speed builtins (set(map(type, ...)), min, max), so the writer never sees a value its table cannot
+hold and one bad batch never fails the group it is committed with.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from fleetguard.httpserve import JsonBodyError, loads_json
+from fleetguard.records.bounds import INT64_MAX, INT64_MIN, UINT64_MAX
+from fleetguard.shipping.commands import CommandAck, ack_from_json
+from fleetguard.shipping.wire import WIRE_VERSION, Columns
+from fleetguard.store.schema import TABLES, Column, Table
+
+MAX_DECOMPRESSED_BYTES = 64 << 20  # a gzip bomb stops here
+MAX_JSON_DEPTH = 6  # {tables: {name: {column: [value]}}} is 4 deep; acks 3
+MAX_ROWS = 1_000_000  # per batch, all tables
+MAX_ACKS = 1000
+MAX_ID_CHARS = 256  # host, boot_id, agent_version
+MAX_TEXT_CHARS = 64 * 1024  # any VARCHAR value (evidence_json is the longest)
+# Epoch seconds a record may carry: from 2000 to 2200. Outside, a clock is broken or a value is forged.
+MIN_TS, MAX_TS = 946_684_800.0, 7_258_118_400.0
+
+
+class Refusal(StrEnum):
+    """Why a batch was refused; the label of the controller's refused-batches counter."""
+
+    UNAUTHENTICATED = "unauthenticated"  # 401
+    WRONG_HOST = "wrong_host"  # 403: the token belongs to another host
+    TOO_LARGE = "too_large"  # 413
+    MALFORMED = "malformed"  # 400: not gzip / not JSON / wrong shape
+    INVALID_VALUE = "invalid_value"  # 400: a value its column cannot hold
+    BUSY = "busy"  # 429: this host already has batches in flight
+    OVERLOADED = "overloaded"  # 503: the writer is behind
+    STORE_FAILED = "store_failed"  # 503: the store cannot be written
+
+
+STATUS = {
+    Refusal.UNAUTHENTICATED: 401,
+    Refusal.WRONG_HOST: 403,
+    Refusal.TOO_LARGE: 413,
+    Refusal.MALFORMED: 400,
+    Refusal.INVALID_VALUE: 400,
+    Refusal.BUSY: 429,
+    Refusal.OVERLOADED: 503,
+    Refusal.STORE_FAILED: 503,
+}
+
+
+class BatchRefused(Exception):
+    def __init__(self, reason: Refusal, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+    @property
+    def status(self) -> int:
+        return STATUS[self.reason]
+
+
+@dataclass
+class IngestBatch:
+    """A batch that passed every check: ready for the writer."""
+
+    host: str
+    boot_id: str
+    seq: int
+    sent_ts: float
+    interval_seconds: float
+    agent_version: str
+    tables: dict[str, Columns]
+    acks: list[CommandAck] = field(default_factory=list)
+    rows: int = 0
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.host, self.boot_id, self.seq)
+
+
+def decompress(body: bytes, limit: int = MAX_DECOMPRESSED_BYTES) -> bytes:
+    """gunzip `body`, refusing more than `limit` bytes of output (without producing them)."""
+    inflater = zlib.decompressobj(wbits=31)
+    try:
+        out = inflater.decompress(body, limit)
+    except zlib.error as exc:
+        raise BatchRefused(Refusal.MALFORMED, f"body is not gzip: {exc}") from exc
+    if inflater.unconsumed_tail:
+        raise BatchRefused(Refusal.TOO_LARGE, f"body inflates past {limit} bytes")
+    if not inflater.eof or inflater.unused_data:
+        raise BatchRefused(Refusal.MALFORMED, "body is not one complete gzip stream")
+    return out
+
+
+def parse_batch(body: bytes, authenticated_host: str, *, compressed: bool = True) -> IngestBatch:
+    """Check a request body from `authenticated_host` (the host its token names)."""
+    raw = decompress(body) if compressed else body
+    try:
+        doc = loads_json(raw, MAX_JSON_DEPTH)
+    except JsonBodyError as exc:
+        raise BatchRefused(Refusal.MALFORMED, str(exc)) from exc
+    if not isinstance(doc, dict):
+        raise BatchRefused(Refusal.MALFORMED, "batch: expected a JSON object")
+    return check_batch(doc, authenticated_host)
+
+
+_KEYS = {"v", "host", "boot_id", "seq", "sent_ts", "interval_seconds", "agent_version", "tables", "acks"}
+
+
+def check_batch(doc: dict[str, Any], authenticated_host: str) -> IngestBatch:
+    unknown = set(doc) - _KEYS
+    if unknown or set(doc) != _KEYS:
+        detail = (
+            f"unknown keys {sorted(unknown)[:5]}" if unknown else f"missing keys {sorted(_KEYS - set(doc))}"
+        )
+        raise BatchRefused(Refusal.MALFORMED, f"batch: {detail}")
+    if doc["v"] != WIRE_VERSION or type(doc["v"]) is not int:
+        raise BatchRefused(Refusal.MALFORMED, f"batch.v: this controller reads version {WIRE_VERSION}")
+    host = _short_text("host", doc["host"])
+    if host != authenticated_host:
+        raise BatchRefused(Refusal.WRONG_HOST, f"batch.host {host[:64]!r} is not the host of this token")
+    seq = doc["seq"]
+    if type(seq) is not int or not 1 <= seq <= INT64_MAX:
+        raise BatchRefused(Refusal.INVALID_VALUE, "batch.seq: expected an integer from 1 to 2**63-1")
+    batch = IngestBatch(
+        host=host,
+        boot_id=_short_text("boot_id", doc["boot_id"]),
+        seq=seq,
+        sent_ts=_timestamp("sent_ts", doc["sent_ts"]),
+        interval_seconds=_interval(doc["interval_seconds"]),
+        agent_version=_short_text("agent_version", doc["agent_version"]),
+        tables={},
+        acks=_acks(doc["acks"]),
+    )
+    tables = doc["tables"]
+    if not isinstance(tables, dict):
+        raise BatchRefused(Refusal.MALFORMED, "batch.tables: expected an object")
+    for name, columns in tables.items():
+        table = TABLES.get(name)
+        if table is None:
+            raise BatchRefused(Refusal.MALFORMED, f"batch.tables: unknown table {str(name)[:64]!r}")
+        rows = check_columns(table, columns, host)
+        if rows:
+            batch.tables[name] = columns
+            batch.rows += rows
+        if batch.rows > MAX_ROWS:
+            raise BatchRefused(Refusal.TOO_LARGE, f"batch: more than {MAX_ROWS} rows")
+    return batch
+
+
+def _short_text(name: str, value: object) -> str:
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_ID_CHARS or not value.isprintable():
+        raise BatchRefused(Refusal.MALFORMED, f"batch.{name}: expected 1-{MAX_ID_CHARS} printable characters")
+    return value
+
+
+def _timestamp(name: str, value: object) -> float:
+    if type(value) not in (int, float) or not MIN_TS <= value <= MAX_TS:  # type: ignore[operator]
+        raise BatchRefused(Refusal.INVALID_VALUE, f"batch.{name}: expected epoch seconds (2000-2200)")
+    return float(value)  # type: ignore[arg-type]
+
+
+def _interval(value: object) -> float:
+    if type(value) not in (int, float) or not 0.01 <= value <= 86400:  # type: ignore[operator]
+        raise BatchRefused(Refusal.INVALID_VALUE, "batch.interval_seconds: expected 0.01 to 86400")
+    return float(value)  # type: ignore[arg-type]
+
+
+def _acks(value: object) -> list[CommandAck]:
+    if not isinstance(value, list) or len(value) > MAX_ACKS:
+        raise BatchRefused(Refusal.MALFORMED, f"batch.acks: expected a list of at most {MAX_ACKS}")
+    try:
+        return [ack_from_json(a) for a in value]
+    except ValueError as exc:
+        raise BatchRefused(Refusal.MALFORMED, f"batch.{exc}") from exc
+
+
+def check_columns(table: Table, columns: object, host: str) -> int:
+    """Check one table's columns in place; return its row count."""
+    where = f"batch.tables.{table.name}"
+    if not isinstance(columns, dict):
+        raise BatchRefused(Refusal.MALFORMED, f"{where}: expected an object of columns")
+    by_name = {c.name: c for c in table.columns}
+    unknown = [str(n)[:64] for n in columns if n not in by_name]
+    missing = [c.name for c in table.columns if c.required and c.name not in columns]
+    if unknown or missing:
+        raise BatchRefused(Refusal.MALFORMED, f"{where}: unknown columns {unknown}, missing {missing}")
+    lengths = {len(v) if isinstance(v, list) else -1 for v in columns.values()}
+    if len(lengths) != 1 or -1 in lengths:
+        raise BatchRefused(Refusal.MALFORMED, f"{where}: columns must be lists of one length")
+    for name, values in columns.items():
+        _check_column(by_name[name], values, f"{where}.{name}")
+    if "host" in columns and any(h is not None and h != host for h in columns["host"]):
+        raise BatchRefused(Refusal.WRONG_HOST, f"{where}.host: rows of another host than the batch's")
+    return lengths.pop()
+
+
+def _check_column(column: Column, values: Sequence[Any], where: str) -> None:
+    types = set(map(type, values))
+    if type(None) in types:
+        if not column.nullable:
+            raise BatchRefused(Refusal.INVALID_VALUE, f"{where}: null in a NOT NULL column")
+        types.discard(type(None))
+        values = [v for v in values if v is not None]
+    if not values:
+        return
+    checker = _CHECKS.get(column.sql_type)
+    if checker is None:
+        raise BatchRefused(Refusal.MALFORMED, f"{where}: column type {column.sql_type} cannot be shipped")
+    problem = checker(types, values)
+    if problem:
+        raise BatchRefused(Refusal.INVALID_VALUE, f"{where}: {problem}")
+
+
+def _ints(low: int, high: int) -> Any:
+    def check(types: set[type], values: Sequence[Any]) -> str:
+        if types != {int}:  # bool is its own type here, so True is not taken for 1
+            return f"expected integers, got {sorted(t.__name__ for t in types)}"
+        if min(values) < low or max(values) > high:
+            return f"integer out of range {low}..{high}"
+        return ""
+
+    return check
+
+
+def _doubles(types: set[type], values: Sequence[Any]) -> str:
+    if not types <= {int, float}:
+        return f"expected numbers, got {sorted(t.__name__ for t in types)}"
+    try:
+        if not all(map(math.isfinite, values)):
+            return "non-finite number"
+    except OverflowError:
+        return "number out of range"
+    return ""
+
+
+def _timestamps(types: set[type], values: Sequence[Any]) -> str:
+    problem = _doubles(types, values)
+    if not problem and (min(values) < MIN_TS or max(values) > MAX_TS):
+        problem = "timestamp outside 2000-2200"
+    return problem
+
+
+def _texts(types: set[type], values: Sequence[Any]) -> str:
+    if types != {str}:
+        return f"expected strings, got {sorted(t.__name__ for t in types)}"
+    if max(map(len, values)) > MAX_TEXT_CHARS:
+        return f"string longer than {MAX_TEXT_CHARS} characters"
+    try:
+        "".join(values).encode()  # a lone surrogate (JSON allows "\ud800") is not UTF-8: DuckDB refuses it
+    except UnicodeEncodeError:
+        return "string that is not valid Unicode"
+    return ""
+
+
+def _booleans(types: set[type], values: Sequence[Any]) -> str:
+    return "" if types == {bool} else f"expected true/false, got {sorted(t.__name__ for t in types)}"
+
+
+_CHECKS = {
+    "BIGINT": _ints(INT64_MIN, INT64_MAX),
+    "UBIGINT": _ints(0, UINT64_MAX),
+    "INTEGER": _ints(-(2**31), 2**31 - 1),
+    "DOUBLE": _doubles,
+    "TIMESTAMP": _timestamps,
+    "VARCHAR": _texts,
+    "BOOLEAN": _booleans,
+}

@@ -1,0 +1,110 @@
+"""POST /v1/ingest on a real controller on loopback: stored once, refused with the right status, counted."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import duckdb
+
+from fleetguard.shipping.wire import encode
+from tests.controller.helpers import Controller, batch, metric_value, start_test_controller
+
+
+def _count(path: str, sql: str) -> int:
+    con = duckdb.connect(path, read_only=True)
+    try:
+        row = con.execute(sql).fetchone()
+        return int(row[0]) if row else 0
+    finally:
+        con.close()
+
+
+def test_a_batch_is_stored_and_a_resent_batch_is_answered_duplicate_and_not_stored_again(
+    controller: Controller,
+) -> None:
+    b = batch("node-a", 1)
+    first = controller.ship(b)
+    again = controller.ship(b)
+    assert (first.status, first.doc["duplicate"]) == (200, False)
+    assert (again.status, again.doc["duplicate"]) == (200, True)
+    metrics = controller.metrics()
+    assert metric_value(metrics, "fleetguard_controller_batches_committed_total") == 1
+    assert metric_value(metrics, "fleetguard_controller_batches_duplicate_total") == 1
+    path = controller.config_overrides["store.path"]
+    controller.running.stop()
+    assert _count(path, "SELECT count(*) FROM gpu_samples") == 2
+    assert _count(path, "SELECT count(*) FROM nic_counters WHERE value = 9223372036854775813") == 1
+
+
+def test_the_ledger_survives_a_restart(tmp_path: Path) -> None:
+    c = start_test_controller(tmp_path)
+    try:
+        b = batch("node-a", 7)
+        assert c.ship(b).doc["duplicate"] is False
+        c.restart()
+        assert c.ship(b).doc["duplicate"] is True
+        assert c.ship(batch("node-a", 8)).doc["duplicate"] is False
+    finally:
+        c.running.stop()
+
+
+def test_no_token_or_a_wrong_token_is_401(controller: Controller) -> None:
+    body = encode(batch("node-a", 1))
+    assert controller.post("/v1/ingest", body, None).status == 401
+    assert controller.post("/v1/ingest", body, "not-a-token").status == 401
+
+
+def test_a_batch_naming_another_host_than_its_token_is_403(controller: Controller) -> None:
+    reply = controller.ship(batch("node-b", 1), token=controller.tokens["node-a"])
+    assert reply.status == 403
+    assert reply.doc["reason"] == "wrong_host"
+
+
+def test_rows_of_another_host_inside_a_batch_are_403(controller: Controller) -> None:
+    b = batch("node-a", 1)
+    b.tables["gpu_samples"]["host"][0] = "node-b"
+    assert controller.ship(b).status == 403
+
+
+def test_an_operator_token_cannot_ship(controller: Controller) -> None:
+    assert controller.ship(batch("node-a", 1), token=controller.tokens["operator"]).status == 403
+
+
+def test_an_oversized_body_is_413(controller: Controller) -> None:
+    assert controller.post("/v1/ingest", b"x" * (300 * 1024), controller.tokens["node-a"]).status == 413
+
+
+def test_a_gzip_bomb_is_413(controller: Controller) -> None:
+    bomb = gzip.compress(b" " * (80 << 20))
+    assert len(bomb) < 256 * 1024
+    assert controller.post("/v1/ingest", bomb, controller.tokens["node-a"]).status == 413
+
+
+def test_malformed_batches_are_400(controller: Controller) -> None:
+    token = controller.tokens["node-a"]
+    assert controller.post("/v1/ingest", b"not gzip", token).status == 400
+    assert controller.post("/v1/ingest", gzip.compress(b"[1, 2"), token).status == 400
+    assert controller.post("/v1/ingest", gzip.compress(b"[" * 100 + b"]" * 100), token).status == 400
+    doc = batch("node-a", 1).to_json()
+    doc["tables"] = {"no_such_table": {"ts": [1.0]}}
+    assert controller.post("/v1/ingest", gzip.compress(json.dumps(doc).encode()), token).status == 400
+
+
+def test_a_value_its_column_cannot_hold_is_400_and_nothing_is_stored(controller: Controller) -> None:
+    b = batch("node-a", 1)
+    b.tables["gpu_samples"]["gpu_index"][0] = 2**63
+    reply = controller.ship(b)
+    assert (reply.status, reply.doc["reason"]) == (400, "invalid_value")
+    assert "gpu_index" in reply.doc["error"]
+    assert metric_value(controller.metrics(), "fleetguard_controller_batches_committed_total") == 0
+
+
+def test_refusals_are_counted_by_reason(controller: Controller) -> None:
+    controller.post("/v1/ingest", encode(batch("node-a", 1)), None)
+    controller.ship(batch("node-b", 1), token=controller.tokens["node-a"])
+    controller.post("/v1/ingest", b"junk", controller.tokens["node-a"])
+    text = controller.metrics()
+    for reason in ("unauthenticated", "wrong_host", "malformed"):
+        assert f'fleetguard_controller_batches_refused_total{{reason="{reason}"}} 1' in text
