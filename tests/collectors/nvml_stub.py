@@ -227,6 +227,12 @@ _SET_UP_CALLS = frozenset(
         "nvmlGpmSampleAlloc",
         "nvmlGpmSampleFree",
         "nvmlGpmQueryDeviceSupport",
+        "nvmlDeviceGetUUID",
+        "nvmlDeviceGetName",
+        "nvmlDeviceGetSerial",
+        "nvmlDeviceGetPciInfo",
+        "nvmlDeviceGetMaxPcieLinkGeneration",
+        "nvmlDeviceGetMaxPcieLinkWidth",
     }
 )
 

@@ -326,3 +326,38 @@ def test_port_traffic_runs_at_a_realistic_share_of_400_gbps(healthy_rounds: list
 
 def test_a_healthy_fleet_raises_no_events(healthy_rounds: list[Batch]) -> None:
     assert [e for b in healthy_rounds for e in b.events] == []
+
+
+# ---- what a real H100 would add: GPM, the cadence of slow fields, the processes on each GPU ----------------
+
+
+def test_training_gpus_report_plausible_gpm_metrics(healthy_rounds: list[Batch]) -> None:
+    for s in (s for b in healthy_rounds for s in b.gpu_samples):
+        util = s.utilization_gpu_percent or 0.0
+        assert s.gpm_sm_activity_percent is not None and 0.8 * util <= s.gpm_sm_activity_percent <= util
+        assert s.gpm_sm_occupancy_percent is not None and 35 <= s.gpm_sm_occupancy_percent <= 55
+        assert s.gpm_tensor_activity_percent is not None
+        assert 0 < s.gpm_tensor_activity_percent < s.gpm_sm_activity_percent
+        assert s.gpm_dram_bandwidth_percent is not None and 20 <= s.gpm_dram_bandwidth_percent <= 70
+        assert s.nvlink_tx_bytes_per_second is not None and 100e9 <= s.nvlink_tx_bytes_per_second <= 180e9
+        assert s.pcie_tx_bytes_per_second is not None and s.pcie_tx_bytes_per_second > 0
+
+
+def test_slow_fields_follow_the_same_cadence_as_on_a_real_gpu(healthy_rounds: list[Batch]) -> None:
+    # Read every 5 s with the default 30 s slow interval: GPU 0 re-reads at 0, 30, 60 ..., GPU 4 of 8 half an
+    # interval later (45, 75 ...): a host's slow reads are spread, not all in one round.
+    gpu0 = gpu_series(healthy_rounds, "sim-host-000", 0)
+    gpu4 = gpu_series(healthy_rounds, "sim-host-000", 4)
+    assert [s.slow_read_ts for s in gpu0[:8]] == [T0] * 6 + [T0 + 30] * 2
+    assert [s.slow_read_ts for s in gpu4[:11]] == [T0] * 9 + [T0 + 45] * 2
+    assert all(s.slow_read_ts is not None and s.ts - 50 <= s.slow_read_ts <= s.ts for s in gpu0 + gpu4)
+
+
+def test_each_gpu_names_its_training_process() -> None:
+    fleet = SimulatedFleet(2, 4, seed=3)
+    gpu = SimulatedGpuCollector(fleet)
+    gpu.collect(T0)
+    processes = gpu.gpu_processes()
+    assert len(processes) == 8
+    by_uuid = {p.uuid: p.pids for h in fleet.hosts for g in h.gpus for p in processes if p.uuid == g.uuid}
+    assert by_uuid == {g.uuid: (g.pid,) for h in fleet.hosts for g in h.gpus}

@@ -339,6 +339,18 @@ def test_gpu_is_not_thermally_throttled_before_or_after_the_fault(thermal_series
         assert (s.clocks_event_reasons or 0) & THERMAL_BITS == 0
 
 
+def test_thermal_throttling_counts_as_thermal_violation_time_and_costs_tensor_activity(
+    thermal_series: list[GpuSample],
+) -> None:
+    throttled = sum(1 for s in thermal_series[1:] if (s.clocks_event_reasons or 0) & THERMAL_BITS)
+    violation = (thermal_series[-1].violation_thermal_seconds or 0) - (
+        thermal_series[0].violation_thermal_seconds or 0
+    )
+    assert throttled > 30 and violation == pytest.approx(throttled, abs=1.0)
+    cool, hot = thermal_series[10], thermal_series[80]
+    assert (hot.gpm_tensor_activity_percent or 0) < 0.6 * (cool.gpm_tensor_activity_percent or 0)
+
+
 # ---- scripts ----------------------------------------------------------------------------------------------
 
 
