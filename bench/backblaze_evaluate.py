@@ -25,9 +25,9 @@ import duckdb
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from fleetguard.predict.contract import register_inputs
+from fleetguard.predict.tables import markdown_table
 from predictor.backtest import BacktestConfig, run_backtest, summarise, to_json
-from predictor.cli import markdown_table
-from predictor.contract import register_inputs
 from predictor.dataset import (
     DatasetSpec,
     build_instances,

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import duckdb
 
-from collectors.simulated_history import SAMPLE_COLUMNS, HistorySpec, write_parquet
+from fleetguard.predict.simulated_history import SAMPLE_COLUMNS, HistorySpec, write_parquet
 
 STEPS = 24 * 30
 
@@ -51,7 +51,7 @@ def phase_floor(data: Path, work: Path) -> dict[str, float]:
 
 
 def phase_build(data: Path, work: Path) -> dict[str, float]:
-    from predictor.contract import register_inputs
+    from fleetguard.predict.contract import register_inputs
     from predictor.dataset import DatasetSpec, build_instances
 
     con = _connect(work)
@@ -64,9 +64,9 @@ def phase_build(data: Path, work: Path) -> dict[str, float]:
 
 def phase_train(data: Path, work: Path) -> dict[str, float]:
     """Build, then read the labelled instances (all positives + 200k negatives) and fit XGBoost."""
-    from predictor.contract import register_inputs
+    from fleetguard.predict.contract import register_inputs
     from predictor.dataset import DatasetSpec, build_instances, fetch_instances
-    from predictor.models import make_model
+    from predictor.registry import make_single as make_model
 
     con = _connect(work)
     inputs = register_inputs(con, data / "samples", data / "failures.parquet")

@@ -69,9 +69,10 @@ _OUR_PACKAGES = frozenset({"fleetguard", "collectors", "predictor", "diagnosis",
     lazy={
         "controller": "fleetguard.controller.cli:controller_command",
         "status": "fleetguard.controller.cli:status_command",
-        "train": "predictor.cli:train_command",
-        "evaluate": "predictor.cli:evaluate_command",
-        "predict": "predictor.cli:predict_command",
+        "train": "fleetguard.predict.cli:train_command",
+        "evaluate": "fleetguard.predict.cli:evaluate_command",
+        "predict": "fleetguard.predict.cli:predict_command",
+        "simulate-history": "fleetguard.predict.simulate_cli:simulate_history_command",
     },
 )
 @click.version_option(__version__, prog_name="fleetguard")

@@ -100,7 +100,7 @@ def _scoring_extension(config: Config, sources: Sources, risk: _RiskSummary) -> 
     def start(agent: Agent, store: Store) -> None:
         def loop() -> None:
             try:
-                from predictor.live import LiveScorer, at_risk_findings, train_demo_model
+                from fleetguard.predict.live import LiveScorer, at_risk_findings, train_demo_model
 
                 model_dir = Path(config.predictor.model_dir) if config.predictor.model_dir else None
                 if model_dir is None:

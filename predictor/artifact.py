@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from predictor.dataset import DatasetSpec
-from predictor.ensembles import load_any, save_any
 from predictor.models import Model
+from predictor.registry import load as load_any
+from predictor.registry import save as save_any
 
 FORMAT = "fleetguard-predictor-model"
 FORMAT_VERSION = 1

@@ -1,36 +1,46 @@
 """Honest backtest: walk the history, retrain every Δ on the last L_train of the past, score the next period.
 
-`xgboost_static` is the study's baseline: one XGBoost trained on the first training window, never retrained.
-The parallel ensemble's members are the single models of the same retrain (same data, same seeds), so it is
-built from their scores rather than trained twice.
+Every decision uses only what was known when it was made: a retrain at `at` learns from labels known at
+`at`, keeps the event kinds frequent in its own training window, picks L_train on a slice before `at`, and
+tunes the cascade on out-of-fold scores of that window; predictions are chosen at each instance time from
+that time's scores (selection.py). `xgboost_static` is the study's baseline: one XGBoost trained on the
+first training window, never retrained. The parallel ensemble's members are the single models of the same
+retrain (same data, same seeds), so it is built from their scores rather than trained twice.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from predictor import registry
 from predictor.dataset import Instances
-from predictor.ensembles import CascadeEnsemble, normalised_rank
-from predictor.metrics import (
-    ModelMetrics,
-    Scored,
-    evaluate,
-    intersect,
-    precision_at_volume,
-    select_top_k,
-    volume_by_period,
+from predictor.defaults import explain_one_class
+from predictor.durations import format_duration
+from predictor.ensembles import CascadeEnsemble
+from predictor.feature_choice import EventLog, columns_for, kinds_in_window
+from predictor.metrics import ModelMetrics, Scored, evaluate, precision_of
+from predictor.registry import ALL_MODELS, PARALLEL_MEMBERS, SINGLE_MODELS
+from predictor.selection import (
+    intersect_causal,
+    ranks_within_steps,
+    select_at_volume,
+    select_causal_k,
+    volume_by_step,
 )
-from predictor.models import SINGLE_MODELS, make_model
 from predictor.sliding import pick_train_window, training_indices
 
-ALL_MODELS = ("xgboost", "mlp", "logistic", "random_forest", "parallel", "cascade")
-PARALLEL_MEMBERS = ("xgboost", "random_forest", "logistic")
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+class BacktestError(ValueError):
+    """A backtest that cannot run with these settings; the message says what would."""
 
 
 @dataclass(frozen=True)
@@ -38,25 +48,28 @@ class BacktestConfig:
     horizon_seconds: float = 7 * 86400.0
     train_window_seconds: float = 30 * 86400.0
     retrain_every_seconds: float = 7 * 86400.0
-    period_seconds: float | None = None  # K applies per period; default: the retrain step
+    period_seconds: float | None = None  # K applies per period, spent as it runs; default: one step
     step_seconds: float = 86400.0  # the dataset's instance step
     models: tuple[str, ...] = ALL_MODELS
     parallel_members: tuple[str, ...] = PARALLEL_MEMBERS
-    train_window_candidates: tuple[
-        float, ...
-    ] = ()  # non-empty: pick L_train per retrain on a validation slice
+    # non-empty: pick L_train per retrain on a validation slice before the retrain
+    train_window_candidates: tuple[float, ...] = ()
     validation_seconds: float = 7 * 86400.0
     max_train_negatives: int = 100_000
     first_period_ts: float | None = None
     # False: score only periods whose outcomes the data already holds. True: score to the end of the data,
     # a prediction whose outcome is cut off counting as a miss (a lower bound on precision).
     score_censored: bool = False
+    # Event kinds the instances carry columns for (in order of first appearance), and how many of them a
+    # retrain keeps: the most frequent in its own training window.
+    candidate_event_kinds: tuple[str, ...] = ()
+    max_event_kinds: int = 8
     seed: int = 0
     n_jobs: int = 2
 
     @property
     def period(self) -> float:
-        return self.period_seconds or self.retrain_every_seconds
+        return self.period_seconds or self.step_seconds
 
 
 @dataclass
@@ -65,6 +78,7 @@ class TrainRecord:
 
     at_ts: float
     train_window_seconds: float
+    event_kinds: tuple[str, ...]
     rows: int
     positives: int
     max_train_ts: float
@@ -74,7 +88,7 @@ class TrainRecord:
 @dataclass
 class BacktestResult:
     scored: Scored
-    scores: dict[str, npt.NDArray[np.float64]]
+    scores: dict[str, FloatArray]
     config: BacktestConfig
     retrains: list[TrainRecord] = field(default_factory=list)
 
@@ -98,23 +112,22 @@ def scoring_range(inst: Instances, data_end_ts: float, config: BacktestConfig) -
 def run_backtest(
     inst: Instances,
     failures_device: npt.NDArray[np.object_],
-    failures_ts: npt.NDArray[np.float64],
+    failures_ts: FloatArray,
     data_end_ts: float,
     config: BacktestConfig,
     progress: Callable[[Iterable[float]], Iterable[float]] = lambda it: it,
+    events: EventLog | None = None,
 ) -> BacktestResult:
+    """Walk the history: at each retrain time `at`, fit on what was known at `at` and score the instances
+    up to the next retrain. No input of a fit or a choice comes from after `at`."""
+    events = events or EventLog.empty()
     first, period, n_periods = scoring_range(inst, data_end_ts, config)
     if n_periods <= 0:
-        raise ValueError(
-            "history too short for a backtest: need train window + horizon + one period "
-            f"(train window {config.train_window_seconds / 86400:g}d, "
-            f"horizon {config.horizon_seconds / 86400:g}d)"
-        )
+        raise BacktestError("history too short for a backtest: need train window + horizon + one period")
     end = first + n_periods * period
-    in_scope = (inst.ts >= first) & (inst.ts < end)
-    sidx = np.flatnonzero(in_scope)
+    sidx = np.flatnonzero((inst.ts >= first) & (inst.ts < end))
     scored = Scored(
-        period=np.floor((inst.ts[sidx] - first) / period).astype(np.int64),
+        period=np.floor((inst.ts[sidx] - first) / period + 1e-9).astype(np.int64),
         device_id=inst.device_id[sidx],
         ts=inst.ts[sidx],
         label=inst.label[sidx],
@@ -142,37 +155,27 @@ def run_backtest(
         config.max_train_negatives,
         config.seed,
     )
-    _require_both_classes(static_y, first)
-    static = make_model("xgboost", config.n_jobs)
-    static.fit(inst.x[static_idx], static_y, config.seed)
-    scores["xgboost_static"] = static.score(x_scored)
+    require_both_classes(static_y, first, config.train_window_seconds, config)
+    static_cols = _columns(inst, events, first, config.train_window_seconds, config)[1]
+    static = registry.make_single("xgboost", config.n_jobs)
+    static.fit(inst.x[np.ix_(static_idx, static_cols)], static_y, config.seed)
+    scores["xgboost_static"] = static.score(x_scored[:, static_cols])
 
     retrain_at = list(np.arange(first, end, config.retrain_every_seconds, dtype=np.float64))
     for at in progress(retrain_at):
-        in_batch = (scored.ts >= at) & (scored.ts < at + config.retrain_every_seconds)
-        if not in_batch.any():
+        in_batch = np.flatnonzero((scored.ts >= at) & (scored.ts < at + config.retrain_every_seconds))
+        if len(in_batch) == 0:
             continue
-        window = config.train_window_seconds
-        if config.train_window_candidates:
-            picked = pick_train_window(
-                inst,
-                float(at),
-                config.train_window_candidates,
-                config.validation_seconds,
-                config.horizon_seconds,
-                config.max_train_negatives,
-                config.seed,
-                config.n_jobs,
-            )
-            window = picked if picked is not None else window
+        window = _train_window(inst, float(at), config)
         idx, y = training_indices(
             inst, float(at), window, config.horizon_seconds, config.max_train_negatives, config.seed
         )
-        _require_both_classes(y, float(at))
-        retrains.append(_record(inst, float(at), window, idx, y))
-        x_train, x_batch = inst.x[idx], x_scored[in_batch]
+        require_both_classes(y, float(at), window, config)
+        kinds, cols = _columns(inst, events, float(at), window, config)
+        retrains.append(_record(inst, float(at), window, kinds, idx, y))
+        x_train, x_batch = inst.x[np.ix_(idx, cols)], x_scored[np.ix_(in_batch, cols)]
         for name in singles:
-            model = make_model(name, config.n_jobs)
+            model = registry.make_single(name, config.n_jobs)
             model.fit(x_train, y, config.seed)
             scores[name][in_batch] = model.score(x_batch)
         if "cascade" in config.models:
@@ -182,20 +185,44 @@ def run_backtest(
     return BacktestResult(scored, scores, config, retrains)
 
 
-def _require_both_classes(y: npt.NDArray[np.float64], at: float) -> None:
+def _columns(
+    inst: Instances, events: EventLog, at: float, window: float, config: BacktestConfig
+) -> tuple[tuple[str, ...], IntArray]:
+    """The event kinds a retrain at `at` keeps (from its own window) and the feature columns that follow."""
+    kinds = kinds_in_window(events, at - window, at, config.max_event_kinds)
+    return kinds, columns_for(inst.feature_names, config.candidate_event_kinds, kinds)
+
+
+def _train_window(inst: Instances, at: float, config: BacktestConfig) -> float:
+    if not config.train_window_candidates:
+        return config.train_window_seconds
+    picked = pick_train_window(
+        inst,
+        at,
+        config.train_window_candidates,
+        config.validation_seconds,
+        config.horizon_seconds,
+        config.max_train_negatives,
+        config.seed,
+        config.n_jobs,
+    )
+    return picked if picked is not None else config.train_window_seconds
+
+
+def require_both_classes(y: FloatArray, at: float, window: float, config: BacktestConfig) -> None:
+    """A training set needs positives and negatives; the error says which is missing and what would help."""
     if y.sum() == 0 or y.sum() == len(y):
-        raise ValueError(
-            f"training set before {at:.0f} has {int(y.sum())} positives of {len(y)}: need both classes"
-        )
+        raise BacktestError(explain_one_class(at, int(y.sum()), len(y), window, config.horizon_seconds))
 
 
 def _record(
-    inst: Instances, at: float, window: float, idx: npt.NDArray[np.int64], y: npt.NDArray[np.float64]
+    inst: Instances, at: float, window: float, kinds: tuple[str, ...], idx: IntArray, y: FloatArray
 ) -> TrainRecord:
     pos = idx[y == 1]
     return TrainRecord(
         at_ts=at,
         train_window_seconds=window,
+        event_kinds=kinds,
         rows=len(idx),
         positives=int(y.sum()),
         max_train_ts=float(inst.ts[idx].max()),
@@ -204,49 +231,45 @@ def _record(
 
 
 def summarise(result: BacktestResult, k: int) -> dict[str, ModelMetrics]:
-    """Every model's metrics at K per period, each with the static baseline's precision at equal volume."""
+    """Every model's metrics at K per period (chosen causally), each with the static baseline's precision
+    when it makes as many predictions at every time step."""
     scored, scores, config = result.scored, result.scores, result.config
-    h = config.horizon_seconds
-    chosen: dict[str, npt.NDArray[np.int64]] = {}
-    score_of: dict[str, npt.NDArray[np.float64]] = {}
+
+    def top_k(score: FloatArray) -> IntArray:
+        return select_causal_k(
+            scored.period,
+            scored.ts,
+            scored.device_id,
+            score,
+            k,
+            scored.period_starts,
+            scored.period_seconds,
+            config.step_seconds,
+        )
+
+    chosen: dict[str, IntArray] = {}
+    score_of: dict[str, FloatArray] = {}
     for name in ["xgboost_static", *[m for m in config.models if m in scores]]:
-        chosen[name] = select_top_k(scored.period, scored.device_id, scores[name], k)
+        chosen[name] = top_k(scores[name])
         score_of[name] = scores[name]
     if "parallel" in config.models:
         members = [m for m in config.parallel_members if m in scores]
-        rank_avg = np.mean([ranks_within_periods(scores[m], scored.period) for m in members], axis=0)
-        member_sel = [select_top_k(scored.period, scored.device_id, scores[m], k) for m in members]
-        chosen["parallel"] = intersect(member_sel, scored.period, scored.device_id)
+        rank_avg = np.mean([ranks_within_steps(scores[m], scored.ts) for m in members], axis=0)
+        member_sel = [top_k(scores[m]) for m in members]
+        chosen["parallel"] = intersect_causal(member_sel, scored.period, scored.ts, scored.device_id)
         score_of["parallel"] = rank_avg
-        chosen["parallel_rank"] = select_top_k(scored.period, scored.device_id, rank_avg, k)
+        chosen["parallel_rank"] = top_k(rank_avg)
         score_of["parallel_rank"] = rank_avg
     out: dict[str, ModelMetrics] = {}
     for name, sel in chosen.items():
-        metrics = evaluate(scored, sel, score_of[name], h)
-        metrics.baseline_precision_same_volume = precision_at_volume(
-            scored, scores["xgboost_static"], volume_by_period(scored, sel)
+        metrics = evaluate(scored, sel, score_of[name], config.horizon_seconds)
+        volume = volume_by_step(scored.period, scored.ts, sel)
+        baseline = select_at_volume(
+            scored.period, scored.ts, scored.device_id, scores["xgboost_static"], volume
         )
+        metrics.baseline_precision_same_volume = precision_of(scored, baseline)
         out[name] = metrics
     return out
-
-
-def ranks_within_periods(
-    scores: npt.NDArray[np.float64], period: npt.NDArray[np.int64]
-) -> npt.NDArray[np.float64]:
-    """Each score's normalised rank among its own period's scores: a period's picks must not depend on the
-    scores of later periods (ranking the whole backtest at once would let them)."""
-    out = np.empty(len(scores), dtype=np.float64)
-    for p in np.unique(period):
-        idx = np.flatnonzero(period == p)
-        out[idx] = normalised_rank(scores[idx])
-    return out
-
-
-def format_duration(seconds: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
 
 
 def to_json(result: BacktestResult, k: int, metrics: dict[str, ModelMetrics]) -> dict[str, Any]:
@@ -254,30 +277,7 @@ def to_json(result: BacktestResult, k: int, metrics: dict[str, ModelMetrics]) ->
     return {
         "k": k,
         "horizon": format_duration(result.config.horizon_seconds),
+        "period": format_duration(result.config.period),
         "periods": len(result.scored.period_starts),
         "models": {name: m.summary() for name, m in metrics.items()},
     }
-
-
-def parse_duration(text: str) -> float:
-    """'7d', '12h', '30m', '45s' or plain seconds -> seconds."""
-    units = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "w": 7 * 86400.0}
-    t = text.strip().lower()
-    try:
-        value = float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
-    except ValueError as exc:
-        raise ValueError(f"not a duration: {text!r} (use e.g. 7d, 12h, 30m)") from exc
-    if value <= 0:
-        raise ValueError(f"duration must be positive: {text!r}")
-    return value
-
-
-def horizon_hours(seconds: float) -> float:
-    return seconds / 3600.0
-
-
-def model_names(selected: Sequence[str]) -> tuple[str, ...]:
-    unknown = [m for m in selected if m not in ALL_MODELS]
-    if unknown:
-        raise ValueError(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(ALL_MODELS)}")
-    return tuple(selected)

@@ -11,7 +11,6 @@ future is not yet known (t + H past the end of the data, no failure seen) gets l
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,12 +18,14 @@ import duckdb
 import numpy as np
 import numpy.typing as npt
 
-from predictor.contract import EVENTS_VIEW, FAILURES_VIEW, SAMPLES_VIEW, quote
+from predictor.feature_choice import EventLog, event_feature_name
+from predictor.views import EVENTS_VIEW, FAILURES_VIEW, SAMPLES_VIEW, quote
 
 INSTANCES_TABLE = "fg_instances"
 # A device's failure within this long after its previous one is the same incident: a GPU that falls off the
 # bus logs XID 79 and "fallen off the bus" seconds apart, and that is one failure to predict, not two.
 INCIDENT_GAP_SECONDS = 3600.0
+MAX_CANDIDATE_KINDS = 64
 STATS = ("mean", "std", "min", "max", "last", "delta", "slope")
 ID_COLUMNS = ("device_id", "ts", "label", "next_failure_ts")
 
@@ -36,8 +37,8 @@ class DatasetSpec:
     window_seconds: float = 3 * 86400.0
     horizon_seconds: float = 7 * 86400.0
     step_seconds: float = 86400.0
-    event_kinds: tuple[str, ...] = ()  # counted per window; the failure kinds are always counted too
-    max_event_kinds: int = 8  # when event_kinds is empty, the most frequent kinds are taken
+    event_kinds: tuple[str, ...] = ()  # kinds a trained model counts (chosen on its training window)
+    max_event_kinds: int = 8  # how many kinds a training window keeps, the most frequent there
 
     @property
     def window_steps(self) -> int:
@@ -84,23 +85,31 @@ def _window_clause(window_steps: int) -> str:
     return f"PARTITION BY device_id ORDER BY b RANGE BETWEEN {window_steps - 1} PRECEDING AND CURRENT ROW"
 
 
-def _safe(name: str) -> str:
-    return re.sub(r"[^0-9A-Za-z_]+", "_", name).strip("_") or "x"
-
-
-def event_kinds(con: duckdb.DuckDBPyConnection, spec: DatasetSpec) -> tuple[str, ...]:
-    if spec.event_kinds:
-        return spec.event_kinds
+def candidate_event_kinds(
+    con: duckdb.DuckDBPyConnection, limit: int = MAX_CANDIDATE_KINDS
+) -> tuple[str, ...]:
+    """Every event kind, in order of first appearance, up to `limit`: whether a kind gets a column depends
+    only on the kinds seen before it (never on counts over the whole history, the scored periods included).
+    Each retrain then keeps the kinds frequent in its own training window (feature_choice.py)."""
     rows = con.execute(
-        f"SELECT kind FROM {EVENTS_VIEW} GROUP BY kind ORDER BY count(*) DESC, kind LIMIT ?",
-        [spec.max_event_kinds],
+        f"SELECT kind FROM {EVENTS_VIEW} GROUP BY kind ORDER BY min(ts), kind LIMIT ?", [limit]
     ).fetchall()
     return tuple(str(r[0]) for r in rows)
 
 
+def fetch_events(con: duckdb.DuckDBPyConnection, kinds: tuple[str, ...]) -> EventLog:
+    """The events of `kinds` as arrays, for counting kinds within each training window."""
+    if not kinds:
+        return EventLog.empty()
+    arrays = con.execute(
+        f"SELECT kind, ts FROM {EVENTS_VIEW} WHERE list_contains(?, kind) ORDER BY ts", [list(kinds)]
+    ).fetchnumpy()
+    return EventLog(np.asarray(arrays["kind"], dtype=object), _as_float(arrays["ts"]))
+
+
 def feature_names(columns: tuple[str, ...], kinds: tuple[str, ...]) -> tuple[str, ...]:
     names = [f"{c}__{s}" for c in columns for s in STATS]
-    names += [f"events_{_safe(k)}__count" for k in kinds]
+    names += [event_feature_name(k) for k in kinds]
     # No sample-count feature: live stores sample every few seconds, histories hourly or daily.
     names += ["failures__count", "hours_since_last_failure"]
     return tuple(names)
@@ -146,7 +155,7 @@ def build_instances_sql(
             f"regr_slope(s{i} / nullif(n{i}, 0), b) OVER w AS {quote(c + '__slope')}",
         ]
     for j, k in enumerate(kinds):
-        features.append(f"coalesce(sum(e{j}) OVER w, 0) AS {quote('events_' + _safe(k) + '__count')}")
+        features.append(f"coalesce(sum(e{j}) OVER w, 0) AS {quote(event_feature_name(k))}")
     features += [
         "coalesce(sum(nf) OVER w, 0) AS failures__count",
         "coalesce((b + 1) * $step - max(last_fail) OVER "
@@ -199,7 +208,7 @@ def build_instances(
     table: str = INSTANCES_TABLE,
 ) -> tuple[str, ...]:
     """Materialise the instances table from the contract views; returns the feature names."""
-    kinds = event_kinds(con, spec) if kinds is None else kinds
+    kinds = candidate_event_kinds(con) if kinds is None else kinds
     con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS {build_instances_sql(columns, kinds, spec)}")
     return feature_names(columns, kinds)
 

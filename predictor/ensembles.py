@@ -3,16 +3,21 @@ and cascade (stage 1 keeps a high-recall share, stage 2 is trained only on what 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import itertools
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from predictor.models import Matrix, Model, Scores, load_single, make_model, save_single
+from predictor import registry
+from predictor.models import Matrix, Model, Scores
 
-DEFAULT_MEMBERS = ("xgboost", "random_forest", "logistic")
+DEFAULT_MEMBERS = registry.PARALLEL_MEMBERS
+# Stage 1's threshold comes from out-of-fold scores: a model scoring its own training rows is over-confident
+# on the positives it memorised, so an in-sample threshold keeps far fewer real positives than it promises.
+CASCADE_FOLDS = 3
 
 
 def normalised_rank(scores: Scores) -> Scores:
@@ -38,7 +43,7 @@ class ParallelEnsemble:
 
     @classmethod
     def of(cls, names: Sequence[str] = DEFAULT_MEMBERS, n_jobs: int = 2) -> ParallelEnsemble:
-        return cls([make_model(n, n_jobs) for n in names])
+        return cls([registry.make_single(n, n_jobs) for n in names])
 
     def fit(self, x: Matrix, y: npt.NDArray[np.float64], seed: int) -> None:
         for i, m in enumerate(self.members):
@@ -54,14 +59,14 @@ class ParallelEnsemble:
     def save(self, directory: Path) -> dict[str, Any]:
         return {
             "members": [
-                save_single(m, directory / f"member{i}") | {"dir": f"member{i}"}
+                registry.save(m, directory / f"member{i}") | {"dir": f"member{i}"}
                 for i, m in enumerate(self.members)
             ]
         }
 
     @classmethod
     def load(cls, directory: Path, meta: dict[str, Any]) -> ParallelEnsemble:
-        return cls([load_single(directory / m["dir"], m) for m in meta["members"]])
+        return cls([registry.load(directory / m["dir"], m) for m in meta["members"]])
 
 
 class CascadeEnsemble:
@@ -88,13 +93,16 @@ class CascadeEnsemble:
 
     @classmethod
     def of(cls, stage1: str = "logistic", stage2: str = "xgboost", n_jobs: int = 2) -> CascadeEnsemble:
-        return cls(make_model(stage1, n_jobs), make_model(stage2, n_jobs))
+        return cls(registry.make_single(stage1, n_jobs), registry.make_single(stage2, n_jobs))
 
     def fit(self, x: Matrix, y: npt.NDArray[np.float64], seed: int) -> None:
-        self.stage1.fit(x, y, seed)
-        s1 = self.stage1.score(x)
+        s1 = out_of_fold_scores(self.stage1, x, y, seed, CASCADE_FOLDS)
         self.threshold = keep_threshold(s1, y, self.keep_recall, self.min_keep_share)
+        self.stage1.fit(x, y, seed)
+        # Stage 2 learns from what an unseen stage 1 would pass, as it will meet at scoring time.
         kept = s1 >= self.threshold
+        if y[kept].sum() == 0 or y[kept].sum() == kept.sum():
+            kept = np.ones(len(y), dtype=bool)
         self.stage2_rows = int(kept.sum())
         self.stage2.fit(x[kept], y[kept], seed + 1)
 
@@ -111,8 +119,8 @@ class CascadeEnsemble:
 
     def save(self, directory: Path) -> dict[str, Any]:
         return {
-            "stage1": save_single(self.stage1, directory / "stage1") | {"dir": "stage1"},
-            "stage2": save_single(self.stage2, directory / "stage2") | {"dir": "stage2"},
+            "stage1": registry.save(self.stage1, directory / "stage1") | {"dir": "stage1"},
+            "stage2": registry.save(self.stage2, directory / "stage2") | {"dir": "stage2"},
             "threshold": self.threshold,
             "keep_recall": self.keep_recall,
             "min_keep_share": self.min_keep_share,
@@ -121,8 +129,8 @@ class CascadeEnsemble:
     @classmethod
     def load(cls, directory: Path, meta: dict[str, Any]) -> CascadeEnsemble:
         model = cls(
-            load_single(directory / "stage1", meta["stage1"]),
-            load_single(directory / "stage2", meta["stage2"]),
+            registry.load(directory / "stage1", meta["stage1"]),
+            registry.load(directory / "stage2", meta["stage2"]),
             meta["keep_recall"],
             meta["min_keep_share"],
         )
@@ -142,25 +150,23 @@ def keep_threshold(
     return min(by_recall, by_share)
 
 
-def make_any(name: str, n_jobs: int = 2) -> Model:
-    """A single model or an ensemble by name."""
-    if name in ("parallel", "parallel_rank"):
-        return ParallelEnsemble.of(n_jobs=n_jobs)
-    if name == "cascade":
-        return CascadeEnsemble.of(n_jobs=n_jobs)
-    return make_model(name, n_jobs)
-
-
-def save_any(model: Model, directory: Path) -> dict[str, Any]:
-    directory.mkdir(parents=True, exist_ok=True)
-    return {"name": model.name} | model.save(directory)
-
-
-def load_any(directory: Path, meta: dict[str, Any]) -> Model:
-    loaders: dict[str, Callable[[Path, dict[str, Any]], Model]] = {
-        "parallel": ParallelEnsemble.load,
-        "cascade": CascadeEnsemble.load,
-    }
-    if meta.get("name") in loaders:
-        return loaders[meta["name"]](directory, meta)
-    return load_single(directory, meta)
+def out_of_fold_scores(model: Model, x: Matrix, y: npt.NDArray[np.float64], seed: int, folds: int) -> Scores:
+    """Each row scored by a copy of `model` fitted without it. The folds are contiguous blocks of rows (the
+    instances come in time order), so a device's neighbouring instances mostly share a fold. A fold whose
+    training part lacks a class falls back to the in-sample score of a model fitted on everything."""
+    out = np.full(len(y), np.nan)
+    bounds = np.linspace(0, len(y), folds + 1).astype(int)
+    for lo, hi in itertools.pairwise(bounds):
+        train = np.ones(len(y), dtype=bool)
+        train[lo:hi] = False
+        if hi <= lo or y[train].sum() == 0 or y[train].sum() == train.sum():
+            continue
+        fold = registry.make_single(model.name)
+        fold.fit(x[train], y[train], seed)
+        out[lo:hi] = fold.score(x[lo:hi])
+    missing = np.isnan(out)
+    if missing.any():
+        whole = registry.make_single(model.name)
+        whole.fit(x, y, seed)
+        out[missing] = whole.score(x[missing])
+    return out

@@ -1,18 +1,16 @@
-"""Top-K selection per scoring period and the backtest metrics: precision@K, recall, PR-AUC, lead time.
+"""The backtest metrics of chosen predictions: precision@K, recall, PR-AUC, lead time (selection.py chooses).
 
-A prediction is one device picked in one period (its best-scoring instance there); it is a hit when the
-device fails within H after that instance. Recall is the share of the failures inside the scored range that
+A prediction is one device picked in one period, at one instance time; it is a hit when the device fails
+within H after that instance. Recall is the share of the failures inside the scored range that
 some prediction caught beforehand; lead time is failure time minus the earliest catching prediction.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd  # type: ignore[import-untyped]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -59,42 +57,6 @@ class ModelMetrics:
         out = asdict(self)
         out.pop("periods")
         return out
-
-
-def select_top_k(period: IntArray, device_id: npt.NDArray[np.object_], score: FloatArray, k: int) -> IntArray:
-    """Indices of the chosen instances: per period, each device's best instance, then the K best devices."""
-    if len(score) == 0 or k <= 0:
-        return np.zeros(0, dtype=np.int64)
-    frame = pd.DataFrame({"p": period, "d": device_id, "s": score, "i": np.arange(len(score))})
-    best = frame.sort_values(["p", "s", "d"], ascending=[True, False, True], kind="stable")
-    best = best.drop_duplicates(["p", "d"], keep="first")
-    chosen = best.groupby("p", sort=True).head(k)
-    return np.sort(chosen["i"].to_numpy(dtype=np.int64))
-
-
-def select_per_period_volume(
-    period: IntArray, device_id: npt.NDArray[np.object_], score: FloatArray, volume: dict[int, int]
-) -> IntArray:
-    """Like select_top_k with a different K per period (the baseline at another model's volume)."""
-    frame = pd.DataFrame({"p": period, "d": device_id, "s": score, "i": np.arange(len(score))})
-    best = frame.sort_values(["p", "s", "d"], ascending=[True, False, True], kind="stable")
-    best = best.drop_duplicates(["p", "d"], keep="first")
-    best["r"] = best.groupby("p").cumcount()
-    best["cap"] = best["p"].map(volume).fillna(0)
-    return np.sort(best.loc[best["r"] < best["cap"], "i"].to_numpy(dtype=np.int64))
-
-
-def intersect(
-    selections: Sequence[IntArray], period: IntArray, device_id: npt.NDArray[np.object_]
-) -> IntArray:
-    """The (period, device) pairs every selection holds; the first selection's instance represents each."""
-    if not selections:
-        return np.zeros(0, dtype=np.int64)
-    keys = [set(zip(period[s].tolist(), device_id[s].tolist(), strict=True)) for s in selections]
-    common = set.intersection(*keys)
-    first = selections[0]
-    keep = [i for i in first.tolist() if (int(period[i]), device_id[i]) in common]
-    return np.asarray(keep, dtype=np.int64)
 
 
 def average_precision(label: FloatArray, score: FloatArray) -> float | None:
@@ -161,14 +123,7 @@ def evaluate(scored: Scored, chosen: IntArray, score: FloatArray, horizon_second
     )
 
 
-def volume_by_period(scored: Scored, chosen: IntArray) -> dict[int, int]:
-    counts = np.bincount(scored.period[chosen], minlength=len(scored.period_starts))
-    return {p: int(c) for p, c in enumerate(counts)}
-
-
-def precision_at_volume(scored: Scored, baseline_score: FloatArray, volume: dict[int, int]) -> float | None:
-    """The baseline's precision when it makes, in each period, as many predictions as the other model."""
-    chosen = select_per_period_volume(scored.period, scored.device_id, baseline_score, volume)
+def precision_of(scored: Scored, chosen: IntArray) -> float | None:
     if len(chosen) == 0:
         return None
     return float((scored.label[chosen] == 1.0).mean())

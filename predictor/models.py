@@ -7,7 +7,6 @@ forest) or by oversampling the positives (MLP, which takes no weights).
 
 from __future__ import annotations
 
-import json
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,6 @@ from predictor import forest_arrays
 
 Matrix = npt.NDArray[np.float32]
 Scores = npt.NDArray[np.float64]
-SINGLE_MODELS = ("xgboost", "mlp", "logistic", "random_forest")
 
 
 class Model(Protocol):
@@ -281,37 +279,3 @@ class RandomForestModel:
             model.fill = a["fill"]
             model.forest = forest_arrays.ForestArrays.from_arrays(a)
         return model
-
-
-def make_model(name: str, n_jobs: int = 2) -> Model:
-    if name == "xgboost":
-        return XGBoostModel(n_jobs=n_jobs)
-    if name == "logistic":
-        return LogisticModel()
-    if name == "mlp":
-        return MLPModel()
-    if name == "random_forest":
-        return RandomForestModel(n_jobs=n_jobs)
-    raise ValueError(f"unknown model {name!r}; choose from {', '.join(SINGLE_MODELS)}")
-
-
-def load_single(directory: Path, meta: dict[str, Any]) -> Model:
-    loaders: dict[str, Any] = {
-        "xgboost": XGBoostModel.load,
-        "logistic": LogisticModel.load,
-        "mlp": MLPModel.load,
-        "random_forest": RandomForestModel.load,
-    }
-    if meta.get("name") not in loaders:
-        raise ValueError(f"{directory}: unknown model kind {meta.get('name')!r}")
-    model: Model = loaders[meta["name"]](directory, meta)
-    return model
-
-
-def save_single(model: Model, directory: Path) -> dict[str, Any]:
-    directory.mkdir(parents=True, exist_ok=True)
-    return {"name": model.name} | model.save(directory)
-
-
-def dumps(meta: dict[str, Any]) -> str:
-    return json.dumps(meta, indent=2, sort_keys=True)

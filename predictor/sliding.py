@@ -14,7 +14,7 @@ import numpy.typing as npt
 
 from predictor.dataset import Instances
 from predictor.metrics import average_precision
-from predictor.models import make_model
+from predictor.registry import make_single as make_model
 
 
 def labels_known_at(inst: Instances, at: float, horizon_seconds: float) -> npt.NDArray[np.float64]:

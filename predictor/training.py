@@ -8,10 +8,18 @@ import duckdb
 import numpy as np
 import numpy.typing as npt
 
-from predictor.dataset import DatasetSpec, Instances, build_instances, fetch_instances
-from predictor.ensembles import make_any
+from predictor.dataset import (
+    DatasetSpec,
+    Instances,
+    build_instances,
+    candidate_event_kinds,
+    fetch_events,
+    fetch_instances,
+)
+from predictor.feature_choice import columns_for, kinds_in_window
 from predictor.metrics import average_precision
 from predictor.models import Model
+from predictor.registry import make as make_any
 from predictor.sliding import training_indices
 
 
@@ -60,15 +68,28 @@ def train_from_views(
     seed: int = 0,
     n_jobs: int = 2,
 ) -> TrainedModel:
-    from predictor.dataset import event_kinds
-
-    kinds = event_kinds(con, spec)
-    names = build_instances(con, columns, spec, kinds)
+    candidates = candidate_event_kinds(con)
+    names = build_instances(con, columns, spec, candidates)
     inst = fetch_instances(con, names)
+    # The event kinds the model counts are those frequent in its own training window.
+    start = data_end_ts - (train_window_seconds or data_end_ts - float(inst.ts.min()) + spec.step_seconds)
+    chosen = set(
+        kinds_in_window(fetch_events(con, candidates), start, data_end_ts + 1e-6, spec.max_event_kinds)
+    )
+    kinds = tuple(k for k in candidates if k in chosen)
+    cols = columns_for(names, candidates, kinds)
+    inst = Instances(
+        inst.device_id,
+        inst.ts,
+        inst.label,
+        inst.next_failure_ts,
+        inst.x[:, cols],
+        tuple(names[i] for i in cols),
+    )
     model, idx, y = train_on_history(inst, name, spec, data_end_ts, train_window_seconds, seed, n_jobs=n_jobs)
     return TrainedModel(
         model=model,
-        feature_names=names,
+        feature_names=inst.feature_names,
         event_kinds=kinds,
         window=(float(inst.ts[idx].min()), float(inst.ts[idx].max())),
         rows=len(idx),

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import duckdb
 
-SAMPLES_VIEW = "fg_samples"
-FAILURES_VIEW = "fg_failures"
-EVENTS_VIEW = "fg_events"
+from predictor.views import EVENTS_VIEW, FAILURES_VIEW, SAMPLES_VIEW, quote
+
+__all__ = ["EVENTS_VIEW", "FAILURES_VIEW", "SAMPLES_VIEW", "ContractInputs", "InputError", "quote"]
 
 _NUMERIC_PREFIXES = (
     "TINYINT",
@@ -46,10 +46,6 @@ class ContractInputs:
 
     feature_columns: tuple[str, ...]
     ignored_columns: tuple[str, ...]
-
-
-def quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def _literal(text: str) -> str:

@@ -14,13 +14,13 @@ from pathlib import Path
 import duckdb
 import numpy as np
 
-from collectors.simulated_history import HistorySpec, write_parquet
+from fleetguard.predict.contract import register_inputs
+from fleetguard.predict.simulated_history import HistorySpec, write_parquet
+from fleetguard.predict.store_reader import FailureRule, register_store
 from fleetguard.records.findings import Finding
 from fleetguard.records.prediction import Prediction
 from predictor import artifact
-from predictor.contract import register_inputs
 from predictor.dataset import DatasetSpec, build_instances, data_end_ts, fetch_instances
-from predictor.store_reader import FailureRule, register_store
 from predictor.training import latest_per_device, train_from_views
 
 # The demo model sees hourly samples of the simulated fleet, so it scores fine on a few hours of store data.
@@ -36,7 +36,7 @@ def train_demo_model(out_dir: Path, seed: int = 0) -> Path:
         try:
             inputs = register_inputs(con, samples, failures)
             # Only GpuSample columns: the live store has no simulator-only columns such as xid_count.
-            from predictor.store_reader import gpu_feature_columns
+            from fleetguard.predict.store_reader import gpu_feature_columns
 
             columns = tuple(c for c in inputs.feature_columns if c in gpu_feature_columns())
             trained = train_from_views(

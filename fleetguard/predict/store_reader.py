@@ -14,8 +14,15 @@ from pathlib import Path
 
 import duckdb
 
+from fleetguard.predict.contract import (
+    EVENTS_VIEW,
+    FAILURES_VIEW,
+    SAMPLES_VIEW,
+    ContractInputs,
+    InputError,
+    quote,
+)
 from fleetguard.records.telemetry import GpuSample
-from predictor.contract import EVENTS_VIEW, FAILURES_VIEW, SAMPLES_VIEW, ContractInputs, InputError, quote
 
 # XIDs after which the GPU needs a reset or a repair (NVIDIA's XID catalogue): DBE, ECC page retirement
 # failure, NVLink error, fallen off the bus, uncontained ECC, GSP errors, unrecovered ECC.
@@ -121,5 +128,8 @@ def attach_store(con: duckdb.DuckDBPyConnection, path: Path, alias: str = "fgsto
     if not path.is_file():
         raise InputError(f"{path}: no such store file")
     literal = "'" + str(path).replace("'", "''") + "'"
-    con.execute(f"ATTACH {literal} AS {quote(alias)} (READ_ONLY)")
+    try:
+        con.execute(f"ATTACH {literal} AS {quote(alias)} (READ_ONLY)")
+    except duckdb.Error as exc:  # corrupt, locked by a writer, unreadable: one line, not a traceback
+        raise InputError(f"{path}: cannot open the store: {' '.join(str(exc).split())}") from exc
     return alias

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from collectors.simulated_history import HistorySpec, write_parquet
+from fleetguard.predict.simulated_history import HistorySpec, write_parquet
 
 
 @dataclass(frozen=True)

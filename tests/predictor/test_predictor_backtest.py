@@ -8,8 +8,8 @@ import duckdb
 import numpy as np
 import pytest
 
+from fleetguard.predict.contract import register_inputs
 from predictor.backtest import BacktestConfig, BacktestResult, run_backtest, summarise, to_json
-from predictor.contract import register_inputs
 from predictor.dataset import (
     DatasetSpec,
     Instances,

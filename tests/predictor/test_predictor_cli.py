@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from predictor.cli import COMMANDS, evaluate_command, predict_command, train_command
+from fleetguard.predict.cli import COMMANDS, evaluate_command, predict_command, train_command
 
 if TYPE_CHECKING:
     from conftest import History
@@ -141,7 +141,7 @@ def test_a_bad_value_beyond_the_type_sample_is_a_clear_error_naming_the_file(tmp
     failures.write_text("device_id,ts\nd1,100000000\n")
     result = CliRunner().invoke(
         evaluate_command,
-        ["--samples", str(samples), "--failures", str(failures), "--train-window", "3d", "--quiet"],
+        ["--samples", str(samples), "--failures", str(failures), "--train-window", "30d", "--quiet"],
     )
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
     assert f"cannot read {samples}" in result.output and "n/a" in result.output

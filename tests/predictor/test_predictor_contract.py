@@ -9,7 +9,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from predictor.contract import InputError, register_failures, register_samples
+from fleetguard.predict.contract import InputError, register_failures, register_samples
 
 Writer = Callable[[Path, dict[str, list[object]]], Path]
 

@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from fleetguard.predict.contract import register_inputs
 from predictor import dataset
-from predictor.contract import register_inputs
 from predictor.dataset import DatasetSpec, Instances, build_instances, fetch_instances
 
 if TYPE_CHECKING:

@@ -5,10 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from predictor.metrics import Scored, evaluate, precision_at_volume, select_top_k, volume_by_period
+from predictor.metrics import Scored, evaluate, precision_of
+from predictor.selection import select_at_volume, select_causal_k, volume_by_step
 
 H = 3600.0
 DAY = 86400.0
+
+
+def select_top_k(s: Scored, score: np.ndarray, k: int) -> np.ndarray:
+    return select_causal_k(s.period, s.ts, s.device_id, score, k, s.period_starts, s.period_seconds, DAY)
 
 
 def _scored() -> Scored:
@@ -30,7 +35,7 @@ def _scored() -> Scored:
 def test_precision_recall_and_lead_time_of_a_top_1_model() -> None:
     s = _scored()
     score = np.array([0.9, 0.1, 0.2, 0.3, 0.8, 0.4])  # day 0 picks a (hit), day 1 picks b (miss)
-    chosen = select_top_k(s.period, s.device_id, score, 1)
+    chosen = select_top_k(s, score, 1)
     m = evaluate(s, chosen, score, DAY)
     assert (m.predictions, m.hits, m.precision_at_k) == (2, 1, 0.5)
     assert m.recall == 0.5  # a caught, c missed
@@ -41,7 +46,7 @@ def test_precision_recall_and_lead_time_of_a_top_1_model() -> None:
 def test_lead_time_counts_from_the_earliest_catching_prediction() -> None:
     s = _scored()
     score = np.array([0.9, 0.1, 0.2, 0.9, 0.1, 0.8])
-    m = evaluate(s, select_top_k(s.period, s.device_id, score, 2), score, DAY)
+    m = evaluate(s, select_top_k(s, score, 2), score, DAY)
     assert m.recall == 1.0
     # a is caught from day 0 (36 h ahead); c's day-0 pick is outside its horizon; day 1 is 21.6 h ahead.
     assert m.median_lead_time_hours == pytest.approx((36.0 + 0.9 * 24) / 2)
@@ -53,10 +58,11 @@ def test_pr_auc_is_perfect_when_scores_order_labels() -> None:
     assert m.pr_auc == 1.0
 
 
-def test_baseline_precision_is_taken_at_the_other_models_volume_per_period() -> None:
+def test_baseline_precision_is_taken_at_the_other_models_volume_per_step() -> None:
     s = _scored()
-    only_day1 = np.array([4])  # the other model predicted once, in period 1
-    volume = volume_by_period(s, only_day1)
-    assert volume == {0: 0, 1: 1}
-    baseline = np.array([0.9, 0.1, 0.2, 0.1, 0.2, 0.9])  # its top-1 in period 1 is c: a hit
-    assert precision_at_volume(s, baseline, volume) == 1.0
+    only_day1 = np.array([4])  # the other model predicted once, at day 1
+    volume = volume_by_step(s.period, s.ts, only_day1)
+    assert volume == {(1, DAY): 1}
+    baseline = np.array([0.9, 0.1, 0.2, 0.1, 0.2, 0.9])  # its top-1 at day 1 is c: a hit
+    chosen = select_at_volume(s.period, s.ts, s.device_id, baseline, volume)
+    assert chosen.tolist() == [5] and precision_of(s, chosen) == 1.0

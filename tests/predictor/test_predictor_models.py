@@ -9,8 +9,8 @@ import pytest
 
 from predictor import artifact
 from predictor.dataset import DatasetSpec
-from predictor.ensembles import make_any
 from predictor.forest_arrays import from_sklearn, predict_positive
+from predictor.registry import make as make_any
 
 
 def _data(n: int = 600, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

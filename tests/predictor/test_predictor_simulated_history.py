@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow.compute as pc
 
-from collectors.simulated_history import HistorySpec, generate, simulate_failures
+from fleetguard.predict.simulated_history import HistorySpec, generate, simulate_failures
 
 SPEC = HistorySpec(n_gpus=200, n_steps=24 * 40, failure_rate=0.4, seed=3)
 

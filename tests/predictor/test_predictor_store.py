@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from fleetguard.predict.cli import evaluate_command
+from fleetguard.predict.live import LiveScorer, at_risk_findings, train_demo_model
+from fleetguard.predict.store_reader import FailureRule, register_store
 from fleetguard.records.prediction import Prediction
 from fleetguard.records.telemetry import Event, GpuSample
 from fleetguard.store import Store
-from predictor.cli import evaluate_command
-from predictor.live import LiveScorer, at_risk_findings, train_demo_model
-from predictor.store_reader import FailureRule, register_store
 
 HOUR = 3600.0
 T0 = 1_700_000_000.0

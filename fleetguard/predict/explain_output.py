@@ -1,0 +1,43 @@
+"""`predict`'s rows: rank, device, risk and the features that drove each score, as JSON or a table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+import numpy as np
+
+from predictor.artifact import LoadedModel
+from predictor.dataset import Instances
+from predictor.explain import top_drivers
+
+
+def prediction_rows(loaded: LoadedModel, inst: Instances, top_k: int) -> list[dict[str, Any]]:
+    if len(inst) == 0:
+        return []
+    risk = loaded.model.score(inst.x)
+    order = np.argsort(-risk, kind="stable")[:top_k]
+    drivers = top_drivers(loaded.model, inst.x[order], inst.feature_names)
+    return [
+        {
+            "rank": rank,
+            "device_id": str(inst.device_id[i]),
+            "ts": float(inst.ts[i]),
+            "risk": float(risk[i]),
+            "drivers": [d.as_dict() for d in why],
+        }
+        for rank, (i, why) in enumerate(zip(order.tolist(), drivers, strict=True), start=1)
+    ]
+
+
+def _value(v: object) -> str:
+    return "missing" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def print_rows(rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        click.echo("no devices to score", err=True)
+        return
+    for row in rows:
+        why = ", ".join(f"{d['feature']}={_value(d['value'])}" for d in row["drivers"]) or "–"
+        click.echo(f"{row['rank']:>3}  {row['device_id']:<32} {row['risk']:.4f}  {why}")

@@ -1,0 +1,45 @@
+"""`fleetguard simulate-history OUT --gpus N --days D`: a contract dataset with known ground truth to try the
+predictor on (samples/, failures.parquet, truth.parquet), hourly samples, with a fleet change half way."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from fleetguard.predict.inputs import PATH
+from fleetguard.predict.simulated_history import HistorySpec, simulate_failures, write_parquet
+
+
+@click.command("simulate-history")
+@click.argument("out", type=PATH)
+@click.option("--gpus", default=200, show_default=True, type=click.IntRange(10, 200_000), help="Fleet size.")
+@click.option("--days", default=90, show_default=True, type=click.IntRange(20, 3650), help="History length.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**31 - 1))
+def simulate_history_command(out: Path, gpus: int, days: int, seed: int) -> None:
+    """Write a simulated fleet history in the predictor's input contract (Parquet) to OUT."""
+    if (out / "samples").exists() or (out / "failures.parquet").exists():
+        raise click.ClickException(f"{out} already holds a history; choose an empty directory")
+    spec = HistorySpec(n_gpus=gpus, n_steps=24 * days, seed=seed)
+    out.mkdir(parents=True, exist_ok=True)
+    samples, failures, rows = write_parquet(spec, out)
+    truth = simulate_failures(spec)
+    pq.write_table(
+        pa.table(
+            {
+                "device_id": truth.device_id,
+                "ts": truth.ts,
+                "kind": truth.kind,
+                "pattern": truth.pattern,
+                "onset_ts": truth.onset_ts,
+            }
+        ),
+        out / "truth.parquet",
+    )
+    click.echo(
+        f"wrote {rows} samples of {gpus} GPUs over {days} days to {samples}, {len(truth.ts)} failures to "
+        f"{failures} (ground truth with precursor patterns: {out / 'truth.parquet'})"
+    )
+    click.echo(f"next: fleetguard evaluate --samples {samples} --failures {failures}")

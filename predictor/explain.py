@@ -1,0 +1,70 @@
+"""What drove a score: per-feature contributions for any model, and the top ones for a prediction.
+
+XGBoost gives exact additive contributions to the log-odds (its `pred_contribs`, TreeSHAP). For the other
+models and the ensembles, a feature's contribution is how much the score drops when that feature is
+withheld (set missing, which every model fills as it does at training): the same question asked of
+any scorer, at the cost of one scoring pass per feature, so it is asked only of the listed predictions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from predictor.models import Matrix, Model, XGBoostModel
+
+TOP_FEATURES = 3
+
+
+@dataclass(frozen=True)
+class Driver:
+    """One feature behind a prediction: its value and how much it raised the score."""
+
+    feature: str
+    value: float | None
+    contribution: float
+
+    def as_dict(self) -> dict[str, float | str | None]:
+        return {"feature": self.feature, "value": self.value, "contribution": round(self.contribution, 6)}
+
+
+def contributions(model: Model, x: Matrix) -> npt.NDArray[np.float64]:
+    """(rows, features) contributions: log-odds for XGBoost, score drop when withheld otherwise."""
+    if isinstance(model, XGBoostModel):
+        import xgboost as xgb
+
+        out = model.booster.predict(xgb.DMatrix(x), pred_contribs=True)
+        return np.asarray(out, dtype=np.float64)[:, : x.shape[1]]
+    base = model.score(x)
+    result = np.zeros(x.shape, dtype=np.float64)
+    for j in range(x.shape[1]):
+        withheld = x.copy()
+        withheld[:, j] = np.nan
+        result[:, j] = base - model.score(withheld)
+    return result
+
+
+def top_drivers(
+    model: Model, x: Matrix, feature_names: tuple[str, ...], top: int = TOP_FEATURES
+) -> list[list[Driver]]:
+    """For each row, the `top` features that raised its score most (none when nothing raised it)."""
+    if len(x) == 0:
+        return []
+    contrib = contributions(model, x)
+    out = []
+    for row in range(len(x)):
+        order = np.argsort(-contrib[row], kind="stable")[:top]
+        out.append(
+            [
+                Driver(
+                    feature_names[j],
+                    None if np.isnan(x[row, j]) else float(x[row, j]),
+                    float(contrib[row, j]),
+                )
+                for j in order
+                if contrib[row, j] > 0
+            ]
+        )
+    return out

@@ -1,0 +1,151 @@
+"""Causal choice of predictions: at each instance time, only the scores known at that time decide.
+
+A prediction is one device picked once in a scoring period. The instances of one time step are ranked
+among themselves (never against later steps), and a device already picked in the period is passed over.
+With K per period and a period of several steps, the budget is spent as the period runs: after step j of n,
+at most ceil(K * (j + 1) / n) picks in all, so a pick never waits to see a better candidate later in the
+period. With period = step (the default) this is simply the K best devices of each step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+ObjArray = npt.NDArray[np.object_]
+# (period index, step index within the period, picks already made in the period) -> picks allowed now
+Quota = Callable[[int, int, int], int]
+
+
+def _walk(
+    period: IntArray,
+    ts: FloatArray,
+    device_id: ObjArray,
+    score: FloatArray,
+    step_of: IntArray,
+    quota: Quota,
+) -> IntArray:
+    """Visit the time steps in order; at each, pick the best not-yet-picked devices the quota allows."""
+    if len(score) == 0:
+        return np.zeros(0, dtype=np.int64)
+    # NaN scores (an instance a model could not score) rank last.
+    s = np.where(np.isnan(score), -np.inf, score)
+    order = np.lexsort((device_id.astype(str), -s, ts))
+    ts_sorted = ts[order]
+    bounds = np.flatnonzero(np.diff(ts_sorted)) + 1
+    picked: dict[int, set[object]] = {}
+    used: dict[int, int] = {}
+    out: list[int] = []
+    for group in np.split(order, bounds):
+        p = int(period[group[0]])
+        want = quota(p, int(step_of[group[0]]), used.get(p, 0))
+        if want <= 0:
+            continue
+        seen = picked.setdefault(p, set())
+        for i in group.tolist():
+            if want <= 0:
+                break
+            d = device_id[i]
+            if d in seen:
+                continue
+            seen.add(d)
+            out.append(i)
+            want -= 1
+            used[p] = used.get(p, 0) + 1
+    return np.sort(np.asarray(out, dtype=np.int64))
+
+
+def step_in_period(
+    ts: FloatArray, period_starts: FloatArray, period: IntArray, step_seconds: float
+) -> IntArray:
+    """Index of each instance's time step within its period (0 = the first step)."""
+    if len(ts) == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.floor((ts - period_starts[period]) / step_seconds + 1e-9).astype(np.int64)
+
+
+def select_causal_k(
+    period: IntArray,
+    ts: FloatArray,
+    device_id: ObjArray,
+    score: FloatArray,
+    k: int,
+    period_starts: FloatArray,
+    period_seconds: float,
+    step_seconds: float,
+) -> IntArray:
+    """K predictions per period, the budget spent step by step (K per step when period = step)."""
+    if k <= 0:
+        return np.zeros(0, dtype=np.int64)
+    n_steps = max(1, math.ceil(period_seconds / step_seconds - 1e-9))
+    step_of = step_in_period(ts, period_starts, period, step_seconds)
+
+    def quota(_p: int, j: int, used: int) -> int:
+        return math.ceil(k * (min(j, n_steps - 1) + 1) / n_steps) - used
+
+    return _walk(period, ts, device_id, score, step_of, quota)
+
+
+def volume_by_step(period: IntArray, ts: FloatArray, chosen: IntArray) -> dict[tuple[int, float], int]:
+    """How many predictions a selection made at each (period, instance time)."""
+    out: dict[tuple[int, float], int] = {}
+    for p, t in zip(period[chosen].tolist(), ts[chosen].tolist(), strict=True):
+        out[(int(p), float(t))] = out.get((int(p), float(t)), 0) + 1
+    return out
+
+
+def select_at_volume(
+    period: IntArray,
+    ts: FloatArray,
+    device_id: ObjArray,
+    score: FloatArray,
+    volume: dict[tuple[int, float], int],
+) -> IntArray:
+    """As many picks at each time step as another selection made there (the baseline at equal volume)."""
+    if len(score) == 0:
+        return np.zeros(0, dtype=np.int64)
+    # The quota callback sees steps, not times: number the distinct times once.
+    times, step_of = np.unique(ts, return_inverse=True)
+
+    def quota(p: int, j: int, _used: int) -> int:
+        return volume.get((p, float(times[j])), 0)
+
+    return _walk(period, ts, device_id, score, step_of.astype(np.int64), quota)
+
+
+def intersect_causal(
+    selections: Sequence[IntArray], period: IntArray, ts: FloatArray, device_id: ObjArray
+) -> IntArray:
+    """Devices every member picked in a period; the prediction is made when the last member picked it
+    (the latest of their instances), so it waits for nothing unknown at that time."""
+    if not selections:
+        return np.zeros(0, dtype=np.int64)
+    latest: dict[tuple[int, object], int] = {}
+    count: dict[tuple[int, object], int] = {}
+    for sel in selections:
+        for i in sel.tolist():
+            key = (int(period[i]), device_id[i])
+            count[key] = count.get(key, 0) + 1
+            if key not in latest or ts[i] > ts[latest[key]]:
+                latest[key] = i
+    keep = [i for key, i in latest.items() if count[key] == len(selections)]
+    return np.sort(np.asarray(keep, dtype=np.int64))
+
+
+def ranks_within_steps(scores: FloatArray, ts: FloatArray) -> FloatArray:
+    """Each score's normalised rank among the scores of its own time step (ties share their average)."""
+    from predictor.ensembles import normalised_rank
+
+    out = np.empty(len(scores), dtype=np.float64)
+    if len(scores) == 0:
+        return out
+    order = np.argsort(ts, kind="stable")
+    bounds = np.flatnonzero(np.diff(ts[order])) + 1
+    for group in np.split(order, bounds):
+        out[group] = normalised_rank(np.where(np.isnan(scores[group]), -np.inf, scores[group]))
+    return out
