@@ -54,6 +54,9 @@ class CollectorsConfig:
     kmsg_path: str = "/dev/kmsg"
     kmsg_state_path: str = "var/kmsg.seq"
     nccl_logs: list[str] = field(default_factory=list)
+    # NVML fields that cost 35 us-4 ms of CPU a call (PCIe replay/throughput, violation times, NVLink) are read
+    # this often; energy is integrated from power between counter reads (collectors/gpu_sampling.py)
+    nvml_slow_interval_seconds: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -287,6 +290,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "agent.metrics_port": _PORT,
     "agent.event_dedup_window_seconds": (0.0, _DAY),
     "store.retention_days": (0.01, 36500.0),
+    "collectors.nvml_slow_interval_seconds": (0.0, _DAY),
     "simulate.seed": (0, 2**32 - 1),
     "runtime.port": _PORT,
     "runtime.restart_grace_seconds": (0.0, 3600.0),

@@ -3,10 +3,15 @@
 What a failed write means is read from the exception's type, never from its text:
 - the store itself failing (I/O error, disk full, out of memory, connection gone) keeps the rows buffered
   for a later flush;
-- any other error is about the batch's content: the rows are retried one by one, and a row the store refuses
-  on its own (a poison record) is set aside in a JSON-lines file next to the store (or, when that file cannot
-  be written, logged whole), counted, and never silently dropped, so one bad record cannot block every later
-  one.
+- `UnstorableRows` names the rows holding a value their column cannot hold: those are set aside and the rest
+  is written at once;
+- any other error is about the batch's content: the batch is split in halves until the rows the store refuses
+  on their own (poison records) are found, within `isolate_budget_seconds` per flush (what is left waits for
+  the next flush). A poison record is set aside in a JSON-lines file next to the store (or, when that file
+  cannot be written, logged whole), counted, and never silently dropped, so one bad record cannot block
+  every later one.
+
+Flushes run on the agent's writer thread, never on its sampling loop.
 
 While the store fails the buffer holds at most `max_rows` rows; past that the oldest are dropped, counted and
 logged. `after_stored(callback)` queues a callback behind the rows buffered so far; it runs once all of them
@@ -19,6 +24,7 @@ import dataclasses
 import json
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -26,7 +32,7 @@ from typing import Final
 
 import duckdb
 
-from fleetguard.store import Store
+from fleetguard.store import Store, UnstorableRows
 from fleetguard.store.schema import TABLE_BY_RECORD
 
 log = logging.getLogger(__name__)
@@ -34,6 +40,8 @@ log = logging.getLogger(__name__)
 # Rows take 250-500 bytes each: at most ~200 MB, about 25 minutes of a busy host (8 GPUs, 8 NIC ports with
 # their counters: ~350 rows/s).
 DEFAULT_MAX_ROWS: Final = 500_000
+# How long one flush may spend looking for the rows a refused batch holds that the store refuses alone.
+DEFAULT_ISOLATE_BUDGET_SECONDS: Final = 2.0
 
 # The store itself failing, whatever the rows: keep them and try again on a later flush. OperationalError is
 # DuckDB's (DB-API) class for I/O errors (EIO, ENOSPC, EDQUOT, EFBIG, read-only file system), out of memory,
@@ -59,11 +67,19 @@ class _AfterStored:
 
 class WriteBuffer:
     def __init__(
-        self, store: Store, rejected_path: Path | None = None, *, max_rows: int = DEFAULT_MAX_ROWS
+        self,
+        store: Store,
+        rejected_path: Path | None = None,
+        *,
+        max_rows: int = DEFAULT_MAX_ROWS,
+        isolate_budget_seconds: float = DEFAULT_ISOLATE_BUDGET_SECONDS,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_rows < 1:
             raise ValueError(f"max_rows must be >= 1, got {max_rows}")
         self._store = store
+        self.isolate_budget_seconds = isolate_budget_seconds
+        self._monotonic = monotonic
         self._rejected_path = rejected_path
         self.max_rows = max_rows
         self._queue: deque[object] = deque()  # rows oldest first, with _AfterStored marks between them
@@ -126,6 +142,9 @@ class WriteBuffer:
             return 0, 0
         try:
             self._store.append(rows)
+        except UnstorableRows as exc:
+            self.write_errors += 1
+            return self._write_without(rows, exc)
         except STORE_FAILURES as exc:
             self.write_errors += 1
             self._store_failed(exc, len(rows))
@@ -133,28 +152,73 @@ class WriteBuffer:
         except Exception as exc:
             self.write_errors += 1
             log.warning(
-                "store refused a batch of %d rows (%s: %s); retrying row by row", len(rows), _name(exc), exc
+                "store refused a batch of %d rows (%s: %s); looking for the rows it refuses alone",
+                len(rows),
+                _name(exc),
+                exc,
             )
-            return self._write_one_by_one(rows)
+            done, written = self._isolate(rows, self._monotonic() + self.isolate_budget_seconds)
+            if done < len(rows) and not self._store_failing:
+                log.warning(
+                    "%d rows wait for the next flush: this one spent its time on refused rows",
+                    len(rows) - done,
+                )
+            return done, written
         self._store_recovered()
         self._count(rows)
         return len(rows), len(rows)
 
-    def _write_one_by_one(self, rows: list[object]) -> tuple[int, int]:
-        written = 0
-        for index, row in enumerate(rows):
-            try:
-                self._store.append([row])
-            except STORE_FAILURES as exc:
-                self._store_failed(exc, len(rows) - index)
-                return index, written
-            except Exception as exc:
-                self._reject(row, exc)
-            else:
-                self._count([row])
-                written += 1
+    def _write_without(self, rows: list[object], exc: UnstorableRows) -> tuple[int, int]:
+        """Set aside the rows the store named, write the rest. Each call removes one table's bad rows, so
+        this recurses at most once per table."""
+        bad = {id(row): reason for row, reason in exc.rows}
+        keep = [row for row in rows if id(row) not in bad]
+        done, written = self._write(keep)
+        # Rows after the first one not written stay buffered, bad ones too: they are set aside when reached.
+        cut = len(rows) if done == len(keep) else next(i for i, r in enumerate(rows) if r is keep[done])
+        for row in rows[:cut]:
+            if id(row) in bad:
+                self._reject(row, f"UnstorableRows: {bad[id(row)]}")
+        return cut, written
+
+    def _isolate(self, rows: list[object], deadline: float) -> tuple[int, int]:
+        """Store a refused batch in halves, down to single rows the store refuses (set aside), in order;
+        (rows done from the front, rows stored). Past `deadline` the rest stays buffered for the next
+        flush; every call still does at least one part, so each flush makes progress."""
+        if len(rows) == 1:
+            return self._write_single(rows[0])
+        done = written = 0
+        middle = len(rows) // 2
+        for part in (rows[:middle], rows[middle:]):
+            part_done, part_written = self._write_part(part, deadline)
+            done, written = done + part_done, written + part_written
+            if part_done < len(part) or self._monotonic() > deadline:
+                break
+        return done, written
+
+    def _write_part(self, part: list[object], deadline: float) -> tuple[int, int]:
+        try:
+            self._store.append(part)
+        except STORE_FAILURES as exc:
+            self._store_failed(exc, len(part))
+            return 0, 0
+        except Exception:
+            return self._isolate(part, deadline)
         self._store_recovered()
-        return len(rows), written
+        self._count(part)
+        return len(part), len(part)
+
+    def _write_single(self, row: object) -> tuple[int, int]:
+        try:
+            self._store.append([row])
+        except STORE_FAILURES as exc:
+            self._store_failed(exc, 1)
+            return 0, 0
+        except Exception as exc:
+            self._reject(row, f"{_name(exc)}: {exc}")
+            return 1, 0
+        self._count([row])
+        return 1, 1
 
     def _store_failed(self, exc: Exception, kept: int) -> None:
         if not self._store_failing:  # once per outage, not every flush
@@ -171,28 +235,27 @@ class WriteBuffer:
             self._store_failing = False
             log.warning("the store can be written again")
 
-    def _reject(self, row: object, exc: Exception) -> None:
+    def _reject(self, row: object, error: str) -> None:
         """Set a row the store refuses aside: in the rejected file, else whole in the log. Never kept
         buffered: it would be tried first on every flush and block every row behind it for good."""
         if self._rejected_path is not None:
             try:
                 with self._rejected_path.open("a", encoding="utf-8") as fh:
-                    fh.write(_rejected_line(row, exc) + "\n")
+                    fh.write(_rejected_line(row, error) + "\n")
             except OSError as write_exc:
                 self.rejected_rows += 1
                 log.error(
                     "store refused a record and it cannot be set aside in %s (%s); the record: %s",
                     self._rejected_path,
                     write_exc,
-                    _rejected_line(row, exc),
+                    _rejected_line(row, error),
                 )
                 return
         self.rejected_rows += 1
         log.error(
-            "store refused a %s record (%s: %s); %s",
+            "store refused a %s record (%s); %s",
             type(row).__name__,
-            _name(exc),
-            exc,
+            error,
             f"set aside in {self._rejected_path}" if self._rejected_path is not None else "dropped",
         )
 
@@ -228,8 +291,8 @@ def _name(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def _rejected_line(row: object, exc: Exception) -> str:
-    record: dict[str, object] = {"type": type(row).__name__, "error": f"{_name(exc)}: {exc}"}
+def _rejected_line(row: object, error: str) -> str:
+    record: dict[str, object] = {"type": type(row).__name__, "error": error}
     try:
         if dataclasses.is_dataclass(row) and not isinstance(row, type):
             record["record"] = dataclasses.asdict(row)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import duckdb
 
 from fleetguard.controller.tables import controller_ddl, rollup_ddl
+from fleetguard.store.incident_tables import create_alert_tables, create_incident_tables
 from fleetguard.store.schema import TABLES, quote_ident
 
 
@@ -85,6 +86,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(6, "fleet controller: ingest ledger, hosts, host commands", _execute(controller_ddl)),
     Migration(7, "fleet controller: 1-minute and 1-hour GPU and NIC rollups", _execute(rollup_ddl)),
+    Migration(8, "incidents: incidents, evidence, action ledger, openings, breaker", create_incident_tables),
+    Migration(9, "alerts: webhook outbox and delivery attempts", create_alert_tables),
 )
 
 CURRENT_VERSION = MIGRATIONS[-1].version

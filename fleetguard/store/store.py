@@ -25,6 +25,13 @@ import duckdb
 
 from fleetguard.store.migrations import CURRENT_VERSION, migrate, schema_version
 from fleetguard.store.schema import TABLE_BY_RECORD, TABLES, Column, Table, quote_ident
+from fleetguard.store.unstorable import (
+    UnstorableRows,
+    bad_integers,
+    bad_timestamps,
+    integer_type,
+    timestamps_ok,
+)
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +130,9 @@ class Store:
     # ---- writes ---------------------------------------------------------------------------------------
 
     def append(self, records: Iterable[object]) -> int:
-        """Store record dataclasses of any known type, one INSERT per table, all in one transaction."""
+        """Store record dataclasses of any known type, one INSERT per table, all in one transaction.
+
+        UnstorableRows (nothing written) names the records holding a value their column cannot hold."""
         by_table: dict[str, list[object]] = {}
         for record in records:
             table = TABLE_BY_RECORD.get(type(record))
@@ -145,7 +154,14 @@ class Store:
             columns = list(zip(*map(getter, rows), strict=True))
         # DuckDB scans numpy arrays in C; Python lists passed as parameters cost ~4x more CPU per value,
         # and pyarrow would add ~40 MB to the agent. numpy costs ~7 MB.
-        batch = {c.name: _numpy_column(c, values) for c, values in zip(table.columns, columns, strict=True)}
+        batch: dict[str, Any] = {}
+        unfit: dict[int, str] = {}
+        for column, values in zip(table.columns, columns, strict=True):
+            batch[column.name] = array = _numpy_column(column, values)
+            unfit.update(_unfit(column, values, array))
+        if unfit:
+            # Named here, before any SQL: the caller sets exactly these rows aside and stores the rest.
+            raise UnstorableRows(table.name, [(rows[i], reason) for i, reason in sorted(unfit.items())])
         tx.register(_ROWS_VIEW, batch)
         self._con.execute(self._records_insert_sql(table))
 
@@ -328,7 +344,7 @@ def _numpy_column(column: Column, values: Sequence[Any]) -> Any:
     values would make a batch mixing small counters and one past 2**63 float64 (rounded).
 
     A column holding None stays an object array, so None is NULL (a float array would turn it into NaN, which
-    is not missing). So does a value the type cannot hold: DuckDB then refuses it with an error naming it."""
+    is not missing). So does a value the type cannot hold: `_unfit` names it before DuckDB would refuse it."""
     import numpy as np
 
     dtype = _NUMPY_DTYPES.get(column.sql_type)
@@ -345,6 +361,19 @@ def _numpy_column(column: Column, values: Sequence[Any]) -> Any:
     objects = np.empty(len(values), dtype=object)
     objects[:] = values
     return objects
+
+
+def _unfit(column: Column, values: Sequence[Any], array: Any) -> dict[int, str]:
+    """Index -> reason for the values of `column` it cannot hold. A typed array numpy built is within its
+    integer type's range already; only timestamps need a (vectorised) look then."""
+    if column.is_timestamp:
+        if array.dtype != object and timestamps_ok(array):
+            return {}
+        return bad_timestamps(column, values)
+    sql_type = integer_type(column)
+    if sql_type is None or array.dtype != object:
+        return {}
+    return bad_integers(column, sql_type, values)
 
 
 class _Transaction:

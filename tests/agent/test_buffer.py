@@ -12,7 +12,7 @@ import duckdb
 import pytest
 
 from fleetguard.agent.buffer import WriteBuffer
-from fleetguard.records.telemetry import GpuSample
+from fleetguard.records.telemetry import GpuSample, NicCounterSample
 from fleetguard.store import Store
 
 
@@ -152,3 +152,81 @@ def test_two_threads_adding_and_flushing_at_once_store_every_row(store: Store, t
     buffer.flush()
     assert store.counts()["gpu_samples"] == 2 * rounds * gpus
     assert buffer.rejected_rows == 0 and buffer.write_errors == 0 and not rejected.exists()
+
+
+def counting_appends(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Patch `store.append` to record the size of every call; returns that list."""
+    real_append = store.append
+    calls: list[int] = []
+
+    def append(records: list[object]) -> int:
+        calls.append(len(records))
+        return real_append(records)
+
+    monkeypatch.setattr(store, "append", append)
+    return calls
+
+
+def counter(value: int, delta: int | None) -> NicCounterSample:
+    return NicCounterSample(1.0, "h", "mlx5_0", 1, "port_xmit_data", "counters", value, delta)
+
+
+def test_a_value_past_its_column_is_set_aside_without_retrying_row_by_row(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An RDMA counter jumping 0 -> 2**64-1 has a delta past BIGINT: today the batch was refused and retried
+    one row at a time (~10 ms a row). The store names the row instead; the rest lands in one more write."""
+    rejected = tmp_path / "rejected.jsonl"
+    buffer = WriteBuffer(store, rejected)
+    rows: list[object] = [*samples(500), counter(2**64 - 1, 2**64 - 1), *samples(499, start=500)]
+    buffer.add(rows)
+    calls = counting_appends(store, monkeypatch)
+    assert buffer.flush() == 999
+    assert calls == [1000, 999]
+    assert buffer.rejected_rows == 1 and len(buffer) == 0
+    assert "delta=18446744073709551615 is outside BIGINT" in rejected.read_text()
+
+
+def test_a_refused_batch_is_searched_by_halves_not_row_by_row(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    buffer = WriteBuffer(store, tmp_path / "rejected.jsonl")
+    rows: list[object] = [*samples(700), bad_sample(), *samples(323, start=700)]
+    buffer.add(rows)
+    calls = counting_appends(store, monkeypatch)
+    assert buffer.flush() == 1023
+    assert buffer.rejected_rows == 1
+    assert len(calls) <= 1 + 2 * 10 + 1  # the first try, two writes per halving of 1024 rows, the row
+    assert store.counts()["gpu_samples"] == 1023
+
+
+def test_the_search_for_refused_rows_stops_at_its_time_budget_and_goes_on_next_flush(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = [0.0]
+
+    def monotonic() -> float:
+        return now[0]
+
+    buffer = WriteBuffer(store, tmp_path / "rejected.jsonl", isolate_budget_seconds=2.5, monotonic=monotonic)
+    buffer.add([bad_sample() for _ in range(16)])
+    buffer.add(samples(16))
+    calls = counting_appends(store, monkeypatch)
+    real = store.append
+
+    def slow_append(records: list[object]) -> int:
+        now[0] += 1.0  # every write takes a second
+        return real(records)
+
+    monkeypatch.setattr(store, "append", slow_append)
+    flushes = 0
+    while len(buffer) and flushes < 50:
+        before = len(calls)
+        buffer.flush()
+        flushes += 1
+        # Reaching one refused row takes a write per halving (log2 32 = 5) after the first try; past the
+        # budget no further part is started. Row by row, the first flush alone took 33 writes.
+        assert len(calls) - before <= 1 + 5 + 3
+    assert len(buffer) == 0
+    assert buffer.rejected_rows == 16 and store.counts()["gpu_samples"] == 16
+    assert flushes > 1

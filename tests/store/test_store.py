@@ -18,7 +18,7 @@ from fleetguard.records.findings import ActionRecord, Finding
 from fleetguard.records.prediction import Prediction
 from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
 from fleetguard.records.telemetry import Event, GpuSample, NicCounterSample, NicSample
-from fleetguard.store import Store, StoreError, StoreLocked
+from fleetguard.store import Store, StoreError, StoreLocked, UnstorableRows
 from fleetguard.store.migrations import CURRENT_VERSION, MIGRATIONS
 from fleetguard.store.schema import TABLE_BY_RECORD, TABLES
 
@@ -141,9 +141,59 @@ def test_a_bad_record_fails_with_its_own_error_not_the_aborted_transaction_it_le
         store.append([full_gpu_sample(gpu_index="not a number")])
 
 
-def test_an_integer_too_large_for_its_column_is_refused_by_name(store: Store) -> None:
-    with pytest.raises(duckdb.ConversionException, match="out of range"):
-        store.append([full_gpu_sample(gpu_index=2**63)])
+def test_an_integer_too_large_for_its_column_is_named_with_its_record_and_nothing_is_written(
+    store: Store,
+) -> None:
+    poison = full_gpu_sample(gpu_index=2**63)
+    with pytest.raises(UnstorableRows) as caught:
+        store.append([full_gpu_sample(), poison, *ONE_OF_EACH[1:]])
+    assert caught.value.table == "gpu_samples"
+    assert [(row is poison, reason) for row, reason in caught.value.rows] == [
+        (True, "gpu_index=9223372036854775808 is outside BIGINT")
+    ]
+    assert sum(store.counts().values()) == 0
+
+
+@pytest.mark.parametrize(
+    ("record", "reason"),
+    [
+        (
+            NicCounterSample(NOW, "h", "mlx5_0", 1, "port_xmit_data", "counters", 2**64),
+            "value=18446744073709551616 is outside UBIGINT",
+        ),
+        (
+            NicCounterSample(NOW, "h", "mlx5_0", 1, "port_xmit_data", "counters", 2**64 - 1, 2**64 - 1),
+            "delta=18446744073709551615 is outside BIGINT",
+        ),
+        (Event(NOW, "h", "xid", "kmsg", "m", seq=10**20), "seq=100000000000000000000 is outside BIGINT"),
+        (
+            CollectiveProgress(NOW, "h", "j", 0, "pg", 10**30, 0, 0),
+            "last_enqueued=1000000000000000000000000000000 is outside BIGINT",
+        ),
+        (full_gpu_sample(ts=float("inf")), "ts=inf is not a time a TIMESTAMP holds"),
+        (
+            Event(NOW, "h", "xid", "kmsg", "m", last_ts=1e300),
+            "last_ts=1e+300 is not a time a TIMESTAMP holds",
+        ),
+    ],
+    ids=[
+        "ubigint-past-2**64",
+        "delta-past-2**63",
+        "nullable-seq",
+        "collective-seq-1e30",
+        "ts-inf",
+        "ts-1e300",
+    ],
+)
+def test_every_value_a_column_cannot_hold_is_named_before_any_sql(
+    store: Store, record: object, reason: str
+) -> None:
+    neighbours = [Event(NOW, "h", "xid", "kmsg", "m", seq=None), Event(NOW, "h", "xid", "kmsg", "m", seq=3)]
+    with pytest.raises(UnstorableRows) as caught:
+        store.append([*neighbours, record])
+    assert [(row is record, why) for row, why in caught.value.rows] == [(True, reason)]
+    store.append(neighbours)  # the connection is usable and the rest is storable
+    assert store.counts()["events"] == 2
 
 
 def test_a_transaction_left_aborted_on_the_connection_does_not_block_later_writes(store: Store) -> None:
