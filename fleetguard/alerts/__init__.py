@@ -1,0 +1,1 @@
+"""Alert webhooks: the outbox relay, HTTP delivery with retries, Standard Webhooks signing."""

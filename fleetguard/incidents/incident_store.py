@@ -1,0 +1,258 @@
+"""Incidents in the store: read back after a restart, and every round's changes, their evidence and their
+alerts written in ONE transaction, so an incident change and its outbox rows exist together or not at all."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import duckdb
+
+from diagnosis.breaker import BreakerState
+from diagnosis.incident import (
+    ActionEntry,
+    ActionOutcome,
+    Incident,
+    IncidentChange,
+    IncidentState,
+    Resolution,
+)
+from diagnosis.model import ComponentKind, IncidentKey, RepairAction, Severity
+from fleetguard.store.incident_tables import epoch_sql, ts_sql
+
+_INCIDENT_COLUMNS = (
+    "incident_id, incident_key, host, component_kind, component_id, fault, state, severity, action, rule, "
+    "summary, first_seen, last_seen, occurrences, opened_at, resolved_at, closed_at, resolution, returns, "
+    "escalation_step, sticky_seconds, updated_at"
+)
+_T = ts_sql()
+_UPSERT_INCIDENT = (
+    f"INSERT OR REPLACE INTO incidents ({_INCIDENT_COLUMNS}) VALUES "
+    f"(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {_T}, {_T}, ?, {_T}, {_T}, {_T}, ?, ?, ?, ?, {_T})"
+)
+_UPSERT_ACTION = (
+    "INSERT OR REPLACE INTO incident_actions (action_id, incident_id, host, action, rule, requested_at, "
+    f"outcome, finished_at, detail, fault_returned) VALUES (?, ?, ?, ?, ?, {_T}, ?, {_T}, ?, ?)"
+)
+_INSERT_EVIDENCE = (
+    f"INSERT INTO incident_evidence (incident_id, ts, kind, detail_json) VALUES (?, {_T}, ?, ?)"
+)
+_INSERT_OPENING = f"INSERT INTO incident_openings (incident_key, ts) VALUES (?, {_T})"
+_INSERT_OUTBOX = (
+    "INSERT OR IGNORE INTO alert_outbox (alert_id, endpoint, incident_id, event, severity, created_at, "
+    "body_json, status, attempts, next_attempt_at, delivered_at, last_error) VALUES "
+    f"(?, ?, ?, ?, ?, {_T}, ?, 'pending', 0, {_T}, NULL, '')"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceRow:
+    incident_id: str
+    ts: float
+    kind: str  # observation | gpu_sample | event | kernel_log | nic_counter | finding | heartbeat
+    detail: dict[str, object]
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRow:
+    alert_id: str  # the webhook-id: the same on every retry
+    endpoint: str
+    incident_id: str
+    event: str  # opened | updated | resolved
+    severity: str
+    created_at: float
+    body_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class RestoredState:
+    incidents: list[Incident]
+    actions: list[ActionEntry]
+    history: list[tuple[IncidentKey, float]]
+    breaker: BreakerState
+
+
+class IncidentStore:
+    """Reads and writes incident tables through one connection of its own (a store cursor)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.con = con
+
+    def restore(self, now: float, history_seconds: float) -> RestoredState:
+        rows = self.con.execute(
+            f"SELECT {_select_incident()} FROM incidents WHERE state <> 'closed'"
+        ).fetchall()
+        incidents = [_incident(r) for r in rows]
+        ids = [i.incident_id for i in incidents]
+        actions: list[ActionEntry] = []
+        if ids:
+            actions = [
+                _action(r)
+                for r in self.con.execute(
+                    f"SELECT {_select_action()} FROM incident_actions WHERE incident_id IN "
+                    f"(SELECT unnest(?)) ORDER BY requested_at",
+                    [ids],
+                ).fetchall()
+            ]
+        history = [
+            (IncidentKey.parse(str(key)), float(ts))
+            for key, ts in self.con.execute(
+                f"SELECT incident_key, {epoch_sql('ts')} FROM incident_openings WHERE ts >= {_T}",
+                [now - history_seconds],
+            ).fetchall()
+        ]
+        return RestoredState(incidents, actions, history, self._breaker())
+
+    def _breaker(self) -> BreakerState:
+        row = self.con.execute(
+            f"SELECT tripped, {epoch_sql('tripped_at')}, reason FROM breaker_state WHERE id = 1"
+        ).fetchall()
+        if not row:
+            return BreakerState()
+        tripped, at, reason = row[0]
+        return BreakerState(tripped=bool(tripped), tripped_at=at, reason=str(reason))
+
+    def persist(
+        self,
+        changes: Sequence[IncidentChange],
+        evidence: Iterable[EvidenceRow],
+        outbox: Iterable[OutboxRow],
+        breaker: BreakerState,
+        now: float,
+    ) -> None:
+        """One transaction: incidents, actions, openings, evidence, outbox rows and the breaker's state."""
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            for change in changes:
+                self.con.execute(_UPSERT_INCIDENT, _incident_params(change.incident, now))
+                for entry in change.actions:
+                    self.con.execute(_UPSERT_ACTION, _action_params(entry))
+                if change.opened:
+                    self.con.execute(_INSERT_OPENING, [change.incident.key.text(), change.incident.last_seen])
+            for row in evidence:
+                detail = json.dumps(row.detail, default=str, separators=(",", ":"))
+                self.con.execute(_INSERT_EVIDENCE, [row.incident_id, row.ts, row.kind, detail])
+            for alert in outbox:
+                self.con.execute(
+                    _INSERT_OUTBOX,
+                    [
+                        alert.alert_id,
+                        alert.endpoint,
+                        alert.incident_id,
+                        alert.event,
+                        alert.severity,
+                        alert.created_at,
+                        alert.body_json,
+                        alert.created_at,
+                    ],
+                )
+            self.con.execute(
+                f"INSERT OR REPLACE INTO breaker_state VALUES (1, ?, {_T}, ?, {_T})",
+                [breaker.tripped, breaker.tripped_at, breaker.reason, now],
+            )
+            self.con.execute("COMMIT")
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+
+
+def _select_incident() -> str:
+    times = {"first_seen", "last_seen", "opened_at", "resolved_at", "closed_at", "updated_at"}
+    return ", ".join(epoch_sql(c) if c in times else c for c in _INCIDENT_COLUMNS.split(", "))
+
+
+def _select_action() -> str:
+    cols = (
+        "action_id",
+        "incident_id",
+        "host",
+        "action",
+        "rule",
+        "requested_at",
+        "outcome",
+        "finished_at",
+        "detail",
+        "fault_returned",
+    )
+    return ", ".join(epoch_sql(c) if c in ("requested_at", "finished_at") else c for c in cols)
+
+
+def _incident(r: Sequence[object]) -> Incident:
+    return Incident(
+        incident_id=str(r[0]),
+        key=IncidentKey(str(r[2]), ComponentKind(str(r[3])), str(r[4]), str(r[5])),
+        state=IncidentState(str(r[6])),
+        severity=Severity(str(r[7])),
+        action=RepairAction(str(r[8])),
+        rule=str(r[9]),
+        summary=str(r[10]),
+        first_seen=float(r[11]),  # type: ignore[arg-type]
+        last_seen=float(r[12]),  # type: ignore[arg-type]
+        occurrences=int(r[13]),  # type: ignore[call-overload]
+        opened_at=float(r[14]),  # type: ignore[arg-type]
+        resolved_at=None if r[15] is None else float(r[15]),  # type: ignore[arg-type]
+        closed_at=None if r[16] is None else float(r[16]),  # type: ignore[arg-type]
+        resolution=Resolution(str(r[17])),
+        returns=int(r[18]),  # type: ignore[call-overload]
+        escalation_step=int(r[19]),  # type: ignore[call-overload]
+        sticky_seconds=float(r[20]),  # type: ignore[arg-type]
+    )
+
+
+def _action(r: Sequence[object]) -> ActionEntry:
+    return ActionEntry(
+        action_id=str(r[0]),
+        incident_id=str(r[1]),
+        host=str(r[2]),
+        action=RepairAction(str(r[3])),
+        rule=str(r[4]),
+        requested_at=float(r[5]),  # type: ignore[arg-type]
+        outcome=ActionOutcome(str(r[6])),
+        finished_at=None if r[7] is None else float(r[7]),  # type: ignore[arg-type]
+        detail=str(r[8]),
+        fault_returned=bool(r[9]),
+    )
+
+
+def _incident_params(i: Incident, now: float) -> list[object]:
+    k = i.key
+    return [
+        i.incident_id,
+        k.text(),
+        k.host,
+        k.component_kind.value,
+        k.component_id,
+        k.fault,
+        i.state.value,
+        i.severity.value,
+        i.action.value,
+        i.rule,
+        i.summary,
+        i.first_seen,
+        i.last_seen,
+        i.occurrences,
+        i.opened_at,
+        i.resolved_at,
+        i.closed_at,
+        i.resolution.value,
+        i.returns,
+        i.escalation_step,
+        i.sticky_seconds,
+        now,
+    ]
+
+
+def _action_params(a: ActionEntry) -> list[object]:
+    return [
+        a.action_id,
+        a.incident_id,
+        a.host,
+        a.action.value,
+        a.rule,
+        a.requested_at,
+        a.outcome.value,
+        a.finished_at,
+        a.detail,
+        a.fault_returned,
+    ]

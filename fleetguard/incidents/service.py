@@ -1,0 +1,100 @@
+"""The incident service: the engine plus its I/O. Each round's changes, their evidence and their alerts are
+stored in one transaction before any repair runs (evidence before action); repairs are carried out after,
+and their outcomes stored in the next transaction.
+
+Where it runs: `fleetguard up` (fleetguard.incidents.extension) and the fleet controller, which calls
+`IncidentService.open(store_cursor, config)` once, then `service.round(signals, now)` with each batch it
+ingested (and `service.round(Signals(), now)` on idle ticks, so incidents resolve on time).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import duckdb
+
+from diagnosis.engine import IncidentEngine
+from diagnosis.incident import ActionOutcome, IncidentChange
+from diagnosis.policy import Policy
+from diagnosis.rules import Signals
+from fleetguard.alerts.outbox import outbox_rows
+from fleetguard.alerts.settings import WebhookConfig
+from fleetguard.incidents.evidence import capture
+from fleetguard.incidents.incident_store import EvidenceRow, IncidentStore
+from fleetguard.incidents.repairs import RepairExecutor
+
+log = logging.getLogger(__name__)
+
+
+class IncidentService:
+    def __init__(
+        self,
+        engine: IncidentEngine,
+        con: duckdb.DuckDBPyConnection,
+        webhooks: Sequence[WebhookConfig] = (),
+        executor: RepairExecutor | None = None,
+    ) -> None:
+        self.engine = engine
+        self.con = con
+        self.store = IncidentStore(con)
+        self.webhooks = tuple(webhooks)
+        self.executor = executor
+
+    @classmethod
+    def open(
+        cls,
+        con: duckdb.DuckDBPyConnection,
+        policy: Policy,
+        now: float,
+        webhooks: Sequence[WebhookConfig] = (),
+        executor: RepairExecutor | None = None,
+    ) -> IncidentService:
+        """An engine that takes up the incidents, actions and breaker state the store holds."""
+        restored = IncidentStore(con).restore(now, policy.escalation.window_seconds)
+        engine = IncidentEngine(policy, restored.breaker)
+        engine.restore(restored.incidents, restored.actions, restored.history)
+        return cls(engine, con, webhooks, executor)
+
+    def round(self, signals: Signals, now: float) -> list[IncidentChange]:
+        changes = self.engine.observe(signals, now)
+        self.apply(changes, now)
+        return changes
+
+    def apply(self, changes: Sequence[IncidentChange], now: float) -> None:
+        """Store changes (with evidence and alerts), then carry out the repairs they requested."""
+        if not changes:
+            return
+        evidence: list[EvidenceRow] = []
+        for change in changes:
+            if change.opened:
+                evidence.extend(capture(self.con, change, now))
+        alerts = outbox_rows(changes, self.webhooks, now)
+        self.store.persist(changes, evidence, alerts, self.engine.breaker.state, now)
+        self._repair(changes, now)
+
+    def _repair(self, changes: Sequence[IncidentChange], now: float) -> None:
+        if self.executor is None:
+            return
+        finished: list[IncidentChange] = []
+        for change in changes:
+            for entry in change.actions:
+                if entry.outcome is not ActionOutcome.REQUESTED or entry.finished_at is not None:
+                    continue
+                outcome, detail = self.executor.carry_out(entry, change.incident.key)
+                finished.extend(self.engine.action_finished(entry.action_id, outcome, detail, now))
+        if finished:
+            self.store.persist(
+                finished, (), outbox_rows(finished, self.webhooks, now), self.engine.breaker.state, now
+            )
+
+    def resolve(self, incident_id: str, now: float) -> bool:
+        changes = self.engine.resolve(incident_id, now)
+        self.apply(changes, now)
+        return bool(changes)
+
+    def reset_breaker(self, now: float, process_backlog: bool) -> None:
+        """Close the breaker (stored even when no incident changes with it)."""
+        changes = self.engine.reset_breaker(now, process_backlog)
+        self.store.persist(changes, (), outbox_rows(changes, self.webhooks, now), self.engine.breaker.state, now)
+        self._repair(changes, now)

@@ -1,0 +1,87 @@
+"""The incident service on a real DuckDB store: changes, evidence and outbox rows in one transaction,
+dedup that survives a restart, the feed that reads what the agent stored."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from diagnosis.incident import ActionOutcome
+from diagnosis.model import RepairAction
+from diagnosis.rules import Signals
+from fleetguard.alerts.settings import WebhookConfig, WebhookKind
+from fleetguard.incidents.feed import StoreFeed
+from fleetguard.incidents.policy_files import load_policy
+from fleetguard.incidents.repairs import RepairExecutor
+from fleetguard.incidents.service import IncidentService
+from fleetguard.incidents.settings import DiagnosisConfig
+from fleetguard.store import Store
+from tests.diagnosis.records import T0, gpu, xid
+
+HOOK = WebhookConfig(name="ops", url="http://127.0.0.1:9/hook", kind=WebhookKind.GENERIC, secret_file="s")
+
+
+def open_service(store: Store, now: float, executor: RepairExecutor | None = None) -> IncidentService:
+    return IncidentService.open(store.cursor(), load_policy(), now, webhooks=[HOOK], executor=executor)
+
+
+def test_an_opened_incident_is_stored_with_its_evidence_and_an_outbox_row(store: Store) -> None:
+    store.append([gpu(T0 - 30, temperature_celsius=70.0), gpu(T0 - 10, temperature_celsius=71.0)])
+    store.append([xid(79, T0)])
+    service = open_service(store, T0)
+    service.round(Signals(gpu_samples=[gpu(T0 - 10)], events=[xid(79, T0)]), T0 + 1)
+    con = store.connection
+    assert con.execute("SELECT fault, state, occurrences FROM incidents").fetchall() == [("xid:79", "acting", 1)]
+    kinds = dict(con.execute("SELECT kind, count(*) FROM incident_evidence GROUP BY kind").fetchall())
+    assert kinds == {"observation": 1, "gpu_sample": 2, "kernel_log": 1}
+    assert con.execute("SELECT endpoint, event, status FROM alert_outbox").fetchall() == [("ops", "opened", "pending")]
+    assert con.execute("SELECT action, outcome FROM incident_actions").fetchall() == [("reboot_node", "requested")]
+
+
+def test_dedup_survives_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "s.duckdb"
+    with Store.open(path) as store:
+        first = open_service(store, T0)
+        first.round(Signals(events=[xid(95, T0 + i) for i in range(500)]), T0 + 500)
+    with Store.open(path) as store:
+        second = open_service(store, T0 + 600)
+        second.round(Signals(events=[xid(95, T0 + 600 + i) for i in range(500)]), T0 + 1100)
+        rows = store.connection.execute("SELECT fault, occurrences FROM incidents").fetchall()
+        assert rows == [("xid:95", 1000)]
+        assert store.connection.execute("SELECT count(*) FROM alert_outbox").fetchall() == [(1,)]
+
+
+def test_repairs_run_after_the_evidence_is_stored_and_their_outcome_is_recorded(store: Store) -> None:
+    seen: list[list[str]] = []
+
+    def runner(argv: object, timeout: float) -> tuple[int, str]:
+        # Evidence and the incident are already in the store when the repair starts.
+        assert store.cursor().execute("SELECT count(*) FROM incident_evidence").fetchall()[0][0] > 0
+        seen.append(list(argv))  # type: ignore[call-overload]
+        return 0, "reset ok"
+
+    config = DiagnosisConfig(reset_gpu_command=["nvidia-smi", "-r", "--host={host}", "--gpu={component}"])
+    service = open_service(store, T0, RepairExecutor(config, runner))
+    service.round(Signals(gpu_samples=[gpu(T0, remapped_rows_pending=True)]), T0)
+    assert seen == [["nvidia-smi", "-r", "--host=node1", "--gpu=GPU-aaaa"]]
+    rows = store.connection.execute("SELECT action, outcome, detail FROM incident_actions").fetchall()
+    assert rows == [(RepairAction.RESET_GPU.value, ActionOutcome.SUCCEEDED.value, "reset ok")]
+
+
+def test_a_repair_without_a_command_is_recorded_as_skipped(store: Store) -> None:
+    service = open_service(store, T0, RepairExecutor(DiagnosisConfig()))
+    service.round(Signals(events=[xid(79, T0)]), T0)
+    rows = store.connection.execute("SELECT outcome, detail FROM incident_actions").fetchall()
+    assert rows == [("skipped", "no diagnosis.reboot_node_command configured")]
+
+
+def test_the_feed_hands_on_each_stored_record_once(store: Store) -> None:
+    feed = StoreFeed(store.cursor(), start=T0 - 1)
+    store.append([xid(79, T0), gpu(T0)])
+    first = feed.read()
+    assert len(list(first.events)) == 1 and len(list(first.gpu_samples)) == 1
+    store.append([xid(79, T0 + 1), gpu(T0 + 1)])
+    second = feed.read()
+    assert [e.ts for e in second.events] == [T0 + 1]
+    assert [s.ts for s in second.gpu_samples] == [T0 + 1]
+    third = feed.read()
+    assert list(third.events) == [] and list(third.gpu_samples) == []
