@@ -7,6 +7,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from collectors.gpu_sampling import SamplingPlan
 from collectors.protocol import Collector, CollectorUnavailable
 from fleetguard.agent.agent import EventFolder
 from fleetguard.config import Config
@@ -55,7 +56,7 @@ def build_sources(config: Config, *, kmsg_file: str | None = None, require_gpu: 
         try:
             from collectors.nvml import NvmlCollector
 
-            nvml = NvmlCollector(host, xid_events=kernel_log is None)
+            nvml = NvmlCollector(host, plan=_sampling_plan(config), xid_events=kernel_log is None)
             collectors.append(nvml)
             gpus = len(getattr(nvml, "gpu_indices", []) or []) or 1
             xid_source = xid_source or nvml.name
@@ -95,6 +96,10 @@ def build_sources(config: Config, *, kmsg_file: str | None = None, require_gpu: 
     )
 
 
+def _sampling_plan(config: Config) -> SamplingPlan:
+    return SamplingPlan.every(config.collectors.nvml_slow_interval_seconds)
+
+
 def _kernel_log(config: Config, kmsg_file: str | None) -> tuple[Collector | None, str | None]:
     """The kernel-log collector (a saved file when given, else /dev/kmsg) and None; (None, why) when it cannot
     open; (None, None) when switched off."""
@@ -132,7 +137,7 @@ def _simulated(config: Config) -> Sources:
             hosts, gpus, seed=config.simulate.seed, start_ts=time.time(), faults=default_demo_faults(fleet)
         )
     collectors: list[Collector] = [
-        SimulatedGpuCollector(fleet),
+        SimulatedGpuCollector(fleet, _sampling_plan(config)),
         SimulatedNicCollector(fleet),
         SimulatedKmsgCollector(fleet),
     ]
