@@ -97,6 +97,13 @@ class RuntimeConfig:
     # PyTorch's flight-recorder dumps (TORCH_NCCL_DEBUG_INFO_TEMP_FILE's directory): read for hang
     # localisation while one job runs on the host; empty: not read
     flight_recorder_dir: str = ""
+    # What local users can make the agent hold (docs/runtime.md, "Limits"): a uid's share is below the total,
+    # so one user cannot lock another out; a job silent for job_idle_seconds is forgotten.
+    max_jobs_per_uid: int = 16
+    max_ranks_per_uid: int = 512
+    max_jobs: int = 128
+    max_ranks: int = 4096
+    job_idle_seconds: float = 900.0
 
 
 @dataclass(frozen=True)
@@ -330,6 +337,11 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "runtime.cooldown_seconds": (0.0, 7 * _DAY),
     "runtime.max_restarts_without_progress": (1, 1000),
     "runtime.crash_loop_window_seconds": (1.0, 30 * _DAY),
+    "runtime.max_jobs_per_uid": (1, 100_000),
+    "runtime.max_ranks_per_uid": (1, 1_000_000),
+    "runtime.max_jobs": (1, 100_000),
+    "runtime.max_ranks": (1, 1_000_000),
+    "runtime.job_idle_seconds": (1.0, 30 * _DAY),
     "predictor.score_interval_seconds": (1.0, _DAY),
     "predictor.risk_threshold": (0.0, 1.0),
 }
@@ -392,6 +404,10 @@ def _validate(config: Config) -> None:
     def need(ok: bool, key: str, why: str) -> None:
         if not ok:
             raise ConfigError(f"{key}: {why}")
+
+    rt = config.runtime
+    need(rt.max_jobs_per_uid <= rt.max_jobs, "runtime.max_jobs_per_uid", "must be <= runtime.max_jobs")
+    need(rt.max_ranks_per_uid <= rt.max_ranks, "runtime.max_ranks_per_uid", "must be <= runtime.max_ranks")
 
     _validate_policy(config)
 

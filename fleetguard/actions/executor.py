@@ -13,6 +13,7 @@ from fleetguard.actions.terminate import terminate_group
 from fleetguard.clock import Clock, SystemClock
 from fleetguard.records.findings import ActionRecord
 from fleetguard.runtime.commands import CommandQueue
+from fleetguard.runtime.trust import ProcessIdentity, job_owner
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,8 @@ class ActionExecutor:
         config: ExecutorConfig,
         clock: Clock,
         commands: CommandQueue,
-        local_ranks: Callable[[str], Mapping[int, int]],  # job_id -> {rank: pid} of live local ranks
+        # job key -> {rank: its process when the agent may signal it, else None} of live local ranks
+        local_ranks: Callable[[str], Mapping[int, ProcessIdentity | None]],
         process_clock: Clock | None = None,
     ) -> None:
         self.config = config
@@ -107,12 +109,15 @@ class ActionExecutor:
         ranks = dict(self.local_ranks(request.job_id))
         if self.config.restart_command:
             return self._run(self.config.restart_command, request, ranks)
-        if not ranks:
-            return "skipped", f"no live local ranks of job {request.job_id} to restart"
-        outcome = terminate_group(list(ranks.values()), self.config.restart_grace_seconds, self.process_clock)
-        detail = (
-            f"killed local worker group {sorted(ranks)} (pids {sorted(ranks.values())}): {outcome.describe()}"
+        targets = {rank: ident for rank, ident in ranks.items() if ident is not None}
+        owner_uid, _ = job_owner(request.job_id)
+        if not targets or owner_uid is None:
+            return "skipped", f"no live local ranks of job {request.job_id} the agent may signal"
+        outcome = terminate_group(
+            list(targets.values()), owner_uid, self.config.restart_grace_seconds, self.process_clock
         )
+        pids = sorted(t.pid for t in targets.values())
+        detail = f"killed local worker group {sorted(targets)} (pids {pids}): {outcome.describe()}"
         return ("succeeded" if outcome.ok else "failed"), detail
 
     def _stop(self, request: ActionRequest) -> tuple[str, str]:
@@ -130,13 +135,14 @@ class ActionExecutor:
         return self._run(self.config.cordon_command, request, dict(self.local_ranks(request.job_id)))
 
     def _run(
-        self, template: Sequence[str], request: ActionRequest, ranks: Mapping[int, int]
+        self, template: Sequence[str], request: ActionRequest, ranks: Mapping[int, ProcessIdentity | None]
     ) -> tuple[str, str]:
+        target = ranks.get(request.rank) if request.rank is not None else None
         values = {
-            "job": request.job_id,
+            "job": job_owner(request.job_id)[1],  # the id the ranks reported (the scheduler's), not the key
             "host": (request.host or self.config.host) if request.action == "cordon" else self.config.host,
             "rank": request.rank,
-            "pid": ranks.get(request.rank) if request.rank is not None else None,
+            "pid": target.pid if target is not None else None,
         }
         result = run_argv(render_argv(template, values), self.config.command_timeout_seconds)
         detail = f"ran {list(result.argv)} -> rc={result.returncode} {result.output.strip()[-300:]}"

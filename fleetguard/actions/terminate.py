@@ -1,17 +1,23 @@
 """Stop a local worker group the way torchrun expects a failure: SIGTERM, a grace period, then SIGKILL.
 
 torchrun starts every worker in its own session, so a worker's process group also holds its data-loader
-children; a stopped (SIGSTOP) worker gets SIGCONT so that it can act on the SIGTERM."""
+children; a stopped (SIGSTOP) worker gets SIGCONT so that it can act on the SIGTERM. Every signal goes through
+`trust.signal_owned`: only processes of the job's owner, checked on a pidfd when the signal is sent."""
 
 from __future__ import annotations
 
-import os
 import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from fleetguard.clock import Clock
-from fleetguard.runtime.procfs import is_alive
+from fleetguard.runtime.trust import (
+    ProcessIdentity,
+    SignalResult,
+    group_members,
+    is_running,
+    signal_owned,
+)
 
 POLL_SECONDS = 0.05
 
@@ -21,62 +27,71 @@ class TerminateOutcome:
     terminated: list[int] = field(default_factory=list)  # exited after SIGTERM
     killed: list[int] = field(default_factory=list)  # needed SIGKILL
     already_gone: list[int] = field(default_factory=list)
+    refused: list[int] = field(default_factory=list)  # no longer the owner's process: never signalled
     survivors: list[int] = field(default_factory=list)  # still alive after SIGKILL (should not happen)
 
     @property
     def ok(self) -> bool:
-        return not self.survivors
+        return not self.survivors and not self.refused
 
     def describe(self) -> str:
-        return (
+        text = (
             f"terminated={self.terminated} killed={self.killed} already_gone={self.already_gone} "
             f"survivors={self.survivors}"
         )
+        return text + (f" refused={self.refused} (not the job owner's process)" if self.refused else "")
 
 
-def send(pid: int, sig: signal.Signals) -> bool:
-    """Signal `pid`'s process group if it leads one, else the process; False if it is gone."""
-    try:
-        if os.getpgid(pid) == pid:
-            os.killpg(pid, sig)
-        else:
-            os.kill(pid, sig)
-    except ProcessLookupError:
-        return False
-    return True
+def send(target: ProcessIdentity, owner_uid: int, sig: signal.Signals) -> SignalResult:
+    """Signal `target` and the members of the process group it leads; the result for `target` itself."""
+    result = SignalResult.GONE
+    for member in group_members(target):
+        sent = signal_owned(member, owner_uid, sig)
+        if member.pid == target.pid:
+            result = sent
+    return result
 
 
 def terminate_group(
-    pids: Sequence[int],
+    targets: Sequence[ProcessIdentity],
+    owner_uid: int,
     grace_seconds: float,
     clock: Clock,
-    alive: Callable[[int], bool] = is_alive,
+    alive: Callable[[ProcessIdentity], bool] = is_running,
 ) -> TerminateOutcome:
-    """SIGTERM (+SIGCONT) every pid, wait up to `grace_seconds` for all to exit, SIGKILL the rest."""
+    """SIGTERM (+SIGCONT) every target, wait up to `grace_seconds` for all to exit, SIGKILL the rest."""
     outcome = TerminateOutcome()
-    pending: list[int] = []
-    for pid in pids:
-        if alive(pid) and send(pid, signal.SIGTERM):
-            send(pid, signal.SIGCONT)
-            pending.append(pid)
+    pending: list[ProcessIdentity] = []
+    for target in targets:
+        result = send(target, owner_uid, signal.SIGTERM) if alive(target) else SignalResult.GONE
+        if result is SignalResult.SENT:
+            send(target, owner_uid, signal.SIGCONT)
+            pending.append(target)
+        elif result is SignalResult.REFUSED:
+            outcome.refused.append(target.pid)
         else:
-            outcome.already_gone.append(pid)
-    deadline = clock.monotonic() + grace_seconds
+            outcome.already_gone.append(target.pid)
+    pending = _wait(pending, outcome.terminated, clock.monotonic() + grace_seconds, clock, alive)
+    for target in pending:
+        send(target, owner_uid, signal.SIGKILL)
+    pending = _wait(pending, outcome.killed, clock.monotonic() + 5.0, clock, alive)
+    outcome.survivors.extend(t.pid for t in pending)
+    return outcome
+
+
+def _wait(
+    pending: list[ProcessIdentity],
+    exited: list[int],
+    deadline: float,
+    clock: Clock,
+    alive: Callable[[ProcessIdentity], bool],
+) -> list[ProcessIdentity]:
+    """Poll until every pending process has exited or the deadline passes; the exited go to `exited`."""
     while pending:
-        still = [pid for pid in pending if alive(pid)]
-        outcome.terminated.extend(pid for pid in pending if pid not in still)
+        still = [t for t in pending if alive(t)]
+        exited.extend(t.pid for t in pending if t not in still)
         pending = still
         if not pending or clock.monotonic() >= deadline:
             break
         clock.sleep(POLL_SECONDS)
-    for pid in pending:
-        send(pid, signal.SIGKILL)
-    kill_deadline = clock.monotonic() + 5.0
-    while pending and clock.monotonic() < kill_deadline:
-        still = [pid for pid in pending if alive(pid)]
-        outcome.killed.extend(pid for pid in pending if pid not in still)
-        pending = still
-        if pending:
-            clock.sleep(POLL_SECONDS)
-    outcome.survivors.extend(pending)
-    return outcome
+    return pending

@@ -36,7 +36,7 @@ class CommandQueue:
         if kind not in COMMAND_KINDS:
             raise ValueError(f"unknown command kind {kind!r}; expected one of {sorted(COMMAND_KINDS)}")
         with self._lock:
-            command = Command(f"{job_id}:{kind}:{next(self._ids)}", kind, reason)
+            command = Command(f"{kind}:{next(self._ids)}", kind, reason)
             for rank in ranks:
                 self._queues[(job_id, rank)].append(command)
         return command
@@ -64,6 +64,12 @@ class CommandQueue:
                 else:
                     del self._queues[key]
         return dropped
+
+    def forget(self, job_id: str) -> None:
+        """Drop every command queued for the job's ranks (the job is gone)."""
+        with self._lock:
+            for key in [k for k in self._queues if k[0] == job_id]:
+                del self._queues[key]
 
     def pending(self, job_id: str, rank: int) -> list[Command]:
         with self._lock:

@@ -19,6 +19,7 @@ from collectors.flight_recorder import (
     rank_from_path,
 )
 from fleetguard.records.runtime import CollectiveProgress
+from fleetguard.runtime.trust import job_owner
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,9 @@ class DumpWatcher:
         return out
 
     def poll(self, job_id: str) -> list[CollectiveProgress]:
+        """New dumps credited to `job_id` (a job key): only files its owner wrote (root's jobs take any), so
+        another local user cannot steer the job's hang localisation with a forged dump."""
+        owner, _ = job_owner(job_id)
         try:
             names = sorted(os.listdir(self.directory))
         except OSError as exc:
@@ -70,6 +74,9 @@ class DumpWatcher:
             if not stat.S_ISREG(info.st_mode):
                 # a link could point the agent (often root) at a file the dump's writer may not read
                 self.errors[str(path)] = "not a regular file"
+                continue
+            if owner is not None and owner != 0 and info.st_uid != owner:
+                self.errors[str(path)] = f"written by uid {info.st_uid}, not by the job's owner {owner}"
                 continue
             version = (info.st_mtime_ns, info.st_size)
             if self._seen.get(name) == version:

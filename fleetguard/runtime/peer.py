@@ -1,34 +1,53 @@
-"""Who is on the other end of a loopback report: the uid owning the client's TCP socket (/proc/net/tcp) and
-the uid owning the pid the report names. The agent signals that pid on a restart and often runs as root, so
-it only trusts a pid that belongs to the sender (or any pid when the sender is root)."""
+"""Who is on the other end of a loopback report: the uid owning the client's TCP socket and that socket's
+inode, from /proc/net/tcp (IPv4) or /proc/net/tcp6 (IPv6). The inode finds the sending process (the one
+holding the socket), which is what lets the agent tell a rank's own pid from a pid it merely names."""
 
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import dataclass
 from pathlib import Path
 
 
+@dataclass(frozen=True, slots=True)
+class Sender:
+    """The user who sent a report and the inode of the client's socket (None: not known, so no pid the
+    report names can be shown to be the sender's)."""
+
+    uid: int
+    socket_inode: int | None = None
+
+
 def _proc_hex(address: str, port: int) -> str:
-    # /proc/net/tcp prints an IPv4 address as the hex of its 32-bit value in host (little-endian) order
-    packed = ipaddress.IPv4Address(address).packed
-    return f"{int.from_bytes(packed, 'little'):08X}:{port:04X}"
+    # /proc/net/tcp{,6} print an address as 32-bit words, each in host (little-endian) byte order
+    packed = ipaddress.ip_address(address).packed
+    words = (int.from_bytes(packed[i : i + 4], "little") for i in range(0, len(packed), 4))
+    return "".join(f"{w:08X}" for w in words) + f":{port:04X}"
 
 
-def tcp_peer_uid(client: tuple[str, int], server: tuple[str, int], proc_root: str = "/proc") -> int | None:
-    """The uid that owns the client end of the IPv4 connection client -> server; None when not found."""
+def tcp_peer(client: tuple[str, int], server: tuple[str, int], proc_root: str = "/proc") -> Sender | None:
+    """The owner and socket inode of the client end of the connection client -> server; None when
+    not found."""
     try:
         want_local, want_remote = _proc_hex(*client), _proc_hex(*server)
-        lines = (Path(proc_root) / "net" / "tcp").read_text().splitlines()[1:]
+        table = "tcp6" if ":" in client[0] else "tcp"
+        lines = (Path(proc_root) / "net" / table).read_text().splitlines()[1:]
     except (OSError, ValueError):
         return None
     for line in lines:
         fields = line.split()
-        if len(fields) > 7 and fields[1] == want_local and fields[2] == want_remote:
+        if len(fields) > 9 and fields[1] == want_local and fields[2] == want_remote:
             try:
-                return int(fields[7])
+                return Sender(uid=int(fields[7]), socket_inode=int(fields[9]))
             except ValueError:
                 return None
     return None
+
+
+def tcp_peer_uid(client: tuple[str, int], server: tuple[str, int], proc_root: str = "/proc") -> int | None:
+    """The uid that owns the client end of the connection client -> server; None when not found."""
+    sender = tcp_peer(client, server, proc_root)
+    return None if sender is None else sender.uid
 
 
 def pid_uid(pid: int, proc_root: str = "/proc") -> int | None:
@@ -40,9 +59,3 @@ def pid_uid(pid: int, proc_root: str = "/proc") -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
-
-
-def pid_trusted(sender_uid: int | None, pid: int, proc_root: str = "/proc") -> bool:
-    """True when the sender may have the agent watch and signal `pid`: the sender is root, or the pid is a
-    process of the sender's own uid. A pid of another user, or of another pid namespace, is not."""
-    return sender_uid is not None and (sender_uid == 0 or pid_uid(pid, proc_root) == sender_uid)

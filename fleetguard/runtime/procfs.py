@@ -13,6 +13,7 @@ from pathlib import Path
 class ProcState:
     state: str  # R S D T t Z X ... as in /proc/<pid>/stat
     start_ticks: int  # field 22: distinguishes a reused pid from the process we registered
+    process_group: int  # field 5 (pgrp): torchrun starts each worker in a group of its own
     exit_code: int | None  # for a zombie: exit status, or minus the signal that killed it
 
 
@@ -35,6 +36,7 @@ def parse_stat(text: str) -> ProcState | None:
         return None
     try:
         start_ticks = int(fields[19])
+        process_group = int(fields[2])
     except ValueError:
         return None
     exit_code: int | None = None
@@ -43,7 +45,9 @@ def parse_stat(text: str) -> ProcState | None:
             exit_code = decode_wait_status(int(fields[49]))
         except ValueError:
             exit_code = None
-    return ProcState(state=fields[0], start_ticks=start_ticks, exit_code=exit_code)
+    return ProcState(
+        state=fields[0], start_ticks=start_ticks, process_group=process_group, exit_code=exit_code
+    )
 
 
 def decode_wait_status(status: int) -> int:

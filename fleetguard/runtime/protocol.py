@@ -1,18 +1,27 @@
 """The wire format between the training client and the agent: one JSON report per heartbeat, validated and
-turned into Heartbeat / StepTiming / CollectiveProgress records. Bad input is a ReportError, never a crash."""
+turned into Heartbeat / StepTiming / CollectiveProgress records. Bad input is a ReportError naming the field,
+never a crash: every integer is checked against the BIGINT column it lands in and every time against the
+TIMESTAMP range when it is parsed, so the store never refuses a batch because of a report, and every list is
+bounded."""
 
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from fleetguard.records.bounds import OutOfRange, check_finite, check_int64
 from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
+from fleetguard.runtime.trust import ProcessIdentity, job_key
 
 MAX_REPORT_BYTES = 1 << 20
 MAX_NAME_CHARS = 128
+MAX_TIMINGS = 8192  # the client's queue: one report drains it
+MAX_COLLECTIVES = 256  # process groups per rank
+MAX_ACKED = 256
+# Times land in TIMESTAMP columns (microseconds in an int64): epoch seconds up to the year 9999.
+MAX_EPOCH_SECONDS = 253_402_300_799.0
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+=/-]*")
 STATUSES = frozenset({"running", "finished", "error"})
 
@@ -31,8 +40,14 @@ class RankReport:
     checkpoint_step: int | None
     dropped_timings: int
     local_world_size: int | None = None  # ranks on the sender's host (torchrun's LOCAL_WORLD_SIZE)
-    pid_trusted: bool = True  # False: the pid is not the sender's, so it is never watched or signalled
     acked: tuple[str, ...] = ()  # command ids the rank has received (they are not sent again)
+    # the reporting process when its pid is the sender's own (trust.trusted_pid): only then is it watched
+    # and signalled; None: the rank is judged by its heartbeats alone
+    process: ProcessIdentity | None = None
+
+    @property
+    def pid_trusted(self) -> bool:
+        return self.process is not None
 
     @property
     def key(self) -> tuple[str, int]:
@@ -48,45 +63,75 @@ class RankReport:
         return range(first, first + self.local_world_size)
 
 
-def parse_report(body: bytes, host: str, received_ts: float) -> RankReport:
-    """Decode and validate one report. `host` is the agent's host name (ranks report to their own
-    host's agent);
-    the heartbeat is stamped with `received_ts` so timeouts run on the agent's clock."""
+def parse_report(body: bytes, host: str, received_ts: float, *, owner_uid: int) -> RankReport:
+    """Decode and validate one report. `host` is the agent's host name (ranks report to their own host's
+    agent); the heartbeat is stamped with `received_ts` so timeouts run on the agent's clock; `owner_uid`
+    is the sender's uid, part of the job's identity (trust.job_key)."""
     if len(body) > MAX_REPORT_BYTES:
         raise ReportError(f"report is {len(body)} bytes, more than {MAX_REPORT_BYTES}")
     try:
         doc = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ReportError(f"report is not JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise ReportError("report is nested too deeply") from exc
+    return report_from_doc(doc, host, received_ts, owner_uid=owner_uid)
+
+
+def report_from_doc(doc: object, host: str, received_ts: float, *, owner_uid: int) -> RankReport:
+    """Validate one decoded report (see parse_report)."""
     if not isinstance(doc, dict):
         raise ReportError("report must be a JSON object")
-    job_id = _job_id(_name(doc, "job_id"))
-    rank = _int(doc, "rank", minimum=0)
-    heartbeat = Heartbeat(
-        ts=received_ts,
-        host=host,
-        job_id=job_id,
-        rank=rank,
-        local_rank=_int(doc, "local_rank", minimum=0),
-        world_size=_int(doc, "world_size", minimum=1),
-        pid=_int(doc, "pid", minimum=1),
-        step=_optional_int(doc, "step"),
-        section=_optional_name(doc, "section"),
-        status=_status(doc),
+    try:
+        return _report(doc, host, received_ts, owner_uid)
+    except OutOfRange as exc:
+        raise ReportError(str(exc)) from exc
+
+
+def _report(doc: dict[str, Any], host: str, received_ts: float, owner_uid: int) -> RankReport:
+    job_id = job_key(owner_uid, _job_id(_name(doc, "job_id")))
+    heartbeat = _heartbeat(doc, host, job_id, received_ts)
+    rank = heartbeat.rank
+    timings = tuple(
+        _timing(item, i, host, job_id, rank) for i, item in enumerate(_list(doc, "timings", MAX_TIMINGS))
     )
-    timings = tuple(_timing(item, i, host, job_id, rank) for i, item in enumerate(_list(doc, "timings")))
     collectives = tuple(
         _collective(item, i, host, job_id, rank, received_ts)
-        for i, item in enumerate(_list(doc, "collectives"))
+        for i, item in enumerate(_list(doc, "collectives", MAX_COLLECTIVES))
     )
+    local_world_size = _positive_or_none(_optional_int(doc, "local_world_size"), "local_world_size")
+    if local_world_size is not None and local_world_size > heartbeat.world_size:
+        raise ReportError("local_world_size: must be <= world_size")
     return RankReport(
         heartbeat=heartbeat,
         timings=timings,
         collectives=collectives,
         checkpoint_step=_optional_int(doc, "checkpoint_step"),
         dropped_timings=_optional_int(doc, "dropped_timings") or 0,
-        local_world_size=_positive_or_none(_optional_int(doc, "local_world_size"), "local_world_size"),
-        acked=tuple(_as_name(item, f"acked[{i}]") for i, item in enumerate(_list(doc, "acked"))),
+        local_world_size=local_world_size,
+        acked=tuple(_as_name(item, f"acked[{i}]") for i, item in enumerate(_list(doc, "acked", MAX_ACKED))),
+    )
+
+
+def _heartbeat(doc: dict[str, Any], host: str, job_id: str, received_ts: float) -> Heartbeat:
+    rank = _int(doc, "rank", minimum=0)
+    world_size = _int(doc, "world_size", minimum=1)
+    if rank >= world_size:
+        raise ReportError(f"rank: must be < world_size ({world_size}), got {rank}")
+    local_rank = _int(doc, "local_rank", minimum=0)
+    if local_rank > rank:
+        raise ReportError(f"local_rank: must be <= rank ({rank}), got {local_rank}")
+    return Heartbeat(
+        ts=received_ts,
+        host=host,
+        job_id=job_id,
+        rank=rank,
+        local_rank=local_rank,
+        world_size=world_size,
+        pid=_int(doc, "pid", minimum=1),
+        step=_optional_int(doc, "step"),
+        section=_optional_name(doc, "section"),
+        status=_status(doc),
     )
 
 
@@ -96,7 +141,7 @@ def _timing(item: Any, i: int, host: str, job_id: str, rank: int) -> StepTiming:
         raise ReportError(f"{where}: expected [ts, step, section, duration_seconds]")
     ts, step, section, duration = item
     return StepTiming(
-        ts=_finite(ts, f"{where}.ts"),
+        ts=_timestamp(ts, f"{where}.ts"),
         host=host,
         job_id=job_id,
         rank=rank,
@@ -114,7 +159,7 @@ def _collective(
         raise ReportError(f"{where}: expected [group, ts, enqueued, started, completed, op, size]")
     group, ts, enqueued, started, completed, op, size = item
     return CollectiveProgress(
-        ts=min(_finite(ts, f"{where}.ts"), received_ts),
+        ts=min(_timestamp(ts, f"{where}.ts"), received_ts),
         host=host,
         job_id=job_id,
         rank=rank,
@@ -177,13 +222,20 @@ def _as_int(value: Any, key: str) -> int:
     # bool is an int subclass in Python; a JSON true is not a step number
     if isinstance(value, bool) or not isinstance(value, int):
         raise ReportError(f"{key}: expected an integer, got {type(value).__name__}")
-    return value
+    return check_int64(key, value)  # every integer of a report lands in a BIGINT column
 
 
 def _finite(value: Any, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise ReportError(f"{key}: expected a finite number")
-    return float(value)
+    return check_finite(key, value)
+
+
+def _timestamp(value: Any, key: str) -> float:
+    ts = _finite(value, key)
+    if not 0.0 <= ts <= MAX_EPOCH_SECONDS:
+        raise ReportError(f"{key}: {ts!r} is not a time (epoch seconds from 0 to {MAX_EPOCH_SECONDS:.0f})")
+    return ts
 
 
 def _non_negative(value: float, key: str) -> float:
@@ -199,8 +251,10 @@ def _status(doc: dict[str, Any]) -> str:
     return str(status)
 
 
-def _list(doc: dict[str, Any], key: str) -> list[Any]:
+def _list(doc: dict[str, Any], key: str, max_items: int) -> list[Any]:
     value = doc.get(key, [])
     if not isinstance(value, list):
         raise ReportError(f"{key}: expected a list")
+    if len(value) > max_items:
+        raise ReportError(f"{key}: at most {max_items} items, got {len(value)}")
     return value

@@ -13,18 +13,18 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from fleetguard.clock import Clock
 from fleetguard.runtime.commands import Command
-from fleetguard.runtime.peer import pid_trusted, tcp_peer_uid
+from fleetguard.runtime.peer import Sender, tcp_peer
 from fleetguard.runtime.protocol import MAX_REPORT_BYTES, RankReport, ReportError, parse_report
+from fleetguard.runtime.ranks import LimitExceeded
+from fleetguard.runtime.trust import ProcessIdentity, trusted_pid
 
 log = logging.getLogger(__name__)
 
 REPORT_PATH = "/v1/report"
-# A job id whose owner has not reported for this long may be taken by another user's new job (torchrun's
-# default rendezvous port makes ids like torchrun-127.0.0.1-29500 recur).
-OWNER_IDLE_SECONDS = 300.0
 HEALTH_PATH = "/v1/health"
 
 
@@ -56,7 +56,8 @@ class ServerStats:
     reports_rejected: int = 0
     handler_errors: int = 0
     untrusted_pids: int = 0  # reports naming a pid that is not the sender's (another user, another namespace)
-    reports_refused: int = 0  # reports for a job another user owns
+    reports_refused: int = 0  # reports whose sender cannot be identified
+    reports_over_limit: int = 0  # reports that would take their owner or the agent over RuntimeLimits
 
 
 ReportHandler = Callable[[RankReport], Sequence[Command]]
@@ -83,8 +84,6 @@ class RuntimeServer:
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
         self.stopping = False
-        self._job_owner: dict[str, tuple[int, float]] = {}  # job id -> (uid of its sender, last report)
-        self._owners_lock = threading.Lock()
 
     @property
     def port(self) -> int:
@@ -113,40 +112,47 @@ class RuntimeServer:
             self._thread = None
         self._httpd.server_close()
 
-    def handle_body(self, body: bytes, sender_uid: int | None = 0) -> tuple[int, dict[str, object]]:
+    def handle_body(
+        self, body: bytes, sender: Sender | None, memo: dict[str, Any] | None = None
+    ) -> tuple[int, dict[str, object]]:
         """Status code and JSON answer for one report body (the HTTP handler's core, callable directly).
-        `sender_uid` is the user who sent it (None: unknown, so nothing it names is signalled)."""
+        `sender` is who sent it (None: unknown, refused); `memo` holds what was learned about the sender's
+        connection (a connection belongs to one process, so its pid is checked once)."""
+        if sender is None:
+            self.stats.reports_refused += 1
+            return 403, {"error": "the sender of this report cannot be identified"}
         try:
-            report = parse_report(body, self._host, self._clock.time())
+            report = parse_report(body, self._host, self._clock.time(), owner_uid=sender.uid)
         except ReportError as exc:
             self.stats.reports_rejected += 1
             return 400, {"error": str(exc)}
-        job_id = report.heartbeat.job_id
-        if sender_uid is not None:
-            now = self._clock.monotonic()
-            with self._owners_lock:
-                owner, last = self._job_owner.get(job_id, (sender_uid, now))
-                if now - last > OWNER_IDLE_SECONDS:
-                    owner = sender_uid  # the job went quiet long ago: a new job may reuse its id
-                if sender_uid == owner:
-                    self._job_owner[job_id] = (owner, now)
-            if sender_uid not in (owner, 0):
-                # Reports steer restarts of the job (and fill {job} in commands): only the user whose ranks
-                # reported it first, or root, may report for it.
-                self.stats.reports_refused += 1
-                return 403, {"error": f"job {job_id!r} belongs to another user"}
-        if not pid_trusted(sender_uid, report.heartbeat.pid):
+        process = _sender_process(sender, report.heartbeat.pid, memo if memo is not None else {})
+        if process is None:
             # still telemetry (heartbeats, timings), but the agent will neither watch nor signal the pid
             self.stats.untrusted_pids += 1
-            report = replace(report, pid_trusted=False)
+        return self._deliver(replace(report, process=process))
+
+    def _deliver(self, report: RankReport) -> tuple[int, dict[str, object]]:
         try:
             commands = self._on_report(report)
+        except LimitExceeded as exc:
+            self.stats.reports_over_limit += 1
+            return 429, {"error": str(exc)}
         except Exception:
             self.stats.handler_errors += 1
             log.exception("runtime: storing a report failed")
             return 500, {"error": "internal error"}
         self.stats.reports_accepted += 1
         return 200, {"commands": [c.to_json() for c in commands]}
+
+
+def _sender_process(sender: Sender, pid: int, memo: dict[str, Any]) -> ProcessIdentity | None:
+    """trust.trusted_pid, once per (connection, pid)."""
+    key = f"pid:{pid}"
+    if key not in memo:
+        memo[key] = trusted_pid(sender, pid)
+    found: ProcessIdentity | None = memo[key]
+    return found
 
 
 class _IPv6Server(ThreadingHTTPServer):
@@ -179,20 +185,13 @@ def _make_handler(server: RuntimeServer) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True  # the body is not read: the connection cannot be reused
                 self._reply(413, {"error": f"report larger than {MAX_REPORT_BYTES} bytes"})
                 return
-            status, answer = server.handle_body(self.rfile.read(length), self._sender_uid())
+            if not hasattr(self, "_memo"):
+                # One handler serves one kept-alive connection, whose sender cannot change: look it up once.
+                client = (str(self.client_address[0]), int(self.client_address[1]))
+                self._memo: dict[str, Any] = {}
+                self._sender = tcp_peer(client, (server.address, server.port))
+            status, answer = server.handle_body(self.rfile.read(length), self._sender, self._memo)
             self._reply(status, answer)
-
-        def _sender_uid(self) -> int | None:
-            # One handler serves one kept-alive connection, whose sender cannot change: scan /proc/net/tcp
-            # once per connection. The pid's owner is read afresh each time (a pid can be reused).
-            if not hasattr(self, "_peer_uid"):
-                client = self.client_address
-                self._peer_uid = (
-                    None  # IPv6 loopback: no owner lookup; reports are kept, pids not signalled
-                    if ":" in str(client[0])
-                    else tcp_peer_uid((str(client[0]), int(client[1])), (server.address, server.port))
-                )
-            return self._peer_uid
 
         def do_GET(self) -> None:
             if self.path == HEALTH_PATH:

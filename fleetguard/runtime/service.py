@@ -28,7 +28,7 @@ from fleetguard.runtime.dump_watcher import DumpWatcher
 from fleetguard.runtime.pid_watcher import PidWatcher, ProcessExit
 from fleetguard.runtime.procfs import is_alive
 from fleetguard.runtime.protocol import RankReport
-from fleetguard.runtime.ranks import JobInfo, RankRegistry
+from fleetguard.runtime.ranks import JobInfo, RankRegistry, RuntimeLimits
 from fleetguard.runtime.server import RuntimeServer, require_loopback
 
 if TYPE_CHECKING:
@@ -59,6 +59,7 @@ class RuntimeServiceConfig:
     command_timeout_seconds: float = 60.0
     policy: dict[str, Any] = field(default_factory=dict)  # extra ActionPolicyConfig fields, by name
     flight_recorder_dir: str = ""  # where PyTorch writes nccl_trace_rank_<r> dumps; empty: not read
+    limits: RuntimeLimits = field(default_factory=RuntimeLimits)  # jobs and ranks held, per uid and in all
 
     def __post_init__(self) -> None:
         require_loopback(self.bind_address)
@@ -94,6 +95,13 @@ def runtime_config_from(config: Config) -> RuntimeServiceConfig:
         checkpoint_timeout_seconds=rt.checkpoint_timeout_seconds,
         command_timeout_seconds=rt.command_timeout_seconds,
         flight_recorder_dir=rt.flight_recorder_dir,
+        limits=RuntimeLimits(
+            max_jobs_per_uid=rt.max_jobs_per_uid,
+            max_ranks_per_uid=rt.max_ranks_per_uid,
+            max_jobs=rt.max_jobs,
+            max_ranks=rt.max_ranks,
+            job_idle_seconds=rt.job_idle_seconds,
+        ),
         policy={
             "cooldown_seconds": rt.cooldown_seconds,
             "max_restarts_without_progress": rt.max_restarts_without_progress,
@@ -136,6 +144,9 @@ class Planner(Protocol):
     def action_done(self, request: ActionRequest, record: ActionRecord, job: JobInfo | None) -> None:
         """The outcome of an executed request (only a restart that succeeded counts as one)."""
 
+    def forget(self, job_id: str) -> None:
+        """The job is gone (idle): drop its state."""
+
 
 @dataclass
 class ServiceStats:
@@ -165,7 +176,7 @@ class RuntimeService:
         self.sink = sink
         self.stats = ServiceStats()
         self.commands = CommandQueue()
-        self.ranks = RankRegistry()
+        self.ranks = RankRegistry(config.limits)
         self.analyzer = analyzer if analyzer is not None else _default_analyzer()
         self.planner = planner if planner is not None else PolicyPlanner(config)
         self.executor = ActionExecutor(
@@ -179,7 +190,7 @@ class RuntimeService:
             ),
             clock,
             self.commands,
-            self.ranks.live_pids,
+            self.ranks.live_ranks,
         )
         self.server = RuntimeServer(self.handle_report, config.host, clock, config.bind_address, config.port)
         self.watcher = PidWatcher(self.handle_exit, config.pid_poll_interval_seconds)
@@ -227,8 +238,11 @@ class RuntimeService:
 
     def handle_report(self, report: RankReport) -> list[Command]:
         hb = report.heartbeat
-        new_incarnation = self.ranks.update(hb, report.checkpoint_step, pid_trusted=report.pid_trusted)
-        if report.pid_trusted:
+        # LimitExceeded (over the job and rank limits) goes back to the server: answered 429, nothing kept
+        new_incarnation = self.ranks.update(
+            hb, report.checkpoint_step, report.process, expected_ranks=len(report.local_ranks())
+        )
+        if report.process is not None:
             self.watcher.watch(hb.pid, report.key)
         records: list[RuntimeRecord] = [hb, *report.timings, *report.collectives]
         with self._analysis_lock:
@@ -277,6 +291,7 @@ class RuntimeService:
         """One analysis round: findings -> sink, and their planned actions -> the action runner; findings the
         restart cooldown put off are planned again once it ends (the analyzer reports a hang only once)."""
         now = self.clock.time()
+        self._evict_idle(now)
         self._read_dumps()
         with self._analysis_lock:
             findings = self.analyzer.tick(now)
@@ -297,6 +312,24 @@ class RuntimeService:
                     self._actions.put((finding, requests))
         self.flush()
         return findings
+
+    def _evict_idle(self, now: float) -> None:
+        """Forget jobs none of whose ranks reported for `limits.job_idle_seconds`: every table keyed by job
+        drops them, so what finished (or was faked) long ago holds no memory."""
+        for job_id in self.ranks.evict_idle(now):
+            with self._analysis_lock:
+                self.analyzer.forget_job(job_id)
+            self.commands.forget(job_id)
+            self.planner.forget(job_id)
+            self._crashed_incarnation.pop(job_id, None)
+            for pid, (watched_job, _) in self.watcher.watched().items():
+                if watched_job == job_id:
+                    self.watcher.unwatch(pid)
+            log.info("runtime: job %s forgotten after %.0f s without a report", job_id, self._idle_seconds)
+
+    @property
+    def _idle_seconds(self) -> float:
+        return self.config.limits.job_idle_seconds
 
     def _read_dumps(self) -> None:
         """New flight-recorder dumps -> collective progress for hang localisation. A dump does not say which
@@ -519,6 +552,12 @@ class PolicyPlanner:
                 continue
             out.append((d.finding, self(replace(d.finding, ts=now), job)))
         return out
+
+    def forget(self, job_id: str) -> None:
+        with self._lock:
+            self._states.pop(job_id, None)
+            for key in [k for k in self._deferred if k[0] == job_id]:
+                del self._deferred[key]
 
     def action_done(self, request: ActionRequest, record: ActionRecord, job: JobInfo | None) -> None:
         if request.action != "restart":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import subprocess
 import sys
@@ -15,6 +16,9 @@ from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
 from fleetguard.runtime.commands import Command, CommandQueue
 from fleetguard.runtime.protocol import RankReport
 from fleetguard.runtime.server import RuntimeServer
+from fleetguard.runtime.trust import job_key
+
+JOB = job_key(os.getuid(), "job-a")  # how the agent keys job-a reported by this user
 
 
 def unused_port() -> int:
@@ -128,7 +132,7 @@ def test_a_checkpoint_command_comes_back_and_runs_the_callback_at_the_next_step(
     calls: list[int] = []
     client.on_checkpoint(lambda: calls.append(client._step or 0))
     client.step(1)
-    collected.commands.push("job-a", [3], "checkpoint", "straggler")
+    collected.commands.push(JOB, [3], "checkpoint", "straggler")
     client.report_once()
     assert client.checkpoint_requested() is True
     assert calls == []  # never on the background thread: only at a step boundary
@@ -143,7 +147,7 @@ def test_a_stop_command_sets_stop_requested_and_runs_the_stop_callback(server) -
     client = fg.Client(identity(), endpoint=f"127.0.0.1:{srv.port}", start=False)
     stopped: list[bool] = []
     client.on_stop(lambda: stopped.append(True))
-    collected.commands.push("job-a", [3], "stop", "crash loop")
+    collected.commands.push(JOB, [3], "stop", "crash loop")
     client.report_once()
     client.step(1)
     assert client.stop_requested() is True
@@ -158,7 +162,7 @@ def test_a_failing_callback_does_not_reach_the_training_loop(server) -> None:
         raise RuntimeError("user bug")
 
     client.on_checkpoint(broken)
-    collected.commands.push("job-a", [3], "checkpoint")
+    collected.commands.push(JOB, [3], "checkpoint")
     client.report_once()
     client.step(1)  # must not raise
     assert client.checkpoint_requested() is True
@@ -293,7 +297,8 @@ def test_a_job_id_the_agent_would_refuse_is_made_safe_rather_than_silencing_the_
 
     job_id = fg.Identity.from_env(env={"FLEETGUARD_JOB_ID": "--my job; v2"}).job_id
     assert job_id == "my_job__v2"
-    assert parse_report(report_body(job_id=job_id), "h", 0.0).heartbeat.job_id == job_id
+    report = parse_report(report_body(job_id=job_id), "h", 0.0, owner_uid=0)
+    assert report.heartbeat.job_id == job_key(0, job_id)
 
 
 def test_the_number_of_ranks_on_this_host_comes_from_torchrun() -> None:
@@ -307,11 +312,11 @@ def test_a_command_whose_reply_was_lost_comes_again_and_is_applied_once(server) 
     client = fg.Client(identity(), endpoint=f"127.0.0.1:{srv.port}", heartbeat_interval_seconds=60.0)
     ran: list[str] = []
     client.on_checkpoint(lambda: ran.append("checkpoint"))
-    collected.commands.push("job-a", [3], "checkpoint")
-    collected.commands.take("job-a", 3)  # a reply that never reached the rank (client timeout)
+    collected.commands.push(JOB, [3], "checkpoint")
+    collected.commands.take(JOB, 3)  # a reply that never reached the rank (client timeout)
     assert client.report_once()  # the command is sent again ...
     assert client.report_once()  # ... and again until acknowledged, but applied once
     client.step(1)
     assert ran == ["checkpoint"] and client.stats.commands_received == 1
-    assert collected.commands.pending("job-a", 3) == []  # the acknowledgement emptied the queue
+    assert collected.commands.pending(JOB, 3) == []  # the acknowledgement emptied the queue
     client.close()

@@ -80,4 +80,4 @@ def test_the_agent_takes_heartbeats_from_training_ranks_and_stores_them(tmp_path
         daemon.stop()
     con = duckdb.connect(str(tmp_path / "fleet.duckdb"), read_only=True)
     rows = con.execute("SELECT job_id, rank, step FROM heartbeats ORDER BY ts").fetchall()
-    assert ("job-e2e", 3, 7) in rows
+    assert (f"job-e2e@uid{os.getuid()}", 3, 7) in rows  # jobs are keyed by owner

@@ -5,10 +5,12 @@ a healthy run raises no finding."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
+from fleetguard.runtime.trust import job_key
 from tests.runtime.torchrun_job import Runtime, TorchrunJob, run_fault, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
@@ -57,7 +59,11 @@ def test_a_healthy_run_raises_no_finding(tmp_path: Path) -> None:
         wait_until(lambda: job.proc.poll() is not None, 150, "the job to finish")
         service = runtime.service
         assert service is not None
-        wait_until(lambda: not service.ranks.live_pids("ddp-test"), 10, "the watcher to see every rank exit")
+        wait_until(
+            lambda: not service.ranks.live_pids(job_key(os.getuid(), "ddp-test")),
+            10,
+            "the watcher to see every rank exit",
+        )
         service.tick_once()  # one more analysis round after the last exit
         assert job.proc.returncode == 0, job.log_tail()
         assert [e["rank"] for e in job.events("done")] != []

@@ -10,13 +10,10 @@ import pytest
 
 from fleetguard.clock import FakeClock
 from fleetguard.runtime.commands import Command, CommandQueue
+from fleetguard.runtime.peer import Sender
 from fleetguard.runtime.protocol import RankReport
-from fleetguard.runtime.server import (
-    OWNER_IDLE_SECONDS,
-    NonLoopbackBindError,
-    RuntimeServer,
-    require_loopback,
-)
+from fleetguard.runtime.server import NonLoopbackBindError, RuntimeServer, require_loopback
+from fleetguard.runtime.trust import job_key
 from tests.runtime.helpers import report_body
 
 
@@ -62,7 +59,7 @@ def test_the_server_listens_on_loopback(served) -> None:
 
 def test_a_valid_report_is_stored_and_answered_with_the_ranks_commands(served) -> None:
     server, reports, commands = served
-    commands.push("job-a", [1], "checkpoint", "test")
+    commands.push(job_key(os.getuid(), "job-a"), [1], "checkpoint", "test")
     status, answer = post(server.port, report_body())
     assert status == 200
     assert [c["kind"] for c in answer["commands"]] == ["checkpoint"]
@@ -129,20 +126,24 @@ def test_a_kept_alive_connection_is_refused_once_the_server_stops() -> None:
 def test_a_report_naming_a_pid_the_sender_does_not_own_is_kept_but_marked_untrusted() -> None:
     seen: list[RankReport] = []
     srv = RuntimeServer(lambda r: seen.append(r) or [], host="agent", clock=FakeClock(), port=0)
-    status, _ = srv.handle_body(report_body(pid=os.getpid()), sender_uid=os.getuid() + 4242)  # not its owner
+    sender = Sender(uid=os.getuid() + 4242, socket_inode=1)  # not the owner of the pid it names
+    status, _ = srv.handle_body(report_body(pid=os.getpid()), sender)
     assert status == 200 and seen[0].pid_trusted is False and srv.stats.untrusted_pids == 1
     srv.stop()
 
 
-def test_a_job_is_reported_only_by_the_user_who_reported_it_first_or_root() -> None:
+def test_two_users_reporting_the_same_job_id_are_two_jobs() -> None:
     seen: list[RankReport] = []
     srv = RuntimeServer(lambda r: seen.append(r) or [], host="agent", clock=FakeClock(), port=0)
-    assert srv.handle_body(report_body(job_id="job-a"), sender_uid=1001)[0] == 200  # job-a is 1001's
-    status, answer = srv.handle_body(report_body(job_id="job-a", status="error"), sender_uid=1002)
-    assert (status, srv.stats.reports_refused) == (403, 1) and "another user" in str(answer["error"])
-    assert srv.handle_body(report_body(job_id="job-a"), sender_uid=0)[0] == 200  # root may
-    assert srv.handle_body(report_body(job_id="job-b"), sender_uid=1002)[0] == 200  # its own job
-    assert [r.heartbeat.job_id for r in seen] == ["job-a", "job-a", "job-b"]
+    assert srv.handle_body(report_body(job_id="job-a"), Sender(uid=1001))[0] == 200
+    assert srv.handle_body(report_body(job_id="job-a"), Sender(uid=0))[0] == 200
+    assert [r.heartbeat.job_id for r in seen] == [job_key(1001, "job-a"), job_key(0, "job-a")]
+    srv.stop()
+
+
+def test_a_report_whose_sender_cannot_be_identified_is_refused() -> None:
+    srv = RuntimeServer(lambda r: [], host="agent", clock=FakeClock(), port=0)
+    assert srv.handle_body(report_body(), None)[0] == 403 and srv.stats.reports_refused == 1
     srv.stop()
 
 
@@ -150,14 +151,4 @@ def test_over_http_the_sender_is_found_and_its_own_pid_trusted(served) -> None:
     server, reports, _ = served
     assert post(server.port, report_body(pid=os.getpid()))[0] == 200
     assert reports[-1].pid_trusted  # this test process sent it, naming itself
-
-
-def test_a_job_id_left_idle_may_be_taken_by_another_users_new_job() -> None:
-    clock = FakeClock()
-    srv = RuntimeServer(lambda r: [], host="agent", clock=clock, port=0)
-    assert srv.handle_body(report_body(job_id="torchrun-127.0.0.1-29500"), sender_uid=1001)[0] == 200
-    clock.advance(60.0)
-    assert srv.handle_body(report_body(job_id="torchrun-127.0.0.1-29500"), sender_uid=1002)[0] == 403
-    clock.advance(OWNER_IDLE_SECONDS + 1)
-    assert srv.handle_body(report_body(job_id="torchrun-127.0.0.1-29500"), sender_uid=1002)[0] == 200
-    srv.stop()
+    assert reports[-1].heartbeat.job_id == job_key(os.getuid(), "job-a")

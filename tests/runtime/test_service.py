@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 import pytest
 
@@ -19,7 +19,8 @@ from fleetguard.runtime.pid_watcher import ProcessExit
 from fleetguard.runtime.protocol import parse_report
 from fleetguard.runtime.server import NonLoopbackBindError
 from fleetguard.runtime.service import RuntimeService, RuntimeServiceConfig, runtime_config_from
-from tests.runtime.helpers import report_body, sleeper
+from fleetguard.runtime.trust import job_key
+from tests.runtime.helpers import JOB, report_body, root_report, sleeper
 
 
 class Sink:
@@ -42,7 +43,7 @@ def report(
     service: RuntimeService, clock: FakeClock, rank: int, pid: int, step: int, **fields: object
 ) -> None:
     body = report_body(rank=rank, local_rank=rank, pid=pid, step=step, timings=[], collectives=[], **fields)
-    service.handle_report(parse_report(body, "node1", clock.time()))
+    service.handle_report(root_report(body, clock.time()))
 
 
 def run_queued_actions(service: RuntimeService) -> list[ActionRecord]:
@@ -76,7 +77,7 @@ def ranks():
 def test_reports_reach_the_sink_as_runtime_records() -> None:
     clock, sink = FakeClock(), Sink()
     service = make_service(clock, sink)
-    service.handle_report(parse_report(report_body(), "node1", clock.time()))
+    service.handle_report(root_report(report_body(), clock.time()))
     service.flush()
     assert (
         len(sink.of(Heartbeat)) == 1
@@ -93,7 +94,7 @@ def test_a_dead_rank_is_named_and_the_rest_of_the_worker_group_is_restarted(rank
         report(service, clock, r, p.pid, step=5)
     ranks[2].send_signal(signal.SIGKILL)
     ranks[2].wait()
-    service.handle_exit(ProcessExit(ranks[2].pid, ("job-a", 2), -9))
+    service.handle_exit(ProcessExit(ranks[2].pid, (JOB, 2), -9))
     findings = service.tick_once()
     assert [(f.kind, f.rank) for f in findings] == [("dead_rank", 2)]
     actions = run_queued_actions(service)
@@ -109,12 +110,10 @@ def test_exits_the_service_caused_are_not_crashes(ranks) -> None:
     service = make_service(clock, sink)
     for r, p in enumerate(ranks):
         report(service, clock, r, p.pid, step=5)
-    finding = Finding(
-        clock.time(), "f-1", "hung_rank", "critical", "job/job-a/rank/1", "hung", job_id="job-a"
-    )
-    service.run_actions(finding, [ActionRequest("restart", "job-a", "f-1", "test")])
+    finding = Finding(clock.time(), "f-1", "hung_rank", "critical", f"job/{JOB}/rank/1", "hung", job_id=JOB)
+    service.run_actions(finding, [ActionRequest("restart", JOB, "f-1", "test")])
     for r, p in enumerate(ranks):
-        service.handle_exit(ProcessExit(p.pid, ("job-a", r), -15))
+        service.handle_exit(ProcessExit(p.pid, (JOB, r), -15))
     assert service.tick_once() == []
     assert service.stats.expected_exits == 4
     service.stop()
@@ -125,9 +124,9 @@ def test_exits_after_the_first_crash_are_collateral_not_new_findings(ranks) -> N
     service = make_service(clock, sink)
     for r, p in enumerate(ranks):
         report(service, clock, r, p.pid, step=5)
-    service.handle_exit(ProcessExit(ranks[3].pid, ("job-a", 3), -9))
+    service.handle_exit(ProcessExit(ranks[3].pid, (JOB, 3), -9))
     for r in (0, 1, 2):
-        service.handle_exit(ProcessExit(ranks[r].pid, ("job-a", r), -15))
+        service.handle_exit(ProcessExit(ranks[r].pid, (JOB, r), -15))
     assert [(f.kind, f.rank) for f in service.tick_once()] == [("dead_rank", 3)]
     assert service.stats.collateral_exits == 3
     service.stop()
@@ -137,7 +136,7 @@ def test_a_rank_that_said_finished_exits_without_a_finding(ranks) -> None:
     clock, sink = FakeClock(), Sink()
     service = make_service(clock, sink)
     report(service, clock, 0, ranks[0].pid, step=9, status="finished")
-    service.handle_exit(ProcessExit(ranks[0].pid, ("job-a", 0), None))
+    service.handle_exit(ProcessExit(ranks[0].pid, (JOB, 0), None))
     assert service.tick_once() == []
     service.stop()
 
@@ -187,20 +186,20 @@ def test_a_restart_after_a_checkpoint_request_waits_for_that_checkpoint(ranks) -
 
     def watching_execute(request: ActionRequest) -> ActionRecord:
         if request.action == "restart":
-            job = service.ranks.job("job-a")
+            job = service.ranks.job(JOB)
             seen_at_restart.append(job.checkpoint_step if job else None)
             restart_started.append(clock.monotonic())
         return execute(request)
 
     restart_started: list[float] = []
     service.executor.execute = watching_execute  # type: ignore[method-assign]
-    finding = Finding(clock.time(), "f-9", "straggler", "warning", "job/job-a/rank/2", "slow", job_id="job-a")
+    finding = Finding(clock.time(), "f-9", "straggler", "warning", f"job/{JOB}/rank/2", "slow", job_id=JOB)
     start = clock.monotonic()
     records = service.run_actions(
         finding,
         [
-            ActionRequest("checkpoint", "job-a", "f-9", "slow"),
-            ActionRequest("restart", "job-a", "f-9", "slow"),
+            ActionRequest("checkpoint", JOB, "f-9", "slow"),
+            ActionRequest("restart", JOB, "f-9", "slow"),
         ],
     )
     assert [(a.action, a.outcome) for a in records] == [("checkpoint", "requested"), ("restart", "succeeded")]
@@ -214,13 +213,13 @@ def test_a_checkpoint_that_never_completes_delays_the_restart_only_until_the_tim
     service = make_service(clock, sink, checkpoint_timeout_seconds=30.0)
     for r, p in enumerate(ranks):
         report(service, clock, r, p.pid, step=5)
-    finding = Finding(clock.time(), "f-9", "straggler", "warning", "job/job-a/rank/2", "slow", job_id="job-a")
+    finding = Finding(clock.time(), "f-9", "straggler", "warning", f"job/{JOB}/rank/2", "slow", job_id=JOB)
     start = clock.monotonic()
     records = service.run_actions(
         finding,
         [
-            ActionRequest("checkpoint", "job-a", "f-9", "slow"),
-            ActionRequest("restart", "job-a", "f-9", "slow"),
+            ActionRequest("checkpoint", JOB, "f-9", "slow"),
+            ActionRequest("restart", JOB, "f-9", "slow"),
         ],
     )
     assert [a.action for a in records] == ["checkpoint", "restart"]
@@ -234,14 +233,14 @@ def test_the_policy_keeps_per_job_state_so_one_fault_restarts_once(ranks) -> Non
     for r, p in enumerate(ranks):
         report(service, clock, r, p.pid, step=5)
     dead = Finding(
-        clock.time(), "f-1", "dead_rank", "critical", "job/job-a/rank/0", "dead", job_id="job-a", rank=0
+        clock.time(), "f-1", "dead_rank", "critical", f"job/{JOB}/rank/0", "dead", job_id=JOB, rank=0
     )
-    first = service.planner(dead, service.ranks.job("job-a"))
+    first = service.planner(dead, service.ranks.job(JOB))
     clock.advance(5)
     again = Finding(
-        clock.time(), "f-2", "dead_rank", "critical", "job/job-a/rank/1", "dead", job_id="job-a", rank=1
+        clock.time(), "f-2", "dead_rank", "critical", f"job/{JOB}/rank/1", "dead", job_id=JOB, rank=1
     )
-    second = service.planner(again, service.ranks.job("job-a"))
+    second = service.planner(again, service.ranks.job(JOB))
     assert [r.action for r in first] == ["restart"]
     assert [r.action for r in second] == ["none"]
     service.stop()
@@ -258,7 +257,7 @@ def test_a_started_service_takes_reports_over_http_and_stops_cleanly() -> None:
         assert client.report_once()
     finally:
         service.stop()
-    assert [h.job_id for h in sink.of(Heartbeat)] == ["job-h"]
+    assert [h.job_id for h in sink.of(Heartbeat)] == [job_key(os.getuid(), "job-h")]
     assert [t.step for t in sink.of(StepTiming)] == [1]
 
 
@@ -306,22 +305,22 @@ def test_a_crash_loop_is_stopped_with_a_stop_command_instead_of_a_fourth_restart
             f"f-{attempt}",
             "dead_rank",
             "critical",
-            "job/job-a/rank/0",
+            f"job/{JOB}/rank/0",
             "dead",
-            job_id="job-a",
+            job_id=JOB,
             rank=0,
         )
-        requests = service.planner(crash, service.ranks.job("job-a"))
+        requests = service.planner(crash, service.ranks.job(JOB))
         planned.extend(r.action for r in requests)
         carried_out(service, clock, requests, "succeeded")
         clock.advance(60.0)
     assert planned == ["restart", "restart", "restart", "stop_crash_loop"]
     stop = Finding(
-        clock.time(), "f-s", "dead_rank", "critical", "job/job-a/rank/0", "dead", job_id="job-a", rank=0
+        clock.time(), "f-s", "dead_rank", "critical", f"job/{JOB}/rank/0", "dead", job_id=JOB, rank=0
     )
-    [record] = service.run_actions(stop, [ActionRequest("stop_crash_loop", "job-a", "f-s", "crash loop")])
+    [record] = service.run_actions(stop, [ActionRequest("stop_crash_loop", JOB, "f-s", "crash loop")])
     assert record.outcome == "requested"
-    assert [c.kind for c in service.commands.take("job-a", 0)] == ["stop"]
+    assert [c.kind for c in service.commands.take(JOB, 0)] == ["stop"]
     service.stop()
 
 
@@ -331,14 +330,14 @@ def test_a_worker_of_a_replaced_group_dying_late_is_not_a_new_crash(ranks) -> No
     old, new = ranks[:2], ranks[2:]
     for r, p in enumerate(old):
         report(service, clock, r, p.pid, step=5)
-    service.handle_exit(ProcessExit(old[0].pid, ("job-a", 0), -9))
+    service.handle_exit(ProcessExit(old[0].pid, (JOB, 0), -9))
     assert [(f.kind, f.rank) for f in service.tick_once()] == [("dead_rank", 0)]
     report(service, clock, 0, new[0].pid, step=5)  # torchrun's next worker group starts reporting ...
-    service.handle_exit(ProcessExit(old[1].pid, ("job-a", 1), -15))  # ... before the old rank 1 is gone
+    service.handle_exit(ProcessExit(old[1].pid, (JOB, 1), -15))  # ... before the old rank 1 is gone
     assert service.tick_once() == []
     assert service.stats.collateral_exits == 1
     report(service, clock, 1, new[1].pid, step=5)
-    service.handle_exit(ProcessExit(new[1].pid, ("job-a", 1), -9))  # the new group's own crash still counts
+    service.handle_exit(ProcessExit(new[1].pid, (JOB, 1), -9))  # the new group's own crash still counts
     assert [(f.kind, f.rank) for f in service.tick_once()] == [("dead_rank", 1)]
     service.stop()
 
@@ -374,9 +373,9 @@ def hang(clock: FakeClock) -> Finding:
         f"hang-{clock.time()}",
         "hang_localised",
         "critical",
-        "job/job-a/group/world",
+        f"job/{JOB}/group/world",
         "hung",
-        job_id="job-a",
+        job_id=JOB,
         evidence_json='{"hang_kind": "host_stuck"}',
     )
 
@@ -386,9 +385,9 @@ def restarted_at_the_start(service: RuntimeService, clock: FakeClock, ranks) -> 
     for r, p in enumerate(ranks):
         report(service, clock, r, p.pid, step=5)
     dead = Finding(
-        clock.time(), "f-0", "dead_rank", "critical", "job/job-a/rank/0", "dead", job_id="job-a", rank=0
+        clock.time(), "f-0", "dead_rank", "critical", f"job/{JOB}/rank/0", "dead", job_id=JOB, rank=0
     )
-    carried_out(service, clock, service.planner(dead, service.ranks.job("job-a")), "succeeded")
+    carried_out(service, clock, service.planner(dead, service.ranks.job(JOB)), "succeeded")
 
 
 def queued(service: RuntimeService) -> list[tuple[str | None, str]]:
@@ -419,12 +418,12 @@ def test_a_crash_after_a_failed_restart_is_still_a_finding(ranks) -> None:
     service = make_service(clock, sink, restart_command=("false",))
     for r, p in enumerate(ranks):
         report(service, clock, r, p.pid, step=5)
-    stuck = Finding(clock.time(), "f-1", "hang_localised", "critical", "job/job-a", "hung", job_id="job-a")
-    [record] = service.run_actions(stuck, [ActionRequest("restart", "job-a", "f-1", "test")])
+    stuck = Finding(clock.time(), "f-1", "hang_localised", "critical", f"job/{JOB}", "hung", job_id=JOB)
+    [record] = service.run_actions(stuck, [ActionRequest("restart", JOB, "f-1", "test")])
     assert record.outcome == "failed"
     ranks[2].send_signal(signal.SIGKILL)
     ranks[2].wait()
-    service.handle_exit(ProcessExit(ranks[2].pid, ("job-a", 2), -9))
+    service.handle_exit(ProcessExit(ranks[2].pid, (JOB, 2), -9))
     assert [(f.kind, f.rank) for f in service.tick_once()] == [("dead_rank", 2)]
     service.stop()
 
@@ -435,10 +434,10 @@ def test_a_failed_restart_is_not_counted_as_a_restart(ranks) -> None:
     for r, p in enumerate(ranks):
         report(service, clock, r, p.pid, step=5)
     dead = Finding(
-        clock.time(), "f-1", "dead_rank", "critical", "job/job-a/rank/0", "dead", job_id="job-a", rank=0
+        clock.time(), "f-1", "dead_rank", "critical", f"job/{JOB}/rank/0", "dead", job_id=JOB, rank=0
     )
-    service.run_actions(dead, service.planner(dead, service.ranks.job("job-a")))
-    assert service.planner.state("job-a").restarts == ()  # type: ignore[attr-defined]
+    service.run_actions(dead, service.planner(dead, service.ranks.job(JOB)))
+    assert service.planner.state(JOB).restarts == ()  # type: ignore[attr-defined]
     service.stop()
 
 
@@ -447,12 +446,12 @@ def test_a_checkpoint_timeout_is_written_into_the_restart_record(ranks) -> None:
     service = make_service(clock, sink, checkpoint_timeout_seconds=30.0)
     for r, p in enumerate(ranks):
         report(service, clock, r, p.pid, step=5, checkpoint_step=4)
-    finding = Finding(clock.time(), "f-9", "straggler", "warning", "job/job-a/rank/2", "slow", job_id="job-a")
+    finding = Finding(clock.time(), "f-9", "straggler", "warning", f"job/{JOB}/rank/2", "slow", job_id=JOB)
     _, restart = service.run_actions(
         finding,
         [
-            ActionRequest("checkpoint", "job-a", "f-9", "slow"),
-            ActionRequest("restart", "job-a", "f-9", "slow"),
+            ActionRequest("checkpoint", JOB, "f-9", "slow"),
+            ActionRequest("restart", JOB, "f-9", "slow"),
         ],
     )
     assert "checkpoint did not complete within 30 s: restarted from checkpoint step 4" in restart.detail
@@ -463,8 +462,8 @@ def test_the_stop_record_says_when_the_ranks_receive_the_stop(ranks) -> None:
     clock, sink = FakeClock(), Sink()
     service = make_service(clock, sink)
     report(service, clock, 0, ranks[0].pid, step=3)
-    stop = Finding(clock.time(), "f-s", "dead_rank", "critical", "job/job-a/rank/0", "dead", job_id="job-a")
-    [record] = service.run_actions(stop, [ActionRequest("stop_crash_loop", "job-a", "f-s", "crash loop")])
+    stop = Finding(clock.time(), "f-s", "dead_rank", "critical", f"job/{JOB}/rank/0", "dead", job_id=JOB)
+    [record] = service.run_actions(stop, [ActionRequest("stop_crash_loop", JOB, "f-s", "crash loop")])
     assert "next step boundary" in record.detail
     service.stop()
 
@@ -473,8 +472,8 @@ def test_the_stop_record_warns_that_a_restart_command_has_no_stop_counterpart(ra
     clock, sink = FakeClock(), Sink()
     service = make_service(clock, sink, restart_command=("scontrol", "requeue", "{job}"))
     report(service, clock, 0, ranks[0].pid, step=3)
-    stop = Finding(clock.time(), "f-s", "dead_rank", "critical", "job/job-a/rank/0", "dead", job_id="job-a")
-    [record] = service.run_actions(stop, [ActionRequest("stop_crash_loop", "job-a", "f-s", "crash loop")])
+    stop = Finding(clock.time(), "f-s", "dead_rank", "critical", f"job/{JOB}/rank/0", "dead", job_id=JOB)
+    [record] = service.run_actions(stop, [ActionRequest("stop_crash_loop", JOB, "f-s", "crash loop")])
     assert "runtime.stop_command is not: the scheduler may restart" in record.detail
     service.stop()
 
@@ -506,7 +505,7 @@ def test_a_multi_node_job_is_not_hung_for_ranks_that_report_to_other_hosts(ranks
                 pid=p.pid,
                 step=int(clock.time()),
             )
-            service.handle_report(parse_report(body, "node1", clock.time()))
+            service.handle_report(root_report(body, clock.time()))
         assert service.tick_once() == []
         clock.advance(1.0)
     service.stop()
@@ -523,7 +522,7 @@ def test_flight_recorder_dumps_feed_hang_localisation_while_one_job_runs(ranks, 
     shutil.copy(dump, tmp_path / "nccl_trace_rank_0")
     service.tick_once()
     from_dumps = [c for c in sink.of(CollectiveProgress) if c.source == "flight_recorder"]
-    assert from_dumps and {(c.job_id, c.rank) for c in from_dumps} == {("job-a", 0)}
+    assert from_dumps and {(c.job_id, c.rank) for c in from_dumps} == {(JOB, 0)}
     service.stop()
 
 
@@ -531,13 +530,13 @@ def test_a_pid_that_is_not_the_senders_is_neither_watched_nor_signalled(ranks) -
     clock, sink = FakeClock(), Sink()
     service = make_service(clock, sink)
     victim = ranks[0]  # a process the sender named but does not own (another user's, or another namespace's)
-    report = replace(
-        parse_report(report_body(rank=0, pid=victim.pid), "node1", clock.time()), pid_trusted=False
+    report = parse_report(
+        report_body(rank=0, local_rank=0, pid=victim.pid), "node1", clock.time(), owner_uid=0
     )
     service.handle_report(report)
     assert victim.pid not in service.watcher.watched()
-    stuck = Finding(clock.time(), "f-1", "hang_localised", "critical", "job/job-a", "hung", job_id="job-a")
-    [record] = service.run_actions(stuck, [ActionRequest("restart", "job-a", "f-1", "test")])
+    stuck = Finding(clock.time(), "f-1", "hang_localised", "critical", f"job/{JOB}", "hung", job_id=JOB)
+    [record] = service.run_actions(stuck, [ActionRequest("restart", JOB, "f-1", "test")])
     assert record.outcome != "succeeded"
     assert victim.poll() is None  # still running: nothing was signalled
     assert len(sink.of(Heartbeat)) + len(service._pending) >= 1  # the report itself was kept as telemetry
@@ -550,8 +549,8 @@ def test_a_checkpoint_asked_of_a_group_that_was_replaced_is_dropped_but_a_stop_i
     old, new = ranks[:2], ranks[2:]
     for r, p in enumerate(old):
         report(service, clock, r, p.pid, step=5)
-    service.commands.push("job-a", [0, 1], "checkpoint")
-    service.commands.push("job-a", [0, 1], "stop")
+    service.commands.push(JOB, [0, 1], "checkpoint")
+    service.commands.push(JOB, [0, 1], "stop")
     report(service, clock, 0, new[0].pid, step=5)  # torchrun's next worker group starts reporting
-    assert [c.kind for c in service.commands.pending("job-a", 1)] == ["stop"]
+    assert [c.kind for c in service.commands.pending(JOB, 1)] == ["stop"]
     service.stop()
