@@ -21,9 +21,6 @@ from typing import Any
 from fleetguard.alerts.settings import AlertsConfig, parse_alerts
 from fleetguard.incidents.settings import DiagnosisConfig, PolicyOverrides, parse_policy_section
 
-from fleetguard.alerts.settings import AlertsConfig, parse_alerts
-from fleetguard.incidents.settings import DiagnosisConfig, PolicyOverrides, parse_policy_section
-
 
 class ConfigError(Exception):
     """The configuration cannot be used; the message names the key (section.key) and the reason."""
@@ -140,9 +137,6 @@ class Config:
     diagnosis: DiagnosisConfig = field(default_factory=DiagnosisConfig)
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     policy: PolicyOverrides = field(default_factory=PolicyOverrides)
-    diagnosis: DiagnosisConfig = field(default_factory=DiagnosisConfig)
-    alerts: AlertsConfig = field(default_factory=AlertsConfig)
-    policy: PolicyOverrides = field(default_factory=PolicyOverrides)
 
     @property
     def host(self) -> str:
@@ -223,21 +217,12 @@ def _env_key(name: str) -> str:
 _TABLE_SECTIONS: dict[str, Any] = {"alerts": parse_alerts, "policy": parse_policy_section}
 
 
-_TABLE_SECTIONS: dict[str, Any] = {"alerts": parse_alerts, "policy": parse_policy_section}
-
-
 def _build(raw: Mapping[str, Mapping[str, Any]]) -> Config:
     section_types = {f.name: f for f in dataclasses.fields(Config)}
     built: dict[str, Any] = {}
     for section, values in raw.items():
         if section not in section_types:
             raise ConfigError(f"{section}: unknown section (known: {', '.join(sorted(section_types))})")
-        if section in _TABLE_SECTIONS:  # nested tables: [[alerts.webhooks]], [policy.xid.31]
-            try:
-                built[section] = _TABLE_SECTIONS[section](values)
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from exc
-            continue
         if section in _TABLE_SECTIONS:  # nested tables: [[alerts.webhooks]], [policy.xid.31]
             try:
                 built[section] = _TABLE_SECTIONS[section](values)
@@ -390,16 +375,6 @@ def _validate_policy(config: Config) -> None:
         raise ConfigError(str(exc)) from exc
 
 
-def _validate_policy(config: Config) -> None:
-    from diagnosis.policy_load import PolicyError
-    from fleetguard.incidents.policy_files import load_policy
-
-    try:
-        load_policy(config.diagnosis.policy_file or None, config.policy.tables)
-    except PolicyError as exc:
-        raise ConfigError(str(exc)) from exc
-
-
 def _validate(config: Config) -> None:
     def need(ok: bool, key: str, why: str) -> None:
         if not ok:
@@ -408,8 +383,6 @@ def _validate(config: Config) -> None:
     rt = config.runtime
     need(rt.max_jobs_per_uid <= rt.max_jobs, "runtime.max_jobs_per_uid", "must be <= runtime.max_jobs")
     need(rt.max_ranks_per_uid <= rt.max_ranks, "runtime.max_ranks_per_uid", "must be <= runtime.max_ranks")
-
-    _validate_policy(config)
 
     _validate_policy(config)
 
