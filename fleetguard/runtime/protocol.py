@@ -6,16 +6,17 @@ bounded."""
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from fleetguard.httpserve import JsonBodyError, loads_json
 from fleetguard.records.bounds import OutOfRange, check_finite, check_int64
 from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
 from fleetguard.runtime.trust import ProcessIdentity, job_key
 
 MAX_REPORT_BYTES = 1 << 20
+MAX_JSON_DEPTH = 8  # a report nests 3 deep (report, list, item)
 MAX_NAME_CHARS = 128
 MAX_TIMINGS = 8192  # the client's queue: one report drains it
 MAX_COLLECTIVES = 256  # process groups per rank
@@ -70,11 +71,9 @@ def parse_report(body: bytes, host: str, received_ts: float, *, owner_uid: int) 
     if len(body) > MAX_REPORT_BYTES:
         raise ReportError(f"report is {len(body)} bytes, more than {MAX_REPORT_BYTES}")
     try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ReportError(f"report is not JSON: {exc}") from exc
-    except RecursionError as exc:
-        raise ReportError("report is nested too deeply") from exc
+        doc = loads_json(body, MAX_JSON_DEPTH)
+    except JsonBodyError as exc:
+        raise ReportError(f"report: {exc}") from exc
     return report_from_doc(doc, host, received_ts, owner_uid=owner_uid)
 
 

@@ -2,23 +2,29 @@
 with their commands.
 
 It binds loopback only: it is unauthenticated and can make ranks checkpoint or stop, so it must not be
-reachable from the network. Bad input is answered 4xx and counted; no request can stop the server."""
+reachable from the network. Who sent a report, and what the agent may do to the process it names, is
+decided by `trust` (docs/runtime.md, "Trust model"). Bad input is answered 4xx and counted; no request can
+stop the server, and slow or silent connections hold no worker (fleetguard.httpserve)."""
 
 from __future__ import annotations
 
 import ipaddress
-import json
 import logging
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from fleetguard.clock import Clock
+from fleetguard.httpserve import HttpServer, HttpStats, Limits, Request, Response
 from fleetguard.runtime.commands import Command
 from fleetguard.runtime.peer import Sender, tcp_peer
-from fleetguard.runtime.protocol import MAX_REPORT_BYTES, RankReport, ReportError, parse_report
+from fleetguard.runtime.protocol import (
+    MAX_JSON_DEPTH,
+    MAX_REPORT_BYTES,
+    RankReport,
+    ReportError,
+    parse_report,
+)
 from fleetguard.runtime.ranks import LimitExceeded
 from fleetguard.runtime.trust import ProcessIdentity, trusted_pid
 
@@ -26,6 +32,18 @@ log = logging.getLogger(__name__)
 
 REPORT_PATH = "/v1/report"
 HEALTH_PATH = "/v1/health"
+# Ranks keep one connection each and report about once a second; a report is a few kB. Handlers are short
+# (parse, a dict update), so a few workers serve hundreds of ranks, and a connection that sends nothing,
+# or sends slowly, holds no worker (slowloris).
+HTTP_LIMITS = Limits(
+    workers=4,
+    backlog=1024,
+    max_connections=2048,
+    max_body_bytes=MAX_REPORT_BYTES,
+    request_timeout_seconds=10.0,
+    idle_timeout_seconds=120.0,
+    max_json_depth=MAX_JSON_DEPTH,
+)
 
 
 class NonLoopbackBindError(ValueError):
@@ -64,7 +82,8 @@ ReportHandler = Callable[[RankReport], Sequence[Command]]
 
 
 class RuntimeServer:
-    """ThreadingHTTPServer on loopback; `on_report` stores a report, returns the rank's pending commands."""
+    """The report endpoint on fleetguard.httpserve (read deadlines, bounded worker pool, one write per
+    answer); `on_report` stores a report and returns the rank's pending commands."""
 
     def __init__(
         self,
@@ -73,44 +92,53 @@ class RuntimeServer:
         clock: Clock,
         bind_address: str = "127.0.0.1",
         port: int = 9477,
+        limits: Limits = HTTP_LIMITS,
     ) -> None:
         self.stats = ServerStats()
         self._on_report = on_report
         self._host = host
         self._clock = clock
         address = require_loopback(bind_address)
-        server_class = _IPv6Server if ":" in address else ThreadingHTTPServer
-        self._httpd = server_class((address, port), _make_handler(self))
-        self._httpd.daemon_threads = True
-        self._thread: threading.Thread | None = None
+        self._http = HttpServer(self._handle, address, port, limits, name="fleetguard-runtime")
         self.stopping = False
 
     @property
     def port(self) -> int:
-        return int(self._httpd.server_address[1])
+        return self._http.port
 
     @property
     def address(self) -> str:
-        return str(self._httpd.server_address[0])
+        return self._http.address
+
+    @property
+    def http_stats(self) -> HttpStats:
+        """Connections, timeouts and malformed requests (counted before a report is parsed)."""
+        return self._http.stats
 
     def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever,
-            kwargs={"poll_interval": 0.5},  # how soon stop() is noticed; each poll is a wake-up
-            name="fleetguard-runtime-http",
-            daemon=True,
-        )
-        self._thread.start()
+        self._http.start()
 
     def stop(self) -> None:
-        """Stop serving and close the socket (also for a server that was never started). Keep-alive
-        connections outlive the listening socket, so their handlers answer 503 and hang up from now on."""
+        """Stop accepting, answer what is in flight, close every connection (also for a server never
+        started). A report that arrives from now on is answered 503, so nothing is acknowledged that
+        the final flush would not see."""
         self.stopping = True
-        if self._thread is not None:
-            self._httpd.shutdown()  # waits for serve_forever, so only when it runs
-            self._thread.join(timeout=5)
-            self._thread = None
-        self._httpd.server_close()
+        self._http.stop()
+
+    def _handle(self, request: Request) -> Response:
+        if self.stopping:
+            return Response.json(503, {"error": "agent is stopping"})
+        if request.method == "GET" and request.path == HEALTH_PATH:
+            return Response.json(200, {"status": "ok"})
+        if request.method != "POST" or request.path != REPORT_PATH:
+            return Response.json(404, {"error": f"unknown path {request.path}"})
+        memo = request.connection.memo
+        if "sender" not in memo:
+            # a connection belongs to one process for its whole life: look its sender up once
+            memo["sender"] = tcp_peer(request.connection.peer, request.connection.local)
+        sender = memo["sender"]
+        status, answer = self.handle_body(request.body, sender if isinstance(sender, Sender) else None, memo)
+        return Response.json(status, answer)
 
     def handle_body(
         self, body: bytes, sender: Sender | None, memo: dict[str, Any] | None = None
@@ -153,61 +181,3 @@ def _sender_process(sender: Sender, pid: int, memo: dict[str, Any]) -> ProcessId
         memo[key] = trusted_pid(sender, pid)
     found: ProcessIdentity | None = memo[key]
     return found
-
-
-class _IPv6Server(ThreadingHTTPServer):
-    import socket as _socket
-
-    address_family = _socket.AF_INET6
-
-
-def _make_handler(server: RuntimeServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive: one TCP connection per rank for its whole life
-        server_version = "fleetguard-runtime"
-
-        def do_POST(self) -> None:
-            if server.stopping:
-                self.close_connection = True
-                self._reply(503, {"error": "agent is stopping"})
-                return
-            if self.path != REPORT_PATH:
-                self._reply(404, {"error": f"unknown path {self.path}"})
-                return
-            try:
-                length = int(self.headers.get("Content-Length", ""))
-            except ValueError:
-                server.stats.reports_rejected += 1
-                self._reply(411, {"error": "Content-Length required"})
-                return
-            if length < 0 or length > MAX_REPORT_BYTES:
-                server.stats.reports_rejected += 1
-                self.close_connection = True  # the body is not read: the connection cannot be reused
-                self._reply(413, {"error": f"report larger than {MAX_REPORT_BYTES} bytes"})
-                return
-            if not hasattr(self, "_memo"):
-                # One handler serves one kept-alive connection, whose sender cannot change: look it up once.
-                client = (str(self.client_address[0]), int(self.client_address[1]))
-                self._memo: dict[str, Any] = {}
-                self._sender = tcp_peer(client, (server.address, server.port))
-            status, answer = server.handle_body(self.rfile.read(length), self._sender, self._memo)
-            self._reply(status, answer)
-
-        def do_GET(self) -> None:
-            if self.path == HEALTH_PATH:
-                self._reply(200, {"status": "ok"})
-            else:
-                self._reply(404, {"error": f"unknown path {self.path}"})
-
-        def _reply(self, status: int, answer: dict[str, object]) -> None:
-            data = json.dumps(answer).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: object) -> None:
-            log.debug("runtime http: " + format, *args)
-
-    return Handler
