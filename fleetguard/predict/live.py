@@ -7,6 +7,7 @@ builds a small model on simulated history so the demo has live risk scores witho
 from __future__ import annotations
 
 import json
+import math
 import tempfile
 import uuid as uuid_mod
 from pathlib import Path
@@ -16,11 +17,12 @@ import numpy as np
 
 from fleetguard.predict.contract import register_inputs
 from fleetguard.predict.simulated_history import HistorySpec, write_parquet
-from fleetguard.predict.store_reader import FailureRule, register_store
+from fleetguard.predict.store_reader import FailureRule, register_store, time_filter
 from fleetguard.records.findings import Finding
 from fleetguard.records.prediction import Prediction
 from predictor import artifact
 from predictor.dataset import DatasetSpec, build_instances, data_end_ts, fetch_instances
+from predictor.explain import top_drivers
 from predictor.training import latest_per_device, train_from_views
 
 # The demo model sees hourly samples of the simulated fleet, so it scores fine on a few hours of store data.
@@ -73,12 +75,15 @@ class LiveScorer:
         return self.loaded.spec.horizon_seconds / 3600.0
 
     def score(self, con: duckdb.DuckDBPyConnection, now: float) -> list[Prediction]:
-        """Risk for every GPU with samples in the feature window before `now`, ranked (1 = riskiest)."""
+        """Risk for every GPU with samples in the feature window of the last complete step before `now`,
+        ranked (1 = riskiest). The step still open at `now` is left out: training only ever saw complete
+        steps, and a partial one would be stamped up to a step ahead of time."""
         spec = self.loaded.spec
-        since = now - spec.window_seconds - spec.step_seconds
+        bucket_end = complete_bucket_end(now, spec.step_seconds)
+        since = bucket_end - spec.window_steps * spec.step_seconds
         cur = con.cursor()  # temp views live in this cursor's session, not in the caller's
         try:
-            inputs = register_store(cur, self.rule, since_ts=since, until_ts=now)
+            inputs = register_store(cur, self.rule, since_ts=since, until_ts=bucket_end)
             artifact.check_schema(self.loaded, inputs.feature_columns, "store gpu_samples")
             names = build_instances(
                 cur, self.loaded.feature_columns, spec, self.loaded.event_kinds, table="fg_live"
@@ -86,8 +91,12 @@ class LiveScorer:
             if names != self.loaded.feature_names:
                 raise artifact.ArtifactError("store features differ from the model's feature schema")
             inst = latest_per_device(fetch_instances(cur, names, table="fg_live"))
+            inst = inst.subset(inst.ts == bucket_end)
             hosts = dict(
-                cur.execute("SELECT uuid, any_value(host) FROM gpu_samples GROUP BY uuid").fetchall()
+                cur.execute(
+                    "SELECT uuid, any_value(host) FROM gpu_samples "
+                    f"WHERE {time_filter('ts', since, bucket_end)} GROUP BY uuid"
+                ).fetchall()
             )
         finally:
             cur.close()
@@ -95,18 +104,25 @@ class LiveScorer:
             return []
         risk = np.clip(self.loaded.model.score(inst.x), 0.0, 1.0)
         order = np.argsort(-risk, kind="stable")
+        drivers = top_drivers(self.loaded.model, inst.x[order], inst.feature_names)
         return [
             Prediction(
-                ts=now,
+                ts=bucket_end,
                 host=str(hosts.get(inst.device_id[i], "")),
                 device_id=str(inst.device_id[i]),
                 risk=float(risk[i]),
                 rank=rank,
                 model_id=self.loaded.model_id,
                 horizon_hours=self.horizon_hours,
+                explanations=json.dumps([d.as_dict() for d in why]),
             )
-            for rank, i in enumerate(order, start=1)
+            for rank, (i, why) in enumerate(zip(order.tolist(), drivers, strict=True), start=1)
         ]
+
+
+def complete_bucket_end(now: float, step_seconds: float) -> float:
+    """The end of the last step that has fully passed at `now` (a step ending exactly at `now` counts)."""
+    return math.floor(now / step_seconds + 1e-9) * step_seconds
 
 
 def at_risk_findings(predictions: list[Prediction], threshold: float) -> list[Finding]:
@@ -136,6 +152,7 @@ def at_risk_findings(predictions: list[Prediction], threshold: float) -> list[Fi
                         "model_id": p.model_id,
                         "threshold": threshold,
                         "horizon_hours": p.horizon_hours,
+                        "drivers": json.loads(p.explanations or "[]"),
                     }
                 ),
             )

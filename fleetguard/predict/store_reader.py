@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
@@ -64,7 +65,11 @@ def register_store(
     since_ts: float | None = None,
     until_ts: float | None = None,
 ) -> ContractInputs:
-    """Register the contract views over `<schema>gpu_samples` and `<schema>events` in `con` (temp views)."""
+    """Register the contract views over `<schema>gpu_samples` and `<schema>events` in `con` (temp views).
+
+    Samples (and the GPUs events are mapped to) are those in [since_ts, until_ts): the bounds compare the
+    stored TIMESTAMP column itself, so DuckDB skips row groups outside them instead of scanning the table.
+    """
     prefix = f"{quote(schema)}." if schema else ""
     try:
         existing = {
@@ -80,19 +85,20 @@ def register_store(
     if not existing:
         raise InputError("store: no table gpu_samples")
     columns = tuple(c for c in gpu_feature_columns() if c in existing)
-    since = _time_filter("ts", since_ts, until_ts)
+    in_window = time_filter("ts", since_ts, until_ts)
     # Failures from the whole history up to `until_ts`: "hours since the last failure" looks back past any
     # window, and live scoring must compute it as training did. Other events only count inside the window.
-    until_e = _time_filter("e.ts", None, until_ts)
+    until_e = time_filter("e.ts", None, until_ts)
     feats = "".join(f", CAST({quote(c)} AS DOUBLE) AS {quote(c)}" for c in columns)
     con.execute(
         f"CREATE OR REPLACE TEMP VIEW {SAMPLES_VIEW} AS SELECT uuid AS device_id, epoch(ts) AS ts{feats} "
-        f"FROM {prefix}gpu_samples WHERE {since}"
+        f"FROM {prefix}gpu_samples WHERE {in_window}"
     )
     # Map events to GPUs through the samples: by PCI bus id when known, else by host and GPU index.
     con.execute(
         f"""CREATE OR REPLACE TEMP VIEW fg_store_events AS
-        WITH gpus AS (SELECT DISTINCT host, gpu_index, pci_bus_id, uuid FROM {prefix}gpu_samples)
+        WITH gpus AS (SELECT DISTINCT host, gpu_index, pci_bus_id, uuid FROM {prefix}gpu_samples
+                      WHERE {in_window})
         SELECT coalesce(
                  (SELECT any_value(g.uuid) FROM gpus g WHERE g.host = e.host AND g.pci_bus_id = e.pci_bus_id),
                  (SELECT any_value(g.uuid) FROM gpus g WHERE g.host = e.host AND g.gpu_index = e.gpu_index)
@@ -114,12 +120,20 @@ def register_store(
     return ContractInputs(columns, ())
 
 
-def _time_filter(column: str, since_ts: float | None, until_ts: float | None) -> str:
+def _timestamp(epoch_seconds: float) -> str:
+    """A TIMESTAMP literal (the store keeps naive UTC timestamps), so filters compare the column as stored."""
+    moment = datetime.fromtimestamp(float(epoch_seconds), UTC).replace(tzinfo=None)
+    return f"TIMESTAMP '{moment.isoformat(sep=' ', timespec='microseconds')}'"
+
+
+def time_filter(column: str, since_ts: float | None, until_ts: float | None) -> str:
+    """[since, until): the end is open, so a bucket that ends at `until` is complete and nothing of the
+    next one is read."""
     parts = ["true"]
     if since_ts is not None:
-        parts.append(f"epoch({column}) >= {float(since_ts)!r}")
+        parts.append(f"{column} >= {_timestamp(since_ts)}")
     if until_ts is not None:
-        parts.append(f"epoch({column}) <= {float(until_ts)!r}")
+        parts.append(f"{column} < {_timestamp(until_ts)}")
     return " AND ".join(parts)
 
 

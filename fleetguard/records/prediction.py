@@ -16,3 +16,5 @@ class Prediction:
     rank: int  # 1 = most at risk in this scoring round
     model_id: str
     horizon_hours: float
+    # JSON list of the features that raised this score most: [{"feature", "value", "contribution"}, ...]
+    explanations: str = "[]"

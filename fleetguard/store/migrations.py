@@ -39,9 +39,7 @@ def _add_columns(table: str, *columns: str) -> Callable[[duckdb.DuckDBPyConnecti
         by_name = {c.name: c for c in TABLES[table].columns}
         for name in columns:
             column = by_name[name]
-            con.execute(
-                f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {quote_ident(name)} {column.sql_type}"
-            )
+            con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {quote_ident(name)} {column.sql_type}")
 
     return apply
 
@@ -88,6 +86,11 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "fleet controller: 1-minute and 1-hour GPU and NIC rollups", _execute(rollup_ddl)),
     Migration(8, "incidents: incidents, evidence, action ledger, openings, breaker", create_incident_tables),
     Migration(9, "alerts: webhook outbox and delivery attempts", create_alert_tables),
+    Migration(
+        10,
+        "failure predictor: the features behind each prediction",
+        _add_columns("predictions", "explanations"),
+    ),
 )
 
 CURRENT_VERSION = MIGRATIONS[-1].version

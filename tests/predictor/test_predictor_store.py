@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import duckdb
@@ -10,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from fleetguard.predict.cli import evaluate_command
-from fleetguard.predict.live import LiveScorer, at_risk_findings, train_demo_model
+from fleetguard.predict.live import LiveScorer, at_risk_findings, complete_bucket_end, train_demo_model
 from fleetguard.predict.store_reader import FailureRule, register_store
 from fleetguard.records.prediction import Prediction
 from fleetguard.records.telemetry import Event, GpuSample
@@ -168,3 +169,48 @@ def test_live_features_see_failures_from_before_the_feature_window_as_training_d
     assert ("GPU-1", T0 + 10 * HOUR) in failures
     counted = con.execute("SELECT count(*) FROM fg_events WHERE ts < ?", [now - 7 * HOUR]).fetchone()
     assert counted == (0,)  # other events still only inside the window
+
+
+def test_live_scoring_reads_complete_steps_only(store_path: Path, demo_model: Path) -> None:
+    # Steps are whole hours of epoch time. At `end` + 0.9 h the step after `end` is still open: the scores
+    # are those of the step that ended at `end`, stamped `end`, and nothing written into the open step
+    # changes them.
+    end = complete_bucket_end(T0 + 46.5 * HOUR, HOUR)
+    con = duckdb.connect(str(store_path))
+    scorer = LiveScorer(demo_model)
+    at_end = {p.device_id: p.risk for p in scorer.score(con, now=end)}
+    mid = scorer.score(con, now=end + 0.9 * HOUR)
+    assert {p.device_id: p.risk for p in mid} == at_end and {p.ts for p in mid} == {end}
+    con.close()
+    with Store.open(store_path) as store:
+        hot = _samples(48, gpus=4, hot_gpu=3)[-1]
+        store.append([dataclasses.replace(hot, ts=end + 0.5 * HOUR, temperature_celsius=99.0)])
+    con = duckdb.connect(str(store_path))
+    assert {p.device_id: p.risk for p in scorer.score(con, now=end + 0.9 * HOUR)} == at_end
+
+
+def test_live_predictions_carry_the_features_that_drove_them(store_path: Path, demo_model: Path) -> None:
+    import json
+
+    con = duckdb.connect(str(store_path))
+    scorer = LiveScorer(demo_model)
+    preds = scorer.score(con, now=T0 + 48 * HOUR)
+    top = json.loads(preds[0].explanations)
+    assert top and all(d["feature"] in scorer.loaded.feature_names and d["contribution"] > 0 for d in top)
+
+
+def test_live_explanations_are_stored_with_the_prediction(tmp_path: Path) -> None:
+    pred = Prediction(
+        ts=T0,
+        host="h",
+        device_id="GPU-a",
+        risk=0.9,
+        rank=1,
+        model_id="m",
+        horizon_hours=72.0,
+        explanations='[{"feature": "temperature_celsius__max", "value": 91.0, "contribution": 1.2}]',
+    )
+    with Store.open(tmp_path / "s.duckdb") as store:
+        store.append([pred])
+    con = duckdb.connect(str(tmp_path / "s.duckdb"), read_only=True)
+    assert con.execute("SELECT explanations FROM predictions").fetchone() == (pred.explanations,)
