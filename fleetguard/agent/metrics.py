@@ -100,6 +100,54 @@ _GPU_METRICS: tuple[_GpuMetric, ...] = (
     _GpuMetric(
         "fleetguard_gpu_remapped_rows_failure", "Row remapping failed (1 = yes)", "remapped_rows_failure"
     ),
+    # GPM profiling metrics (Hopper and later; absent on older GPUs), averaged over the sampling round
+    _GpuMetric("fleetguard_gpu_sm_activity_ratio", "SMs busy (GPM SM_UTIL)", "gpm_sm_activity_percent", 0.01),
+    _GpuMetric(
+        "fleetguard_gpu_sm_occupancy_ratio",
+        "Resident warps of the maximum (GPM SM_OCCUPANCY)",
+        "gpm_sm_occupancy_percent",
+        0.01,
+    ),
+    _GpuMetric(
+        "fleetguard_gpu_tensor_activity_ratio",
+        "Tensor cores busy (GPM ANY_TENSOR_UTIL)",
+        "gpm_tensor_activity_percent",
+        0.01,
+    ),
+    _GpuMetric(
+        "fleetguard_gpu_dram_bandwidth_ratio",
+        "DRAM bandwidth used of the maximum (GPM DRAM_BW_UTIL)",
+        "gpm_dram_bandwidth_percent",
+        0.01,
+    ),
+    _GpuMetric(
+        "fleetguard_gpu_nvlink_tx_bytes_per_second",
+        "NVLink TX, all links (GPM)",
+        "nvlink_tx_bytes_per_second",
+    ),
+    _GpuMetric(
+        "fleetguard_gpu_nvlink_rx_bytes_per_second",
+        "NVLink RX, all links (GPM)",
+        "nvlink_rx_bytes_per_second",
+    ),
+    # read every collectors.nvml_slow_interval_seconds; the timestamp says how old these readings are
+    _GpuMetric(
+        "fleetguard_gpu_power_violation_seconds",
+        "Time clocks were held down by the power limit (nvmlDeviceGetViolationStatus)",
+        "violation_power_seconds",
+        counter=True,
+    ),
+    _GpuMetric(
+        "fleetguard_gpu_thermal_violation_seconds",
+        "Time clocks were held down by temperature (nvmlDeviceGetViolationStatus)",
+        "violation_thermal_seconds",
+        counter=True,
+    ),
+    _GpuMetric(
+        "fleetguard_gpu_slow_fields_read_timestamp_seconds",
+        "When the slow fields (PCIe replay and link, NVLink, violation times) were last read",
+        "slow_read_ts",
+    ),
 )
 
 # (metric, label value, field) for counter families split by a label.
@@ -150,6 +198,8 @@ class MetricsState(PromCollector):
         self._round = 0  # bumped by round_done: the exposition text of an earlier round is stale
         self._render_lock = threading.Lock()
         self._rendered: tuple[int, bytes] | None = None
+        # More families rendered with these (the shipping spool's counters on an agent with a controller).
+        self.extra: list[PromCollector] = []
 
     # ---- updates (agent thread) ---------------------------------------------------------------------
 
@@ -252,6 +302,8 @@ class MetricsState(PromCollector):
             risk_family.add_metric([host, uuid], value)
         yield risk_family
         yield from _agent_families(stats, problems, up)
+        for extra in self.extra:
+            yield from extra.collect()
 
 
 def _gpu_families(gpus: list[GpuSample]) -> Iterator[Metric]:
