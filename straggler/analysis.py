@@ -22,6 +22,9 @@ RuntimeRecord = Heartbeat | StepTiming | CollectiveProgress
 # Names PyTorch and our client give the default (world) process group; its members are all ranks.
 WORLD_GROUP_NAMES = frozenset({"0", "default_pg", "world"})
 HEARTBEAT_ONLY = "heartbeat_only"
+# Process groups kept per job: names come from the ranks; a job with more is a job sending junk, and its
+# further groups are skipped (counted) rather than growing the table.
+MAX_GROUPS_PER_JOB = 64
 
 
 class RuntimeAnalyzer:
@@ -38,6 +41,7 @@ class RuntimeAnalyzer:
         # their own agents, so they are not missing members of the world group here.
         self._local_ranks: dict[str, set[int]] = {}
         self._hang_open: set[str] = set()
+        self._group_names: dict[str, set[str]] = {}  # job -> process groups it reported progress on
         self.skipped_records = 0
 
     def register_job(
@@ -57,6 +61,7 @@ class RuntimeAnalyzer:
         self._local_ranks[job_id] = set(local)
         self._groups[job_id] = {k: tuple(v) for k, v in (process_groups or {}).items()}
         self._progress.pop(job_id, None)
+        self._group_names.pop(job_id, None)
         self._hang_open.discard(job_id)
 
     def forget_job(self, job_id: str) -> None:
@@ -65,6 +70,7 @@ class RuntimeAnalyzer:
         self._progress.pop(job_id, None)
         self._groups.pop(job_id, None)
         self._local_ranks.pop(job_id, None)
+        self._group_names.pop(job_id, None)
         self._hang_open.discard(job_id)
 
     def observe(self, record: RuntimeRecord, now: float | None = None) -> None:
@@ -75,13 +81,22 @@ class RuntimeAnalyzer:
         elif isinstance(record, StepTiming):
             self.stragglers.observe(record)
         elif isinstance(record, CollectiveProgress):
-            key = (record.process_group, record.rank)
-            job = self._progress.setdefault(record.job_id, {})
-            old = job.get(key)
-            if old is None or record.ts >= old.ts:
-                job[key] = record
+            self._observe_progress(record)
         else:
             self.skipped_records += 1
+
+    def _observe_progress(self, record: CollectiveProgress) -> None:
+        groups = self._group_names.setdefault(record.job_id, set())
+        if record.process_group not in groups:
+            if len(groups) >= MAX_GROUPS_PER_JOB:
+                self.skipped_records += 1
+                return
+            groups.add(record.process_group)
+        key = (record.process_group, record.rank)
+        job = self._progress.setdefault(record.job_id, {})
+        old = job.get(key)
+        if old is None or record.ts >= old.ts:
+            job[key] = record
 
     def process_exited(self, job_id: str, rank: int, exit_code: int | None, now: float) -> None:
         self.heartbeats.process_exited(job_id, rank, exit_code, now)

@@ -19,6 +19,9 @@ from fleetguard.records.findings import Finding
 from fleetguard.records.runtime import Heartbeat
 
 DEFAULT_SECTION = "step"
+# Sections whose timeouts a job learns: names come from the ranks, so a job cycling through new names must
+# not grow the tables without end; a section past the cap keeps its initial timeout.
+MAX_SECTIONS_PER_JOB = 32
 # Exit codes of a process ended by SIGTERM, SIGINT or SIGHUP (negative signal numbers, as /proc reports them).
 TERMINATION_EXIT_CODES = frozenset({-15, -2, -1})
 
@@ -195,7 +198,7 @@ class HeartbeatMonitor:
             if ts < r.last_seen:
                 return  # out of order; the newer heartbeat already counted
             if r.hung_since is None:  # an interval that was itself a hang must not teach us to wait longer
-                job.gap.setdefault(r.section, _AdaptiveTimeout()).learn(ts - r.last_seen, self.config)
+                _timeout_of(job.gap, r.section).learn(ts - r.last_seen, self.config)
             progressed = hb.step != r.step or section != r.section
             if progressed:
                 # Only a move between two real steps teaches how long a step takes: the time to the first
@@ -207,9 +210,7 @@ class HeartbeatMonitor:
                     and hb.step is not None
                     and r.step != r.first_step
                 ):
-                    job.stall.setdefault(r.section, _AdaptiveTimeout()).learn(
-                        ts - r.last_progress_at, self.config
-                    )
+                    _timeout_of(job.stall, r.section).learn(ts - r.last_progress_at, self.config)
                 r.last_progress_at = ts
         r.host, r.pid, r.last_seen, r.step, r.section = hb.host, hb.pid, ts, hb.step, section
         if r.first_step is None:
@@ -405,6 +406,16 @@ class HeartbeatMonitor:
         if learned is None or learned.timeout_seconds is None:
             return self._initial_timeout(job, section)
         return max(self.config.min_timeout_seconds, learned.timeout_seconds)
+
+
+def _timeout_of(table: dict[str, _AdaptiveTimeout], section: str) -> _AdaptiveTimeout:
+    """The section's learned timeout; past MAX_SECTIONS_PER_JOB sections a throwaway one (not kept)."""
+    found = table.get(section)
+    if found is None:
+        found = _AdaptiveTimeout()
+        if len(table) < MAX_SECTIONS_PER_JOB:
+            table[section] = found
+    return found
 
 
 def _finding(
