@@ -7,23 +7,23 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-runtime
 DEVSTAMP := $(VENV)/.installed-dev
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-APT_PACKAGES := prometheus
+APT_PACKAGES := prometheus chromium
 
 .PHONY: demo test lint typecheck unit system-deps bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[predictor]'
+	$(BIN)/pip install -q -e '.[predictor,dashboard]'
 	touch $@
 
 $(DEVSTAMP): $(STAMP)
 	# torch 2.13.0 CPU: pip takes the wheel already on this machine's disk; never a bare 'torch' (CUDA build).
-	$(BIN)/pip install -q -e '.[predictor,dev]' 'torch==2.13.0'
+	$(BIN)/pip install -q -e '.[predictor,dashboard,dev]' 'torch==2.13.0'
 	touch $@
 
 system-deps:
-	@command -v promtool >/dev/null || { $(SUDO) apt-get update -qq && \
+	@command -v promtool >/dev/null && command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(APT_PACKAGES); }
 
 demo: $(STAMP)

@@ -1,1 +1,2 @@
-"""The operators' Dash dashboard (next issue), mounted in the controller process."""
+"""The operators' Dash dashboard: fleet, hosts, GPUs, network, jobs, incidents; served by `fleetguard up`
+and by the controller over the store they write."""

@@ -126,6 +126,17 @@ class ControllerConfig:
 
 
 @dataclass(frozen=True)
+class DashboardConfig:
+    """The operators' web dashboard; reads the store, writes only operator actions (with the token)."""
+
+    enabled: bool = True
+    address: str = "127.0.0.1"  # loopback unless configured: the pages show the whole fleet
+    port: int = 9481
+    operator_token_file: str = ""  # empty: read-only (acknowledge / silence / resolve refused)
+    refresh_seconds: float = 5.0
+
+
+@dataclass(frozen=True)
 class Config:
     agent: AgentConfig = field(default_factory=AgentConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
@@ -133,6 +144,7 @@ class Config:
     simulate: SimulateConfig = field(default_factory=SimulateConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     predictor: PredictorConfig = field(default_factory=PredictorConfig)
+    dashboard: DashboardConfig = field(default_factory=DashboardConfig)
     controller: ControllerConfig = field(default_factory=ControllerConfig)
     diagnosis: DiagnosisConfig = field(default_factory=DiagnosisConfig)
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
@@ -329,6 +341,8 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "runtime.job_idle_seconds": (1.0, 30 * _DAY),
     "predictor.score_interval_seconds": (1.0, _DAY),
     "predictor.risk_threshold": (0.0, 1.0),
+    "dashboard.port": _PORT,
+    "dashboard.refresh_seconds": (1.0, 3600.0),
 }
 
 
@@ -388,6 +402,7 @@ def _validate(config: Config) -> None:
 
     _check_bounds(config)
     _check_listen_address("agent.metrics_address", config.agent.metrics_address)
+    _check_listen_address("dashboard.address", config.dashboard.address)
     need(bool(config.store.path), "store.path", "must not be empty")
     rt = config.runtime
     need(

@@ -1,0 +1,76 @@
+"""`create_app`: the Dash app over a store, every page registered, no debug tools, loopback by default."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+import dash
+import flask
+from dash import dcc, html
+
+from dashboard.auth import read_operator_token
+from dashboard.context import DashboardContext, StoreReader, install
+from dashboard.pages import fleet, gpu, host
+from dashboard.pages.live import PageSpec, register
+from fleetguard.config import Config
+
+ASSETS: Final = Path(__file__).parent / "assets"
+PAGES: Final[tuple[PageSpec, ...]] = (fleet.PAGE, host.PAGE, gpu.PAGE)
+
+_SECURITY_HEADERS: Final = {
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+def create_app(
+    store_reader: StoreReader, config: Config, *, now: Callable[[], float] | None = None
+) -> dash.Dash:
+    """The dashboard over `store_reader` (anything with `cursor()`: the store of `up` or the controller).
+
+    `now` is the clock pages measure ages against (default: wall clock); tests pass the store's end time.
+    """
+    ctx = DashboardContext(
+        reader=store_reader,
+        now=now or time.time,
+        refresh_seconds=config.dashboard.refresh_seconds,
+        risk_threshold=config.predictor.risk_threshold,
+        operator_token=read_operator_token(config.dashboard.operator_token_file),
+    )
+    server = flask.Flask("fleetguard.dashboard")
+    install(server, ctx)
+    server.after_request(_secure)
+    app = dash.Dash(
+        "fleetguard.dashboard",
+        server=server,  # type: ignore[arg-type]
+        use_pages=True,
+        pages_folder="",
+        assets_folder=str(ASSETS),
+        title="fleetguard",
+        # None: the tab title never flickers to "Updating..." on a live refresh.
+        update_title=None,  # type: ignore[arg-type]
+        suppress_callback_exceptions=True,  # each page's components exist only while it is shown
+        serve_locally=True,  # no CDN: the dashboard works on an air-gapped cluster
+    )
+    for spec in PAGES:
+        register(app, spec)
+    app.layout = html.Div([_header(), html.Main(dash.page_container, className="main")])
+    return app
+
+
+def _secure(response: flask.Response) -> flask.Response:
+    for name, value in _SECURITY_HEADERS.items():
+        response.headers.setdefault(name, value)
+    return response
+
+
+def _header() -> html.Header:
+    links = [dcc.Link(spec.name, href=spec.path, className="nav-link") for spec in PAGES if spec.nav]
+    return html.Header(
+        [dcc.Link("fleetguard", href="/", className="brand"), html.Nav(links, className="nav")],
+        className="header",
+    )

@@ -1,0 +1,49 @@
+"""What every page reads from: the store, the clock and the dashboard's settings, one object per app."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+import flask
+
+from dashboard.queries.base import Cursor
+
+_CONFIG_KEY: Final = "fleetguard.dashboard"
+
+
+class StoreReader(Protocol):
+    """Anything that hands out a read cursor of its own per call: `fleetguard.store.Store` does."""
+
+    def cursor(self) -> Cursor: ...
+
+
+@dataclass(frozen=True)
+class DashboardContext:
+    reader: StoreReader
+    now: Callable[[], float]  # wall-clock epoch seconds; the tests' fixed clock makes pages reproducible
+    refresh_seconds: float
+    risk_threshold: float
+    operator_token: str | None  # None: write actions are refused
+
+    @contextlib.contextmanager
+    def cursor(self) -> Iterator[Cursor]:
+        """A cursor for one request, closed after it: concurrent requests never share one."""
+        cur = self.reader.cursor()
+        try:
+            yield cur
+        finally:
+            cur.close()
+
+
+def install(server: flask.Flask, ctx: DashboardContext) -> None:
+    server.config[_CONFIG_KEY] = ctx
+
+
+def current() -> DashboardContext:
+    """The context of the app serving this request (page layouts run inside Flask's request)."""
+    ctx = flask.current_app.config[_CONFIG_KEY]
+    assert isinstance(ctx, DashboardContext)
+    return ctx

@@ -1,0 +1,176 @@
+"""The fleet as the pages show it: every GPU, port and host with its health, from the query rows (pure)."""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from dashboard.health import GpuSignals, Health, PortSignals, gpu_health, port_health, worst
+from dashboard.queries.events import EventCount
+from dashboard.queries.gpus import GpuState
+from dashboard.queries.network import PortCounters, PortState
+from dashboard.queries.predictions import Risk
+
+_LOST_KINDS = frozenset({"gpu_lost", "gpu_fallen_off_bus"})
+
+
+@dataclass(frozen=True, slots=True)
+class XidClasses:
+    fatal: frozenset[int]
+    application: frozenset[int]
+
+
+@functools.cache
+def xid_classes() -> XidClasses:
+    """From the shipped XID catalogue; an unreadable catalogue makes every XID a plain (degrading) one."""
+    try:
+        from collectors.xid_catalog import load_xid_catalog
+
+        entries = load_xid_catalog()
+    except Exception:
+        return XidClasses(frozenset(), frozenset())
+    return XidClasses(
+        frozenset(e.xid for e in entries if e.fatal),
+        frozenset(e.xid for e in entries if e.error_class == "application"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class GpuView:
+    state: GpuState
+    health: Health
+    reason: str
+    risk: float | None
+    xids: int  # every XID in the window, application ones included
+
+
+@dataclass(frozen=True, slots=True)
+class PortView:
+    state: PortState
+    counters: PortCounters | None
+    health: Health
+    reason: str
+
+
+@dataclass(slots=True)
+class HostView:
+    host: str
+    health: Health = Health.SILENT
+    reason: str = ""
+    last_ts: float = 0.0
+    gpus: list[GpuView] = field(default_factory=list)
+    ports: list[PortView] = field(default_factory=list)
+
+    def gpu_counts(self) -> Counter[Health]:
+        return Counter(g.health for g in self.gpus)
+
+
+@dataclass(frozen=True, slots=True)
+class _GpuFaults:
+    lost: bool = False
+    fatal: int = 0
+    other: int = 0
+    all_xids: int = 0
+
+
+def _faults_by_gpu(events: Iterable[EventCount]) -> dict[tuple[str, int | str], _GpuFaults]:
+    """Keyed by (host, GPU index) where the event names the index, else by (host, PCI bus id)."""
+    classes = xid_classes()
+    acc: dict[tuple[str, int | str], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    for e in events:
+        key: int | str | None = e.gpu_index if e.gpu_index is not None else e.pci_bus_id
+        if key is None:
+            continue
+        slot = acc[(e.host, key)]
+        if e.kind in _LOST_KINDS:
+            slot[0] += e.count
+        elif e.kind == "xid" and e.code is not None:
+            slot[3] += e.count
+            if e.code in classes.fatal:
+                slot[1] += e.count
+            elif e.code not in classes.application:
+                slot[2] += e.count
+    return {k: _GpuFaults(v[0] > 0, v[1], v[2], v[3]) for k, v in acc.items()}
+
+
+def _merge(a: _GpuFaults | None, b: _GpuFaults | None) -> _GpuFaults:
+    if a is None or b is None:
+        return a or b or _GpuFaults()
+    return _GpuFaults(a.lost or b.lost, a.fatal + b.fatal, a.other + b.other, a.all_xids + b.all_xids)
+
+
+def gpu_views(
+    states: Sequence[GpuState],
+    events: Iterable[EventCount],
+    risks: Iterable[Risk],
+    now: float,
+    threshold: float,
+) -> list[GpuView]:
+    faults = _faults_by_gpu(events)
+    risk_by_uuid = {r.device_id: r.risk for r in risks}
+    out = []
+    for s in states:
+        f = _merge(faults.get((s.host, s.gpu_index)), faults.get((s.host, s.pci_bus_id or "")))
+        risk = risk_by_uuid.get(s.uuid)
+        signals = GpuSignals(
+            age_seconds=now - s.last_ts,
+            lost=f.lost,
+            fatal_xids=f.fatal,
+            other_xids=f.other,
+            ecc_uncorrected_volatile=s.ecc_uncorrected_volatile,
+            remapped_rows_failure=s.remapped_rows_failure,
+            remapped_rows_pending=s.remapped_rows_pending,
+            clocks_event_reasons=s.clocks_event_reasons,
+            temperature_celsius=s.temperature_celsius,
+            risk=risk,
+            risk_threshold=threshold,
+        )
+        health, reason = gpu_health(signals)
+        out.append(GpuView(s, health, reason, risk, f.all_xids))
+    return out
+
+
+def port_views(states: Sequence[PortState], counters: Iterable[PortCounters], now: float) -> list[PortView]:
+    by_port = {(c.host, c.device, c.port): c for c in counters}
+    out = []
+    for s in states:
+        c = by_port.get((s.host, s.device, s.port))
+        health, reason = port_health(
+            PortSignals(
+                age_seconds=now - s.last_ts,
+                state=s.state,
+                link_downed_delta=c.link_downed if c else 0,
+                error_delta=c.errors if c else 0,
+            )
+        )
+        out.append(PortView(s, c, health, reason))
+    return out
+
+
+def host_views(gpus: Iterable[GpuView], ports: Iterable[PortView]) -> list[HostView]:
+    """Hosts sorted worst first, then by name."""
+    hosts: dict[str, HostView] = {}
+    for g in gpus:
+        h = hosts.setdefault(g.state.host, HostView(g.state.host))
+        h.gpus.append(g)
+        h.last_ts = max(h.last_ts, g.state.last_ts)
+    for p in ports:
+        h = hosts.setdefault(p.state.host, HostView(p.state.host))
+        h.ports.append(p)
+        h.last_ts = max(h.last_ts, p.state.last_ts)
+    for h in hosts.values():
+        parts: list[GpuView | PortView] = [*h.gpus, *h.ports]
+        h.health = worst(x.health for x in parts)
+        h.reason = next((_label(x) for x in parts if x.health == h.health and x.reason), "")
+    rank = {
+        state: i for i, state in enumerate((Health.FAILED, Health.SILENT, Health.DEGRADED, Health.HEALTHY))
+    }
+    return sorted(hosts.values(), key=lambda h: (rank[h.health], h.host))
+
+
+def _label(part: GpuView | PortView) -> str:
+    if isinstance(part, GpuView):
+        return f"GPU {part.state.gpu_index}: {part.reason}"
+    return f"{part.state.device}/{part.state.port}: {part.reason}"

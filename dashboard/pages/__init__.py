@@ -1,0 +1,1 @@
+"""One module per page; each defines a `PAGE` (dashboard.pages.live.PageSpec) that app.py registers."""

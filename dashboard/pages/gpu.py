@@ -1,0 +1,154 @@
+"""`/gpus/<uuid>`: one GPU over time: telemetry with its events on the time axis, memory errors, risk."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from dash import dcc, html
+
+from dashboard import figures
+from dashboard.components import Col, ago, badge, href, section, stat_card, table, when
+from dashboard.context import DashboardContext
+from dashboard.figures import GRAPH_CONFIG
+from dashboard.fleet_view import gpu_views
+from dashboard.health import throttle_text
+from dashboard.pages.host import events_table
+from dashboard.pages.live import PageSpec, Params
+from dashboard.queries.events import event_counts, recent_events
+from dashboard.queries.findings import FindingRow, recent_findings
+from dashboard.queries.gpus import LIVE_WINDOW_SECONDS, gpu_identity, gpu_series, latest_gpu_states
+from dashboard.queries.predictions import latest_risks, risk_history
+
+WINDOWS: Final = {"1h": 3600.0, "6h": 6 * 3600.0, "24h": 86400.0}
+DEFAULT_WINDOW: Final = "6h"
+FAULT_WINDOW_SECONDS: Final = 3600.0
+
+
+def render(ctx: DashboardContext, params: Params) -> Any:
+    uuid = params["uuid"]
+    window = params.get("window") if params.get("window") in WINDOWS else DEFAULT_WINDOW
+    span = WINDOWS[str(window)]
+    now = ctx.now()
+    with ctx.cursor() as cur:
+        ident = gpu_identity(cur, uuid, now - span, now)
+        if ident is None:
+            return html.Div(
+                [html.H1(uuid), html.Div(f"no samples from this GPU in the last {window}", className="empty")]
+            )
+        states = [s for s in latest_gpu_states(cur, now, ident.host) if s.uuid == uuid]
+        counts = event_counts(cur, now - FAULT_WINDOW_SECONDS, now, ident.host)
+        risks = [r for r in latest_risks(cur, now, ident.host) if r.device_id == uuid]
+        series = gpu_series(cur, uuid, now - span, now)
+        events = recent_events(cur, now - span, now, ident.host, ident.gpu_index)
+        risk_points = risk_history(cur, uuid, now - span, now)
+        findings = recent_findings(cur, now - span, now, gpu_uuid=uuid)
+    views = gpu_views(states, counts, risks, now, ctx.risk_threshold)
+    view = views[0] if views else None
+    title = html.Div(
+        [
+            html.H1([dcc.Link(ident.host, href=href("hosts", ident.host)), f" / GPU {ident.gpu_index}"]),
+            badge(view.health) if view else badge("silent"),
+            html.Span(
+                view.reason if view else f"no sample in {LIVE_WINDOW_SECONDS / 60:.0f} min",
+                className="reason",
+            ),
+        ],
+        className="title-row",
+    )
+    latest = view.state if view else None
+    return [
+        title,
+        html.Div(
+            [
+                stat_card(
+                    "Model",
+                    ident.name or "?",
+                    f"serial {ident.serial or '?'} · driver {ident.driver_version or '?'}",
+                ),
+                stat_card("UUID", ident.uuid[:18] + "…", f"PCI {ident.pci_bus_id or '?'}"),
+                stat_card(
+                    "Temperature",
+                    _num(latest.temperature_celsius if latest else None, "°C"),
+                    f"power {_num(latest.power_watts if latest else None, 'W')}",
+                ),
+                stat_card(
+                    "Throttle",
+                    throttle_text(latest.clocks_event_reasons) if latest else "?",
+                    f"SM {latest.sm_clock_mhz if latest else '?'} MHz",
+                ),
+                stat_card(
+                    "Risk",
+                    _num(view.risk if view else None, "", 3),
+                    f"threshold {ctx.risk_threshold:g}",
+                    card_id="card-gpu-risk",
+                ),
+                stat_card("Last sample", ago(now - ident.last_ts), when(ident.last_ts)),
+            ],
+            className="cards",
+        ),
+        html.Div(
+            [
+                dcc.Link(
+                    w,
+                    href=f"{href('gpus', uuid)}?window={w}",
+                    className="window" + (" active" if w == window else ""),
+                )
+                for w in WINDOWS
+            ],
+            className="windows",
+        ),
+        section(
+            f"Telemetry ({window}) with events",
+            dcc.Graph(
+                id="gpu-timeseries", figure=figures.gpu_timeseries(series, events), config=GRAPH_CONFIG
+            ),
+        ),
+        html.Div(
+            [
+                section(
+                    "ECC and row remapping",
+                    dcc.Graph(figure=figures.memory_errors(series), config=GRAPH_CONFIG),
+                ),
+                section(
+                    "Failure risk",
+                    dcc.Graph(
+                        figure=figures.risk_history(risk_points, ctx.risk_threshold), config=GRAPH_CONFIG
+                    )
+                    if risk_points
+                    else html.Div("no risk scores for this GPU", className="empty"),
+                ),
+            ],
+            className="two-col",
+        ),
+        section("Findings", _findings_table(findings, now), section_id="gpu-findings"),
+        section(f"Events ({window})", events_table("gpu-events-table", events)),
+    ]
+
+
+def _num(value: float | None, unit: str, decimals: int = 0) -> str:
+    return "?" if value is None else f"{value:.{decimals}f} {unit}".strip()
+
+
+def _findings_table(findings: list[FindingRow], now: float) -> Any:
+    rows = [
+        {"when": ago(now - f.ts), "severity": f.severity, "kind": f.kind, "summary": f.summary}
+        for f in findings
+    ]
+    return table(
+        "gpu-findings-table",
+        [Col("when", "when"), Col("severity", "severity"), Col("kind", "kind"), Col("summary", "summary")],
+        rows,
+        page_size=8,
+    )
+
+
+PAGE = PageSpec(
+    page_id="gpu",
+    name="GPU",
+    path="/gpus",
+    path_template="/gpus/<uuid>",
+    render=render,
+    path_vars=("uuid",),
+    query=("window",),
+    nav=False,
+)

@@ -1,0 +1,35 @@
+"""What every query module shares: the cursor type, epoch-seconds parameters, optional tables."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final, TypeAlias
+
+import duckdb
+
+Cursor: TypeAlias = duckdb.DuckDBPyConnection
+Row: TypeAlias = tuple[Any, ...]
+
+# A bound epoch-seconds parameter as a TIMESTAMP (UTC, microseconds), as the store writes them.
+TS: Final = "make_timestamp(CAST(round(? * 1000000) AS BIGINT))"
+
+
+def fetch(cur: Cursor, sql: str, params: Sequence[object] = ()) -> list[Row]:
+    return cur.execute(sql, list(params)).fetchall()
+
+
+def tables(cur: Cursor) -> set[str]:
+    """Tables of the store: pages built on tables that other parts add later say so rather than fail."""
+    return {str(r[0]) for r in fetch(cur, "SELECT table_name FROM duckdb_tables()")}
+
+
+def as_int(value: object) -> int:
+    return int(value) if isinstance(value, int | float) else 0
+
+
+def as_float(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
+
+
+# The start (epoch seconds) of the row's time bucket; the bound parameter is the bucket width in seconds.
+BUCKET: Final = "epoch(time_bucket(to_microseconds(CAST(? * 1000000 AS BIGINT)), ts))"

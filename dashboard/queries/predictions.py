@@ -1,0 +1,45 @@
+"""Failure-risk predictions: the latest score of each GPU and one GPU's risk history."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from dashboard.queries.base import TS, Cursor, fetch
+
+# A scoring round runs every minute by default; a score older than this is stale and not shown as live.
+RISK_WINDOW_SECONDS: Final = 3 * 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Risk:
+    host: str
+    device_id: str
+    ts: float
+    risk: float
+    model_id: str
+    horizon_hours: float
+
+
+_LATEST_SQL: Final = f"""
+SELECT host, device_id, epoch(max(ts)), arg_max(risk, ts), arg_max(model_id, ts), arg_max(horizon_hours, ts)
+FROM predictions WHERE ts >= {TS} AND ts <= {TS} AND (? IS NULL OR host = ?)
+GROUP BY host, device_id
+ORDER BY 4 DESC
+"""
+
+
+def latest_risks(cur: Cursor, now: float, host: str | None = None) -> list[Risk]:
+    """Each GPU's newest score, most at risk first."""
+    rows = fetch(cur, _LATEST_SQL, [now - RISK_WINDOW_SECONDS, now, host, host])
+    return [Risk(str(r[0]), str(r[1]), float(r[2]), float(r[3]), str(r[4]), float(r[5])) for r in rows]
+
+
+_HISTORY_SQL: Final = f"""
+SELECT epoch(ts), risk FROM predictions
+WHERE ts >= {TS} AND ts <= {TS} AND device_id = ? ORDER BY ts LIMIT 5000
+"""
+
+
+def risk_history(cur: Cursor, device_id: str, since: float, until: float) -> list[tuple[float, float]]:
+    return [(float(r[0]), float(r[1])) for r in fetch(cur, _HISTORY_SQL, [since, until, device_id])]

@@ -1,0 +1,68 @@
+"""Debian's Chromium driven by Playwright, headless, with a fresh profile (Playwright's own browser download
+does not work on these machines), and a page that records every console error and uncaught exception."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def chromium_available() -> bool:
+    if not Path(CHROMIUM).exists():
+        return False
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@dataclass
+class Browser:
+    context: Any
+    errors: list[str] = field(default_factory=list)
+
+    def new_page(self, width: int = 1440, height: int = 1000) -> Any:
+        page = self.context.new_page()
+        page.set_viewport_size({"width": width, "height": height})
+        page.on(
+            "console",
+            lambda m: self.errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None,
+        )
+        page.on("pageerror", lambda exc: self.errors.append(f"page error: {exc}"))
+        return page
+
+
+@contextlib.contextmanager
+def chromium() -> Iterator[Browser]:
+    from playwright.sync_api import sync_playwright
+
+    profile = tempfile.mkdtemp(prefix="fleetguard-chromium-")
+    try:
+        with sync_playwright() as pw:
+            context = pw.chromium.launch_persistent_context(
+                profile, executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+            )
+            try:
+                yield Browser(context)
+            finally:
+                context.close()
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)

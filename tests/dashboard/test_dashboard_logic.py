@@ -1,0 +1,179 @@
+"""The dashboard's pure parts and its query layer, without a browser: health rules, views over a real store,
+URL parameters, the operator token and the [dashboard] config section."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dashboard.auth import TokenFileError, read_operator_token, token_accepted
+from dashboard.components import href, md_link
+from dashboard.fleet_view import gpu_views, host_views, port_views
+from dashboard.health import (
+    SILENT_AFTER_SECONDS,
+    GpuSignals,
+    Health,
+    PortSignals,
+    gpu_health,
+    port_health,
+    worst,
+)
+from dashboard.pages.gpu import PAGE as GPU_PAGE
+from dashboard.pages.live import MAX_PARAM_CHARS, clean_params, stored_params
+from dashboard.queries.events import event_counts
+from dashboard.queries.gpus import bucket_seconds, gpu_series, latest_gpu_states
+from dashboard.queries.jobs import jobs, step_grid
+from dashboard.queries.network import port_counters, port_states
+from dashboard.queries.predictions import latest_risks
+from fleetguard.config import ConfigError, load_config
+from fleetguard.store import Store
+from tests.dashboard.fleet_store import JOB_ID, SLOW_RANK, BuiltFleet
+
+HEALTHY_GPU = GpuSignals(
+    age_seconds=1.0,
+    lost=False,
+    fatal_xids=0,
+    other_xids=0,
+    ecc_uncorrected_volatile=0,
+    remapped_rows_failure=False,
+    remapped_rows_pending=False,
+    clocks_event_reasons=0,
+    temperature_celsius=60.0,
+    risk=0.1,
+    risk_threshold=0.5,
+)
+
+
+def _with(**changes: object) -> GpuSignals:
+    from dataclasses import replace
+
+    return replace(HEALTHY_GPU, **changes)  # type: ignore[arg-type]
+
+
+def test_a_gpu_with_nothing_wrong_is_healthy() -> None:
+    assert gpu_health(HEALTHY_GPU) == (Health.HEALTHY, "")
+
+
+@pytest.mark.parametrize(
+    ("change", "state"),
+    [
+        ({"lost": True}, Health.FAILED),
+        ({"fatal_xids": 1}, Health.FAILED),
+        ({"ecc_uncorrected_volatile": 2}, Health.FAILED),
+        ({"remapped_rows_failure": True}, Health.FAILED),
+        ({"age_seconds": SILENT_AFTER_SECONDS + 1}, Health.SILENT),
+        ({"remapped_rows_pending": True}, Health.DEGRADED),
+        ({"clocks_event_reasons": 0x40}, Health.DEGRADED),
+        ({"other_xids": 3}, Health.DEGRADED),
+        ({"temperature_celsius": 90.0}, Health.DEGRADED),
+        ({"risk": 0.7}, Health.DEGRADED),
+        ({"clocks_event_reasons": 0x1}, Health.HEALTHY),  # GPU idle is not throttling
+    ],
+)
+def test_gpu_health_rules(change: dict[str, object], state: Health) -> None:
+    assert gpu_health(_with(**change))[0] == state
+
+
+def test_a_lost_gpu_is_failed_even_though_it_stopped_sampling() -> None:
+    assert gpu_health(_with(lost=True, age_seconds=10_000.0))[0] == Health.FAILED
+
+
+def test_port_health_rules() -> None:
+    assert port_health(PortSignals(1.0, "ACTIVE", 0, 0))[0] == Health.HEALTHY
+    assert port_health(PortSignals(1.0, "DOWN", 0, 0))[0] == Health.FAILED
+    assert port_health(PortSignals(1.0, "ACTIVE", 1, 0))[0] == Health.DEGRADED
+    assert port_health(PortSignals(1.0, "ACTIVE", 0, 5))[0] == Health.DEGRADED
+    assert port_health(PortSignals(SILENT_AFTER_SECONDS + 1, "ACTIVE", 0, 0))[0] == Health.SILENT
+
+
+def test_a_host_is_as_bad_as_its_worst_part() -> None:
+    assert worst([Health.HEALTHY, Health.DEGRADED, Health.SILENT]) == Health.SILENT
+    assert worst([Health.HEALTHY, Health.FAILED, Health.SILENT]) == Health.FAILED
+    assert worst([]) == Health.SILENT
+
+
+def test_views_over_the_built_store_find_each_scripted_fault(fleet: BuiltFleet) -> None:
+    now = fleet.end_ts
+    with Store.open(fleet.path, read_only=True) as store:
+        cur = store.cursor()
+        gpus = gpu_views(
+            latest_gpu_states(cur, now), event_counts(cur, now - 3600, now), latest_risks(cur, now), now, 0.5
+        )
+        ports = port_views(port_states(cur, now - 600, now), port_counters(cur, now - 3600, now), now)
+    by_uuid = {g.state.uuid: g for g in gpus}
+    assert by_uuid[fleet.failed_gpu_uuid].health == Health.FAILED
+    assert by_uuid[fleet.lost_gpu_uuid].health == Health.FAILED
+    assert by_uuid[fleet.hot_gpu_uuid].health == Health.DEGRADED
+    assert by_uuid[fleet.at_risk_uuid].risk == pytest.approx(fleet.at_risk_score)
+    flapping = [p for p in ports if (p.state.host, p.state.device) == fleet.flapping_port]
+    assert flapping and flapping[0].health == Health.DEGRADED
+    hosts = {h.host: h for h in host_views(gpus, ports)}
+    assert hosts["sim-host-silent"].health == Health.SILENT
+    assert hosts["sim-host-001"].health == Health.FAILED
+
+
+def test_gpu_series_is_bucketed_to_a_bounded_number_of_points(fleet: BuiltFleet) -> None:
+    with Store.open(fleet.path, read_only=True) as store:
+        series = gpu_series(store.cursor(), fleet.failed_gpu_uuid, fleet.end_ts - 86400, fleet.end_ts)
+    assert 0 < len(series.ts) <= 360
+    assert series.ts == sorted(series.ts)
+    assert max(v for v in series.ecc_uncorrected_aggregate if v is not None) >= 1
+    assert bucket_seconds(86400) == 240.0 and bucket_seconds(60) == 1.0
+
+
+def test_step_grid_shows_the_slow_rank_as_the_hot_row(fleet: BuiltFleet) -> None:
+    with Store.open(fleet.path, read_only=True) as store:
+        cur = store.cursor()
+        grid = step_grid(cur, JOB_ID, fleet.end_ts - 600, fleet.end_ts)
+        summary = jobs(cur, fleet.end_ts)
+    means = {
+        r: sum(v for v in row if v is not None) / len([v for v in row if v is not None])
+        for r, row in zip(grid.ranks, grid.seconds, strict=True)
+    }
+    assert max(means, key=lambda r: means[r]) == SLOW_RANK
+    assert [j.job_id for j in summary] == [JOB_ID] and summary[0].ranks == 8 and summary[0].hosts == 2
+
+
+def test_url_parameters_are_decoded_once_and_bounded() -> None:
+    params = clean_params(GPU_PAGE, {"uuid": "GPU-a%2Fb", "window": "24h", "other": "x"})
+    assert params == {"uuid": "GPU-a/b", "window": "24h"}
+    assert len(clean_params(GPU_PAGE, {"uuid": "x" * 10_000})["uuid"]) == MAX_PARAM_CHARS
+    # What the page stored is already decoded: a refresh must not decode it again.
+    assert stored_params(GPU_PAGE, {"uuid": "a%2Fb"})["uuid"] == "a%2Fb"
+    assert stored_params(GPU_PAGE, ["not", "a", "dict"]) == {"uuid": "", "window": ""}
+
+
+def test_links_keep_names_inside_their_path_segment() -> None:
+    assert href("hosts", "a/b?c") == "/hosts/a%2Fb%3Fc"
+    assert md_link("x](javascript:alert(1))", "/hosts/x") == "[x\\]\\(javascript:alert\\(1\\)\\)](/hosts/x)"
+
+
+def test_operator_token_is_read_from_its_file_and_compared_exactly(tmp_path: Path) -> None:
+    path = tmp_path / "token"
+    path.write_text("s3cret-operator-token-value\n")
+    token = read_operator_token(str(path))
+    assert token == "s3cret-operator-token-value"
+    assert token_accepted(token, "s3cret-operator-token-value")
+    assert not token_accepted(token, "s3cret-operator-token-valuX")
+    assert not token_accepted(token, "")
+    assert not token_accepted(None, "anything")
+    assert read_operator_token("") is None
+
+
+def test_a_short_or_missing_token_file_is_a_clear_error(tmp_path: Path) -> None:
+    short = tmp_path / "short"
+    short.write_text("abc")
+    with pytest.raises(TokenFileError, match="at least"):
+        read_operator_token(str(short))
+    with pytest.raises(TokenFileError, match="cannot read"):
+        read_operator_token(str(tmp_path / "missing"))
+
+
+def test_dashboard_config_defaults_to_loopback_on_9481() -> None:
+    config = load_config(env={})
+    assert (config.dashboard.address, config.dashboard.port) == ("127.0.0.1", 9481)
+    with pytest.raises(ConfigError, match=r"dashboard\.port"):
+        load_config(env={}, overrides={"dashboard.port": 70000})
+    with pytest.raises(ConfigError, match=r"dashboard\.address"):
+        load_config(env={}, overrides={"dashboard.address": "example.com"})

@@ -1,0 +1,120 @@
+"""The dashboard in a real headless Chromium over a store the test built: pages show the store's numbers,
+drill down from the fleet to a host to a GPU, refresh live, and log no browser error."""
+
+from __future__ import annotations
+
+import urllib.parse
+from typing import Any
+
+import pytest
+
+from dashboard.server import DashboardServer
+from fleetguard.store import Store
+from tests.dashboard.browser import Browser
+from tests.dashboard.fleet_store import JOB_ID, SILENT_HOST, BuiltFleet
+
+pytestmark = pytest.mark.integration
+TIMEOUT_MS = 60_000  # generous: a loaded 2-core machine
+
+
+def _open(browser: Browser, dashboard: DashboardServer, path: str) -> Any:
+    page = browser.new_page()
+    page.goto(dashboard.url.rstrip("/") + path)
+    page.wait_for_selector(".page-tools", timeout=TIMEOUT_MS)
+    return page
+
+
+def _live_counts(store: Store, fleet: BuiltFleet) -> tuple[int, int]:
+    """Hosts and GPUs that sampled in the dashboard's live window (10 min), straight from the store."""
+    row = (
+        store.cursor()
+        .execute(
+            "SELECT count(DISTINCT host), count(DISTINCT uuid) FROM gpu_samples "
+            "WHERE ts >= make_timestamp(CAST(? * 1e6 AS BIGINT))",
+            [fleet.end_ts - 600],
+        )
+        .fetchone()
+    )
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def test_fleet_page_shows_the_hosts_and_gpus_of_the_store(
+    browser: Browser, dashboard: DashboardServer, fleet: BuiltFleet, fleet_store: Store
+) -> None:
+    hosts, gpus = _live_counts(fleet_store, fleet)
+    page = _open(browser, dashboard, "/")
+    assert page.inner_text("#card-hosts .card-value") == str(hosts)
+    assert page.inner_text("#card-gpus .card-value") == str(gpus)
+    # The ECC ramp ended in a double-bit error and one GPU fell off the bus: two failed GPUs.
+    assert "2 failed" in page.inner_text("#card-gpus")
+    attention = page.inner_text("#fleet-attention")
+    assert SILENT_HOST in attention and "silent" in attention
+    assert f"{fleet.at_risk_score:.3f}" in page.inner_text("#fleet-at-risk")
+    assert JOB_ID in page.inner_text("#fleet-jobs")
+    page.close()
+
+
+def test_drill_down_from_fleet_to_host_to_gpu(
+    browser: Browser, dashboard: DashboardServer, fleet: BuiltFleet
+) -> None:
+    page = _open(browser, dashboard, "/")
+    page.click("#fleet-attention a:text-is('sim-host-001')", timeout=TIMEOUT_MS)
+    page.wait_for_url("**/hosts/sim-host-001", timeout=TIMEOUT_MS)
+    page.wait_for_selector("#host-gpus", timeout=TIMEOUT_MS)
+    gpu_table = page.inner_text("#host-gpus")
+    assert fleet.failed_gpu_uuid in gpu_table and "failed" in gpu_table
+    page.click("#host-gpus a:text-is('GPU 2')", timeout=TIMEOUT_MS)
+    page.wait_for_url(f"**/gpus/{fleet.failed_gpu_uuid}", timeout=TIMEOUT_MS)
+    page.wait_for_selector("#gpu-timeseries .main-svg", timeout=TIMEOUT_MS)
+    title = page.inner_text(".title-row")
+    assert "GPU 2" in title and "failed" in title and "fatal XID" in title
+    page.close()
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/",
+        "/hosts/sim-host-002",
+        "/hosts/sim-host-silent",
+        "/gpus/{hot}",
+        "/gpus/{lost}",
+        "/hosts/no-such-host",
+    ],
+)
+def test_page_loads_and_refreshes_without_browser_errors(
+    browser: Browser, dashboard: DashboardServer, fleet: BuiltFleet, path: str
+) -> None:
+    browser.errors.clear()
+    page = _open(browser, dashboard, path.format(hot=fleet.hot_gpu_uuid, lost=fleet.lost_gpu_uuid))
+    page.wait_for_timeout(500)  # plots draw after the layout arrives
+    page.evaluate("window.__not_reloaded = true")
+    page.click(".refresh")
+    page.wait_for_function(
+        "document.querySelector('.stamp').textContent.startsWith('updated')", timeout=TIMEOUT_MS
+    )
+    assert page.evaluate("window.__not_reloaded === true")
+    assert "could not be drawn" not in page.inner_text("body")
+    assert browser.errors == []
+    page.close()
+
+
+def test_gpu_page_marks_the_fault_on_the_time_axis_and_shows_its_events(
+    browser: Browser, dashboard: DashboardServer, fleet: BuiltFleet
+) -> None:
+    page = _open(browser, dashboard, f"/gpus/{fleet.failed_gpu_uuid}?window=1h")
+    page.wait_for_selector("#gpu-timeseries .main-svg", timeout=TIMEOUT_MS)
+    # A vertical event marker per XID, drawn as shapes across the subplots.
+    assert page.locator("#gpu-timeseries .shapelayer path").count() > 0
+    events = page.inner_text("#gpu-events-table")
+    assert "48" in events and "double bit" in events.lower()
+    page.close()
+
+
+def test_host_name_from_the_url_is_text_not_markup(browser: Browser, dashboard: DashboardServer) -> None:
+    hostile = "<img src=x onerror=window.__pwned=1>"
+    page = _open(browser, dashboard, "/hosts/" + urllib.parse.quote(hostile, safe=""))
+    assert hostile in page.inner_text("h1")
+    assert page.evaluate("window.__pwned === undefined")
+    page.close()
