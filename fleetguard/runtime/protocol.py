@@ -245,8 +245,8 @@ def _non_negative(value: float, key: str) -> float:
 
 def _status(doc: dict[str, Any]) -> str:
     status = doc.get("status", "running")
-    if status not in STATUSES:
-        raise ReportError(f"status: expected one of {sorted(STATUSES)}, got {status!r}")
+    if not isinstance(status, str) or status not in STATUSES:  # a list is not hashable: check the type
+        raise ReportError(f"status: expected one of {sorted(STATUSES)}, got {str(status)[:40]!r}")
     return str(status)
 
 

@@ -29,6 +29,7 @@ def test_a_valid_report_becomes_heartbeat_timing_and_progress_records() -> None:
         (report_body(job_id="--all"), "job_id"),  # would be an option to scancel in {job}
         (report_body(job_id="a b;rm"), "job_id"),
         (report_body(status="exploded"), "status"),
+        (report_body(status=[]), "status"),  # found by tests/fuzz/test_fuzz_report.py: was a TypeError
         (report_body(timings=[[1.0, 2, "compute"]]), "timings[0]"),
         (report_body(timings=[[1.0, 2, "compute", float("nan")]]), "timings[0].duration"),
         (report_body(timings=[[1.0, 2, "compute", -1.0]]), "timings[0].duration"),
