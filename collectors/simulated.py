@@ -107,9 +107,11 @@ class SimHost:
 
     __slots__ = ("gpus", "index", "inlet_offset_celsius", "kernel_seq", "name", "ports")
 
-    def __init__(self, index: int, gpus: list[SimGpu], ports: list[SimPort], rng: random.Random) -> None:
+    def __init__(
+        self, index: int, gpus: list[SimGpu], ports: list[SimPort], rng: random.Random, name: str = ""
+    ) -> None:
         self.index = index
-        self.name = f"sim-host-{index:03d}"
+        self.name = name or f"sim-host-{index:03d}"
         self.gpus = gpus
         self.ports = ports
         self.inlet_offset_celsius = rng.uniform(0.0, 3.0)  # some racks breathe warmer air
@@ -131,8 +133,14 @@ class SimulatedFleet:
         seed: int = 0,
         faults: Sequence[FaultScript] | None = None,
         start_ts: float | None = None,
+        host_names: Sequence[str] = (),
     ) -> None:
+        """`host_names` names the hosts (default sim-host-000, ...): one simulated host per agent, each
+        shipping as its own agent.host to a controller."""
         _check_size(hosts, gpus_per_host, ports_per_host)
+        if host_names and len(host_names) != hosts:
+            raise ValueError(f"{len(host_names)} host names for {hosts} hosts")
+        self._host_names = tuple(host_names)
         if start_ts is not None and not math.isfinite(start_ts):
             raise ValueError(f"start_ts must be a finite epoch time, not {start_ts}")
         self.host_count = hosts
@@ -152,7 +160,7 @@ class SimulatedFleet:
 
     def _build_host(self, index: int) -> SimHost:
         rng = self._rng
-        name = f"sim-host-{index:03d}"
+        name = self._host_names[index] if self._host_names else f"sim-host-{index:03d}"
         pid_base = rng.randint(100_000, 4_000_000)
         gpus = []
         for g in range(self.gpus_per_host):
@@ -160,7 +168,7 @@ class SimulatedFleet:
             serial = f"1654922{gpu_uuid.int % 1_000_000:06d}"
             gpus.append(SimGpu(g, f"GPU-{gpu_uuid}", serial, pid_base + g, rng))
         ports = [SimPort(f"mlx5_{p}", 1, rng) for p in range(self.ports_per_host)]
-        return SimHost(index, gpus, ports, rng)
+        return SimHost(index, gpus, ports, rng, name)
 
     @property
     def host_names(self) -> list[str]:

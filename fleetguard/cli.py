@@ -184,8 +184,17 @@ def agent(
         # The port the runtime did bind (runtime.port may be 0: any free one), never just the configured one.
         endpoint = getattr(parts.get("service"), "endpoint", None)
         ranks = f"; training ranks report to {endpoint}" if endpoint else ""
-        click.echo(f"fleetguard agent: /metrics on port {port}{ranks}", err=True)
+        ships = f"; shipping to {config.agent.controller_url}" if shipping is not None else ""
+        click.echo(f"fleetguard agent: /metrics on port {port}{ranks}{ships}", err=True)
 
+    shipping = None
+    if config.agent.controller_url:
+        from fleetguard.shipping.agent_side import ShippingError, open_shipping
+
+        try:
+            shipping = open_shipping(config, parts)
+        except ShippingError as exc:
+            raise click.ClickException(str(exc)) from exc
     with startup_errors():
         run_daemon(
             config,
@@ -194,6 +203,7 @@ def agent(
             extensions=[runtime_extension(config, parts)] if runtime else [],
             duration_seconds=duration,
             on_ready=ready,
+            shipping=shipping,
         )
 
 

@@ -14,12 +14,29 @@ from functools import partial
 from typing import Protocol, runtime_checkable
 
 from collectors.protocol import Collector
-from fleetguard.agent.buffer import WriteBuffer
 from fleetguard.agent.metrics import MetricsState
 from fleetguard.clock import Clock
 from fleetguard.records.telemetry import Batch, Event, EventKind
 
 log = logging.getLogger(__name__)
+
+
+class RowBuffer(Protocol):
+    """Where rows wait for the next flush: the local store's WriteBuffer (fleetguard.agent.buffer), or the
+    spool of an agent that ships to a controller (fleetguard.shipping.spool_buffer)."""
+
+    rows_written: dict[str, int]
+    write_errors: int
+    dropped_rows: int
+    rejected_rows: int
+
+    def add(self, rows: Iterable[object]) -> None: ...
+
+    def after_stored(self, callback: Callable[[], None]) -> None: ...
+
+    def flush(self) -> int: ...
+
+    def __len__(self) -> int: ...
 
 
 class EventFolder(Protocol):
@@ -80,7 +97,7 @@ class Agent:
     def __init__(
         self,
         collectors: Sequence[Collector],
-        buffer: WriteBuffer,
+        buffer: RowBuffer,
         metrics: MetricsState,
         clock: Clock,
         folder: EventFolder | None = None,

@@ -12,10 +12,10 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from collectors.protocol import Collector
-from fleetguard.agent.agent import Agent, EventFolder, RoundReport, Schedule
+from fleetguard.agent.agent import Agent, EventFolder, RoundReport, RowBuffer, Schedule
 from fleetguard.agent.buffer import WriteBuffer
 from fleetguard.agent.metrics import MetricsState
 from fleetguard.agent.metrics_http import serve_metrics
@@ -23,6 +23,9 @@ from fleetguard.clock import SystemClock
 from fleetguard.config import Config
 from fleetguard.httpserve import HttpServer
 from fleetguard.store import Store, StoreError
+
+if TYPE_CHECKING:
+    from fleetguard.shipping.agent_side import Shipping
 
 log = logging.getLogger(__name__)
 
@@ -71,12 +74,19 @@ def run_daemon(
     on_ready: Callable[[int], None] | None = None,
     duration_seconds: float | None = None,
     out: TextIO = sys.stdout,
+    shipping: Shipping | None = None,
 ) -> DaemonResult:
-    """Run until SIGTERM/SIGINT (or `duration_seconds`), then flush everything and return a summary."""
-    store = open_store(config.store.path)
+    """Run until SIGTERM/SIGINT (or `duration_seconds`), then flush everything and return a summary.
+
+    With `shipping` (agent.controller_url set) rows go to its spool and on to the controller; the agent keeps
+    no store file (extensions get an empty in-memory store, for the interface only)."""
+    store = open_store(":memory:" if shipping is not None else config.store.path)
     rejected = Path(config.store.path + ".rejected.jsonl") if config.store.path != ":memory:" else None
-    buffer = WriteBuffer(store, rejected)
+    buffer: RowBuffer = shipping.buffer if shipping is not None else WriteBuffer(store, rejected)
     metrics = MetricsState()
+    if shipping is not None:
+        metrics.extra.append(shipping.metrics)
+        shipping.start()
     try:
         server = _serve_metrics(config, metrics)
     except BaseException:
@@ -131,6 +141,8 @@ def run_daemon(
             except Exception as exc:
                 log.warning("stopping %s failed: %s", ext.name, exc)
         agent.shutdown()
+        if shipping is not None:
+            shipping.stop()
         server.stop()
         store.close()
         for s, handler in previous.items():

@@ -131,10 +131,17 @@ def _simulated(config: Config) -> Sources:
     )
 
     hosts, gpus = parse_fleet_spec(config.simulate.fleet)
-    fleet = SimulatedFleet(hosts, gpus, seed=config.simulate.seed, start_ts=time.time())
+    # One simulated host with agent.host set is that host (each agent of a test fleet ships as itself).
+    names = [config.agent.host] if hosts == 1 and config.agent.host else []
+    fleet = SimulatedFleet(hosts, gpus, seed=config.simulate.seed, start_ts=time.time(), host_names=names)
     if config.simulate.faults:
         fleet = SimulatedFleet(
-            hosts, gpus, seed=config.simulate.seed, start_ts=time.time(), faults=default_demo_faults(fleet)
+            hosts,
+            gpus,
+            seed=config.simulate.seed,
+            start_ts=time.time(),
+            faults=default_demo_faults(fleet),
+            host_names=names,
         )
     collectors: list[Collector] = [
         SimulatedGpuCollector(fleet, _sampling_plan(config)),

@@ -1,0 +1,183 @@
+"""Shipping as the agent runs it: spool + buffer + shipper + command channel, built from the config, with
+its counters on the agent's /metrics and the controller's commands run by the host's training runtime."""
+
+from __future__ import annotations
+
+import logging
+import stat
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector as PromCollector
+
+from fleetguard.config import Config
+from fleetguard.shipping.channel import CommandChannel, Runner
+from fleetguard.shipping.commands import CommandKind, CommandOutcome, HostCommand
+from fleetguard.shipping.shipper import Shipper
+from fleetguard.shipping.spool import Spool
+from fleetguard.shipping.spool_buffer import SpoolBuffer
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_DRAIN_SECONDS = 5.0
+
+
+class ShippingError(Exception):
+    """Shipping cannot start; one line naming the key or path."""
+
+
+# A controller's command kind -> the runtime executor's action.
+_ACTIONS = {
+    CommandKind.CHECKPOINT: "checkpoint",
+    CommandKind.RESTART: "restart",
+    CommandKind.STOP: "stop_crash_loop",
+    CommandKind.CORDON: "cordon",
+}
+_OUTCOMES = {
+    "succeeded": CommandOutcome.DONE,
+    "requested": CommandOutcome.DONE,
+    "failed": CommandOutcome.FAILED,
+    "skipped": CommandOutcome.REFUSED,
+}
+
+
+def runtime_runner(parts: Mapping[str, object], host: str) -> Runner:
+    """Run a controller's command through the host's training runtime (`parts["service"]`, set by
+    fleetguard.runtime.extension once it runs), as the runtime's own actions are run."""
+
+    def run(command: HostCommand) -> tuple[CommandOutcome, str]:
+        from fleetguard.actions.executor import ActionRequest
+        from fleetguard.records.findings import Finding
+
+        service = parts.get("service")
+        if service is None:
+            return CommandOutcome.REFUSED, "the training runtime is not running on this host"
+        if command.kind is not CommandKind.CORDON and not command.job_id:
+            return CommandOutcome.REFUSED, f"{command.kind.value} needs a job id"
+        finding = Finding(
+            ts=time.time(),
+            finding_id=f"controller:{command.command_id}",
+            kind="controller_command",
+            severity="info",
+            subject=f"host/{host}",
+            summary=f"the controller asked for {command.kind.value}: {command.reason}",
+            host=host,
+            job_id=command.job_id,
+        )
+        request = ActionRequest(
+            _ACTIONS[command.kind], command.job_id or "", finding.finding_id, command.reason, host=host
+        )
+        records = service.run_actions(finding, [request])  # type: ignore[attr-defined]
+        if not records:
+            return CommandOutcome.REFUSED, "no action was taken"
+        last = records[-1]
+        return _OUTCOMES.get(str(last.outcome), CommandOutcome.FAILED), str(last.detail)
+
+    return run
+
+
+@dataclass
+class Shipping:
+    spool: Spool
+    buffer: SpoolBuffer
+    shipper: Shipper
+    channel: CommandChannel
+    metrics: ShippingMetrics
+
+    def start(self) -> None:
+        self.channel.start()
+        self.shipper.start()
+
+    def stop(self) -> None:
+        """After the agent's final flush: try briefly to send what is spooled (the rest stays spooled for
+        the next start), then stop."""
+        self.shipper.stop(drain_seconds=SHUTDOWN_DRAIN_SECONDS)
+        self.channel.stop()
+        self.spool.close()
+
+
+def read_token(path_text: str) -> str:
+    if not path_text:
+        raise ShippingError("agent.controller_token_file: required with agent.controller_url")
+    path = Path(path_text)
+    try:
+        st = path.stat()
+        token = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ShippingError(f"agent.controller_token_file {path}: {exc.strerror or exc}") from exc
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        log.warning("agent.controller_token_file %s is readable by other users: chmod 600 it", path)
+    if not token or len(token) > 512 or not token.isascii() or not token.isprintable():
+        raise ShippingError(f"agent.controller_token_file {path}: does not hold a token")
+    return token
+
+
+def open_shipping(config: Config, runtime_parts: Mapping[str, object]) -> Shipping:
+    agent = config.agent
+    token = read_token(agent.controller_token_file)
+    try:
+        spool = Spool(Path(agent.spool_dir), agent.spool_max_bytes)
+    except OSError as exc:
+        raise ShippingError(f"agent.spool_dir {agent.spool_dir}: {exc.strerror or exc}") from exc
+    channel = CommandChannel(
+        Path(agent.spool_dir) / "commands.jsonl", runtime_runner(runtime_parts, config.host)
+    )  # type: ignore[arg-type]
+    try:
+        shipper = Shipper(spool, agent.controller_url, token, channel=channel, clock=time.monotonic)
+    except ValueError as exc:
+        raise ShippingError(f"agent.controller_url: {exc}") from exc
+    buffer = SpoolBuffer(
+        spool, config.host, agent.flush_interval_seconds, channel=channel, on_appended=shipper.wake
+    )
+    return Shipping(spool, buffer, shipper, channel, ShippingMetrics(spool, buffer, shipper))
+
+
+class ShippingMetrics(PromCollector):
+    """The spool and the shipper on the agent's /metrics."""
+
+    def __init__(self, spool: Spool, buffer: SpoolBuffer, shipper: Shipper) -> None:
+        self.spool, self.buffer, self.shipper = spool, buffer, shipper
+
+    def collect(self) -> Iterator[Metric]:
+        s, sh = self.spool.stats, self.shipper.stats
+        yield GaugeMetricFamily(
+            "fleetguard_spool_bytes", "Bytes in the shipping spool", value=self.spool.size_bytes()
+        )
+        yield GaugeMetricFamily(
+            "fleetguard_spool_batches",
+            "Batches spooled and not yet committed by the controller",
+            value=self.spool.pending(),
+        )
+        yield CounterMetricFamily(
+            "fleetguard_spool_dropped_batches",
+            "Unsent batches dropped, oldest first, because the spool was full (spool_max_bytes)",
+            value=s.dropped,
+        )
+        yield CounterMetricFamily(
+            "fleetguard_spool_corrupt_tails", "Damaged spool tails cut off at start", value=s.corrupt_tails
+        )
+        yield CounterMetricFamily(
+            "fleetguard_shipper_batches_committed", "Batches the controller committed", value=sh.committed
+        )
+        yield CounterMetricFamily(
+            "fleetguard_shipper_errors", "Sends that got no answer (controller unreachable)", value=sh.errors
+        )
+        refused = CounterMetricFamily(
+            "fleetguard_shipper_refused", "Sends the controller refused, by HTTP status", labels=["status"]
+        )
+        for status, n in sorted(sh.refused.items()):
+            refused.add_metric([str(status)], n)
+        yield refused
+        yield CounterMetricFamily(
+            "fleetguard_shipper_dropped_refused",
+            "Batches the controller refused for their content (400/413): dropped",
+            value=sh.dropped_refused,
+        )
+        yield CounterMetricFamily(
+            "fleetguard_shipper_compacted_rows",
+            "NIC rows not shipped because nothing moved since the last shipped one",
+            value=self.buffer.compactor.skipped,
+        )

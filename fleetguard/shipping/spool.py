@@ -1,0 +1,242 @@
+"""The agent's on-disk spool: every batch is appended here, durable, before anything is sent.
+
+Append-only segment files `seg-<first record id>.log` in `spool_dir`; each record is a header (magic, payload
+length, CRC-32 of the payload, record id) and the payload (the batch's request body, already compressed).
+
+Durability: `append` writes the record and fsyncs the segment before it returns (once per flush interval,
+5 s by default), and the directory on a new segment; so an acknowledged-to-the-agent batch survives a power
+cut. A torn or corrupt tail (a crash mid-write) is cut off at open.
+
+Deletion: a record is acked once the controller committed it; a segment is deleted when every record in it
+is acked. Acks are not persisted: after a restart the unacked-in-memory records of surviving segments are
+sent again, and the controller's ledger answers "duplicate" (stored once).
+
+Bounded: past `max_bytes` the oldest segments are deleted, their unacked records counted as dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import struct
+import threading
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"FGS1"
+_HEADER = struct.Struct("<4sIIQ")  # magic, payload length, crc32, record id
+MAX_RECORD_BYTES = 64 << 20
+DEFAULT_SEGMENT_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class SpoolRecord:
+    record_id: int
+    segment: int  # the segment's first record id (its name)
+    offset: int  # of the payload
+    length: int
+
+
+@dataclass
+class _Segment:
+    first_id: int
+    path: Path
+    size: int
+    unacked: set[int]
+
+
+@dataclass
+class SpoolStats:
+    appended: int = 0
+    acked: int = 0
+    dropped: int = 0  # unacked records deleted because the spool was full
+    corrupt_tails: int = 0  # torn or damaged data cut off at open
+
+
+class Spool:
+    def __init__(self, directory: Path, max_bytes: int, segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> None:
+        self.directory = directory
+        self.max_bytes = max_bytes
+        self.segment_bytes = min(segment_bytes, max(max_bytes // 4, 4096))
+        self.stats = SpoolStats()
+        self._lock = threading.Lock()
+        self._segments: dict[int, _Segment] = {}
+        self._records: dict[int, SpoolRecord] = {}  # unacked, by id
+        self._next_id = 1
+        self._active: _Segment | None = None
+        self._fd: int | None = None
+        directory.mkdir(parents=True, exist_ok=True)
+        os.chmod(directory, 0o700)  # batches name jobs and hosts: not for other local users
+        self._load()
+
+    # ---- open ---------------------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        names = sorted(self.directory.glob("seg-*.log"))
+        for index, path in enumerate(names):
+            try:
+                first = int(path.stem[4:])
+            except ValueError:
+                continue
+            self._scan(first, path, last=index == len(names) - 1)
+        for segment in list(self._segments.values()):
+            if not segment.unacked and segment is not self._active:
+                self._delete(segment)
+
+    def _scan(self, first: int, path: Path, *, last: bool) -> None:
+        segment = _Segment(first, path, 0, set())
+        with path.open("rb") as fh:
+            data = fh.read()
+        offset = 0
+        while offset + _HEADER.size <= len(data):
+            magic, length, crc, record_id = _HEADER.unpack_from(data, offset)
+            start, end = offset + _HEADER.size, offset + _HEADER.size + length
+            if magic != MAGIC or length > MAX_RECORD_BYTES or end > len(data):
+                break
+            if zlib.crc32(data[start:end]) != crc:
+                break
+            self._records[record_id] = SpoolRecord(record_id, first, start, length)
+            segment.unacked.add(record_id)
+            self._next_id = max(self._next_id, record_id + 1)
+            offset = end
+        if offset < len(data):
+            self.stats.corrupt_tails += 1
+            log.warning("spool %s: %d damaged bytes at offset %d cut off", path, len(data) - offset, offset)
+            with path.open("r+b") as fh:
+                fh.truncate(offset)
+                os.fsync(fh.fileno())
+        segment.size = offset
+        self._segments[first] = segment
+        if last and offset < self.segment_bytes:
+            self._active = segment
+
+    # ---- the agent's side -----------------------------------------------------------------------------
+
+    def append(self, payload: bytes) -> int:
+        """Store one batch durably; return its record id."""
+        if len(payload) > MAX_RECORD_BYTES:
+            raise ValueError(f"a spool record holds at most {MAX_RECORD_BYTES} bytes")
+        with self._lock:
+            record_id = self._next_id
+            self._next_id += 1
+            segment = self._writable(record_id)
+            header = _HEADER.pack(MAGIC, len(payload), zlib.crc32(payload), record_id)
+            fd = self._open_fd(segment)
+            os.write(fd, header + payload)
+            os.fsync(fd)
+            self._records[record_id] = SpoolRecord(
+                record_id, segment.first_id, segment.size + _HEADER.size, len(payload)
+            )
+            segment.size += _HEADER.size + len(payload)
+            segment.unacked.add(record_id)
+            self.stats.appended += 1
+            self._enforce_limit()
+            return record_id
+
+    def _writable(self, record_id: int) -> _Segment:
+        active = self._active
+        if active is None or active.size >= self.segment_bytes:
+            self._close_fd()
+            if active is not None and not active.unacked:
+                self._delete(active)
+            path = self.directory / f"seg-{record_id:016d}.log"
+            active = _Segment(record_id, path, 0, set())
+            self._segments[record_id] = active
+            self._active = active
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            self._fd = fd
+            dir_fd = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)  # the new file's name is durable too
+            finally:
+                os.close(dir_fd)
+        return active
+
+    def _open_fd(self, segment: _Segment) -> int:
+        if self._fd is None:
+            self._fd = os.open(segment.path, os.O_WRONLY | os.O_APPEND)
+        return self._fd
+
+    def _close_fd(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _enforce_limit(self) -> None:
+        while self.size_bytes() > self.max_bytes:
+            oldest = min(
+                (s for s in self._segments.values() if s is not self._active),
+                default=None,
+                key=lambda s: s.first_id,
+            )
+            if oldest is None:
+                return
+            self.stats.dropped += len(oldest.unacked)
+            log.error(
+                "spool %s is full (%d bytes): dropped %d unsent batches, oldest first",
+                self.directory,
+                self.max_bytes,
+                len(oldest.unacked),
+            )
+            self._delete(oldest)
+
+    def _delete(self, segment: _Segment) -> None:
+        for record_id in segment.unacked:
+            self._records.pop(record_id, None)
+        self._segments.pop(segment.first_id, None)
+        with contextlib.suppress(FileNotFoundError):
+            segment.path.unlink()
+        if segment is self._active:
+            self._active = None
+            self._close_fd()
+
+    # ---- the shipper's side ---------------------------------------------------------------------------
+
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._records)
+
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments.values())
+
+    def oldest(self) -> SpoolRecord | None:
+        with self._lock:
+            return self._records[min(self._records)] if self._records else None
+
+    def newest(self) -> SpoolRecord | None:
+        with self._lock:
+            return self._records[max(self._records)] if self._records else None
+
+    def read(self, record: SpoolRecord) -> bytes | None:
+        """The payload, or None if its segment was dropped meanwhile."""
+        with self._lock:
+            segment = self._segments.get(record.segment)
+            if segment is None or record.record_id not in segment.unacked:
+                return None
+            fd = os.open(segment.path, os.O_RDONLY)
+        try:
+            return os.pread(fd, record.length, record.offset)
+        finally:
+            os.close(fd)
+
+    def ack(self, record_id: int) -> None:
+        """The controller committed this record (or refused it for good): it need not be sent again."""
+        with self._lock:
+            record = self._records.pop(record_id, None)
+            if record is None:
+                return
+            self.stats.acked += 1
+            segment = self._segments.get(record.segment)
+            if segment is None:
+                return
+            segment.unacked.discard(record_id)
+            if not segment.unacked and segment is not self._active:
+                self._delete(segment)
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_fd()

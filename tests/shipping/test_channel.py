@@ -1,0 +1,79 @@
+"""The command channel: a command runs once, however often it is delivered, across agent restarts."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from fleetguard.shipping.channel import CommandChannel
+from fleetguard.shipping.commands import CommandAck, CommandKind, CommandOutcome, HostCommand
+
+CMD = HostCommand("c1", CommandKind.CORDON, None, "test")
+
+
+class Recorder:
+    """A runner that remembers what it ran."""
+
+    def __init__(self) -> None:
+        self.runs: list[str] = []
+
+    def __call__(self, command: HostCommand) -> tuple[CommandOutcome, str]:
+        self.runs.append(command.command_id)
+        return CommandOutcome.DONE, "ok"
+
+
+def _wait_acks(channel: CommandChannel, n: int) -> list[CommandAck]:
+    acks: list[CommandAck] = []
+    deadline = time.monotonic() + 30
+    while len(acks) < n and time.monotonic() < deadline:
+        acks.extend(channel.take_acks())
+        time.sleep(0.01)
+    return acks
+
+
+def test_a_command_delivered_three_times_runs_once_and_is_acked_each_time_it_is_delivered_after(
+    tmp_path: Path,
+) -> None:
+    recorder = Recorder()
+    channel = CommandChannel(tmp_path / "commands.jsonl", recorder)
+    channel.start()
+    try:
+        channel.deliver([CMD])
+        first = _wait_acks(channel, 1)
+        channel.deliver([CMD])
+        channel.deliver([CMD])
+        again = channel.take_acks()
+    finally:
+        channel.stop()
+    assert recorder.runs == ["c1"]
+    assert first == [CommandAck("c1", CommandOutcome.DONE, "ok")]
+    assert again == [CommandAck("c1", CommandOutcome.DONE, "ok")]
+
+
+def test_after_a_restart_a_known_command_is_not_run_again(tmp_path: Path) -> None:
+    journal = tmp_path / "commands.jsonl"
+    channel = CommandChannel(journal, Recorder())
+    channel.start()
+    channel.deliver([CMD])
+    _wait_acks(channel, 1)
+    channel.stop()
+    recorder = Recorder()
+    restarted = CommandChannel(journal, recorder)
+    restarted.start()
+    restarted.deliver([CMD])
+    acks = restarted.take_acks()
+    restarted.stop()
+    assert recorder.runs == []
+    assert [a.outcome for a in acks] == [CommandOutcome.DONE]
+
+
+def test_a_command_interrupted_by_a_crash_is_acked_interrupted_not_rerun(tmp_path: Path) -> None:
+    journal = tmp_path / "commands.jsonl"
+    journal.write_text('{"id": "c1", "state": "started", "kind": "cordon"}\n')
+    recorder = Recorder()
+    channel = CommandChannel(journal, recorder)
+    assert [a.outcome for a in channel.take_acks()] == [CommandOutcome.INTERRUPTED]
+    channel.start()
+    channel.deliver([CMD])
+    channel.stop()
+    assert recorder.runs == []
