@@ -46,6 +46,10 @@ HTTP_LIMITS = Limits(
 )
 
 
+class Stopping(RuntimeError):
+    """Raised by a report handler that no longer takes reports (answered 503, nothing acknowledged)."""
+
+
 class NonLoopbackBindError(ValueError):
     """The runtime endpoint was asked to listen beyond loopback."""
 
@@ -166,6 +170,8 @@ class RuntimeServer:
         except LimitExceeded as exc:
             self.stats.reports_over_limit += 1
             return 429, {"error": str(exc)}
+        except Stopping:
+            return 503, {"error": "agent is stopping"}
         except Exception:
             self.stats.handler_errors += 1
             log.exception("runtime: storing a report failed")

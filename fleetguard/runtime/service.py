@@ -29,7 +29,7 @@ from fleetguard.runtime.pid_watcher import PidWatcher, ProcessExit
 from fleetguard.runtime.procfs import is_alive
 from fleetguard.runtime.protocol import RankReport
 from fleetguard.runtime.ranks import JobInfo, RankRegistry, RuntimeLimits
-from fleetguard.runtime.server import RuntimeServer, require_loopback
+from fleetguard.runtime.server import RuntimeServer, Stopping, require_loopback
 
 if TYPE_CHECKING:
     from diagnosis.runtime_policy import ActionPolicyConfig, JobActionState
@@ -111,6 +111,10 @@ def runtime_config_from(config: Config) -> RuntimeServiceConfig:
             "cordon_stragglers": rt.cordon_stragglers,
         },
     )
+
+
+class ServiceStopping(Stopping):
+    """The service has made its final flush: a report now would be acknowledged and lost (answered 503)."""
 
 
 class Analyzer(Protocol):
@@ -200,6 +204,7 @@ class RuntimeService:
         self._analysis_lock = threading.Lock()
         self._pending: list[object] = []
         self._pending_lock = threading.Lock()
+        self._closed = False  # the final flush is done: nothing more is buffered (or acknowledged)
         self._expected_exits: set[int] = set()
         self._crashed_incarnation: dict[str, int] = {}  # job -> restart count when its first rank died
         self._actions: queue.Queue[tuple[Finding, list[ActionRequest]] | None] = queue.Queue()
@@ -226,13 +231,16 @@ class RuntimeService:
         log.info("training runtime listening on %s", self.endpoint)
 
     def stop(self) -> None:
+        """Stop accepting reports (in-flight ones are answered), end the tick, action and watcher threads,
+        then the final flush hands everything buffered to the sink. A report that reaches the service after
+        that is refused (503), never acknowledged and lost. Call it before the sink's own final flush."""
+        self.server.stop()
         self._stop.set()
         self._actions.put(None)
-        self.server.stop()
-        self.watcher.stop()
         for thread in self._threads:
             thread.join(timeout=self.config.restart_grace_seconds + 10)
-        self.flush()
+        self.watcher.stop()
+        self.flush(final=True)
 
     # ---- inputs (called from server / watcher threads; public for tests) ----
 
@@ -313,6 +321,21 @@ class RuntimeService:
         self.flush()
         return findings
 
+    def plan_findings(self, findings: Sequence[Finding]) -> int:
+        """Findings raised outside the runtime that name a job of this host (an at-risk GPU, named by
+        fleetguard.agent.gpu_jobs): planned like its own, so that job is asked to checkpoint. The caller
+        stores them. Returns how many led to actions."""
+        planned = 0
+        for finding in findings:
+            job = self.ranks.job(finding.job_id) if finding.job_id else None
+            if job is None:
+                continue
+            requests = self.planner(finding, job)
+            if requests:
+                self._actions.put((finding, requests))
+                planned += 1
+        return planned
+
     def _evict_idle(self, now: float) -> None:
         """Forget jobs none of whose ranks reported for `limits.job_idle_seconds`: every table keyed by job
         drops them, so what finished (or was faked) long ago holds no memory."""
@@ -381,9 +404,11 @@ class RuntimeService:
         self.flush()
         return records
 
-    def flush(self) -> None:
+    def flush(self, final: bool = False) -> None:
+        """Hand what is buffered to the sink; after the `final` flush nothing more is taken."""
         with self._pending_lock:
             batch, self._pending = self._pending, []
+            self._closed = self._closed or final
         if not batch:
             return
         try:
@@ -448,6 +473,8 @@ class RuntimeService:
 
     def _buffer(self, records: Sequence[object]) -> None:
         with self._pending_lock:
+            if self._closed:
+                raise ServiceStopping("the runtime has stopped: its final flush is done")
             self._pending.extend(records)
 
     def _tick_loop(self) -> None:
