@@ -119,4 +119,5 @@ class GpuProcesses:
 
     uuid: str
     gpu_index: int
-    pids: tuple[int, ...]
+    pci_bus_id: str | None
+    pids: tuple[int, ...]  # host pid namespace, sorted

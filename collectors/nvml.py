@@ -192,7 +192,7 @@ class NvmlCollector:
     def gpu_processes(self) -> list[GpuProcesses]:
         """The compute processes on each GPU at the last round (GPUs whose processes could be read)."""
         return [
-            GpuProcesses(gpu.device.identity.uuid, gpu.index, gpu.pids)
+            GpuProcesses(gpu.device.identity.uuid, gpu.index, gpu.pci_bus_id, gpu.pids)
             for gpu in self._gpus
             if gpu.device is not None and not gpu.lost and gpu.pids is not None
         ]

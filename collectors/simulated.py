@@ -399,7 +399,7 @@ class SimulatedGpuCollector(_SimulatedCollector):
             for gpu, (device, sampler) in zip(host.gpus, self._devices[host.index], strict=True):
                 if not gpu.lost:
                     samples.append(sampler.sample(device, host.name, now))
-                    self._pids.append(GpuProcesses(gpu.uuid, gpu.index, (gpu.pid,)))
+                    self._pids.append(GpuProcesses(gpu.uuid, gpu.index, gpu.pci_bus_id, (gpu.pid,)))
                 elif (host.index, gpu.index) not in self._reported_lost:
                     self._reported_lost.add((host.index, gpu.index))
                     batch.events.append(_gpu_lost_event(now, host.name, gpu))

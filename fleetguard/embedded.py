@@ -6,10 +6,11 @@ import logging
 import sys
 import threading
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, cast
 
 from fleetguard.agent.agent import Agent
 from fleetguard.agent.daemon import Extension, run_daemon
+from fleetguard.agent.gpu_jobs import GpuJobs, RuntimePlanner, act_on_gpu_findings
 from fleetguard.agent.sources import NoSources, Sources, build_sources
 from fleetguard.config import Config
 from fleetguard.runtime.extension import runtime_extension
@@ -39,7 +40,7 @@ def run_embedded(
     if runtime and config.runtime.enabled:
         extensions.append(runtime_extension(config, runtime_parts))
     if predict and (config.predictor.model_dir or sources.simulated):
-        extensions.append(_scoring_extension(config, sources, risk))
+        extensions.append(_scoring_extension(config, sources, risk, runtime_parts))
     status = StatusPrinter(out, xid_names=_xid_names(), extra=risk.describe)
 
     def banner(port: int) -> None:
@@ -93,8 +94,11 @@ class _RiskSummary:
         return self.text or "risk: no model"
 
 
-def _scoring_extension(config: Config, sources: Sources, risk: _RiskSummary) -> Extension:
+def _scoring_extension(
+    config: Config, sources: Sources, risk: _RiskSummary, runtime_parts: dict[str, object]
+) -> Extension:
     stop_event = threading.Event()
+    gpu_jobs = GpuJobs(sources.collectors)
     threads: list[threading.Thread] = []
 
     def start(agent: Agent, store: Store) -> None:
@@ -125,6 +129,9 @@ def _scoring_extension(config: Config, sources: Sources, risk: _RiskSummary) -> 
                 if predictions:
                     agent.metrics.set_predictions(predictions)
                     findings = at_risk_findings(predictions, config.predictor.risk_threshold)
+                    # the job using an at-risk GPU is named, and asked to checkpoint by the runtime
+                    runtime = cast(RuntimePlanner | None, runtime_parts.get("service"))
+                    findings = act_on_gpu_findings(findings, gpu_jobs, runtime)
                     agent.submit([*predictions, *findings])
                     top = max(predictions, key=lambda p: p.risk)
                     risk.text = (

@@ -336,6 +336,21 @@ class RuntimeService:
                 planned += 1
         return planned
 
+    def plan_findings(self, findings: Sequence[Finding]) -> int:
+        """Findings raised outside the runtime that name a job of this host (an at-risk GPU, named by
+        fleetguard.agent.gpu_jobs): planned like its own, so that job is asked to checkpoint. The caller
+        stores them. Returns how many led to actions."""
+        planned = 0
+        for finding in findings:
+            job = self.ranks.job(finding.job_id) if finding.job_id else None
+            if job is None:
+                continue
+            requests = self.planner(finding, job)
+            if requests:
+                self._actions.put((finding, requests))
+                planned += 1
+        return planned
+
     def _evict_idle(self, now: float) -> None:
         """Forget jobs none of whose ranks reported for `limits.job_idle_seconds`: every table keyed by job
         drops them, so what finished (or was faked) long ago holds no memory."""

@@ -140,7 +140,7 @@ def test_a_gpu_whose_gpm_offers_pcie_never_pays_the_20_ms_pcie_window_after_the_
         (sample,) = collector.collect(T0 + i).gpu_samples
         assert sample.pcie_rx_bytes_per_second == 3400.0 * 2**20
     assert calls == 2 and fake.calls["nvmlDeviceGetPcieThroughput"] == calls
-    assert wall >= 2 * 20_800 and (meter.wall_us - wall) / 9 < 2_000  # no 20.8 ms window per round
+    assert wall >= 2 * 20_800 and (meter.wall_us - wall) / 9 < 10_000  # no 20.8 ms window per round
 
 
 # ---- energy between counter reads --------------------------------------------------------------------------
