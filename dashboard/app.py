@@ -13,12 +13,20 @@ from dash import dcc, html
 
 from dashboard.auth import read_operator_token
 from dashboard.context import DashboardContext, StoreReader, install
-from dashboard.pages import fleet, gpu, host
+from dashboard.pages import fleet, gpu, host, jobs, network
 from dashboard.pages.live import PageSpec, register
 from fleetguard.config import Config
 
 ASSETS: Final = Path(__file__).parent / "assets"
-PAGES: Final[tuple[PageSpec, ...]] = (fleet.PAGE, host.PAGE, gpu.PAGE)
+# Navigation order; pages with path variables are reached by links only.
+PAGES: Final[tuple[PageSpec, ...]] = (
+    fleet.PAGE,
+    network.PAGE,
+    jobs.LIST_PAGE,
+    host.PAGE,
+    gpu.PAGE,
+    jobs.JOB_PAGE,
+)
 
 _SECURITY_HEADERS: Final = {
     "X-Frame-Options": "DENY",

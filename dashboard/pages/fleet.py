@@ -22,6 +22,7 @@ from dashboard.context import DashboardContext
 from dashboard.figures import GRAPH_CONFIG
 from dashboard.fleet_view import GpuView, HostView, gpu_views, host_views, port_views, xid_classes
 from dashboard.health import COLOURS, Health
+from dashboard.pages.jobs import job_state
 from dashboard.pages.live import PageSpec, Params
 from dashboard.problems import open_problems
 from dashboard.queries.events import EventCount, event_counts
@@ -177,7 +178,7 @@ def _jobs_table(job_rows: list[JobSummary], now: float) -> Any:
     rows = [
         {
             "job": md_link(j.job_id, href("jobs", j.job_id)),
-            "state": _job_state(j, now),
+            "state": job_state(j, now),
             "ranks": j.ranks,
             "hosts": j.hosts,
             "step": j.last_step,
@@ -194,16 +195,6 @@ def _jobs_table(job_rows: list[JobSummary], now: float) -> Any:
         Col("last heartbeat", "last"),
     ]
     return table("fleet-jobs-table", cols, rows, page_size=10)
-
-
-def _job_state(j: JobSummary, now: float) -> str:
-    if j.errors:
-        return f"error ({j.errors} ranks)"
-    if j.finished >= j.ranks:
-        return "finished"
-    if now - j.last_ts > 60:
-        return "quiet"
-    return "running"
 
 
 def _jobs_sub(job_rows: list[JobSummary]) -> str:

@@ -105,3 +105,30 @@ def step_grid(cur: Cursor, job_id: str, since: float, until: float, section: str
     for r in rows:
         grid[rank_at[int(r[0])]][bucket_at[float(r[1])]] = float(r[2])
     return StepGrid(ranks, buckets, grid)
+
+
+@dataclass(frozen=True, slots=True)
+class Restart:
+    ts: float
+    action: str
+    target: str
+    outcome: str
+    detail: str
+    resumed_step: int | None  # the first step the job reported after it (the checkpoint it resumed from)
+
+
+_RESTARTS_SQL: Final = f"""
+SELECT epoch(a.ts), a.action, a.target, a.outcome, a.detail,
+       (SELECT min(h.step) FROM heartbeats h
+        WHERE h.job_id = ? AND h.ts > a.ts AND h.ts <= a.ts + INTERVAL 10 MINUTE) AS resumed
+FROM actions a
+WHERE a.ts >= {TS} AND a.ts <= {TS} AND (a.target = ? OR starts_with(a.target, ?))
+ORDER BY a.ts DESC LIMIT 200
+"""
+
+
+def job_actions(cur: Cursor, job_id: str, since: float, until: float) -> list[Restart]:
+    """Actions on the job (checkpoint, restart, stop), newest first, with the step it resumed at."""
+    target = f"job/{job_id}"
+    rows = fetch(cur, _RESTARTS_SQL, [job_id, since, until, target, target + "@"])
+    return [Restart(float(r[0]), str(r[1]), str(r[2]), str(r[3]), str(r[4]), r[5]) for r in rows]

@@ -11,7 +11,7 @@ import pytest
 from dashboard.server import DashboardServer
 from fleetguard.store import Store
 from tests.dashboard.browser import Browser
-from tests.dashboard.fleet_store import JOB_ID, SILENT_HOST, BuiltFleet
+from tests.dashboard.fleet_store import JOB_ID, SILENT_HOST, SLOW_RANK, BuiltFleet
 
 pytestmark = pytest.mark.integration
 TIMEOUT_MS = 60_000  # generous: a loaded 2-core machine
@@ -81,6 +81,10 @@ def test_drill_down_from_fleet_to_host_to_gpu(
         "/gpus/{hot}",
         "/gpus/{lost}",
         "/hosts/no-such-host",
+        "/network",
+        "/jobs",
+        f"/jobs/{JOB_ID}",
+        "/jobs/no-such-job",
     ],
 )
 def test_page_loads_and_refreshes_without_browser_errors(
@@ -117,4 +121,25 @@ def test_host_name_from_the_url_is_text_not_markup(browser: Browser, dashboard: 
     page = _open(browser, dashboard, "/hosts/" + urllib.parse.quote(hostile, safe=""))
     assert hostile in page.inner_text("h1")
     assert page.evaluate("window.__pwned === undefined")
+    page.close()
+
+
+def test_network_page_counts_the_flap_and_names_the_port(
+    browser: Browser, dashboard: DashboardServer, fleet: BuiltFleet
+) -> None:
+    page = _open(browser, dashboard, "/network")
+    assert page.inner_text("#card-flaps .card-value") == "1"
+    host, device = fleet.flapping_port
+    bad = page.inner_text("#network-bad")
+    assert host in bad and f"{device}/1" in bad and "link flap" in bad
+    page.close()
+
+
+def test_job_page_shows_ranks_by_host_and_the_straggler(browser: Browser, dashboard: DashboardServer) -> None:
+    page = _open(browser, dashboard, f"/jobs/{JOB_ID}")
+    assert page.inner_text("#card-job-ranks .card-value") == "8"
+    page.wait_for_selector("#job-heatmap .main-svg", timeout=TIMEOUT_MS)
+    stragglers = page.inner_text("#job-stragglers")
+    assert str(SLOW_RANK) in stragglers and "sim-host-001" in stragglers
+    assert "checkpoint" in page.inner_text("#job-actions")
     page.close()

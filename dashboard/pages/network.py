@@ -1,0 +1,154 @@
+"""`/network`: IB / RoCE ports by state, rate and error rates, link flaps over time, the worst ports."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Final
+
+from dash import dcc, html
+
+from dashboard import figures
+from dashboard.components import Col, health_breakdown, href, md_link, section, stat_card, table
+from dashboard.context import DashboardContext
+from dashboard.figures import GRAPH_CONFIG
+from dashboard.fleet_view import PortView, port_views
+from dashboard.health import COLOURS, Health
+from dashboard.pages.live import PageSpec, Params
+from dashboard.queries.gpus import LIVE_WINDOW_SECONDS
+from dashboard.queries.network import link_flaps, port_counters, port_states
+
+ERROR_WINDOW_SECONDS: Final = 3600.0
+FLAP_HISTORY_SECONDS: Final = 86400.0
+FLAP_BUCKET_SECONDS: Final = 900.0
+WORST_PORTS: Final = 20
+
+
+def render(ctx: DashboardContext, _params: Params) -> Any:
+    now = ctx.now()
+    with ctx.cursor() as cur:
+        ports = port_views(
+            port_states(cur, now - LIVE_WINDOW_SECONDS, now),
+            port_counters(cur, now - ERROR_WINDOW_SECONDS, now),
+            now,
+        )
+        flaps = link_flaps(cur, now - FLAP_HISTORY_SECONDS, now, FLAP_BUCKET_SECONDS)
+    states = Counter(p.state.state or "unknown" for p in ports)
+    rates = Counter(f"{p.state.rate_gbps:g} Gb/s" if p.state.rate_gbps else "unknown" for p in ports)
+    errors = sum(p.counters.errors for p in ports if p.counters)
+    flapped = sum(p.counters.link_downed for p in ports if p.counters)
+    return [
+        html.Div(
+            [
+                stat_card(
+                    "Ports",
+                    str(len(ports)),
+                    health_breakdown(Counter(p.health for p in ports)),
+                    card_id="card-ports",
+                ),
+                stat_card(
+                    "State",
+                    ", ".join(f"{n} {s}" for s, n in states.most_common()) or "—",
+                    "from the newest sample",
+                ),
+                stat_card(
+                    "Rate",
+                    ", ".join(f"{n} at {r}" for r, n in rates.most_common()) or "—",
+                    "negotiated link rate",
+                ),
+                stat_card(
+                    "Errors (1 h)",
+                    f"{errors:,}",
+                    "symbol, receive, integrity, transport …",
+                    card_id="card-port-errors",
+                ),
+                stat_card("Link flaps (1 h)", str(flapped), "link_downed increments", card_id="card-flaps"),
+            ],
+            className="cards",
+        ),
+        html.Div(
+            [
+                section("Link-down events (24 h)", _flap_chart(flaps)),
+                section("Worst ports (1 h)", _worst_chart(ports)),
+            ],
+            className="two-col",
+        ),
+        section(
+            "Ports that are not healthy",
+            _ports_table("network-bad-table", [p for p in ports if p.health != Health.HEALTHY]),
+            section_id="network-bad",
+        ),
+        section("All ports", _ports_table("network-ports-table", ports)),
+    ]
+
+
+def _score(p: PortView) -> int:
+    """Worst first: a flap outweighs any number of symbol errors."""
+    if p.counters is None:
+        return 0
+    return p.counters.link_downed * 1_000_000 + p.counters.errors
+
+
+def _worst_chart(ports: list[PortView]) -> Any:
+    worst = [p for p in sorted(ports, key=_score, reverse=True)[:WORST_PORTS] if _score(p) > 0]
+    if not worst:
+        return html.Div("no port errors or flaps in the last hour", className="all-good")
+    labels = [f"{p.state.host} {p.state.device}/{p.state.port}" for p in worst]
+    values = [p.counters.errors + p.counters.link_downed if p.counters else 0 for p in worst]
+    colours = [COLOURS[p.health] for p in worst]
+    return dcc.Graph(
+        figure=figures.bar(labels, values, colours, horizontal=True, height=max(220, 28 * len(worst) + 60)),
+        config=GRAPH_CONFIG,
+    )
+
+
+def _flap_chart(flaps: list[tuple[float, int, int]]) -> Any:
+    if not flaps:
+        return html.Div("no link went down in the last 24 h", className="all-good")
+    return dcc.Graph(
+        figure=figures.time_bars(
+            [f[0] for f in flaps], [f[1] for f in flaps], COLOURS[Health.FAILED], "link-down events / 15 min"
+        ),
+        config=GRAPH_CONFIG,
+    )
+
+
+def _ports_table(table_id: str, ports: list[PortView]) -> Any:
+    rows = [
+        {
+            "host": md_link(p.state.host, href("hosts", p.state.host)),
+            "port": f"{p.state.device}/{p.state.port}",
+            "health": p.health.value,
+            "reason": p.reason,
+            "state": p.state.state or "?",
+            "phys": p.state.phys_state or "?",
+            "rate": p.state.rate_gbps,
+            "layer": p.state.link_layer or "?",
+            "errors": p.counters.errors if p.counters else 0,
+            "errors_per_min": round(
+                (p.counters.errors if p.counters else 0) / (ERROR_WINDOW_SECONDS / 60), 2
+            ),
+            "flaps": p.counters.link_downed if p.counters else 0,
+            "tx": round((p.counters.tx_bytes_per_second if p.counters else 0.0) / 1e9, 2),
+            "rx": round((p.counters.rx_bytes_per_second if p.counters else 0.0) / 1e9, 2),
+        }
+        for p in sorted(ports, key=_score, reverse=True)
+    ]
+    cols = [
+        Col("host", "host", "link"),
+        Col("port", "port"),
+        Col("health", "health", "health"),
+        Col("reason", "reason"),
+        Col("state", "state"),
+        Col("physical", "phys"),
+        Col("rate Gb/s", "rate", "number", 0),
+        Col("layer", "layer"),
+        Col("errors 1 h", "errors", "int"),
+        Col("errors / min", "errors_per_min", "number", 2),
+        Col("flaps 1 h", "flaps", "int"),
+        Col("tx GB/s", "tx", "number", 2),
+        Col("rx GB/s", "rx", "number", 2),
+    ]
+    return table(table_id, cols, rows, page_size=15)
+
+
+PAGE = PageSpec(page_id="network", name="Network", path="/network", render=render)
