@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-runtime
 DEVSTAMP := $(VENV)/.installed-dev
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-APT_PACKAGES := prometheus chromium
+APT_PACKAGES := prometheus prometheus-alertmanager chromium
 
 .PHONY: demo test lint typecheck unit system-deps bench clean
 
@@ -23,7 +23,7 @@ $(DEVSTAMP): $(STAMP)
 	touch $@
 
 system-deps:
-	@command -v promtool >/dev/null && command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && \
+	@command -v promtool >/dev/null && command -v prometheus-alertmanager >/dev/null && command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(APT_PACKAGES); }
 
 demo: $(STAMP)

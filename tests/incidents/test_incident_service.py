@@ -30,11 +30,14 @@ def test_an_opened_incident_is_stored_with_its_evidence_and_an_outbox_row(store:
     service = open_service(store, T0)
     service.round(Signals(gpu_samples=[gpu(T0 - 10)], events=[xid(79, T0)]), T0 + 1)
     con = store.connection
-    assert con.execute("SELECT fault, state, occurrences FROM incidents").fetchall() == [("xid:79", "acting", 1)]
+    incidents = con.execute("SELECT fault, state, occurrences FROM incidents").fetchall()
+    assert incidents == [("xid:79", "acting", 1)]
     kinds = dict(con.execute("SELECT kind, count(*) FROM incident_evidence GROUP BY kind").fetchall())
     assert kinds == {"observation": 1, "gpu_sample": 2, "kernel_log": 1}
-    assert con.execute("SELECT endpoint, event, status FROM alert_outbox").fetchall() == [("ops", "opened", "pending")]
-    assert con.execute("SELECT action, outcome FROM incident_actions").fetchall() == [("reboot_node", "requested")]
+    outbox = con.execute("SELECT endpoint, event, status FROM alert_outbox").fetchall()
+    assert outbox == [("ops", "opened", "pending")]
+    actions = con.execute("SELECT action, outcome FROM incident_actions").fetchall()
+    assert actions == [("reboot_node", "requested")]
 
 
 def test_dedup_survives_a_restart(tmp_path: Path) -> None:
