@@ -91,6 +91,14 @@ class Shipping:
         self.channel.start()
         self.shipper.start()
 
+    def summary(self) -> dict[str, object]:
+        return {
+            "unsent_batches": self.spool.pending(),
+            "dropped_batches": self.spool.stats.dropped,
+            "committed_batches": self.shipper.stats.committed,
+            "boot_id": self.buffer.boot_id,
+        }
+
     def stop(self) -> None:
         """After the agent's final flush: try briefly to send what is spooled (the rest stays spooled for
         the next start), then stop."""

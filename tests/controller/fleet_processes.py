@@ -1,0 +1,130 @@
+"""Real `fleetguard controller` and `fleetguard agent` processes on loopback, for the fleet tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fleetguard.controller.tokens import add_token
+
+FLEETGUARD = [sys.executable, "-m", "fleetguard"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Fleet:
+    root: Path
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def store(self) -> Path:
+        return self.root / "controller.duckdb"
+
+    def write_controller_config(self) -> Path:
+        path = self.root / "controller.toml"
+        path.write_text(
+            f'[controller]\nlisten = "127.0.0.1:{self.port}"\ntokens_file = "{self.root}/tokens.json"\n'
+            f'[store]\npath = "{self.store}"\n'
+        )
+        return path
+
+    def start_controller(self) -> subprocess.Popen[bytes]:
+        log = (self.root / "controller.log").open("ab")
+        proc = subprocess.Popen(
+            [*FLEETGUARD, "controller", "--config", str(self.write_controller_config())],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(self.url + "/v1/fleet", timeout=5):
+                    return proc
+            except (urllib.error.URLError, OSError):
+                if proc.poll() is not None:
+                    raise RuntimeError((self.root / "controller.log").read_text()) from None
+                time.sleep(0.1)
+        raise TimeoutError("controller did not start")
+
+    def agent_config(self, host: str, seed: int) -> Path:
+        token = self.root / f"{host}.token"
+        if not token.exists():
+            token.write_text(add_token(self.root / "tokens.json", host))
+            token.chmod(0o600)
+        path = self.root / f"{host}.toml"
+        path.write_text(
+            f'[agent]\nhost = "{host}"\nmetrics_port = 0\nsample_interval_seconds = 0.5\n'
+            f"flush_interval_seconds = 1.0\n"
+            f'controller_url = "{self.url}"\ncontroller_token_file = "{token}"\n'
+            f'spool_dir = "{self.root}/spool-{host}"\n'
+            f'[runtime]\nenabled = false\n[store]\npath = "{self.root}/{host}-unused.duckdb"\n'
+            f'[simulate]\nfleet = "1x8"\nseed = {seed}\n'
+        )
+        return path
+
+    def start_agent(self, host: str, seed: int, duration: float) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [
+                *FLEETGUARD,
+                "agent",
+                "--config",
+                str(self.agent_config(host, seed)),
+                "--duration",
+                str(duration),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=(self.root / f"{host}.log").open("ab"),
+        )
+
+    def hosts(self) -> dict[str, Any]:
+        with urllib.request.urlopen(self.url + "/v1/hosts", timeout=10) as response:
+            return {h["host"]: h for h in json.loads(response.read())["hosts"]}
+
+    def wait_for_hosts(self, names: set[str], timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if names <= set(self.hosts()):
+                    return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(f"hosts {names} never shipped")
+
+
+def summary(proc: subprocess.Popen[bytes], timeout: float = 60) -> dict[str, Any]:
+    """The JSON line an agent prints when it stops."""
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out
+    line = [x for x in out.decode().splitlines() if x.startswith("{")][-1]
+    doc: dict[str, Any] = json.loads(line)
+    return doc
+
+
+def kill(proc: subprocess.Popen[bytes]) -> None:
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)

@@ -1,0 +1,114 @@
+"""Commands to hosts: queued by an operator, carried by ingest replies until acked, run once by the agent."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+from pathlib import Path
+
+import duckdb
+
+from fleetguard.shipping.channel import CommandChannel
+from fleetguard.shipping.commands import CommandOutcome, HostCommand
+from fleetguard.shipping.shipper import Shipper
+from fleetguard.shipping.spool import Spool
+from fleetguard.shipping.spool_buffer import SpoolBuffer
+from tests.controller.helpers import Controller, batch, gpu_rows
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.runs: list[HostCommand] = []
+
+    def __call__(self, command: HostCommand) -> tuple[CommandOutcome, str]:
+        self.runs.append(command)
+        return CommandOutcome.DONE, "cordoned"
+
+
+def _queue(controller: Controller, host: str) -> str:
+    reply = controller.post(
+        "/v1/commands",
+        b'{"host": "%s", "kind": "cordon", "reason": "test"}' % host.encode(),
+        controller.tokens["operator"],
+        encoding="identity",
+    )
+    assert reply.status == 201, reply.doc
+    return str(reply.doc["command"]["id"])
+
+
+def _ship_round(buffer: SpoolBuffer, shipper: Shipper, spool: Spool) -> None:
+    buffer.add(gpu_rows(buffer.host, time.time()))
+    buffer.flush()
+    while (record := shipper.next_record()) is not None:
+        assert shipper.send(record) == 0.0
+        assert spool.read(record) is None  # committed and gone
+
+
+def test_a_command_survives_a_lost_reply_and_runs_once(controller: Controller, tmp_path: Path) -> None:
+    command_id = _queue(controller, "node-a")
+    # A batch whose reply is lost on the way back: the command rode on it, the agent never saw it.
+    lost = controller.ship(batch("node-a", 1, boot_id="earlier-boot"))
+    assert [c["id"] for c in lost.doc["commands"]] == [command_id]
+
+    recorder = Recorder()
+    channel = CommandChannel(tmp_path / "commands.jsonl", recorder)
+    channel.start()
+    spool = Spool(tmp_path / "spool", 1 << 20)
+    shipper = Shipper(
+        spool, controller.url, controller.tokens["node-a"], channel=channel, clock=time.monotonic
+    )
+    buffer = SpoolBuffer(spool, "node-a", 1.0, channel=channel)
+    try:
+        _ship_round(buffer, shipper, spool)  # the reply carries the command again: it runs
+        deadline = time.monotonic() + 30
+        while not recorder.runs and time.monotonic() < deadline:
+            time.sleep(0.01)
+        _ship_round(buffer, shipper, spool)  # maybe delivered again before the ack: not run again
+        for _ in range(3):
+            time.sleep(0.05)
+            _ship_round(buffer, shipper, spool)  # the ack rides on one of these batches
+    finally:
+        channel.stop()
+    assert [c.command_id for c in recorder.runs] == [command_id]
+    listed = controller.get("/v1/commands?host=node-a").doc["commands"]
+    assert [(c["command_id"], c["outcome"], c["detail"]) for c in listed] == [
+        (command_id, "done", "cordoned")
+    ]
+    assert listed[0]["deliveries"] >= 2
+    # Acked: the next reply carries nothing.
+    assert controller.ship(batch("node-a", 99, boot_id="later")).doc["commands"] == []
+    path = controller.config_overrides["store.path"]
+    controller.running.stop()
+    con = duckdb.connect(path, read_only=True)
+    try:
+        row = con.execute("SELECT outcome, acked_ts IS NOT NULL FROM host_commands").fetchall()
+    finally:
+        con.close()
+    assert row == [("done", True)]
+
+
+def test_commands_need_an_operator_token(controller: Controller) -> None:
+    body = b'{"host": "node-a", "kind": "cordon"}'
+    assert controller.post("/v1/commands", body, None, encoding="identity").status == 401
+    assert (
+        controller.post("/v1/commands", body, controller.tokens["node-a"], encoding="identity").status == 403
+    )
+    bad = b'{"host": "node-a", "kind": "reboot-everything"}'
+    assert (
+        controller.post("/v1/commands", bad, controller.tokens["operator"], encoding="identity").status == 400
+    )
+
+
+def test_a_host_only_acknowledges_its_own_commands(controller: Controller) -> None:
+    command_id = _queue(controller, "node-a")
+    forged = batch("node-b", 1)
+    doc = forged.to_json()
+    doc["acks"] = [{"id": command_id, "outcome": "done", "detail": ""}]
+    assert (
+        controller.post(
+            "/v1/ingest", gzip.compress(json.dumps(doc).encode()), controller.tokens["node-b"]
+        ).status
+        == 200
+    )
+    assert [c["id"] for c in controller.ship(batch("node-a", 1)).doc["commands"]] == [command_id]
