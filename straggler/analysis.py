@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from fleetguard.records.findings import Finding
 from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
 from straggler.hang import COLLECTIVE_MISMATCH, HOST_STUCK, HangDiagnosis, hang_finding, localise_hang
-from straggler.heartbeat import HeartbeatConfig, HeartbeatMonitor
+from straggler.heartbeat import DEFAULT_SECTION, HeartbeatConfig, HeartbeatMonitor
 from straggler.scoring import StragglerConfig, StragglerDetector
 
 RuntimeRecord = Heartbeat | StepTiming | CollectiveProgress
@@ -140,10 +140,17 @@ class RuntimeAnalyzer:
         evidence: dict[str, object] = {"heartbeat_hung_ranks": hung_ranks, "heartbeat_silent_ranks": silent}
         if diag is not None:
             evidence["progress_diagnosis"] = {"kind": diag.kind, "suspect_ranks": list(diag.suspect_ranks)}
-        suspects = silent or hung_ranks
+        sections = self.heartbeats.sections(job_id)
+        odd = [] if silent or diag is not None else section_outliers(sections)
+        if odd:
+            # no collective progress to go by, but one rank is inside a section of its own (compute) while
+            # the rest wait at the step's collective: the odd one holds the others up
+            evidence["sections"] = {str(r): sections[r] for r in sorted(sections)}
+            evidence["localised_by"] = "sections"
+        suspects = silent or odd or hung_ranks
         hosts = {f.rank: f.host for f in hung if f.rank in suspects and f.host is not None}
         evidence["suspect_hosts"] = {str(r): hosts[r] for r in sorted(hosts)}
-        kind = HOST_STUCK if silent else HEARTBEAT_ONLY
+        kind = HOST_STUCK if silent or odd else HEARTBEAT_ONLY
         return HangDiagnosis(kind, "heartbeat", tuple(suspects), evidence, False)
 
     def _members(self, job_id: str) -> dict[str, tuple[int, ...]]:
@@ -154,6 +161,21 @@ class RuntimeAnalyzer:
                 if group in WORLD_GROUP_NAMES and group not in members:
                     members[group] = tuple(sorted(local))
         return members
+
+
+def section_outliers(sections: Mapping[int, str]) -> list[int]:
+    """The ranks a hang's sections single out: the fewest ranks sharing one section other than the default
+    ("step", where ranks wait at the step's collectives), when that group is smaller than every other."""
+    by_section: dict[str, list[int]] = {}
+    for rank, section in sections.items():
+        by_section.setdefault(section, []).append(rank)
+    if len(by_section) < 2:
+        return []
+    ordered = sorted(by_section.items(), key=lambda item: len(item[1]))
+    (section, ranks), runner_up = ordered[0], ordered[1]
+    if section == DEFAULT_SECTION or len(ranks) >= len(runner_up[1]):
+        return []
+    return sorted(ranks)
 
 
 def _cause(f: Finding) -> object:

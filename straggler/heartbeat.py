@@ -386,6 +386,17 @@ class HeartbeatMonitor:
         hung = {i for i, r in job.ranks.items() if r.hung_since is not None}
         return sorted(hung | job.startup_reported)
 
+    def sections(self, job_id: str) -> dict[int, str]:
+        """The section each live rank of a job last reported (finished and dead ranks left out)."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            return {}
+        return {
+            i: r.section
+            for i, r in job.ranks.items()
+            if r.last_seen is not None and not r.finished and r.dead_since is None
+        }
+
     def _learn_first_heartbeat(self, job: _Job, ts: float) -> None:
         if not job.start_known:
             return

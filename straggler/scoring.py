@@ -43,6 +43,9 @@ class StragglerConfig:
     min_relative_spread: float = 0.01  # floor of the z scale: identical ranks (MAD 0) are not all outliers
     persistence_windows: int = 3
     report_every_windows: int = 12  # while flagged, re-report so lost_seconds reaches the action policy
+    # The time a restart costs (runtime.restart_cost_seconds): a flagged rank is also reported in the window
+    # its lost_seconds first passes it, so the policy acts then rather than at the next periodic report.
+    action_cost_seconds: float | None = None
     change_min_shift_fraction: float = 0.10
     baseline_windows: int = 12
     min_baseline_windows: int = 3
@@ -269,10 +272,13 @@ class StragglerDetector:
             r.onset_step = job.max_step
         r.streak += 1
         assert job.window_steps is not None
+        lost_before = r.lost_seconds
         r.lost_seconds += job.window_steps * max(0.0, s.median_seconds - center)
         if r.streak < c.persistence_windows:
             return []
-        if r.reported_at_streak and r.streak - r.reported_at_streak < c.report_every_windows:
+        cost = c.action_cost_seconds
+        crossed = cost is not None and lost_before <= cost < r.lost_seconds
+        if r.reported_at_streak and r.streak - r.reported_at_streak < c.report_every_windows and not crossed:
             return []
         first = r.reported_at_streak == 0
         r.reported_at_streak = r.streak

@@ -181,7 +181,7 @@ class RuntimeService:
         self.stats = ServiceStats()
         self.commands = CommandQueue()
         self.ranks = RankRegistry(config.limits)
-        self.analyzer = analyzer if analyzer is not None else _default_analyzer()
+        self.analyzer = analyzer if analyzer is not None else _default_analyzer(config)
         self.planner = planner if planner is not None else PolicyPlanner(config)
         self.executor = ActionExecutor(
             ExecutorConfig(
@@ -320,21 +320,6 @@ class RuntimeService:
                     self._actions.put((finding, requests))
         self.flush()
         return findings
-
-    def plan_findings(self, findings: Sequence[Finding]) -> int:
-        """Findings raised outside the runtime that name a job of this host (an at-risk GPU, named by
-        fleetguard.agent.gpu_jobs): planned like its own, so that job is asked to checkpoint. The caller
-        stores them. Returns how many led to actions."""
-        planned = 0
-        for finding in findings:
-            job = self.ranks.job(finding.job_id) if finding.job_id else None
-            if job is None:
-                continue
-            requests = self.planner(finding, job)
-            if requests:
-                self._actions.put((finding, requests))
-                planned += 1
-        return planned
 
     def plan_findings(self, findings: Sequence[Finding]) -> int:
         """Findings raised outside the runtime that name a job of this host (an at-risk GPU, named by
@@ -512,10 +497,12 @@ class RuntimeService:
                 log.exception("runtime actions for finding %s failed", finding.finding_id)
 
 
-def _default_analyzer() -> Analyzer:
+def _default_analyzer(config: RuntimeServiceConfig) -> Analyzer:
     from straggler.analysis import RuntimeAnalyzer
+    from straggler.scoring import StragglerConfig
 
-    return RuntimeAnalyzer()
+    # a straggler is reported the moment the time it cost passes what a restart costs
+    return RuntimeAnalyzer(straggler_config=StragglerConfig(action_cost_seconds=config.restart_cost_seconds))
 
 
 @dataclass(frozen=True)

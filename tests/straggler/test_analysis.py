@@ -7,7 +7,7 @@ import json
 from fleetguard.clock import FakeClock
 from fleetguard.records.findings import Finding
 from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
-from straggler.analysis import RuntimeAnalyzer
+from straggler.analysis import RuntimeAnalyzer, section_outliers
 
 JOB = "job-1"
 WORLD = 4
@@ -179,6 +179,46 @@ def test_hang_without_progress_records_names_the_hung_ranks() -> None:
     assert len(localised) == 1
     ev = json.loads(localised[0].evidence_json)
     assert (ev["hang_kind"], ev["suspect_ranks"]) == ("heartbeat_only", [0])
+
+
+def test_a_hang_without_progress_is_localised_to_the_one_rank_its_section_singles_out() -> None:
+    clock = FakeClock()
+    a = started(clock)
+    found: list[Finding] = []
+    for i in range(40):  # from step 6 every rank stops moving: rank 2 inside "compute", the rest at "step"
+        clock.advance(1.0)
+        for r in range(WORLD):
+            if i < 6:
+                section = "compute" if i % 2 else "step"
+            else:
+                section = "compute" if r == 2 else "step"
+            a.observe(
+                Heartbeat(
+                    ts=clock.time(),
+                    host="h",
+                    job_id=JOB,
+                    rank=r,
+                    local_rank=r,
+                    world_size=WORLD,
+                    pid=7 + r,
+                    step=min(i, 6),
+                    section=section,
+                )
+            )
+        found.extend(a.tick(clock.time()))
+    [localised] = [f for f in found if f.kind == "hang_localised"]
+    ev = json.loads(localised.evidence_json)
+    assert (ev["hang_kind"], ev["suspect_ranks"], ev["localised_by"]) == ("host_stuck", [2], "sections")
+    assert localised.rank == 2
+    hung = [f.rank for f in found if f.kind == "hung_rank"]
+    assert sorted(hung) == sorted(set(hung))  # one hung_rank per rank and episode
+
+
+def test_sections_single_out_ranks_only_when_a_minority_sits_outside_the_step() -> None:
+    assert section_outliers({0: "step", 1: "step", 2: "compute", 3: "step"}) == [2]
+    assert section_outliers({0: "step", 1: "compute"}) == []  # one against one: nothing singled out
+    assert section_outliers({0: "compute", 1: "compute", 2: "step"}) == []  # the odd one waits at the step
+    assert section_outliers({0: "step", 1: "step"}) == []
 
 
 def test_slow_rank_is_flagged_as_straggler_through_the_analyzer() -> None:

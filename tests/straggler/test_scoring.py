@@ -118,6 +118,22 @@ def test_straggler_is_re_reported_with_growing_lost_seconds() -> None:
     assert len({f.finding_id for _, f in found}) == len(found)
 
 
+def test_a_straggler_is_reported_in_the_window_its_cost_first_passes_the_restart_cost() -> None:
+    cost = 10.0
+    det = StragglerDetector(StragglerConfig(action_cost_seconds=cost))
+    found = run(det, range(400), lambda r, s: 1.5 if r == 2 and s >= 50 else 1.0)
+    lost = [float(evidence(f)["lost_seconds"]) for _, f in found]  # type: ignore[arg-type]
+    over = [x for x in lost if x > cost]
+    assert over, lost
+    window = det.window_steps(JOB)
+    assert window is not None
+    # the first report past the cost comes in the very window it was passed: by less than one window's loss
+    assert over[0] - cost <= window * 0.5 + 1e-9
+    without = run(StragglerDetector(), range(400), lambda r, s: 1.5 if r == 2 and s >= 50 else 1.0)
+    periodic = [float(evidence(f)["lost_seconds"]) for _, f in without]  # type: ignore[arg-type]
+    assert min(x for x in periodic if x > cost) > over[0]  # the periodic reports alone act later
+
+
 def test_recovered_straggler_starts_a_new_episode() -> None:
     found = run(
         StragglerDetector(), range(300), lambda r, s: 1.5 if r == 2 and (50 <= s < 100 or s >= 200) else 1.0
