@@ -188,10 +188,8 @@ def test_a_hang_without_progress_is_localised_to_the_one_rank_its_section_single
     for i in range(40):  # from step 6 every rank stops moving: rank 2 inside "compute", the rest at "step"
         clock.advance(1.0)
         for r in range(WORLD):
-            if i < 6:
-                section = "compute" if i % 2 else "step"
-            else:
-                section = "compute" if r == 2 else "step"
+            stuck_in = "compute" if r == 2 else "step"
+            section = stuck_in if i >= 6 else ("compute" if i % 2 else "step")
             a.observe(
                 Heartbeat(
                     ts=clock.time(),
