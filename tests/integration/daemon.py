@@ -40,6 +40,7 @@ class Daemon:
                 **os.environ,
                 "FLEETGUARD_COLLECTORS_KMSG_STATE_PATH": str(tmp / "kmsg.seq"),
                 "FLEETGUARD_RUNTIME_ENABLED": "false",
+                "FLEETGUARD_RUNTIME_PORT": "0",  # when a test enables it: a busy runtime port is fatal
                 **(env or {}),
             },
         )
