@@ -36,6 +36,7 @@ import json
 import logging
 import re
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -271,11 +272,13 @@ class HttpServer:
         port: int = 0,
         limits: Limits | None = None,
         name: str = "fleetguard-http",
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.limits = limits or Limits()
         self.stats = HttpStats()
         self._handler = handler
         self._name = name
+        self._ssl = ssl_context  # HTTPS: the handshake runs on the loop, under the request deadline's cover
         self._sock = _listen(address, port, self.limits.backlog)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -335,6 +338,8 @@ class HttpServer:
                     sock=self._sock,
                     limit=self.limits.max_header_bytes,
                     backlog=self.limits.backlog,
+                    ssl=self._ssl,
+                    ssl_handshake_timeout=self.limits.request_timeout_seconds if self._ssl else None,
                 )
             )
             ready.set()

@@ -55,9 +55,13 @@ def split_listen(listen: str) -> tuple[str, int]:
 
 
 def tls_context(cert: str, key: str) -> ssl.SSLContext:
+    """The server side of HTTPS (controller.tls_cert / tls_key); OSError naming the files if unusable."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(cert, key)
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise OSError(f"controller.tls_cert {cert} / tls_key {key}: {exc}") from exc
     return context
 
 
@@ -85,11 +89,8 @@ def start_controller(config: Config, clock: Clock | None = None) -> RunningContr
             ),
         )
         limits = Limits(workers=WORKERS, max_body_bytes=ctl.max_body_bytes, request_timeout_seconds=30.0)
-        if ctl.tls_cert:
-            raise OSError(
-                "controller.tls_cert: TLS is not served yet; terminate TLS in front of the controller"
-            )
-        server = HttpServer(api, address, port, limits, name="fleetguard-controller")
+        tls = tls_context(ctl.tls_cert, ctl.tls_key) if ctl.tls_cert else None
+        server = HttpServer(api, address, port, limits, name="fleetguard-controller", ssl_context=tls)
     except BaseException:
         store.close()
         raise
