@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from predictor.dataset import DatasetSpec
+from predictor.feature_choice import Categories
 from predictor.models import Model
 from predictor.registry import load as load_any
 from predictor.registry import save as save_any
@@ -36,6 +37,12 @@ class LoadedModel:
     event_kinds: tuple[str, ...]
     feature_names: tuple[str, ...]
     meta: dict[str, Any]
+    categories: Categories = ()
+
+    @property
+    def input_columns(self) -> tuple[str, ...]:
+        """Every sample column the features read: numeric ones and text ones."""
+        return (*self.feature_columns, *(c for c, _ in self.categories))
 
     @property
     def model_id(self) -> str:
@@ -62,6 +69,7 @@ def save(
     training_window: tuple[float, float],
     metrics: dict[str, Any],
     model_id: str | None = None,
+    categories: Categories = (),
 ) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     model_meta = save_any(model, directory / "model")
@@ -75,6 +83,8 @@ def save(
             "sample_columns": list(feature_columns),
             "event_kinds": list(event_kinds),
             "features": list(feature_names),
+            # text column -> the values with a 0/1 feature (fixed on the training window; others are 0)
+            "categories": {c: list(values) for c, values in categories},
         },
         "training_window": {"start_ts": training_window[0], "end_ts": training_window[1]},
         "metrics": metrics,
@@ -115,6 +125,9 @@ def load(directory: Path) -> LoadedModel:
             event_kinds=tuple(schema["event_kinds"]),
             feature_names=tuple(schema["features"]),
             meta=meta,
+            categories=tuple(
+                (str(c), tuple(str(v) for v in values)) for c, values in schema.get("categories", {}).items()
+            ),
         )
     except ArtifactError:
         raise
@@ -147,7 +160,7 @@ def _check_names(node: Any, meta_path: Path) -> None:
 
 def check_schema(loaded: LoadedModel, available_columns: tuple[str, ...], where: str) -> None:
     """Raise when the data lacks a column the model was trained on (extra columns are fine)."""
-    missing = [c for c in loaded.feature_columns if c not in available_columns]
+    missing = [c for c in loaded.input_columns if c not in available_columns]
     if missing:
         raise ArtifactError(
             f"{where}: feature schema mismatch: the model was trained with column(s) "

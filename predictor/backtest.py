@@ -23,7 +23,14 @@ from predictor.dataset import Instances
 from predictor.defaults import explain_one_class
 from predictor.durations import format_duration
 from predictor.ensembles import CascadeEnsemble
-from predictor.feature_choice import EventLog, columns_for, kinds_in_window
+from predictor.feature_choice import (
+    Categories,
+    EventLog,
+    categories_in_rows,
+    columns_for,
+    dropped_categories,
+    kinds_in_window,
+)
 from predictor.metrics import ModelMetrics, Scored, evaluate, precision_of
 from predictor.registry import ALL_MODELS, PARALLEL_MEMBERS, SINGLE_MODELS
 from predictor.selection import (
@@ -64,6 +71,10 @@ class BacktestConfig:
     # retrain keeps: the most frequent in its own training window.
     candidate_event_kinds: tuple[str, ...] = ()
     max_event_kinds: int = 8
+    # Text columns' values the instances carry 0/1 columns for, and how many per column a retrain keeps:
+    # the most frequent among its own training rows (an encoding fixed on the training window).
+    candidate_categories: Categories = ()
+    max_categories: int = 10
     seed: int = 0
     n_jobs: int = 2
 
@@ -156,7 +167,7 @@ def run_backtest(
         config.seed,
     )
     require_both_classes(static_y, first, config.train_window_seconds, config)
-    static_cols = _columns(inst, events, first, config.train_window_seconds, config)[1]
+    static_cols = _columns(inst, events, first, config.train_window_seconds, static_idx, config)[1]
     static = registry.make_single("xgboost", config.n_jobs)
     static.fit(inst.x[np.ix_(static_idx, static_cols)], static_y, config.seed)
     scores["xgboost_static"] = static.score(x_scored[:, static_cols])
@@ -171,7 +182,7 @@ def run_backtest(
             inst, float(at), window, config.horizon_seconds, config.max_train_negatives, config.seed
         )
         require_both_classes(y, float(at), window, config)
-        kinds, cols = _columns(inst, events, float(at), window, config)
+        kinds, cols = _columns(inst, events, float(at), window, idx, config)
         retrains.append(_record(inst, float(at), window, kinds, idx, y))
         x_train, x_batch = inst.x[np.ix_(idx, cols)], x_scored[np.ix_(in_batch, cols)]
         for name in singles:
@@ -186,11 +197,16 @@ def run_backtest(
 
 
 def _columns(
-    inst: Instances, events: EventLog, at: float, window: float, config: BacktestConfig
+    inst: Instances, events: EventLog, at: float, window: float, idx: IntArray, config: BacktestConfig
 ) -> tuple[tuple[str, ...], IntArray]:
-    """The event kinds a retrain at `at` keeps (from its own window) and the feature columns that follow."""
+    """The event kinds a retrain at `at` keeps and its category encoding (both from its own training
+    window), and the feature columns that follow."""
     kinds = kinds_in_window(events, at - window, at, config.max_event_kinds)
-    return kinds, columns_for(inst.feature_names, config.candidate_event_kinds, kinds)
+    kept = categories_in_rows(
+        inst.feature_names, config.candidate_categories, inst.x[idx], config.max_categories
+    )
+    drop = dropped_categories(config.candidate_categories, kept)
+    return kinds, columns_for(inst.feature_names, config.candidate_event_kinds, kinds, drop)
 
 
 def _train_window(inst: Instances, at: float, config: BacktestConfig) -> float:

@@ -18,7 +18,7 @@ import duckdb
 import numpy as np
 import numpy.typing as npt
 
-from predictor.feature_choice import EventLog, event_feature_name
+from predictor.feature_choice import Categories, EventLog, category_feature_name, event_feature_name
 from predictor.views import EVENTS_VIEW, FAILURES_VIEW, SAMPLES_VIEW, quote
 
 INSTANCES_TABLE = "fg_instances"
@@ -26,6 +26,7 @@ INSTANCES_TABLE = "fg_instances"
 # bus logs XID 79 and "fallen off the bus" seconds apart, and that is one failure to predict, not two.
 INCIDENT_GAP_SECONDS = 3600.0
 MAX_CANDIDATE_KINDS = 64
+MAX_CANDIDATE_CATEGORIES = 32
 STATS = ("mean", "std", "min", "max", "last", "delta", "slope")
 ID_COLUMNS = ("device_id", "ts", "label", "next_failure_ts")
 
@@ -107,8 +108,27 @@ def fetch_events(con: duckdb.DuckDBPyConnection, kinds: tuple[str, ...]) -> Even
     return EventLog(np.asarray(arrays["kind"], dtype=object), _as_float(arrays["ts"]))
 
 
-def feature_names(columns: tuple[str, ...], kinds: tuple[str, ...]) -> tuple[str, ...]:
+def candidate_categories(
+    con: duckdb.DuckDBPyConnection, columns: tuple[str, ...], limit: int = MAX_CANDIDATE_CATEGORIES
+) -> Categories:
+    """Every value of each text column, in order of first appearance, up to `limit` per column (as for event
+    kinds, whether a value gets a column depends only on the values seen before it)."""
+    out = []
+    for c in columns:
+        rows = con.execute(
+            f"SELECT CAST({quote(c)} AS VARCHAR) AS v FROM {SAMPLES_VIEW} WHERE {quote(c)} IS NOT NULL "
+            "GROUP BY v ORDER BY min(ts), v LIMIT ?",
+            [limit],
+        ).fetchall()
+        out.append((c, tuple(str(r[0]) for r in rows)))
+    return tuple(out)
+
+
+def feature_names(
+    columns: tuple[str, ...], kinds: tuple[str, ...], categories: Categories = ()
+) -> tuple[str, ...]:
     names = [f"{c}__{s}" for c in columns for s in STATS]
+    names += [category_feature_name(c, v) for c, values in categories for v in values]
     names += [event_feature_name(k) for k in kinds]
     # No sample-count feature: live stores sample every few seconds, histories hourly or daily.
     names += ["failures__count", "hours_since_last_failure"]
@@ -116,7 +136,11 @@ def feature_names(columns: tuple[str, ...], kinds: tuple[str, ...]) -> tuple[str
 
 
 def build_instances_sql(
-    columns: tuple[str, ...], kinds: tuple[str, ...], spec: DatasetSpec, where_samples: str = "true"
+    columns: tuple[str, ...],
+    kinds: tuple[str, ...],
+    spec: DatasetSpec,
+    where_samples: str = "true",
+    categories: Categories = (),
 ) -> str:
     """The SELECT producing one row per (device, step end): id columns, label, then the features."""
     step = float(spec.step_seconds)
@@ -136,6 +160,12 @@ def build_instances_sql(
     bucket_aggs.append(
         f"arg_min(struct_pack({packed}), ts) AS fi_, arg_max(struct_pack({packed}), ts) AS la_"
     )
+    # A text column (model, SKU, driver) is its value at the step's last sample that has one; each value
+    # of the encoding becomes a 0/1 column; a value outside the encoding (unseen in training) is all zeros.
+    for i, (c, _values) in enumerate(categories):
+        bucket_aggs.append(
+            f"arg_max(CAST({quote(c)} AS VARCHAR), ts) FILTER (WHERE {quote(c)} IS NOT NULL) AS cat{i}"
+        )
     event_aggs = [
         f"count(*) FILTER (WHERE kind = '{k.replace(chr(39), chr(39) * 2)}') AS e{j}"
         for j, k in enumerate(kinds)
@@ -154,6 +184,13 @@ def build_instances_sql(
             f"AS {quote(c + '__delta')}",
             f"regr_slope(s{i} / nullif(n{i}, 0), b) OVER w AS {quote(c + '__slope')}",
         ]
+    for i, (c, values) in enumerate(categories):
+        for v in values:
+            literal = "'" + v.replace("'", "''") + "'"
+            features.append(
+                f"CAST(coalesce(last_value(cat{i} IGNORE NULLS) OVER w = {literal}, false) AS DOUBLE) "
+                f"AS {quote(category_feature_name(c, v))}"
+            )
     for j, k in enumerate(kinds):
         features.append(f"coalesce(sum(e{j}) OVER w, 0) AS {quote(event_feature_name(k))}")
     features += [
@@ -193,7 +230,7 @@ SELECT feats.device_id, feats.ts,
        WHEN fail.fail_ts IS NOT NULL OR feats.ts + $horizon <= (SELECT t FROM data_end) THEN 0.0
        ELSE NULL END AS label,
   fail.fail_ts AS next_failure_ts,
-  {", ".join(quote(f) for f in feature_names(columns, kinds))}
+  {", ".join(quote(f) for f in feature_names(columns, kinds, categories))}
 FROM feats ASOF LEFT JOIN fail ON feats.device_id = fail.device_id AND fail.fail_ts >= feats.ts
 WHERE feats.n_rows IS NOT NULL
 """
@@ -206,11 +243,13 @@ def build_instances(
     spec: DatasetSpec,
     kinds: tuple[str, ...] | None = None,
     table: str = INSTANCES_TABLE,
+    categories: Categories = (),
 ) -> tuple[str, ...]:
     """Materialise the instances table from the contract views; returns the feature names."""
     kinds = candidate_event_kinds(con) if kinds is None else kinds
-    con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS {build_instances_sql(columns, kinds, spec)}")
-    return feature_names(columns, kinds)
+    sql = build_instances_sql(columns, kinds, spec, categories=categories)
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS {sql}")
+    return feature_names(columns, kinds, categories)
 
 
 def fetch_instances(

@@ -12,15 +12,24 @@ from predictor.dataset import (
     DatasetSpec,
     Instances,
     build_instances,
+    candidate_categories,
     candidate_event_kinds,
     fetch_events,
     fetch_instances,
 )
-from predictor.feature_choice import columns_for, kinds_in_window
+from predictor.feature_choice import (
+    Categories,
+    categories_in_rows,
+    columns_for,
+    dropped_categories,
+    kinds_in_window,
+)
 from predictor.metrics import average_precision
 from predictor.models import Model
 from predictor.registry import make as make_any
 from predictor.sliding import training_indices
+
+MAX_CATEGORIES = 10  # values per text column a model keeps: the most frequent in its training rows
 
 
 @dataclass(frozen=True)
@@ -28,6 +37,7 @@ class TrainedModel:
     model: Model
     feature_names: tuple[str, ...]
     event_kinds: tuple[str, ...]
+    categories: Categories
     window: tuple[float, float]
     rows: int
     positives: int
@@ -67,17 +77,23 @@ def train_from_views(
     train_window_seconds: float | None,
     seed: int = 0,
     n_jobs: int = 2,
+    categorical_columns: tuple[str, ...] = (),
 ) -> TrainedModel:
+    """Build the features, fix the event kinds and the category encoding on the training window, train."""
     candidates = candidate_event_kinds(con)
-    names = build_instances(con, columns, spec, candidates)
+    cat_candidates = candidate_categories(con, categorical_columns)
+    names = build_instances(con, columns, spec, candidates, categories=cat_candidates)
     inst = fetch_instances(con, names)
-    # The event kinds the model counts are those frequent in its own training window.
-    start = data_end_ts - (train_window_seconds or data_end_ts - float(inst.ts.min()) + spec.step_seconds)
+    window = train_window_seconds or float(data_end_ts - inst.ts.min() + spec.step_seconds)
+    idx, _ = training_indices(inst, data_end_ts + 1e-6, window, spec.horizon_seconds, 200_000, seed)
     chosen = set(
-        kinds_in_window(fetch_events(con, candidates), start, data_end_ts + 1e-6, spec.max_event_kinds)
+        kinds_in_window(
+            fetch_events(con, candidates), data_end_ts - window, data_end_ts + 1e-6, spec.max_event_kinds
+        )
     )
     kinds = tuple(k for k in candidates if k in chosen)
-    cols = columns_for(names, candidates, kinds)
+    categories = categories_in_rows(names, cat_candidates, inst.x[idx], MAX_CATEGORIES)
+    cols = columns_for(names, candidates, kinds, dropped_categories(cat_candidates, categories))
     inst = Instances(
         inst.device_id,
         inst.ts,
@@ -91,6 +107,7 @@ def train_from_views(
         model=model,
         feature_names=inst.feature_names,
         event_kinds=kinds,
+        categories=categories,
         window=(float(inst.ts[idx].min()), float(inst.ts[idx].max())),
         rows=len(idx),
         positives=int(y.sum()),

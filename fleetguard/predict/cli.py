@@ -24,6 +24,7 @@ from predictor import artifact
 from predictor.backtest import BacktestConfig, BacktestError, run_backtest, summarise, to_json
 from predictor.dataset import (
     build_instances,
+    candidate_categories,
     candidate_event_kinds,
     data_end_ts,
     fetch_events,
@@ -74,7 +75,14 @@ def train_command(
         note("building features and training ...", quiet)
         with counted_warnings(quiet):
             trained = train_from_views(
-                con, inputs.feature_columns, model_name, spec, data_end_ts(con), train_window, seed
+                con,
+                inputs.feature_columns,
+                model_name,
+                spec,
+                data_end_ts(con),
+                train_window,
+                seed,
+                categorical_columns=inputs.categorical_columns,
             )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -96,6 +104,7 @@ def train_command(
         trained.feature_names,
         trained.window,
         metrics,
+        categories=trained.categories,
     )
     click.echo(
         f"saved {model_name} to {out}: {trained.rows} training instances, {trained.positives} positive"
@@ -162,7 +171,8 @@ def evaluate_command(
         spec, settings = resolve(con, step, feature_window, horizon, train_window, retrain_every, quiet)
         note("building features ...", quiet)
         kinds = candidate_event_kinds(con)
-        names = build_instances(con, inputs.feature_columns, spec, kinds)
+        categories = candidate_categories(con, inputs.categorical_columns)
+        names = build_instances(con, inputs.feature_columns, spec, kinds, categories=categories)
         inst = fetch_instances(con, names)
         event_log = fetch_events(con, kinds)
         f_dev, f_ts = fetch_failures(con)
@@ -181,6 +191,7 @@ def evaluate_command(
         train_window_candidates=candidates,
         candidate_event_kinds=kinds,
         max_event_kinds=spec.max_event_kinds,
+        candidate_categories=categories,
         seed=seed,
     )
     try:
@@ -224,8 +235,10 @@ def predict_command(
         raise click.ClickException(str(exc)) from exc
     con, inputs = open_inputs(samples, failures, events, store, failure_xids)
     try:
-        artifact.check_schema(loaded, inputs.feature_columns, str(samples or store))
-        names = build_instances(con, loaded.feature_columns, loaded.spec, loaded.event_kinds)
+        artifact.check_schema(loaded, inputs.all_columns, str(samples or store))
+        names = build_instances(
+            con, loaded.feature_columns, loaded.spec, loaded.event_kinds, categories=loaded.categories
+        )
         inst = latest_per_device(fetch_instances(con, names))
         # only devices still reporting: one whose last window ended long before the data did (a drive that
         # died months ago) is not a prediction anyone can act on

@@ -36,16 +36,25 @@ _NUMERIC_PREFIXES = (
 _TIME_TYPES = ("TIMESTAMP", "DATE")
 
 
+MAX_CATEGORY_VALUES = 256  # a text column with more distinct values is an identifier, not a category
+
+
 class InputError(ValueError):
     """Bad predictor input: names the file and the column at fault."""
 
 
 @dataclass(frozen=True)
 class ContractInputs:
-    """What the readers registered: the numeric feature columns, in file order, and the ignored ones."""
+    """What the readers registered: the numeric feature columns, the text (categorical) ones, in file order,
+    and the ignored ones."""
 
     feature_columns: tuple[str, ...]
     ignored_columns: tuple[str, ...]
+    categorical_columns: tuple[str, ...] = ()
+
+    @property
+    def all_columns(self) -> tuple[str, ...]:
+        return (*self.feature_columns, *self.categorical_columns)
 
 
 def _literal(text: str) -> str:
@@ -116,7 +125,9 @@ def _require(columns: dict[str, str], names: tuple[str, ...], where: Path) -> No
 
 
 def register_samples(con: duckdb.DuckDBPyConnection, path: Path) -> ContractInputs:
-    """Register `fg_samples` over a file or directory of samples; non-numeric extra columns are ignored."""
+    """Register `fg_samples` over a file or directory of samples. Numeric columns are features; text columns
+    (a model, SKU, driver version, rack) are categorical features unless they look like identifiers (more
+    than MAX_CATEGORY_VALUES distinct values); other columns are ignored with a warning."""
     con.execute("SET TimeZone = 'UTC'")
     files, fmt = _files(path)
     source = _source_sql(files, fmt)
@@ -127,7 +138,11 @@ def register_samples(con: duckdb.DuckDBPyConnection, path: Path) -> ContractInpu
     features = tuple(
         c for c, t in columns.items() if c not in ("device_id", "ts") and t.startswith(_NUMERIC_PREFIXES)
     )
-    ignored = tuple(c for c in columns if c not in ("device_id", "ts") and c not in features)
+    texts = tuple(c for c, t in columns.items() if c not in ("device_id", "ts") and t.startswith("VARCHAR"))
+    categorical = tuple(c for c in texts if _distinct(con, source, c, path) <= MAX_CATEGORY_VALUES)
+    ignored = tuple(
+        c for c in columns if c not in ("device_id", "ts") and c not in features and c not in categorical
+    )
     if ignored:
         warnings.warn(
             f"{path}: ignoring non-numeric columns: {', '.join(ignored)}", UserWarning, stacklevel=2
@@ -135,11 +150,23 @@ def register_samples(con: duckdb.DuckDBPyConnection, path: Path) -> ContractInpu
     if not features:
         raise InputError(f"{path}: no numeric feature column besides device_id and ts")
     feature_sql = "".join(f", CAST({quote(c)} AS DOUBLE) AS {quote(c)}" for c in features)
+    feature_sql += "".join(f", {quote(c)}" for c in categorical)
     con.execute(
         f"CREATE OR REPLACE TEMP VIEW {SAMPLES_VIEW} AS SELECT CAST(device_id AS VARCHAR) AS device_id, "
         f"{ts_sql} AS ts{feature_sql} FROM {source} WHERE device_id IS NOT NULL AND ts IS NOT NULL"
     )
-    return ContractInputs(features, ignored)
+    return ContractInputs(features, ignored, categorical)
+
+
+def _distinct(con: duckdb.DuckDBPyConnection, source: str, column: str, where: Path) -> int:
+    try:
+        row = con.execute(
+            f"SELECT count(*) FROM (SELECT DISTINCT {quote(column)} FROM {source} LIMIT ?)",
+            [MAX_CATEGORY_VALUES + 1],
+        ).fetchone()
+    except duckdb.Error as exc:
+        raise InputError(f"{where}: cannot read column {column!r}: {exc}") from exc
+    return int(row[0]) if row else 0
 
 
 def _register_events(con: duckdb.DuckDBPyConnection, path: Path | None, view: str, default_kind: str) -> None:

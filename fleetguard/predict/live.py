@@ -31,7 +31,9 @@ _DEMO_SPEC = DatasetSpec(window_seconds=6 * 3600.0, horizon_seconds=3 * 86400.0,
 
 def train_demo_model(out_dir: Path, seed: int = 0) -> Path:
     """Train an XGBoost on a small simulated fleet history (seconds on one core) and save it to `out_dir`."""
-    spec = HistorySpec(n_gpus=120, n_steps=24 * 30, failure_rate=0.35, new_batch_share=0.0, seed=seed)
+    spec = HistorySpec(
+        n_gpus=120, n_steps=24 * 30, failure_rate=0.35, new_batch_share=0.0, weak_sku_factor=1.0, seed=seed
+    )
     with tempfile.TemporaryDirectory() as tmp:
         samples, failures, _ = write_parquet(spec, Path(tmp))
         con = duckdb.connect()
@@ -84,9 +86,14 @@ class LiveScorer:
         cur = con.cursor()  # temp views live in this cursor's session, not in the caller's
         try:
             inputs = register_store(cur, self.rule, since_ts=since, until_ts=bucket_end)
-            artifact.check_schema(self.loaded, inputs.feature_columns, "store gpu_samples")
+            artifact.check_schema(self.loaded, inputs.all_columns, "store gpu_samples")
             names = build_instances(
-                cur, self.loaded.feature_columns, spec, self.loaded.event_kinds, table="fg_live"
+                cur,
+                self.loaded.feature_columns,
+                spec,
+                self.loaded.event_kinds,
+                table="fg_live",
+                categories=self.loaded.categories,
             )
             if names != self.loaded.feature_names:
                 raise artifact.ArtifactError("store features differ from the model's feature schema")

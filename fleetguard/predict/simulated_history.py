@@ -23,6 +23,12 @@ PATTERNS = ("ecc_ramp", "thermal_drift", "power_instability", "nvlink_errors", "
 _MIX_BEFORE = np.array([0.40, 0.30, 0.08, 0.07, 0.15])
 _MIX_AFTER = np.array([0.08, 0.10, 0.35, 0.32, 0.15])
 _FAILURE_KINDS = ("xid_79", "xid_48", "gpu_fallen_off_bus", "xid_95")
+# Static attributes (text columns: the predictor's categorical features). The first fleet is a mix of SKUs,
+# one of which fails twice as often; the new batch is one newer SKU. The driver changes at the fleet change.
+SKUS = ("H100-SXM5-80GB", "H100-PCIE-80GB", "A100-SXM4-80GB")
+_SKU_WEIGHTS = np.array([0.5, 0.3, 0.2])
+NEW_BATCH_SKU = "H200-SXM5-141GB"
+DRIVERS = ("535.104.05", "550.54.15")
 
 SAMPLE_COLUMNS = (
     "temperature_celsius",
@@ -49,6 +55,7 @@ class HistorySpec:
     failure_rate: float = 0.12  # expected failures per GPU over the whole history
     repeat_failure_share: float = 0.25  # share of failed GPUs that are repaired and fail again
     new_batch_share: float = 0.3  # GPUs that only appear at the fleet change, half way
+    weak_sku_factor: float = 2.0  # failure rate of the last SKU relative to the others
     seed: int = 0
 
     @property
@@ -80,7 +87,9 @@ def simulate_failures(spec: HistorySpec) -> FailureTruth:
     rng = np.random.default_rng([spec.seed, 1])
     n = spec.n_gpus
     first_step = _first_steps(spec)
-    fails = rng.random(n) < spec.failure_rate
+    weak = (_sku_index(spec) == len(SKUS) - 1) & ~_is_new(spec)
+    factor = np.where(weak, spec.weak_sku_factor, 1.0)
+    fails = rng.random(n) < spec.failure_rate * factor
     repeat = fails & (rng.random(n) < spec.repeat_failure_share)
     dev: list[npt.NDArray[np.int64]] = []
     step: list[npt.NDArray[np.int64]] = []
@@ -115,6 +124,20 @@ def simulate_failures(spec: HistorySpec) -> FailureTruth:
         pattern=np.array(PATTERNS)[pattern_idx],
         onset_ts=ts - lead_hours * 3600.0,
     )
+
+
+def _sku_index(spec: HistorySpec) -> npt.NDArray[np.int64]:
+    """Each GPU's SKU among SKUS (its own random stream, so adding it moved no other draw)."""
+    u = np.random.default_rng([spec.seed, 3]).random(spec.n_gpus)
+    return np.asarray(np.searchsorted(np.cumsum(_SKU_WEIGHTS), u * _SKU_WEIGHTS.sum()), dtype=np.int64)
+
+
+def gpu_skus(spec: HistorySpec) -> npt.NDArray[np.str_]:
+    return np.where(_is_new(spec), NEW_BATCH_SKU, np.array(SKUS)[_sku_index(spec)])
+
+
+def _is_new(spec: HistorySpec) -> npt.NDArray[np.bool_]:
+    return np.asarray(_first_steps(spec) > 0)
 
 
 def _first_steps(spec: HistorySpec) -> npt.NDArray[np.int64]:
@@ -186,6 +209,8 @@ def _chunk(
     present &= np.arange(t_n)[None, :] >= _first_steps(spec)[lo:hi, None]
     rows, cols = np.nonzero(present)
     ids = device_ids(np.arange(lo, hi, dtype=np.int64))
+    skus = gpu_skus(spec)[lo:hi]
+    drivers = np.array(DRIVERS)[(ts >= spec.change_ts).astype(np.int64)]
     return pa.table(
         {
             "device_id": pa.array(ids[rows]),
@@ -200,6 +225,8 @@ def _chunk(
             "pcie_replay_errors": pcie[rows, cols],
             "nvlink_crc_flit_errors": nvlink[rows, cols],
             "xid_count": xid[rows, cols],
+            "sku": pa.array(skus[rows]),
+            "driver_version": pa.array(drivers[cols]),
         }
     )
 

@@ -53,17 +53,27 @@ def test_iso_text_and_epoch_seconds_give_the_same_times(tmp_path: Path, table_wr
     assert times[0] == times[1] == (1704070800.0,)
 
 
-def test_non_numeric_columns_are_ignored_with_one_warning(tmp_path: Path, table_writer: Writer) -> None:
+def test_text_columns_are_categorical_and_identifier_like_ones_ignored_with_one_warning(
+    tmp_path: Path, table_writer: Writer
+) -> None:
+    n = 300
     path = table_writer(
         tmp_path / "s.parquet",
-        {"device_id": ["a"], "ts": [1.0], "model": ["x"], "firmware": ["y"], "temp": [3.0]},
+        {
+            "device_id": [f"d{i}" for i in range(n)],
+            "ts": [float(i) for i in range(n)],
+            "model": ["x" if i % 2 else "y" for i in range(n)],
+            "serial": [f"S{i}" for i in range(n)],  # one value per row: an identifier, not a category
+            "temp": [3.0] * n,
+        },
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         inputs = register_samples(duckdb.connect(), path)
     assert inputs.feature_columns == ("temp",)
-    assert inputs.ignored_columns == ("model", "firmware")
-    assert len(caught) == 1 and "model, firmware" in str(caught[0].message)
+    assert inputs.categorical_columns == ("model",)
+    assert inputs.ignored_columns == ("serial",)
+    assert len(caught) == 1 and "serial" in str(caught[0].message)
 
 
 def test_a_directory_of_files_reads_as_one_input(tmp_path: Path, table_writer: Writer) -> None:

@@ -14,7 +14,13 @@ import pytest
 
 from fleetguard.predict.contract import register_inputs
 from predictor import dataset
-from predictor.dataset import DatasetSpec, Instances, build_instances, fetch_instances
+from predictor.dataset import (
+    DatasetSpec,
+    Instances,
+    build_instances,
+    candidate_categories,
+    fetch_instances,
+)
 
 if TYPE_CHECKING:
     from conftest import History
@@ -26,7 +32,8 @@ Writer = Callable[[Path, dict[str, list[object]]], Path]
 def _instances(samples: Path, failures: Path | None, spec: DatasetSpec) -> Instances:
     con = duckdb.connect()
     inputs = register_inputs(con, samples, failures)
-    names = build_instances(con, inputs.feature_columns, spec)
+    categories = candidate_categories(con, inputs.categorical_columns)
+    names = build_instances(con, inputs.feature_columns, spec, categories=categories)
     return fetch_instances(con, names)
 
 
@@ -40,7 +47,9 @@ def _perturb_after(src: Path, dst: Path, cutoff_ts: float) -> Path:
         cols = {}
         for name in table.column_names:
             values = table.column(name).to_numpy()
-            if name not in ("device_id", "ts"):
+            if name not in ("device_id", "ts") and values.dtype.kind in "OUS":
+                values = np.where(late, "unseen-after-the-cutoff", values)  # a category first seen later
+            elif name not in ("device_id", "ts"):
                 values = np.where(late, rng.normal(1e4, 1e3, len(values)), values)
             cols[name] = values
         pq.write_table(pa.table(cols), dst / part.name)
@@ -55,11 +64,22 @@ def _features_at_or_before(inst: Instances, cutoff_ts: float) -> dict[tuple[str,
 def _leaks(history: History, tmp_path: Path) -> bool:
     spec = DatasetSpec()
     cutoff = history.spec.start_ts + 30 * DAY
-    before = _features_at_or_before(_instances(history.samples, history.failures, spec), cutoff)
+    base = _instances(history.samples, history.failures, spec)
     noisy = _perturb_after(history.samples, tmp_path / "noisy", cutoff)
-    after = _features_at_or_before(_instances(noisy, history.failures, spec), cutoff)
+    later = _instances(noisy, history.failures, spec)
+    # A category first seen after the cutoff adds or removes a 0/1 column that is zero up to the cutoff;
+    # compare the columns both builds have, and check the others are zero.
+    common = [n for n in base.feature_names if n in later.feature_names]
+    assert len(common) > 50
+    peeks = False
+    for inst in (base, later):
+        others = [j for j, n in enumerate(inst.feature_names) if n not in common]
+        peeks |= bool(inst.x[np.ix_(inst.ts <= cutoff, others)].any())
+        inst.x = inst.x[:, [inst.feature_names.index(n) for n in common]]
+    before = _features_at_or_before(base, cutoff)
+    after = _features_at_or_before(later, cutoff)
     assert before.keys() == after.keys() and len(before) > 1000
-    return any(not np.array_equal(before[k], after[k], equal_nan=True) for k in before)
+    return peeks or any(not np.array_equal(before[k], after[k], equal_nan=True) for k in before)
 
 
 def test_features_at_time_t_do_not_change_when_data_after_t_changes(
