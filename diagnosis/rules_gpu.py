@@ -15,7 +15,8 @@ _SW_THERMAL = 0x20
 _HW_THERMAL = 0x40
 _HW_POWER_BRAKE = 0x80
 THERMAL_BITS = _SW_THERMAL | _HW_THERMAL | _HW_SLOWDOWN
-POWER_BITS = _SW_POWER_CAP | _HW_POWER_BRAKE
+# A software power cap is routine for a GPU working at its power limit; only the hardware brake is a fault.
+POWER_BITS = _HW_POWER_BRAKE
 
 
 def gpu_observations(sample: GpuSample, previous: GpuSample | None, rules: GpuRules) -> Iterator[Observation]:
@@ -89,9 +90,7 @@ def gpu_observations(sample: GpuSample, previous: GpuSample | None, rules: GpuRu
         )
 
 
-def _throttle(
-    sample: GpuSample, rules: GpuRules, make: Callable[..., Observation]
-) -> Iterator[Observation]:
+def _throttle(sample: GpuSample, rules: GpuRules, make: Callable[..., Observation]) -> Iterator[Observation]:
     reasons = sample.clocks_event_reasons
     if reasons is None:
         return
@@ -103,7 +102,7 @@ def _throttle(
         yield make(
             "throttle:power", Severity.WARNING, RepairAction.WATCH, f"power throttling (0x{reasons:x})"
         )
-    if not reasons & (THERMAL_BITS | POWER_BITS):
+    if not reasons & (THERMAL_BITS | POWER_BITS):  # a software power cap alone is healthy
         yield make("throttle:none", Severity.INFO, RepairAction.NONE, "not throttled", healthy=True)
 
 

@@ -41,7 +41,17 @@ def run_embedded(
         extensions.append(runtime_extension(config, runtime_parts))
     if predict and (config.predictor.model_dir or sources.simulated):
         extensions.append(_scoring_extension(config, sources, risk, runtime_parts))
-    status = StatusPrinter(out, xid_names=_xid_names(), extra=risk.describe)
+    describe = risk.describe
+    if config.diagnosis.enabled:
+        from fleetguard.incidents.extension import IncidentSummary, incidents_extension
+
+        incidents = IncidentSummary()
+        extensions.append(incidents_extension(config, incidents))
+
+        def describe() -> str:
+            return f"{risk.describe()} | {incidents.describe()}"
+
+    status = StatusPrinter(out, xid_names=_xid_names(), extra=describe)
 
     def banner(port: int) -> None:
         what = f"simulated fleet {config.simulate.fleet}" if sources.simulated else f"host {config.host}"

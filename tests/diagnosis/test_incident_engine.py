@@ -192,3 +192,10 @@ def test_an_operator_resolves_an_incident() -> None:
     (opened,) = eng.observe(Signals(events=[xid(79, T0)]), T0)
     (resolved,) = eng.resolve(opened.incident.incident_id, T0 + 5)
     assert resolved.incident.resolution is Resolution.OPERATOR
+
+
+def test_a_software_power_cap_alone_is_not_a_fault_but_the_hardware_power_brake_is() -> None:
+    eng = engine()
+    assert eng.observe(Signals(gpu_samples=[gpu(T0, clocks_event_reasons=0x4)]), T0) == []
+    (change,) = eng.observe(Signals(gpu_samples=[gpu(T0 + 1, clocks_event_reasons=0x80)]), T0 + 1)
+    assert change.incident.key.fault == "throttle:power"

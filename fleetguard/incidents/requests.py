@@ -1,0 +1,53 @@
+"""Operator requests to a running process that holds the store: a file beside the store, consumed once.
+
+DuckDB lets one process write; while `fleetguard up` (or the controller) runs, `fleetguard breaker reset`
+and `fleetguard alerts replay` leave a request here instead, and the running service carries it out
+within a round. The file lives in the store's directory, so only who may write the store may ask.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+MAX_REQUEST_BYTES = 4096
+
+
+class Request(StrEnum):
+    BREAKER_RESET = "breaker-reset"
+    ALERTS_REPLAY = "alerts-replay"
+
+
+def request_path(store_path: str, request: Request) -> Path:
+    return Path(f"{store_path}.{request.value}")
+
+
+def leave(store_path: str, request: Request, payload: dict[str, Any]) -> Path:
+    path = request_path(store_path, request)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(payload))
+    os.replace(tmp, path)
+    return path
+
+
+def take(store_path: str, request: Request) -> dict[str, Any] | None:
+    """The pending request (removed), or None; an unreadable one is removed and ignored."""
+    path = request_path(store_path, request)
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(MAX_REQUEST_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return None
+    with contextlib.suppress(OSError):
+        path.unlink()
+    try:
+        payload = json.loads(data) if len(data) <= MAX_REQUEST_BYTES else None
+    except ValueError:
+        return None
+    return payload if isinstance(payload, dict) else None
