@@ -19,6 +19,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector as PromCollector
 
+from fleetguard.agent.gpu_directory import GpuDirectory, GpuName, bus_key
+from fleetguard.agent.nic_families import nic_counter_families
 from fleetguard.records.prediction import Prediction
 from fleetguard.records.telemetry import Batch, Event, EventKind, GpuSample, NicSample
 
@@ -189,7 +191,10 @@ class MetricsState(PromCollector):
         self._gpus: dict[tuple[str, int], GpuSample] = {}
         self._nics: dict[tuple[str, str, int], NicSample] = {}
         self._nic_counters: dict[tuple[str, str, int, str, str], int] = {}
-        self._xids: dict[tuple[str, str, str], int] = {}  # (host, pci_bus_id, xid) -> occurrences
+        # (host, normalised pci_bus_id, gpu index or -1, xid) -> occurrences; named by GPU when rendered
+        self._xids: dict[tuple[str, str, int, int], int] = {}
+        self._sxids: dict[tuple[str, str, str, int], int] = {}  # (host, nvswitch, pci_bus_id, sxid) -> n
+        self._directory = GpuDirectory()  # which GPUs are up; names GPUs that events know by bus id only
         self._events: dict[tuple[str, str], int] = {}  # (host, kind) -> occurrences
         self._problems: dict[tuple[str, str], int] = {}
         self._collectors_up: dict[str, bool] = {}
@@ -207,6 +212,8 @@ class MetricsState(PromCollector):
         with self._lock:
             for s in batch.gpu_samples:
                 self._gpus[(s.host, s.gpu_index)] = s
+            for missing in self._directory.seen(batch.gpu_samples):
+                self._gpus.pop(missing, None)  # its last reading must not look live
             for n in batch.nic_samples:
                 self._nics[(n.host, n.device, n.port)] = n
             for c in batch.nic_counters:
@@ -218,13 +225,19 @@ class MetricsState(PromCollector):
             key = (e.host, e.kind)
             self._events[key] = self._events.get(key, 0) + e.count
             if e.kind == EventKind.XID and e.code is not None:
-                xkey = (e.host, e.pci_bus_id or "", str(e.code))
+                index = e.gpu_index if e.gpu_index is not None else -1
+                xkey = (e.host, bus_key(e.pci_bus_id), index, e.code)
                 self._xids[xkey] = self._xids.get(xkey, 0) + e.count
+            elif e.kind == EventKind.SXID and e.code is not None:
+                skey = (e.host, e.device or "", bus_key(e.pci_bus_id), e.code)
+                self._sxids[skey] = self._sxids.get(skey, 0) + e.count
 
     def forget_gpu(self, host: str, gpu_index: int) -> None:
-        """Stop exporting a GPU's last reading (it was lost): stale values must not look live."""
+        """Stop exporting a GPU's last reading (it was lost): stale values must not look live. Its
+        fleetguard_gpu_up series stays, at 0."""
         with self._lock:
             self._gpus.pop((host, gpu_index), None)
+            self._directory.lost(host, gpu_index)
 
     def set_problems(self, collector: str, problems: Mapping[str, int]) -> None:
         with self._lock:
@@ -262,11 +275,13 @@ class MetricsState(PromCollector):
             gpus = list(self._gpus.values())
             nics = list(self._nics.values())
             nic_counters = dict(self._nic_counters)
-            xids = dict(self._xids)
+            gpu_states = list(self._directory.states())
+            xids = _xid_rows(self._xids, self._directory)
+            sxids = dict(self._sxids)
             events = dict(self._events)
             problems = dict(self._problems)
             up = dict(self._collectors_up)
-            risk = dict(self._risk)
+            risk = _risk_rows(self._risk, self._directory)
             stats = AgentStats(
                 self.stats.rounds,
                 self.stats.round_cpu_seconds,
@@ -277,16 +292,25 @@ class MetricsState(PromCollector):
                 self.stats.dropped_rows,
                 self.stats.rejected_rows,
             )
+        yield _gpu_up_family(gpu_states)
         yield from _gpu_families(gpus)
         yield from _nic_families(nics, nic_counters)
         xid = CounterMetricFamily(
             "fleetguard_gpu_xid_errors",
-            "XID errors reported by the NVIDIA driver",
-            labels=["host", "pci_bus_id", "xid"],
+            "XID errors reported by the NVIDIA driver (gpu and uuid empty while the bus id names no GPU)",
+            labels=[*_GPU_LABELS, "pci_bus_id", "xid"],
         )
-        for (host, bus, code), n in sorted(xids.items()):
-            xid.add_metric([host, bus, code], n)
+        for labels, n in sorted(xids.items()):
+            xid.add_metric(list(labels), n)
         yield xid
+        sxid = CounterMetricFamily(
+            "fleetguard_nvswitch_sxid_errors",
+            "SXID errors reported by the NVSwitch driver",
+            labels=["host", "nvswitch", "pci_bus_id", "sxid"],
+        )
+        for (host, switch, bus, code), n in sorted(sxids.items()):
+            sxid.add_metric([host, switch, bus, str(code)], n)
+        yield sxid
         ev = CounterMetricFamily(
             "fleetguard_events", "Fault events by kind (every occurrence)", labels=["host", "kind"]
         )
@@ -296,14 +320,50 @@ class MetricsState(PromCollector):
         risk_family = GaugeMetricFamily(
             "fleetguard_gpu_failure_risk",
             "Predicted risk that the GPU fails within the model horizon",
-            labels=["host", "uuid"],
+            labels=_GPU_LABELS,
         )
-        for (host, uuid), value in sorted(risk.items()):
-            risk_family.add_metric([host, uuid], value)
+        for labels, value in sorted(risk.items()):
+            risk_family.add_metric(list(labels), value)
         yield risk_family
         yield from _agent_families(stats, problems, up)
         for extra in self.extra:
             yield from extra.collect()
+
+
+def _gpu_up_family(states: list[tuple[GpuName, bool]]) -> Metric:
+    up = GaugeMetricFamily(
+        "fleetguard_gpu_up",
+        "GPU reporting (1) or lost: gone from its host's sampling round or fallen off the bus (0)",
+        labels=_GPU_LABELS,
+    )
+    for name, is_up in states:
+        up.add_metric(name.labels, 1.0 if is_up else 0.0)
+    return up
+
+
+def _xid_rows(
+    xids: Mapping[tuple[str, str, int, int], int], directory: GpuDirectory
+) -> dict[tuple[str, ...], int]:
+    """Label values (host, gpu, uuid, pci_bus_id, xid) -> occurrences: one XID that NVML reported by index
+    and the kernel log by bus id lands in one series."""
+    rows: dict[tuple[str, ...], int] = {}
+    for (host, bus, index, code), n in xids.items():
+        name = directory.by_index(host, index) if index >= 0 else directory.by_bus(host, bus)
+        gpu, uuid = (str(name.index), name.uuid) if name else (str(index) if index >= 0 else "", "")
+        key = (host, gpu, uuid, bus or (name.pci_bus_id if name else ""), str(code))
+        rows[key] = rows.get(key, 0) + n
+    return rows
+
+
+def _risk_rows(
+    risk: Mapping[tuple[str, str], float], directory: GpuDirectory
+) -> dict[tuple[str, ...], float]:
+    """(host, gpu, uuid) -> risk; gpu is empty for a device this agent has not sampled."""
+    rows: dict[tuple[str, ...], float] = {}
+    for (host, uuid), value in risk.items():
+        name = directory.by_uuid(host, uuid)
+        rows[(host, str(name.index) if name else "", uuid)] = value
+    return rows
 
 
 def _gpu_families(gpus: list[GpuSample]) -> Iterator[Metric]:
@@ -424,14 +484,7 @@ def _nic_families(
     yield up
     yield rate
     yield info
-    family = CounterMetricFamily(
-        "fleetguard_nic_port_stat",
-        "InfiniBand/RoCE port counter as read from sysfs (cumulative)",
-        labels=[*_NIC_LABELS, "group", "counter"],
-    )
-    for (host, device, port, group, counter), value in sorted(counters.items()):
-        family.add_metric([host, device, str(port), group, counter], value)
-    yield family
+    yield from nic_counter_families(counters)
 
 
 def _agent_families(

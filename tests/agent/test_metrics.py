@@ -56,7 +56,7 @@ def state() -> MetricsState:
     xid = Event(1.0, "h", "xid", "kmsg", "Xid 79", code=79, pci_bus_id="0000:9b:00.0")
     s.observe(
         Batch(
-            gpu_samples=[gpu(0), gpu(1, power_watts=None)],
+            gpu_samples=[gpu(0, pci_bus_id="00000000:9B:00.0"), gpu(1, power_watts=None)],
             nic_samples=[NicSample(1.0, "h", "mlx5_0", 1, "ACTIVE", "LinkUp", 400.0, "InfiniBand")],
             nic_counters=[NicCounterSample(1.0, "h", "mlx5_0", 1, "symbol_error", "counters", 17)],
             events=[
@@ -74,9 +74,8 @@ def state() -> MetricsState:
 
 def test_every_xid_occurrence_is_counted_including_folded_repeats(state: MetricsState) -> None:
     text = render(state)
-    assert samples(text, "fleetguard_gpu_xid_errors_total") == {
-        (("host", "h"), ("pci_bus_id", "0000:9b:00.0"), ("xid", "79")): 42.0
-    }
+    labels = (("gpu", "0"), ("host", "h"), ("pci_bus_id", "0000:9b:00.0"), ("uuid", "GPU-0"), ("xid", "79"))
+    assert samples(text, "fleetguard_gpu_xid_errors_total") == {labels: 42.0}
     types = {f.name: f.type for f in text_string_to_metric_families(text)}
     assert types["fleetguard_gpu_xid_errors"] == "counter"
 
@@ -99,18 +98,8 @@ def test_cumulative_hardware_counts_are_counters(state: MetricsState) -> None:
         ecc[(("gpu", "0"), ("host", "h"), ("scope", "volatile"), ("type", "corrected"), ("uuid", "GPU-0"))]
         == 3
     )
-    assert (
-        samples(text, "fleetguard_nic_port_stat_total")[
-            (
-                ("counter", "symbol_error"),
-                ("device", "mlx5_0"),
-                ("group", "counters"),
-                ("host", "h"),
-                ("port", "1"),
-            )
-        ]
-        == 17
-    )
+    port = (("counter", "symbol_error"), ("device", "mlx5_0"), ("host", "h"), ("port", "1"))
+    assert samples(text, "fleetguard_nic_port_errors_total")[port] == 17
     assert samples(text, "fleetguard_gpu_energy_joules_total")
 
 
@@ -136,7 +125,9 @@ def test_agent_health_and_risk_are_exported(state: MetricsState) -> None:
     assert samples(text, "fleetguard_collector_skipped_inputs_total") == {
         (("collector", "rdma"), ("reason", "garbage_value")): 2.0
     }
-    assert samples(text, "fleetguard_gpu_failure_risk") == {(("host", "h"), ("uuid", "GPU-0")): 0.9}
+    assert samples(text, "fleetguard_gpu_failure_risk") == {
+        (("gpu", "0"), ("host", "h"), ("uuid", "GPU-0")): 0.9
+    }
 
 
 def test_promtool_accepts_the_exposition(state: MetricsState) -> None:
