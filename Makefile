@@ -9,7 +9,7 @@ DEVSTAMP := $(VENV)/.installed-dev
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := prometheus prometheus-alertmanager chromium
 
-.PHONY: demo test lint typecheck unit system-deps bench clean
+.PHONY: demo test lint typecheck rules unit system-deps bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,7 +39,12 @@ typecheck: $(DEVSTAMP)
 unit: $(DEVSTAMP) system-deps
 	$(BIN)/pytest
 
-test: lint typecheck unit
+# The shipped alert rules: valid, and firing as their unit tests say (tests/prometheus runs these too).
+rules: system-deps
+	promtool check rules data/prometheus/alerts.yml
+	cd tests/prometheus && promtool test rules alerts_test.yml
+
+test: lint typecheck rules unit
 
 bench: $(DEVSTAMP)
 	$(BIN)/python bench/run_all.py
