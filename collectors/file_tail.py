@@ -36,6 +36,12 @@ class FileTail:
         self._inode: tuple[int, int] | None = None
         self._offset = 0
         self._partial = b""
+        self._behind = False
+
+    @property
+    def behind(self) -> bool:
+        """The last call stopped at `max_bytes_per_read` with more of the file left to read."""
+        return self._behind
 
     @property
     def offset(self) -> int:
@@ -50,6 +56,7 @@ class FileTail:
 
     def follow(self, result: TailResult) -> Iterator[str]:
         """Yield the lines appended since the last call; problems and rotation are recorded in `result`."""
+        self._behind = False
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -81,6 +88,7 @@ class FileTail:
                 for chunk in _chunks(f, self._max_bytes):
                     self._offset += len(chunk)
                     yield from self._split(chunk, result)
+            self._behind = self._offset < st.st_size
         except OSError:
             result.problems.append("read_error")
 

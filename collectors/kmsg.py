@@ -18,6 +18,12 @@ reading goes on with the oldest record still there). Where to start:
 
 Repeats inside one read are folded (`collectors.event_dedup.fold_burst`) so that a storm replayed from the
 ring buffer or a large file is a handful of rows; folding across reads is the agent's EventDeduplicator.
+
+A storm must not starve the agent's sampling: one `collect` handles at most `max_lines_per_collect` lines and
+says `has_backlog` when more is waiting, which the agent reads between rounds within its own time budget.
+A path that is a regular file is not selectable (select() always calls it readable): `fileno()` refuses, so
+the agent polls it each round, like a file being appended to. A FIFO whose writer left would read as EOF and
+select as readable for ever: it is reopened, which waits quietly for the next writer.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import json
 import os
 import stat
 import time
+from collections import deque
 from collections.abc import Iterator, Mapping
 from datetime import tzinfo
 from pathlib import Path
@@ -43,6 +50,9 @@ from fleetguard.records.telemetry import Batch, Event
 SOURCE: Final = "kmsg"
 # /dev/kmsg rejects a read() buffer smaller than the record (EINVAL); record + dictionary is <= 8 KiB.
 _READ_BYTES: Final = 16 * 1024
+# Lines one collect handles (~10 us each): a storm is worked through in slices, never in one go.
+DEFAULT_MAX_LINES_PER_COLLECT: Final = 5_000
+DEFAULT_MAX_BYTES_PER_COLLECT: Final = 512 * 1024  # for a saved log: about as many lines
 DEFAULT_BOOT_ID_PATH: Final = "/proc/sys/kernel/random/boot_id"
 
 Start = Literal["beginning", "end"]
@@ -129,14 +139,16 @@ class KmsgCollector:
         boot_time: float | None = None,
         boot_id_path: str = DEFAULT_BOOT_ID_PATH,
         fold_window_seconds: float | None = DEFAULT_WINDOW_SECONDS,
-        max_reads_per_collect: int = 100_000,
+        max_lines_per_collect: int = DEFAULT_MAX_LINES_PER_COLLECT,
     ) -> None:
         if start not in ("beginning", "end"):
             raise ValueError(f"start must be 'beginning' or 'end', got {start!r}")
+        if max_lines_per_collect < 1:
+            raise ValueError(f"max_lines_per_collect must be >= 1, got {max_lines_per_collect}")
         self.host = host
         self.path = path
         self.state_path = Path(state_path) if state_path else None
-        self.max_reads_per_collect = max_reads_per_collect
+        self.max_lines_per_collect = max_lines_per_collect
         self._lines = _LineEvents(
             host, boot_time if boot_time is not None else boot_time_from_clocks(), None, fold_window_seconds
         )
@@ -146,6 +158,8 @@ class KmsgCollector:
         self._resumed = self._last_seq is not None
         self.skipped_replayed = 0  # records at or before the saved sequence: already handled before a restart
         self._partial = b""
+        self._pending: deque[bytes] = deque()  # complete lines read but not handled yet (one read's worth)
+        self._more = False  # the last collect stopped at its budget, not because nothing was left
         try:
             self._fd: int | None = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         except FileNotFoundError as exc:
@@ -160,6 +174,9 @@ class KmsgCollector:
             ) from exc
         except OSError as exc:
             raise CollectorUnavailable(f"cannot open {path}: {exc.strerror or exc}.") from exc
+        mode = os.fstat(self._fd).st_mode
+        self._regular_file = stat.S_ISREG(mode)
+        self._fifo = stat.S_ISFIFO(mode)
         if start == "end" and self._last_seq is None:
             # A pipe standing in for /dev/kmsg cannot seek, and has no backlog to skip either.
             with contextlib.suppress(OSError):
@@ -170,7 +187,14 @@ class KmsgCollector:
     def fileno(self) -> int:
         if self._fd is None:
             raise ValueError("collector is closed")
+        if self._regular_file:
+            raise ValueError(f"{self.path} is a regular file: polled each round, never readable-waited on")
         return self._fd
+
+    @property
+    def has_backlog(self) -> bool:
+        """More is waiting than the last collect handled (its line budget ran out)."""
+        return self._more or bool(self._pending)
 
     def collect(self, now: float) -> Batch:
         events = fold_burst(self._events(now), self._lines.fold_window_seconds)
@@ -210,30 +234,60 @@ class KmsgCollector:
                 yield event
 
     def _read_lines(self) -> Iterator[str]:
-        if self._fd is None:
-            return
-        for _ in range(self.max_reads_per_collect):
-            try:
-                chunk = os.read(self._fd, _READ_BYTES)
-            except BlockingIOError:
-                break
-            except BrokenPipeError:
-                self._lines.count("overrun")
+        """Up to `max_lines_per_collect` lines (each read counts as one, so lineless junk is bounded too)."""
+        budget = self.max_lines_per_collect
+        self._more = False
+        while budget > 0:
+            if not self._pending:
+                budget -= 1
+                if not self._fill():
+                    return
                 continue
-            except OSError as exc:
-                self._lines.count("read_error" if exc.errno != errno.EINVAL else "record_too_large")
-                break
-            if not chunk:
-                break  # end of a regular file or of a pipe whose writer left
-            # /dev/kmsg gives whole records; a file or pipe standing in for it may split a line across reads.
-            parts = (self._partial + chunk).split(b"\n")
-            self._partial = parts.pop()
-            if len(self._partial) > _READ_BYTES:
-                self._lines.count("line_too_long")
-                self._partial = b""
-            for part in parts:
-                if part:
-                    yield part.decode("utf-8", errors="replace")
+            budget -= 1
+            yield self._pending.popleft().decode("utf-8", errors="replace")
+        self._more = True
+
+    def _fill(self) -> bool:
+        """One read into the pending lines; False when nothing more can be read now."""
+        if self._fd is None:
+            return False
+        try:
+            chunk = os.read(self._fd, _READ_BYTES)
+        except BlockingIOError:
+            return False
+        except BrokenPipeError:
+            self._lines.count("overrun")
+            return True
+        except OSError as exc:
+            self._lines.count("read_error" if exc.errno != errno.EINVAL else "record_too_large")
+            return False
+        if not chunk:
+            if self._fifo:
+                self._reopen()  # the writer left: EOF now, and readable to select() for ever
+            return False  # else the end of a regular file, polled again next round
+        # /dev/kmsg gives whole records; a file or pipe standing in for it may split a line across reads.
+        parts = (self._partial + chunk).split(b"\n")
+        self._partial = parts.pop()
+        if len(self._partial) > _READ_BYTES:
+            self._lines.count("line_too_long")
+            self._partial = b""
+        self._pending.extend(part for part in parts if part)
+        return True
+
+    def _reopen(self) -> None:
+        """Open the FIFO afresh onto the same descriptor number (the agent keeps selecting on it): the new
+        open file is not readable until a new writer writes (Linux reports hang-up only to a reader that saw
+        that writer)."""
+        assert self._fd is not None
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError:
+            self._lines.count("reopen_failed")
+            self.close()
+            return
+        os.dup2(fd, self._fd)
+        os.close(fd)
+        self._partial = b""
 
     def _is_new(self, line: KernelLine) -> bool:
         if line.seq is None:
@@ -301,6 +355,7 @@ class KmsgFileCollector:
         boot_time: float | None = None,
         tz: tzinfo | None = None,
         fold_window_seconds: float | None = DEFAULT_WINDOW_SECONDS,
+        max_bytes_per_collect: int = DEFAULT_MAX_BYTES_PER_COLLECT,
     ) -> None:
         try:
             st = os.stat(path)
@@ -318,8 +373,13 @@ class KmsgFileCollector:
             )
         self.host = host
         self.path = path
-        self._tail = FileTail(path, from_start=from_start)
+        self._tail = FileTail(path, from_start=from_start, max_bytes_per_read=max_bytes_per_collect)
         self._lines = _LineEvents(host, boot_time, tz, fold_window_seconds)
+
+    @property
+    def has_backlog(self) -> bool:
+        """The last collect stopped at its byte budget with more of the file to read."""
+        return self._tail.behind
 
     def collect(self, now: float) -> Batch:
         tail = TailResult()

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from typing import Final
 
+from fleetguard.records.bounds import SqlType, fits
+
 LEVEL_NAMES: Final = ("emerg", "alert", "crit", "err", "warn", "notice", "info", "debug")
 FACILITY_NAMES: Final = (
     "kern", "user", "mail", "daemon", "auth", "syslog", "lpr", "news",
@@ -138,13 +140,16 @@ def _parse_kmsg(line: str, header: re.Match[str]) -> KernelLine | Unparsed:
     flags = header.group(4)
     if flags not in ("-", "c", "+", ""):
         return Unparsed("bad_kmsg_header")
+    seq = int(header.group(2))
+    if not fits(SqlType.BIGINT, seq):  # the kernel's u64 never gets there; the stored column is BIGINT
+        return Unparsed("value_out_of_range")
     return KernelLine(
         message=line[header.end() :],
         form=FORM_KMSG,
         uptime_seconds=int(header.group(3)) / 1_000_000,
         level=prival & 7,
         facility=prival >> 3,
-        seq=int(header.group(2)),
+        seq=seq,
     )
 
 

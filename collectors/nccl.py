@@ -22,6 +22,8 @@ from fleetguard.records.telemetry import Batch, Event, EventKind
 
 SOURCE: Final = "nccl_log"
 MAX_FILES: Final = 256
+# Bytes of one file one collect reads: a flood of log lines is worked through in slices (`has_backlog`).
+DEFAULT_MAX_BYTES_PER_COLLECT: Final = 512 * 1024
 
 
 def nccl_event(
@@ -73,6 +75,7 @@ class NcclLogCollector:
         from_start: bool = True,
         tz: tzinfo | None = None,
         fold_window_seconds: float | None = DEFAULT_WINDOW_SECONDS,
+        max_bytes_per_collect: int = DEFAULT_MAX_BYTES_PER_COLLECT,
     ) -> None:
         if isinstance(paths, str):
             paths = [paths]
@@ -81,6 +84,7 @@ class NcclLogCollector:
         self._from_start = from_start
         self._tz = tz
         self._fold_window_seconds = fold_window_seconds
+        self._max_bytes = max_bytes_per_collect
         self._tails: dict[str, FileTail] = {}
         self._problems: dict[str, int] = {}
 
@@ -91,7 +95,7 @@ class NcclLogCollector:
         for path in self._current_files():
             tail = self._tails.get(path)
             if tail is None:
-                tail = self._tails[path] = FileTail(path, from_start=self._from_start)
+                tail = self._tails[path] = FileTail(path, self._from_start, self._max_bytes)
             result = TailResult()
             name = os.path.basename(path)
             for text in tail.follow(result):
@@ -107,6 +111,11 @@ class NcclLogCollector:
 
     def problems(self) -> Mapping[str, int]:
         return dict(self._problems)
+
+    @property
+    def has_backlog(self) -> bool:
+        """A file had more to read than the last collect's byte budget."""
+        return any(tail.behind for tail in self._tails.values())
 
     def close(self) -> None:
         self._tails.clear()

@@ -1,4 +1,7 @@
-"""The agent loop: sample on a monotonic schedule, read streams as they arrive, buffer, flush, stop."""
+"""The agent loop: sample on a monotonic schedule, read streams as they arrive, buffer, flush, stop.
+
+Flushes and retention run on a writer thread of their own: a slow or refusing store never holds up sampling
+or shutdown's signal handling."""
 
 from __future__ import annotations
 
@@ -65,6 +68,15 @@ class Resumable(Protocol):
         """Events of every record up to `seq` are stored."""
 
 
+@runtime_checkable
+class Backlogged(Protocol):
+    """A stream collector that handles a bounded slice per collect (collectors.kmsg, collectors.nccl) and
+    says when more is waiting: the agent calls it again between rounds, within `Schedule.stream_seconds`."""
+
+    @property
+    def has_backlog(self) -> bool: ...
+
+
 @dataclass(frozen=True)
 class _Checkpoint:
     collector: Resumable
@@ -78,6 +90,9 @@ class Schedule:
     flush_interval_seconds: float = 5.0
     retention_days: float | None = None
     retention_interval_seconds: float = 3600.0
+    # Time streams may take between two rounds (kernel-log storm, log flood): the rest waits for the next
+    # round, so sampling keeps its rate whatever arrives.
+    stream_seconds: float = 0.3
 
 
 @dataclass
@@ -121,6 +136,9 @@ class Agent:
         self._read_seqs: dict[int, int] = {}  # id(collector) -> last sequence number checkpointed
         self._just_read: list[tuple[Resumable, int]] = []
         self._checkpoints: deque[_Checkpoint] = deque()
+        self._writer: _Writer | None = None
+        self._backlogged = [c for c in self.collectors if isinstance(c, Backlogged)]
+        self._stream_seconds_left = self.schedule.stream_seconds
         for c in self.collectors:
             metrics.set_collector_up(c.name, True)
 
@@ -146,11 +164,17 @@ class Agent:
         return report
 
     def read_streams(self, ready: Iterable[Collector]) -> None:
-        """Drain stream collectors that select() found readable, between rounds."""
+        """Read stream collectors that select() found readable (or that have a backlog), between rounds; the
+        time it takes is spent from this round's stream budget."""
+        start = self.clock.monotonic()
         now = self.clock.time()
         batch = Batch()
         self._collect_into(batch, list(ready), now)
         self._ingest(batch, now)
+        self._stream_seconds_left -= self.clock.monotonic() - start
+
+    def _with_backlog(self) -> list[Collector]:
+        return [c for c in self._backlogged if c.has_backlog]  # type: ignore[misc]
 
     def submit(self, records: Iterable[object]) -> None:
         """Records from other parts of the process (training runtime, predictor): buffered like samples."""
@@ -173,9 +197,13 @@ class Agent:
 
     def shutdown(self) -> int:
         """Last round of streams, every folded event released, everything flushed, collectors closed."""
+        if self._writer is not None:
+            self._writer.join(WRITER_JOIN_SECONDS)  # its flush is bounded in time; ours follows it
+            self._writer = None
         now = self.clock.time()
         batch = Batch()
-        self._collect_into(batch, self._streams, now)
+        streams = self._streams + [c for c in self._backlogged if c not in self._streams]  # type: ignore[misc]
+        self._collect_into(batch, streams, now)  # one slice each: shutdown must stay prompt
         self._ingest(batch, now, force_drain=True)
         written = self.flush()
         if len(self.buffer):
@@ -258,17 +286,33 @@ class Agent:
     def run(self, stop: threading.Event, wakeup_fd: int | None = None) -> None:
         """Run until `stop` is set. `wakeup_fd` (readable when stop is set, e.g. a signal wakeup pipe) makes
         shutdown immediate instead of waiting for the next tick."""
+        writer = self._writer = _Writer(self.flush, self._retain)
+        writer.start()
+        try:
+            self._loop(stop, wakeup_fd, writer)
+        finally:
+            writer.stop()  # shutdown() waits for it before its final flush
+
+    def _retain(self) -> None:
+        if self._apply_retention is None or not self.schedule.retention_days:
+            return
+        try:
+            self._apply_retention(self.schedule.retention_days)
+        except Exception as exc:
+            log.warning("retention failed: %s", exc)
+
+    def _loop(self, stop: threading.Event, wakeup_fd: int | None, writer: _Writer) -> None:
         interval = self.schedule.sample_interval_seconds
         start = self.clock.monotonic()
         next_round = start
         next_flush = start + self.schedule.flush_interval_seconds
         next_retention = start
         rounds_skipped = 0
-        fds = {_fileno(c): c for c in self._streams}
         while not stop.is_set():
             now = self.clock.monotonic()
             if now >= next_round:
                 self.sample_round()
+                self._stream_seconds_left = self.schedule.stream_seconds
                 next_round += interval
                 if self.clock.monotonic() > next_round + interval:
                     # Fell behind (suspended VM, slow disk): skip missed rounds rather than burst.
@@ -276,32 +320,94 @@ class Agent:
                     rounds_skipped += missed
                     next_round += missed * interval
             if now >= next_flush:
-                self.flush()  # never raises
+                writer.request_flush()
                 next_flush = now + self.schedule.flush_interval_seconds
-            if self._apply_retention is not None and self.schedule.retention_days and now >= next_retention:
-                try:
-                    self._apply_retention(self.schedule.retention_days)
-                except Exception as exc:
-                    log.warning("retention failed: %s", exc)
+            if now >= next_retention:
+                writer.request_retention()
                 next_retention = now + self.schedule.retention_interval_seconds
-            timeout = max(0.0, min(next_round, next_flush) - self.clock.monotonic())
-            wait_fds = [fd for fd in fds if fd is not None]
-            if wakeup_fd is not None:
-                wait_fds.append(wakeup_fd)
-            if not wait_fds:
+            self._wait_and_read(min(next_round, next_flush), wakeup_fd, stop)
+        if rounds_skipped:
+            log.info("skipped %d rounds while behind schedule", rounds_skipped)
+
+    def _wait_and_read(self, until: float, wakeup_fd: int | None, stop: threading.Event) -> None:
+        """Wait until `until` (monotonic), reading streams as they become readable while this round's stream
+        budget lasts; a collector with a backlog is read at once, a spent budget waits for the next round."""
+        streaming = self._stream_seconds_left > 0
+        backlog = self._with_backlog() if streaming else []
+        timeout = 0.0 if backlog else max(0.0, until - self.clock.monotonic())
+        fds = {fd: c for c in self._streams if (fd := _fileno(c)) is not None} if streaming else {}
+        wait_fds = list(fds) + ([wakeup_fd] if wakeup_fd is not None else [])
+        if not wait_fds:
+            if timeout > 0:
                 stop.wait(timeout)
-                continue
+            readable: list[int] = []
+        else:
             try:
                 readable, _, _ = select.select(wait_fds, [], [], timeout)
             except InterruptedError:
-                continue
-            if wakeup_fd is not None and wakeup_fd in readable:
-                _drain_fd(wakeup_fd)
-            ready = [fds[fd] for fd in readable if fd in fds]
-            if ready:
-                self.read_streams(ready)
-        if rounds_skipped:
-            log.info("skipped %d rounds while behind schedule", rounds_skipped)
+                return
+        if wakeup_fd is not None and wakeup_fd in readable:
+            _drain_fd(wakeup_fd)
+        ready = [fds[fd] for fd in readable if fd in fds]
+        ready += [c for c in backlog if c not in ready]
+        if ready:
+            self.read_streams(ready)
+
+
+# How long shutdown waits for a flush in progress on the writer thread (bounded by the buffer's own budget).
+WRITER_JOIN_SECONDS = 30.0
+
+
+class _Writer:
+    """A thread that runs the flushes and retention the loop asks for, one at a time; asking again while one
+    runs does not queue a second."""
+
+    def __init__(self, flush: Callable[[], object], retain: Callable[[], None]) -> None:
+        self._flush = flush
+        self._retain = retain
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+        self._flush_due = self._retention_due = self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="fleetguard-writer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def request_flush(self) -> None:
+        with self._lock:
+            self._flush_due = True
+        self._wake.set()
+
+    def request_retention(self) -> None:
+        with self._lock:
+            self._retention_due = True
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Ask the thread to end after what it is doing; `join` waits for it."""
+        with self._lock:
+            self._stopping = True
+        self._wake.set()
+
+    def join(self, timeout: float) -> None:
+        self.stop()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning("a flush still runs after %.0f s; shutting down beside it", timeout)
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            with self._lock:
+                flush, retain, stopping = self._flush_due, self._retention_due, self._stopping
+                self._flush_due = self._retention_due = False
+            if stopping:
+                return  # the final flush is shutdown()'s
+            if flush:
+                self._flush()  # Agent.flush never raises
+            if retain:
+                self._retain()
 
 
 def _fileno(collector: Collector) -> int | None:

@@ -279,8 +279,8 @@ def test_permission_denied_is_unavailable_and_says_what_to_do(
         make(kmsg, boot_id)
 
 
-def test_close_releases_the_descriptor(kmsg: Path, boot_id: Path) -> None:
-    collector = make(kmsg, boot_id)
+def test_close_releases_the_descriptor(fifo: tuple[Path, int], boot_id: Path) -> None:
+    collector = make(fifo[0], boot_id)
     fd = collector.fileno()
     collector.close()
     with pytest.raises(OSError):
@@ -288,3 +288,71 @@ def test_close_releases_the_descriptor(kmsg: Path, boot_id: Path) -> None:
     with pytest.raises(ValueError):
         collector.fileno()
     assert collector.collect(NOW).events == []
+
+
+# ---- streams that must not starve the agent ---------------------------------------------------------------
+
+
+def test_a_fifo_whose_writer_left_is_not_readable_again_until_a_new_writer_writes(
+    tmp_path: Path, boot_id: Path
+) -> None:
+    """A FIFO at EOF selects as readable for ever: without a reopen the agent loop spun on it."""
+    path = tmp_path / "kmsg.fifo"
+    os.mkfifo(path)
+    collector = make(path, boot_id)
+    writer = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    os.write(writer, record(1, xid_line(79)).encode())
+    os.close(writer)  # the writer leaves
+    assert [e.code for e in collector.collect(NOW).events] == [79]
+    assert select.select([collector], [], [], 0)[0] == []  # EOF seen: nothing to spin on
+    assert collector.collect(NOW).events == []
+    writer = os.open(path, os.O_WRONLY | os.O_NONBLOCK)  # a new writer is read as before
+    os.write(writer, record(2, xid_line(48)).encode())
+    assert select.select([collector], [], [], 5.0)[0] == [collector]
+    assert [e.code for e in collector.collect(NOW).events] == [48]
+    os.close(writer)
+    collector.close()
+
+
+def test_a_regular_file_is_polled_not_selected(kmsg: Path, boot_id: Path) -> None:
+    """select() calls a regular file readable even at its end: the agent would spin on it."""
+    collector = make(kmsg, boot_id)
+    with pytest.raises(ValueError, match="regular file"):
+        collector.fileno()
+    assert len(collector.collect(NOW).events) == 8
+    append(kmsg, record(3972, xid_line(48)))
+    assert [e.code for e in collector.collect(NOW + 1).events] == [48]
+
+
+def test_a_storm_is_read_in_slices_and_the_backlog_carried(tmp_path: Path, boot_id: Path) -> None:
+    path = tmp_path / "kmsg"
+    path.write_text("".join(record(1 + i, xid_line(79)) for i in range(12_000)))
+    collector = make(path, boot_id, max_lines_per_collect=5_000, fold_window_seconds=None)
+    slices = []
+    while True:
+        events = collector.collect(NOW).events
+        slices.append(len(events))
+        if not collector.has_backlog:
+            break
+    assert max(slices) <= 5_000
+    assert sum(slices) == 12_000
+    assert collector.last_seq == 12_000
+
+
+def test_lines_without_newlines_cost_budget_too(tmp_path: Path, boot_id: Path) -> None:
+    path = tmp_path / "kmsg"
+    path.write_bytes(b"x" * (64 * 1024 * 1024))  # 64 MiB without a line end
+    collector = make(path, boot_id, max_lines_per_collect=10)
+    assert collector.collect(NOW).events == []
+    assert collector.has_backlog  # stopped at its budget: 10 reads, not 4,096
+    assert collector.problems().get("line_too_long", 0) <= 10
+
+
+def test_a_sequence_number_past_bigint_is_counted_and_dropped(tmp_path: Path, boot_id: Path) -> None:
+    path = tmp_path / "kmsg"
+    path.write_text(
+        record(2**63, xid_line(79)) + record(99999999999999999999, xid_line(79)) + record(5, xid_line(48))
+    )
+    collector = make(path, boot_id)
+    assert [(e.code, e.seq) for e in collector.collect(NOW).events] == [(48, 5)]
+    assert collector.problems()["value_out_of_range"] == 2

@@ -187,3 +187,29 @@ def test_file_tail_reads_at_most_max_bytes_per_call(tmp_path: Path) -> None:
     tail = FileTail(str(path), max_bytes_per_read=10)
     assert tail.read().lines == ["aaaa", "bbbb"]
     assert tail.read().lines == ["cccc"]
+
+
+def test_a_large_saved_log_is_read_in_slices_with_the_backlog_carried(tmp_path: Path) -> None:
+    line = (
+        "[Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:9b:00): 79, pid=7, name=python3, fell off the bus\n"
+    )
+    path = tmp_path / "dmesg.txt"
+    path.write_text(line * 30_000)
+    collector = KmsgFileCollector("h", str(path), fold_window_seconds=None, max_bytes_per_collect=512 * 1024)
+    slices = []
+    while True:
+        slices.append(len(collector.collect(NOW).events))
+        if not collector.has_backlog:
+            break
+    assert len(slices) > 1 and max(slices) <= 512 * 1024 // len(line) + 1
+    assert sum(slices) == 30_000
+
+
+def test_file_tail_says_when_it_stopped_with_more_to_read(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    path.write_text("aaaa\nbbbb\ncccc\n")
+    tail = FileTail(str(path), max_bytes_per_read=10)
+    tail.read()
+    assert tail.behind
+    tail.read()
+    assert not tail.behind

@@ -124,3 +124,19 @@ def test_a_single_path_string_is_accepted(tmp_path: Path) -> None:
     path = training_log(tmp_path)
     collector = NcclLogCollector("gpu-node-07", str(path))
     assert len(collector.collect(NOW).events) == 8
+
+
+def test_a_flood_is_read_in_slices_with_the_backlog_carried(tmp_path: Path) -> None:
+    """Today the whole appended log was parsed in one collect: a 2M-line flood held one round for minutes."""
+    log = tmp_path / "train.log"
+    log.write_text(WARN * 20_000)  # ~2 MB
+    collector = NcclLogCollector(
+        "gpu-node-07", [str(log)], fold_window_seconds=None, max_bytes_per_collect=256 * 1024
+    )
+    slices = []
+    while True:
+        slices.append(len(collector.collect(NOW).events))
+        if not collector.has_backlog:
+            break
+    assert len(slices) > 1 and max(slices) <= 256 * 1024 // len(WARN) + 1
+    assert sum(slices) == 20_000
