@@ -2,14 +2,19 @@
 
 Pure logic: the caller passes values and timestamps. A reset (driver reload, counter cleared) yields
 `reset=True` with no delta and no rate, never a negative number; the reading after a reset is measured from
-the value seen at the reset. A rate needs time to have passed: with the same or an earlier timestamp (a wall
-clock stepped back) the delta is still reported but the rate is None.
+the value seen at the reset. A jump no real counter makes between two readings (a delta past BIGINT, the
+stored column: 2**63 events, centuries at any link speed) is a discontinuity too, reported as a reset with
+`jumped=True` so that the caller can count it; the reading after it is measured from the jumped value.
+A rate needs time to have passed: with the same or an earlier timestamp (a wall clock stepped back) the
+delta is still reported but the rate is None.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
 from typing import Generic, NamedTuple, TypeVar
+
+from fleetguard.records.bounds import INT64_MAX
 
 K = TypeVar("K", bound=Hashable)
 
@@ -20,10 +25,12 @@ class CounterChange(NamedTuple):
     delta: int | None
     rate_per_second: float | None
     reset: bool
+    jumped: bool = False
 
 
 FIRST_READING = CounterChange(None, None, False)
 RESET = CounterChange(None, None, True)
+JUMPED = CounterChange(None, None, True, True)
 # Most counters (the error ones) do not move between rounds; sharing one answer saves an allocation each.
 UNCHANGED = CounterChange(0, 0.0, False)
 
@@ -33,6 +40,8 @@ def counter_change(previous_value: int, previous_ts: float, value: int, ts: floa
     if value < previous_value:
         return RESET
     delta = value - previous_value
+    if delta > INT64_MAX:
+        return JUMPED
     elapsed = ts - previous_ts
     return CounterChange(delta, delta / elapsed if elapsed > 0 else None, False)
 

@@ -9,7 +9,9 @@ reads), yields one LINK_DOWN event for that round.
 rate are stored as read, in those 4-octet units, like every other counter; multiply by `DATA_COUNTER_BYTES`
 for bytes (`data_counter_bytes`). No derived rows are added: one row per file keeps the table a faithful copy
 of sysfs and the simulated NIC, which reports the same raw units. IBTA counters that are not 64-bit saturate
-at their maximum instead of wrapping; a saturated counter shows as delta 0.
+at their maximum instead of wrapping; a saturated counter shows as delta 0. A counter that jumps by 2**63 or
+more between two reads (garbage, or a value planted in a fake sysfs) is stored as a reset and counted as
+``counter_jump``: its delta would not fit the stored column.
 
 A file that cannot be read (permission, vanished, a folder, I/O error) or holds no number is counted in
 `problems()` by reason and skipped; the file list is scanned again every `rescan_seconds` and at the next
@@ -157,7 +159,9 @@ class RdmaCollector:
             except BadValue as bad:
                 self._problems[bad.reason] += 1
                 continue
-            delta, rate_per_second, reset = update(file.key, value, now)
+            delta, rate_per_second, reset, jumped = update(file.key, value, now)
+            if jumped:
+                self._problems["counter_jump"] += 1  # stored as a reset: no delta, no rate
             rows.append(
                 NicCounterSample(
                     now, host, device, number, file.name, file.group, value, delta, rate_per_second, reset

@@ -204,7 +204,7 @@ def _scan_port(device: str, number: int, path: str, problems: Counter[str]) -> P
         group_path = os.path.join(path, group)
         try:
             with os.scandir(group_path) as entries:
-                names = sorted((e.name, e.is_file()) for e in entries if e.name not in NOT_COUNTERS)
+                names = sorted((e.name, _is_file(e)) for e in entries if e.name not in NOT_COUNTERS)
             group_fd = os.open(group_path, _O_DIRECTORY)
         except FileNotFoundError:
             continue  # not every driver has hw_counters
@@ -218,6 +218,15 @@ def _scan_port(device: str, number: int, path: str, problems: Counter[str]) -> P
                 continue
             port.counters.append(SysfsFile(name, group, group_fd, (device, number, group, name)))
     return port
+
+
+def _is_file(entry: os.DirEntry[str]) -> bool:
+    """Whether an entry is (or links to) a regular file. A link loop (ELOOP) or any other error on one entry
+    is that entry's problem, counted by the caller as not_a_file: it must not cost the rest of its folder."""
+    try:
+        return entry.is_file()
+    except OSError:
+        return False
 
 
 def _sorted_entries(path: str, problems: Counter[str]) -> list[str]:

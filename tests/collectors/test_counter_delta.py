@@ -5,7 +5,14 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collectors.counter_delta import FIRST_READING, RESET, CounterChange, CounterTracker, counter_change
+from collectors.counter_delta import (
+    FIRST_READING,
+    JUMPED,
+    RESET,
+    CounterChange,
+    CounterTracker,
+    counter_change,
+)
 
 U64_MAX = 2**64 - 1
 
@@ -77,7 +84,7 @@ readings = st.lists(
 
 
 @given(readings)
-def test_delta_and_rate_are_never_negative_and_a_reset_is_exactly_a_decrease(
+def test_delta_and_rate_are_never_negative_and_a_reset_is_exactly_a_decrease_or_a_jump(
     steps: list[tuple[int, float]],
 ) -> None:
     tracker: CounterTracker[str] = CounterTracker()
@@ -89,7 +96,8 @@ def test_delta_and_rate_are_never_negative_and_a_reset_is_exactly_a_decrease(
         if previous is None:
             assert change == FIRST_READING
         else:
-            assert change.reset == (value < previous)
+            assert change.reset == (value < previous or value - previous > 2**63 - 1)
+            assert change.jumped == (value - previous > 2**63 - 1)
             if change.reset:
                 assert (change.delta, change.rate_per_second) == (None, None)
             else:
@@ -109,3 +117,15 @@ def test_deltas_of_a_counter_that_never_resets_add_up_to_its_growth(increments: 
         delta = tracker.update("x", value, float(i)).delta
         total += delta or 0
     assert total == value - increments[0]
+
+
+def test_a_delta_past_bigint_is_a_jump_reported_as_a_reset() -> None:
+    assert counter_change(0, 0.0, 2**63, 1.0) == JUMPED
+    assert JUMPED.reset and JUMPED.jumped and JUMPED.delta is None
+    assert counter_change(0, 0.0, 2**63 - 1, 1.0).delta == 2**63 - 1
+
+
+@given(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1))
+def test_every_delta_reported_fits_bigint(previous: int, value: int) -> None:
+    change = counter_change(previous, 0.0, value, 1.0)
+    assert change.delta is None or 0 <= change.delta <= 2**63 - 1

@@ -247,6 +247,32 @@ def test_a_dangling_link_in_place_of_a_counter_file_is_counted_and_skipped(tmp_p
     assert collector.problems() == {"not_a_file": 1}
 
 
+def test_a_link_loop_in_counters_drops_only_that_counter(tmp_path: Path) -> None:
+    """os.scandir's is_file() raises ELOOP for a link to itself: today the whole counters/ group was lost."""
+    (port, *_) = h100_host(tmp_path)
+    (port / "counters" / "loop").symlink_to(port / "counters" / "loop")
+    collector = RdmaCollector(HOST, sysfs_root=str(tmp_path))
+    batch = collector.collect(T0)
+    assert len(batch.nic_counters) == 8 * (len(IB_COUNTERS) + len(MLX5_HW_COUNTERS))
+    assert counter(batch, "symbol_error").group == "counters"
+    assert collector.problems() == {"not_a_file": 1}
+
+
+def test_a_counter_jumping_by_2_to_the_63_or_more_is_a_counted_reset_not_a_delta_the_store_refuses(
+    tmp_path: Path,
+) -> None:
+    """0 -> 2**64-1 gave a delta past BIGINT: the store refused the batch and retried it row by row."""
+    (port, *_) = h100_host(tmp_path, values={"port_xmit_data": 0})
+    collector = RdmaCollector(HOST, sysfs_root=str(tmp_path))
+    collector.collect(T0)
+    set_value(port, "port_xmit_data", 2**64 - 1)
+    row = counter(collector.collect(T0 + 1), "port_xmit_data")
+    assert (row.value, row.delta, row.rate_per_second, row.reset) == (2**64 - 1, None, None, True)
+    assert collector.problems() == {"counter_jump": 1}
+    set_value(port, "port_xmit_data", 2**64 - 1)
+    assert counter(collector.collect(T0 + 2), "port_xmit_data").delta == 0
+
+
 @pytest.mark.timeout(20)
 def test_a_fifo_in_place_of_a_counter_file_never_blocks_a_round(tmp_path: Path) -> None:
     (port, *_) = h100_host(tmp_path)
