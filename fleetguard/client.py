@@ -198,6 +198,8 @@ class Client:
         self._step_started = 0.0
         self._section: str | None = None
         self._status = "running"
+        self._error: dict[str, object] | None = None  # the exception this rank is failing with
+        self._started_at = time.time()
         self._checkpoint_step: int | None = None
         self._checkpoint_pending = False
         self._checkpoint_delivered = True
@@ -294,6 +296,18 @@ class Client:
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=2 * REQUEST_TIMEOUT_SECONDS + 0.1)
+
+    def failing(self, error_type: str, message: str, ts: float | None = None) -> None:
+        """This rank is ending on an exception: say so at once (status "exiting", with the exception and
+        when it was raised), so the agent waits for its exit instead of calling its silence a hang, and can
+        tell the rank that failed first from peers that fail because of it."""
+        self._error = {
+            "ts": time.time() if ts is None else ts,
+            "type": error_type[:128] or "Exception",
+            "message": message[:1000],
+        }
+        self._status = "exiting"
+        self.report_once()
 
     def _push(self, item: tuple[float, int, str, float]) -> None:
         queue = self._timings
@@ -401,6 +415,8 @@ class Client:
             "dropped_timings": self.stats.dropped_timings,
             "acked": self._take_acks(),
         }
+        if self._error is not None:
+            report["error"] = self._error
         return json.dumps(report, separators=(",", ":")).encode()
 
     def _take_acks(self) -> list[str]:
@@ -526,6 +542,11 @@ def _noting_uncaught(previous: Callable[..., object]) -> Callable[..., object]:
     def hook(*args: object) -> object:
         global _uncaught_exception
         _uncaught_exception = True
+        client = _client
+        if client is not None and len(args) > 1:
+            kind, value = args[0], args[1]
+            # never in the way of the process's own traceback: an error here is logged and dropped
+            _call_quietly(lambda: client.failing(str(getattr(kind, "__name__", "")), str(value)), "failure")
         return previous(*args)
 
     return hook
@@ -533,8 +554,35 @@ def _noting_uncaught(previous: Callable[..., object]) -> Callable[..., object]:
 
 def _close_at_exit() -> None:
     # A process ending on an uncaught exception (torchrun's SIGTERM reaches a worker as one) did not finish:
-    # its last report keeps saying "running" and the exit code it dies with tells the agent the rest.
-    close("running" if _uncaught_exception else "finished")
+    # it says it is exiting, and the exit code it dies with tells the agent the rest. An exception some
+    # framework kept from sys.excepthook may still be in torchelastic's error file (@record writes it).
+    client = _client
+    if client is not None and not _uncaught_exception:
+        error = _torchelastic_error(os.environ.get("TORCHELASTIC_ERROR_FILE"), client._started_at)
+        if error is not None:
+            client._error, client._status = error, "exiting"
+    close("exiting" if _uncaught_exception or (client is not None and client._error) else "finished")
+
+
+def _torchelastic_error(path: str | None, since: float) -> dict[str, object] | None:
+    """The failure torch.distributed.elastic's @record wrote to this worker's error file since `since`:
+    {"message": {"message": "ValueError: boom", "extraInfo": {"timestamp": "1700000000", ...}}}."""
+    if not path:
+        return None
+    try:
+        import json  # lazy: keeps `import fleetguard.client` fast
+
+        with open(path, "rb") as fh:
+            doc = json.loads(fh.read(1 << 16))
+        info = doc["message"]
+        ts = float(info["extraInfo"]["timestamp"])
+        text = str(info["message"])
+    except Exception:  # no file, not ours, not that format: nothing to add
+        return None
+    if ts < int(since):
+        return None  # an earlier incarnation's
+    kind, _, message = text.partition(": ")
+    return {"ts": ts, "type": kind[:128] or "Exception", "message": message[:1000]}
 
 
 def current() -> Client | None:

@@ -98,8 +98,15 @@ class RuntimeAnalyzer:
         if old is None or record.ts >= old.ts:
             job[key] = record
 
-    def process_exited(self, job_id: str, rank: int, exit_code: int | None, now: float) -> None:
-        self.heartbeats.process_exited(job_id, rank, exit_code, now)
+    def process_exited(
+        self,
+        job_id: str,
+        rank: int,
+        exit_code: int | None,
+        now: float,
+        detail: Mapping[str, object] | None = None,
+    ) -> None:
+        self.heartbeats.process_exited(job_id, rank, exit_code, now, detail)
 
     def tick(self, now: float) -> list[Finding]:
         findings = self.heartbeats.check(now)

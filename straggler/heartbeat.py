@@ -41,6 +41,9 @@ class HeartbeatConfig:
     # From a rank's first heartbeat to its first step (model build, torch.compile, NCCL set-up, checkpoint
     # load): heartbeats arrive but no step moves, and nothing learned about steps applies yet.
     first_step_timeout_seconds: float = 600.0
+    # A rank that said it is exiting (uncaught exception) is not hung while it tears down (destroying a
+    # process group, flushing data loaders can take seconds under load); past this it is stuck exiting.
+    exit_timeout_seconds: float = 60.0
     # Sections that run rarely (the first checkpoint has no learned duration) start from at least this.
     section_initial_timeout_seconds: Mapping[str, float] = field(
         default_factory=lambda: {"checkpoint": 600.0, "eval": 600.0}
@@ -78,6 +81,7 @@ class _AdaptiveTimeout:
 class _Rank:
     __slots__ = (
         "dead_since",
+        "exiting_since",
         "finished",
         "first_step",
         "host",
@@ -98,6 +102,7 @@ class _Rank:
         self.first_step: int | None = None  # the first step this incarnation reported (compiles, warms up)
         self.section = DEFAULT_SECTION
         self.finished = False
+        self.exiting_since: float | None = None  # when it reported it is ending on an exception
         self.dead_since: float | None = None
         self.hung_since: float | None = None
 
@@ -192,6 +197,7 @@ class HeartbeatMonitor:
                 job.startup_reported.discard(hb.rank)
             r.last_progress_at = ts
             r.hung_since = None
+            r.exiting_since = None
             r.first_step = None
         else:
             assert r.last_seen is not None
@@ -219,6 +225,9 @@ class HeartbeatMonitor:
             r.hung_since = None  # it moved again: the problem has cleared
         if hb.status == "finished":
             r.finished = True
+        elif hb.status == "exiting":
+            # its exit decides what it was (dead, with the code it dies with), not its silence meanwhile
+            r.exiting_since = ts if r.exiting_since is None else r.exiting_since
         elif hb.status == "error":
             self._pending.append(
                 _finding(
@@ -233,9 +242,17 @@ class HeartbeatMonitor:
             )
             r.finished = True  # the process will exit; its exit is what we act on next
 
-    def process_exited(self, job_id: str, rank: int, exit_code: int | None, now: float) -> None:
+    def process_exited(
+        self,
+        job_id: str,
+        rank: int,
+        exit_code: int | None,
+        now: float,
+        detail: Mapping[str, object] | None = None,
+    ) -> None:
         """The PID watcher saw a rank's process end: a non-zero (or unknown) exit is a dead rank, reported at
-        the next `check`. Exit code 0 is a rank that finished."""
+        the next `check`, whatever its heartbeats did before. Exit code 0 is a rank that finished. `detail`
+        joins the finding's evidence (the exception it failed with, the other failures of its group)."""
         job = self._jobs.get(job_id)
         if job is None or rank < 0:
             self.skipped_records += 1
@@ -249,7 +266,13 @@ class HeartbeatMonitor:
         r.dead_since = now
         job.dead.add(rank)
         r.hung_since = None
-        evidence = {"exit_code": exit_code, "pid": r.pid, "last_heartbeat_ts": r.last_seen, "step": r.step}
+        evidence = {
+            "exit_code": exit_code,
+            "pid": r.pid,
+            "last_heartbeat_ts": r.last_seen,
+            "step": r.step,
+            **(detail or {}),
+        }
         if exit_code in TERMINATION_EXIT_CODES:
             # Asked to stop, not crashed: launchers tear a worker group down with SIGTERM when a rank on
             # another node failed or the job was cancelled (scancel, pod deletion, Ctrl-C). Acting on it
@@ -268,18 +291,12 @@ class HeartbeatMonitor:
                 )
             )
             return
-        self._pending.append(
-            _finding(
-                "dead_rank",
-                job_id,
-                rank,
-                r,
-                now,
-                f"rank {rank} of job {job_id} exited"
-                + (f" with code {exit_code}" if exit_code is not None else " (exit code unknown)"),
-                evidence,
-            )
-        )
+        how = f" with code {exit_code}" if exit_code is not None else " (exit code unknown)"
+        error = (detail or {}).get("error")
+        summary = f"rank {rank} of job {job_id} exited{how}"
+        if isinstance(error, str):
+            summary = f"rank {rank} of job {job_id} failed with {error}"
+        self._pending.append(_finding("dead_rank", job_id, rank, r, now, summary, evidence))
 
     # ---- analysis -------------------------------------------------------------------------------------
 
@@ -301,6 +318,11 @@ class HeartbeatMonitor:
         ranks = job.ranks
         if job.dead:
             return []
+        exiting = [(i, r) for i, r in ranks.items() if r.exiting_since is not None and r.hung_since is None]
+        if exiting:
+            # a rank is ending on its exception: its peers waiting for it are a consequence, and its own exit
+            # (seen by the PID watcher) will say it is dead; only a rank that never gets out is hung
+            return [f for i, r in exiting for f in self._stuck_exiting(job_id, i, r, now)]
         out: list[Finding] = []
         gap_cache: dict[str, float] = {}
         stall_cache: dict[str, float] = {}
@@ -377,6 +399,18 @@ class HeartbeatMonitor:
                 )
             )
         return out
+
+    def _stuck_exiting(self, job_id: str, rank: int, r: _Rank, now: float) -> list[Finding]:
+        assert r.exiting_since is not None
+        waited = now - r.exiting_since
+        if waited <= self.config.exit_timeout_seconds:
+            return []
+        r.hung_since = now
+        evidence: dict[str, object] = {"cause": "stuck_exiting", "section": r.section, "step": r.step}
+        evidence |= {"pid": r.pid, "waited_seconds": waited}
+        evidence["timeout_seconds"] = self.config.exit_timeout_seconds
+        summary = f"rank {rank} of job {job_id} said it is exiting {waited:.1f} s ago and has not exited"
+        return [_finding("hung_rank", job_id, rank, r, now, summary, evidence)]
 
     def hung_ranks(self, job_id: str) -> list[int]:
         """Ranks of a job currently flagged hung (reported and not yet moving again)."""

@@ -24,11 +24,22 @@ MAX_ACKED = 256
 # Times land in TIMESTAMP columns (microseconds in an int64): epoch seconds up to the year 9999.
 MAX_EPOCH_SECONDS = 253_402_300_799.0
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+=/-]*")
-STATUSES = frozenset({"running", "finished", "error"})
+# exiting: the rank is ending on an uncaught exception (sent from the client's excepthook); its exit decides
+STATUSES = frozenset({"running", "finished", "error", "exiting"})
+MAX_MESSAGE_CHARS = 1024
 
 
 class ReportError(ValueError):
     """A report that cannot be used; the message says which field and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class RankError:
+    """The exception a rank is failing with, as it reported it (or as torchelastic's error file says)."""
+
+    ts: float  # when it was raised, on the rank's clock (the same host's)
+    error_type: str
+    message: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +56,7 @@ class RankReport:
     # the reporting process when its pid is the sender's own (trust.trusted_pid): only then is it watched
     # and signalled; None: the rank is judged by its heartbeats alone
     process: ProcessIdentity | None = None
+    error: RankError | None = None  # the exception it is failing with, when it is
 
     @property
     def pid_trusted(self) -> bool:
@@ -109,6 +121,22 @@ def _report(doc: dict[str, Any], host: str, received_ts: float, owner_uid: int) 
         dropped_timings=_optional_int(doc, "dropped_timings") or 0,
         local_world_size=local_world_size,
         acked=tuple(_as_name(item, f"acked[{i}]") for i, item in enumerate(_list(doc, "acked", MAX_ACKED))),
+        error=_error(doc.get("error")),
+    )
+
+
+def _error(value: Any) -> RankError | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ReportError("error: expected an object {ts, type, message}")
+    message = value.get("message", "")
+    if not isinstance(message, str) or len(message) > MAX_MESSAGE_CHARS:
+        raise ReportError(f"error.message: expected a string of at most {MAX_MESSAGE_CHARS} characters")
+    return RankError(
+        ts=_timestamp(value.get("ts"), "error.ts"),
+        error_type=_as_name(value.get("type"), "error.type"),
+        message=message,
     )
 
 

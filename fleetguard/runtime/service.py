@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -24,6 +24,7 @@ from fleetguard.clock import Clock
 from fleetguard.records.findings import ActionRecord, Finding
 from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
 from fleetguard.runtime.commands import Command, CommandQueue
+from fleetguard.runtime.crashes import CrashTracker
 from fleetguard.runtime.dump_watcher import DumpWatcher
 from fleetguard.runtime.pid_watcher import PidWatcher, ProcessExit
 from fleetguard.runtime.procfs import is_alive
@@ -128,7 +129,14 @@ class Analyzer(Protocol):
 
     def observe(self, record: RuntimeRecord) -> None: ...
 
-    def process_exited(self, job_id: str, rank: int, exit_code: int | None, now: float) -> None: ...
+    def process_exited(
+        self,
+        job_id: str,
+        rank: int,
+        exit_code: int | None,
+        now: float,
+        detail: Mapping[str, object] | None = None,
+    ) -> None: ...
 
     def tick(self, now: float) -> list[Finding]: ...
 
@@ -206,7 +214,7 @@ class RuntimeService:
         self._pending_lock = threading.Lock()
         self._closed = False  # the final flush is done: nothing more is buffered (or acknowledged)
         self._expected_exits: set[int] = set()
-        self._crashed_incarnation: dict[str, int] = {}  # job -> restart count when its first rank died
+        self.crashes = CrashTracker()
         self._actions: queue.Queue[tuple[Finding, list[ActionRequest]] | None] = queue.Queue()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -252,6 +260,9 @@ class RuntimeService:
         )
         if report.process is not None:
             self.watcher.watch(hb.pid, report.key)
+        if report.error is not None or report.collectives:
+            waiting = any(c.last_enqueued > c.last_completed for c in report.collectives)
+            self.crashes.reported(hb.job_id, self.ranks.restarts(hb.job_id), hb.rank, report.error, waiting)
         records: list[RuntimeRecord] = [hb, *report.timings, *report.collectives]
         with self._analysis_lock:
             if new_incarnation:
@@ -277,21 +288,33 @@ class RuntimeService:
         if info is None:
             return  # a pid this rank no longer uses
         incarnation = info.incarnation
-        log.debug(
-            "exit %s (incarnation %d, crashed %s)", process_exit, incarnation, self._crashed_incarnation
-        )
-        if self._crashed_incarnation.get(job_id) == incarnation or incarnation < self.ranks.restarts(job_id):
-            # torchrun tears down the other workers after the first failure, and a worker of a group that has
-            # already been replaced can die after its successors report: consequences, not new crashes
+        if incarnation < self.ranks.restarts(job_id):
+            # a worker of a group that has already been replaced can die after its successors report
             self.stats.collateral_exits += 1
             return
         exit_code = process_exit.exit_code
         if exit_code is None and info.status == "finished":
             exit_code = 0  # it said goodbye before the watcher could read its exit status
-        if exit_code != 0:
-            self._crashed_incarnation[job_id] = incarnation
-        with self._analysis_lock:
-            self.analyzer.process_exited(job_id, rank, exit_code, self.clock.time())
+        now = self.clock.time()
+        if exit_code == 0:
+            with self._analysis_lock:
+                self.analyzer.process_exited(job_id, rank, exit_code, now)
+            return
+        if not self.crashes.exited(job_id, incarnation, rank, exit_code, now):
+            # torchrun tears down the other workers after the first failure: consequences, not new crashes
+            self.stats.collateral_exits += 1
+            return
+        self._name_crashes(now)
+
+    def _name_crashes(self, now: float) -> None:
+        """Each crashed worker group's culprit, once known, becomes its one dead_rank finding
+        (straggler.crash: the rank that failed first in its own right, not the first process to exit)."""
+        for verdict in self.crashes.due(now):
+            culprit = verdict.culprit
+            with self._analysis_lock:
+                self.analyzer.process_exited(
+                    verdict.job_id, culprit.rank, culprit.exit_code, now, verdict.detail()
+                )
 
     # ---- loops ----
 
@@ -300,6 +323,7 @@ class RuntimeService:
         restart cooldown put off are planned again once it ends (the analyzer reports a hang only once)."""
         now = self.clock.time()
         self._evict_idle(now)
+        self._name_crashes(now)
         self._read_dumps()
         with self._analysis_lock:
             findings = self.analyzer.tick(now)
@@ -344,7 +368,7 @@ class RuntimeService:
                 self.analyzer.forget_job(job_id)
             self.commands.forget(job_id)
             self.planner.forget(job_id)
-            self._crashed_incarnation.pop(job_id, None)
+            self.crashes.forget(job_id)
             for pid, (watched_job, _) in self.watcher.watched().items():
                 if watched_job == job_id:
                     self.watcher.unwatch(pid)

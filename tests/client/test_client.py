@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -209,7 +210,7 @@ def test_importing_the_client_is_fast_and_pulls_in_no_third_party_module() -> No
 
 @pytest.mark.parametrize(
     ("ending", "status"),
-    [("pass", "finished"), ("raise SystemExit(0)", "finished"), ("raise KeyboardInterrupt", "running")],
+    [("pass", "finished"), ("raise SystemExit(0)", "finished"), ("raise KeyboardInterrupt", "exiting")],
 )
 def test_a_process_says_finished_at_exit_only_when_it_did_not_die_of_an_exception(
     server, ending: str, status: str
@@ -224,6 +225,45 @@ def test_a_process_says_finished_at_exit_only_when_it_did_not_die_of_an_exceptio
     env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "PATH": "/usr/bin:/bin"}
     subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, timeout=30)
     assert collected.reports[-1].heartbeat.status == status
+
+
+def test_an_uncaught_exception_is_reported_with_its_time_before_the_process_exits(server) -> None:
+    srv, collected = server
+    code = (
+        "import time\nfrom fleetguard import client as fg\n"
+        f"fg.attach(job_id='job-a', endpoint='127.0.0.1:{srv.port}', heartbeat_interval_seconds=60)\n"
+        "fg.step(1)\nraise ValueError('boom at step 1')\n"
+    )
+    env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "PATH": "/usr/bin:/bin"}
+    before = time.time()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=30)
+    assert done.returncode == 1 and "ValueError: boom at step 1" in done.stderr  # its traceback as ever
+    failing = [r for r in collected.reports if r.error is not None]
+    assert failing and failing[0].heartbeat.status == "exiting"
+    error = failing[0].error
+    assert error is not None and (error.error_type, error.message) == ("ValueError", "boom at step 1")
+    assert before <= error.ts <= time.time()
+
+
+def test_an_exception_only_torchelastics_error_file_saw_is_reported_at_exit(server, tmp_path) -> None:
+    srv, collected = server
+    error_file = tmp_path / "error.json"
+    code = (
+        "import json, os, time\nfrom fleetguard import client as fg\n"
+        f"fg.attach(job_id='job-a', endpoint='127.0.0.1:{srv.port}', heartbeat_interval_seconds=60)\n"
+        "doc = {'message': {'message': 'RuntimeError: CUDA error: an illegal memory access',"
+        " 'extraInfo': {'py_callstack': '...', 'timestamp': str(int(time.time()))}}}\n"
+        "open(os.environ['TORCHELASTIC_ERROR_FILE'], 'w').write(json.dumps(doc))\n"
+    )  # the process then ends normally: only the error file knows it failed
+    env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "PATH": "/usr/bin:/bin"}
+    env["TORCHELASTIC_ERROR_FILE"] = str(error_file)
+    subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, timeout=30, check=True)
+    last = collected.reports[-1]
+    assert last.heartbeat.status == "exiting" and last.error is not None
+    assert (last.error.error_type, last.error.message) == (
+        "RuntimeError",
+        "CUDA error: an illegal memory access",
+    )
 
 
 def test_reports_from_several_threads_share_the_connection_one_at_a_time(server) -> None:

@@ -11,6 +11,7 @@ import pytest
 from fleetguard.clock import FakeClock
 from fleetguard.records.findings import Finding
 from fleetguard.records.runtime import CollectiveProgress, Heartbeat
+from fleetguard.runtime.crashes import CRASH_SETTLE_SECONDS
 from fleetguard.runtime.peer import Sender
 from fleetguard.runtime.pid_watcher import ProcessExit
 from fleetguard.runtime.ranks import LimitExceeded, RankRegistry, RuntimeLimits
@@ -62,6 +63,7 @@ def test_a_flood_of_fake_ranks_is_held_to_the_uids_share_and_a_real_dead_rank_is
     service.handle_report(root_report(report_body(rank=0, local_rank=0, pid=root_rank), clock.time()))
     clock.advance(1.0)
     service.handle_exit(ProcessExit(root_rank, (job_key(0, "job-a"), 0), 1))
+    clock.advance(CRASH_SETTLE_SECONDS)  # a plain exit code waits a moment for a peer's own error
     findings = service.tick_once()
     assert [(f.kind, f.job_id, f.rank) for f in findings] == [("dead_rank", job_key(0, "job-a"), 0)]
     service.stop()

@@ -480,8 +480,8 @@ def test_the_stop_record_warns_that_a_restart_command_has_no_stop_counterpart(ra
 
 def test_the_policy_settings_of_the_config_section_reach_the_policy() -> None:
     rt = RuntimeConfig(
-        cooldown_seconds=30.0, cordon_stragglers=True, cordon_command=["kubectl", "cordon", "{host}"]
-    )
+        port=0, cooldown_seconds=30.0, cordon_stragglers=True, cordon_command=["kubectl", "cordon", "{host}"]
+    )  # port 0: another agent on this machine may hold the default port
     service = RuntimeService(runtime_config_from(Config(runtime=rt)), FakeClock(), Sink())
     policy = service.planner.policy_config  # type: ignore[attr-defined]
     assert (policy.cooldown_seconds, policy.cordon_stragglers, policy.cordon_command_configured) == (

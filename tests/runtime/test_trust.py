@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from fleetguard.actions.executor import ActionRequest
-from fleetguard.clock import FakeClock
+from fleetguard.clock import SystemClock
 from fleetguard.records.findings import ActionRecord, Finding
 from fleetguard.runtime.peer import Sender
 from fleetguard.runtime.service import RuntimeService, RuntimeServiceConfig
@@ -50,7 +50,7 @@ class Sink:
 def service() -> Iterator[tuple[RuntimeService, Sink]]:
     sink = Sink()
     config = RuntimeServiceConfig(host="node1", port=0, tick_interval_seconds=0.05, restart_grace_seconds=0.5)
-    svc = RuntimeService(config, FakeClock(), sink)
+    svc = RuntimeService(config, SystemClock(), sink)  # real time: a crash verdict may wait a moment
     svc.start()
     yield svc, sink
     svc.stop()
