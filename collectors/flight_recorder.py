@@ -9,6 +9,9 @@ of plain containers::
      "entries": [{"pg_id", "process_group": (name, desc), "collective_seq_id", "profiling_name",
                   "input_sizes": [[dims...]], "state": "scheduled|started|completed", ...}]}
 
+Every number read lands in a BIGINT column: a sequence number or size past its range (a dump saying
+10**30) drops that process group's row and is counted as ``value_out_of_range``, never stored.
+
 A pickle can run code when loaded, and a dump is a file anyone who can write the dump directory controls. The
 loader therefore refuses every global: the real dump needs none (dict, list, tuple, str, int, float, bool and
 None are built by opcodes alone), and anything that asks for one (``os.system`` via ``__reduce__``) is a
@@ -18,16 +21,17 @@ FlightRecorderError before any of it runs. Stdlib only; torch is not imported.
 from __future__ import annotations
 
 import io
-import math
 import os
 import pickle
 import re
 import stat
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from fleetguard.records.bounds import INT64_MAX, SqlType, fits
 from fleetguard.records.runtime import CollectiveProgress
 
 DEFAULT_PREFIX: Final = "nccl_trace_rank_"
@@ -101,10 +105,18 @@ def rank_from_path(path: str | Path, prefix: str = DEFAULT_PREFIX) -> int | None
 
 
 def progress_from_dump(
-    dump: Mapping[str, Any], *, host: str, job_id: str, rank: int, ts: float
+    dump: Mapping[str, Any],
+    *,
+    host: str,
+    job_id: str,
+    rank: int,
+    ts: float,
+    problems: Counter[str] | None = None,
 ) -> list[CollectiveProgress]:
     """One CollectiveProgress per process group of one rank's dump, with op and size of the last enqueued
-    collective where the entry is still in the ring buffer. Malformed parts are skipped, never raised."""
+    collective where the entry is still in the ring buffer. Malformed parts are skipped, never raised;
+    numbers past BIGINT are counted in `problems` (``value_out_of_range``) and their group skipped."""
+    problems = problems if problems is not None else Counter()
     entries = [e for e in _list(dump.get("entries")) if isinstance(e, dict)]
     names: dict[str, str] = {}
     for entry in entries:
@@ -113,9 +125,9 @@ def progress_from_dump(
         if pg_id is not None and isinstance(group, tuple | list) and group and isinstance(group[0], str):
             names.setdefault(str(pg_id), group[0])
     status = dump.get("pg_status")
-    per_group = _status_by_group(status) if isinstance(status, dict) else {}
+    per_group = _status_by_group(status, problems) if isinstance(status, dict) else {}
     if not per_group:
-        per_group = _status_from_entries(entries)
+        per_group = _status_from_entries(entries, problems)
     out: list[CollectiveProgress] = []
     for pg_key in sorted(per_group, key=_sort_key):
         enqueued, started, completed = per_group[pg_key]
@@ -131,7 +143,7 @@ def progress_from_dump(
                 last_started=started,
                 last_completed=completed,
                 op=_str(last.get("profiling_name")) if last else None,
-                size=_elements(last.get("input_sizes")) if last else None,
+                size=_elements(last.get("input_sizes"), problems) if last else None,
                 source=SOURCE,
             )
         )
@@ -142,6 +154,7 @@ def progress_from_dump(
 class DumpReport:
     progress: list[CollectiveProgress] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)  # file -> why it was skipped
+    problems: Counter[str] = field(default_factory=Counter)  # values skipped inside readable dumps
 
 
 def read_dump_dir(
@@ -170,33 +183,37 @@ def read_dump_dir(
         except FlightRecorderError as exc:
             report.errors[str(path)] = str(exc)
             continue
-        report.progress.extend(progress_from_dump(dump, host=host, job_id=job_id, rank=rank, ts=ts))
+        report.progress.extend(
+            progress_from_dump(dump, host=host, job_id=job_id, rank=rank, ts=ts, problems=report.problems)
+        )
     return report
 
 
 # ---- helpers over untrusted plain data ---------------------------------------------------------------------
 
 
-def _status_by_group(status: dict[Any, Any]) -> dict[str, tuple[int, int, int]]:
+def _status_by_group(status: dict[Any, Any], problems: Counter[str]) -> dict[str, tuple[int, int, int]]:
     out: dict[str, tuple[int, int, int]] = {}
     for pg_id, values in status.items():
         if not isinstance(values, dict):
             continue
-        enqueued = _int(values.get("last_enqueued_collective"))
-        started = _int(values.get("last_started_collective"))
-        completed = _int(values.get("last_completed_collective"))
+        enqueued = _bigint(values.get("last_enqueued_collective"), problems)
+        started = _bigint(values.get("last_started_collective"), problems)
+        completed = _bigint(values.get("last_completed_collective"), problems)
         if enqueued is None or started is None or completed is None:
             continue
         out[str(pg_id)] = (enqueued, started, completed)
     return out
 
 
-def _status_from_entries(entries: list[dict[Any, Any]]) -> dict[str, tuple[int, int, int]]:
+def _status_from_entries(
+    entries: list[dict[Any, Any]], problems: Counter[str]
+) -> dict[str, tuple[int, int, int]]:
     """Older dumps (no pg_status): the highest sequence number seen in each state; -1 for none, as PyTorch."""
     out: dict[str, list[int]] = {}
     for entry in entries:
         pg_id = _int(entry.get("pg_id"))
-        seq = _int(entry.get("collective_seq_id"))
+        seq = _bigint(entry.get("collective_seq_id"), problems)
         if pg_id is None or seq is None or entry.get("is_p2p") is True:
             continue
         marks = out.setdefault(str(pg_id), [-1, -1, -1])
@@ -221,15 +238,24 @@ def _find_entry(entries: list[dict[Any, Any]], pg_key: str, seq: int) -> dict[An
     return None
 
 
-def _elements(sizes: Any) -> int | None:
-    """Total elements over the input tensors (``[[1024, 4], [8]]`` -> 4104); None when unknown or empty."""
+def _elements(sizes: Any, problems: Counter[str]) -> int | None:
+    """Total elements over the input tensors (``[[1024, 4], [8]]`` -> 4104); None when unknown, empty or
+    past BIGINT (counted; the product is cut short rather than computed on huge numbers)."""
     if not isinstance(sizes, list) or not sizes:
         return None
     total = 0
     for dims in sizes:
         if not isinstance(dims, list | tuple) or not all(_int(d) is not None and d >= 0 for d in dims):
             return None
-        total += math.prod(dims)
+        product = 1
+        for d in dims:
+            product *= d
+            if product > INT64_MAX:
+                break
+        total += product
+        if total > INT64_MAX:
+            problems["value_out_of_range"] += 1
+            return None
     return total
 
 
@@ -239,6 +265,15 @@ def _list(value: Any) -> list[Any]:
 
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _bigint(value: Any, problems: Counter[str]) -> int | None:
+    """An int a BIGINT column holds, else None; an int past its range is counted."""
+    number = _int(value)
+    if number is not None and not fits(SqlType.BIGINT, number):
+        problems["value_out_of_range"] += 1
+        return None
+    return number
 
 
 def _str(value: Any) -> str | None:

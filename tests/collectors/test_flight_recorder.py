@@ -6,10 +6,13 @@ from __future__ import annotations
 import os
 import pickle
 import subprocess
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from collectors.flight_recorder import (
     FlightRecorderError,
@@ -151,6 +154,43 @@ def test_malformed_parts_of_a_dump_are_skipped() -> None:
     dump["entries"].append({"pg_id": 0, "collective_seq_id": 7, "input_sizes": [["x"]]})
     progress = progress_from_dump(dump, host="h", job_id="j", rank=0, ts=TS)
     assert [p.process_group for p in progress] == ["0", "1"]
+
+
+def test_a_sequence_number_past_bigint_drops_its_group_and_is_counted() -> None:
+    """A dump saying 10**30 made a row the store refused, and the agent retried its batch row by row."""
+    dump = nccl_dump()
+    dump["pg_status"]["1"]["last_started_collective"] = 10**30
+    problems: Counter[str] = Counter()
+    progress = progress_from_dump(dump, host="h", job_id="j", rank=0, ts=TS, problems=problems)
+    assert [p.process_group for p in progress] == ["0"]
+    assert problems == Counter({"value_out_of_range": 1})
+
+
+def test_entry_sequence_numbers_past_bigint_are_skipped_and_counted() -> None:
+    dump = nccl_dump(rank_stuck_at=7)
+    del dump["pg_status"]
+    dump["entries"].append(entry(0, 10**30, "nccl:all_reduce", "completed", [[8]]))
+    problems: Counter[str] = Counter()
+    progress = progress_from_dump(dump, host="h", job_id="j", rank=0, ts=TS, problems=problems)
+    assert [(p.process_group, p.last_enqueued) for p in progress] == [("0", 7), ("1", 3)]
+    assert problems["value_out_of_range"] == 1
+
+
+def test_a_size_past_bigint_is_none_and_counted_without_multiplying_huge_numbers() -> None:
+    dump = nccl_dump(rank_stuck_at=7)
+    dump["entries"][6]["input_sizes"] = [[2**62, 4, *([10**300] * 10_000)]]  # all_reduce number 7
+    problems: Counter[str] = Counter()
+    (first, _) = progress_from_dump(dump, host="h", job_id="j", rank=0, ts=TS, problems=problems)
+    assert (first.last_enqueued, first.op, first.size) == (7, "nccl:all_reduce", None)
+    assert problems["value_out_of_range"] == 1
+
+
+@given(st.integers(min_value=-(2**70), max_value=2**70))
+def test_every_stored_sequence_number_fits_bigint(seq: int) -> None:
+    dump = nccl_dump()
+    dump["pg_status"]["0"]["last_enqueued_collective"] = seq
+    for p in progress_from_dump(dump, host="h", job_id="j", rank=0, ts=TS):
+        assert -(2**63) <= p.last_enqueued <= 2**63 - 1
 
 
 def test_rank_comes_from_the_file_name() -> None:
