@@ -96,19 +96,18 @@ class IncidentEngine:
 
     # ---- the two entry points -------------------------------------------------------------------------
 
-    def observe(self, signals: Signals, now: float) -> list[IncidentChange]:
-        """Apply a round of records, then the passage of time up to `now`."""
-        round_ = _Round()
-        for obs in self.rules.observations(signals):
-            self._observe(obs, now, round_)
-        self._tick(now, round_)
-        return self._changes(round_)
+    def observe(self, signals: Signals, now: float, *, tick: bool = True) -> list[IncidentChange]:
+        """Apply a round of records, then (with `tick`) the passage of time up to `now`."""
+        return self.observe_many(self.rules.observations(signals), now, tick=tick)
 
-    def observe_many(self, observations: Iterable[Observation], now: float) -> list[IncidentChange]:
+    def observe_many(
+        self, observations: Iterable[Observation], now: float, *, tick: bool = True
+    ) -> list[IncidentChange]:
         round_ = _Round()
         for obs in observations:
             self._observe(obs, now, round_)
-        self._tick(now, round_)
+        if tick:
+            self._tick(now, round_)
         return self._changes(round_)
 
     def tick(self, now: float) -> list[IncidentChange]:

@@ -73,6 +73,10 @@ _OUR_PACKAGES = frozenset({"fleetguard", "collectors", "predictor", "diagnosis",
         "evaluate": "fleetguard.predict.cli:evaluate_command",
         "predict": "fleetguard.predict.cli:predict_command",
         "simulate-history": "fleetguard.predict.simulate_cli:simulate_history_command",
+        "scan": "fleetguard.incidents.cli:scan_command",
+        "policy": "fleetguard.incidents.cli:policy_group",
+        "breaker": "fleetguard.incidents.cli:breaker_group",
+        "alerts": "fleetguard.alerts.cli:alerts_group",
     },
 )
 @click.version_option(__version__, prog_name="fleetguard")

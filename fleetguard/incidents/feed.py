@@ -76,20 +76,26 @@ class StoreFeed:
         return out
 
     def _select(self, table: str, record: type[R], since: float, strictly_after: bool) -> list[R]:
-        names = [f.name for f in fields(record)]  # type: ignore[arg-type]
-        try:
-            existing = {r[0] for r in self.con.execute(f"DESCRIBE {table}").fetchall()}
-        except duckdb.Error:
-            return []
-        cols = ", ".join(epoch_sql(n) if n in _TIMES else f'"{n}"' for n in names if n in existing)
-        present = [n for n in names if n in existing]
         op = ">" if strictly_after else ">="
-        rows = self.con.execute(
-            f"SELECT {cols} FROM {table} WHERE ts {op} {ts_sql()} ORDER BY ts LIMIT {MAX_ROWS_PER_ROUND}",
-            [since],
-        ).fetchall()
-        build: Callable[..., R] = record
-        return [build(**dict(zip(present, row, strict=True))) for row in rows]
+        return select_records(self.con, table, record, f"ts {op} {ts_sql()}", [since])
+
+
+def select_records(
+    con: duckdb.DuckDBPyConnection, table: str, record: type[R], where: str, params: Sequence[object]
+) -> list[R]:
+    """Rows of `table` as `record`s, oldest first (a column an older store lacks takes its default)."""
+    names = [f.name for f in fields(record)]  # type: ignore[arg-type]
+    try:
+        existing = {r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()}
+    except duckdb.Error:
+        return []
+    present = [n for n in names if n in existing]
+    cols = ", ".join(epoch_sql(n) if n in _TIMES else f'"{n}"' for n in present)
+    rows = con.execute(
+        f"SELECT {cols} FROM {table} WHERE {where} ORDER BY ts LIMIT {MAX_ROWS_PER_ROUND}", list(params)
+    ).fetchall()
+    build: Callable[..., R] = record
+    return [build(**dict(zip(present, row, strict=True))) for row in rows]
 
 
 def hosts_of(rows: Sequence[Any]) -> set[str]:

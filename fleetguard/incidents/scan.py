@@ -103,17 +103,14 @@ def evaluate(
     """The policy over one collection; the pure part of `scan`."""
     if not checked:
         return ScanReport(host, ScanStatus.UNKNOWN, checked, unavailable)
-    times = (
-        [s.ts for s in batch.gpu_samples] + [c.ts for c in batch.nic_counters] + [e.ts for e in batch.events]
-    )
-    now = max(times, default=time.time())
+    # Everything since boot counts: no time passes during a scan, so nothing resolves by being old.
+    now = time.time()
     engine = IncidentEngine(policy)
-    engine.observe(
-        Signals(gpu_samples=batch.gpu_samples, nic_samples=batch.nic_samples, events=batch.events), now
-    )
+    signals = Signals(gpu_samples=batch.gpu_samples, nic_samples=batch.nic_samples, events=batch.events)
+    engine.observe(signals, now, tick=False)
     rate_counters = [c for c in batch.nic_counters if c.delta is not None]
-    engine.observe(Signals(nic_counters=rate_counters), now)
-    engine.observe_many(_since_reset(batch.nic_counters, policy), now)
+    engine.observe(Signals(nic_counters=rate_counters), now, tick=False)
+    engine.observe_many(_since_reset(batch.nic_counters, policy), now, tick=False)
     incidents = sorted(engine.active(), key=lambda i: (-i.severity.rank, i.key.text()))
     worst = max((i.severity.rank for i in incidents), default=-1)
     status = {2: ScanStatus.CRITICAL, 1: ScanStatus.WARNING}.get(worst, ScanStatus.HEALTHY)
