@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from collectors.protocol import Collector
 from fleetguard.agent.agent import Agent, EventFolder, RoundReport, RowBuffer, Schedule
 from fleetguard.agent.buffer import WriteBuffer
+from fleetguard.agent.limits import AGENT_DUCKDB, bound_native_threads
 from fleetguard.agent.metrics import MetricsState
 from fleetguard.agent.metrics_http import serve_metrics
 from fleetguard.clock import SystemClock
@@ -167,8 +168,9 @@ def run_daemon(
 
 def open_store(path: str) -> Store:
     """The store for writing, or a StartupError naming store.path and why it cannot be used."""
+    bound_native_threads()  # before the store's first numpy import starts a BLAS pool per core
     try:
-        return Store.open(path)
+        return Store.open(path, limits=AGENT_DUCKDB)
     except StoreError as exc:
         raise StartupError(f"store.path: {one_line(str(exc))}") from exc
     except FileExistsError as exc:  # making its directory: a file is in the way

@@ -18,6 +18,7 @@ import operator
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,29 @@ log = logging.getLogger(__name__)
 
 _ROWS_VIEW = "__fleetguard_rows"
 _BATCH_VIEW = "__fleetguard_batch"
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLimits:
+    """DuckDB's worker threads and memory limit (MiB) for one process."""
+
+    threads: int
+    memory_limit_mib: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.threads <= 1024:
+            raise ValueError(f"threads must be 1..1024, not {self.threads}")
+        if not 16 <= self.memory_limit_mib <= 1 << 20:
+            raise ValueError(f"memory_limit_mib must be 16..1048576, not {self.memory_limit_mib}")
+
+    def config(self) -> dict[str, str | bool | int | float | list[str]]:
+        """Settings for duckdb.connect: the worker pool is sized before it starts."""
+        return {"threads": self.threads, "memory_limit": f"{self.memory_limit_mib}MiB"}
+
+    def apply_after_connect(self, con: duckdb.DuckDBPyConnection) -> None:
+        """DuckDB 1.4+ also starts an async I/O pool (8 threads); an older DuckDB has none to shrink."""
+        with contextlib.suppress(duckdb.Error):
+            con.execute("SET async_threads = 1")
 
 
 class StoreError(Exception):
@@ -69,16 +93,27 @@ class Store:
 
     @classmethod
     def open(
-        cls, path: str | Path, *, read_only: bool = False, schema_version_target: int = CURRENT_VERSION
+        cls,
+        path: str | Path,
+        *,
+        read_only: bool = False,
+        schema_version_target: int = CURRENT_VERSION,
+        limits: EngineLimits | None = None,
     ) -> Store:
-        """Open (creating and migrating as needed) the store at `path`; ":memory:" for a throwaway one."""
+        """Open (creating and migrating as needed) the store at `path`; ":memory:" for a throwaway one.
+
+        `limits` bounds DuckDB's worker threads and memory for this process (a database opened once per
+        process: they hold for every cursor); by default DuckDB starts a worker per core and may use 80% of
+        RAM, right for a controller, not for an agent beside a training job."""
         target = str(path)
         if target != ":memory:":
             Path(target).parent.mkdir(parents=True, exist_ok=True)
             if read_only and not Path(target).exists():
                 raise StoreError(f"no store at {target}: run `fleetguard up` or `fleetguard agent` first")
         try:
-            con = duckdb.connect(target, read_only=read_only)
+            con = duckdb.connect(target, read_only=read_only, config=limits.config() if limits else {})
+            if limits is not None:
+                limits.apply_after_connect(con)
         except duckdb.IOException as exc:
             if "lock" in str(exc).lower():
                 raise StoreLocked(

@@ -1,0 +1,33 @@
+"""What the agent process may take on a big GPU host, where every core belongs to the training job.
+
+Left to their defaults, DuckDB starts a worker thread per core (and may cache up to 80% of RAM) and the BLAS
+library under numpy starts a thread pool per core at import: on a 16-core H100 host the agent ran 53 threads
+and peaked at 177 MB (tests/fixtures/h100/README.md). The agent writes small batches and reads little, so:
+- DuckDB: 1 worker thread (queries run on the calling thread) and a 128 MiB memory limit (larger sorts and
+  joins spill to disk rather than grow the agent);
+- BLAS/OpenMP pools: 1 thread, set before numpy is first imported (the store imports it lazily).
+An operator can still widen the pools through the same environment variables.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import MutableMapping
+from typing import Final
+
+from fleetguard.store.store import EngineLimits
+
+AGENT_DUCKDB: Final = EngineLimits(threads=1, memory_limit_mib=128)
+NATIVE_POOL_VARIABLES: Final = (
+    "OPENBLAS_NUM_THREADS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
+
+
+def bound_native_threads(environ: MutableMapping[str, str] | None = None) -> None:
+    """One thread for each native pool the operator has not sized (effective only before numpy's import)."""
+    env = os.environ if environ is None else environ
+    for name in NATIVE_POOL_VARIABLES:
+        env.setdefault(name, "1")
