@@ -13,7 +13,8 @@ from dash import dcc, html
 
 from dashboard.auth import read_operator_token
 from dashboard.context import DashboardContext, StoreReader, install
-from dashboard.pages import fleet, gpu, host, jobs, network
+from dashboard.operator import OperatorDesk, Resolver
+from dashboard.pages import fleet, gpu, host, incidents, jobs, network
 from dashboard.pages.live import PageSpec, register
 from fleetguard.config import Config
 
@@ -23,9 +24,11 @@ PAGES: Final[tuple[PageSpec, ...]] = (
     fleet.PAGE,
     network.PAGE,
     jobs.LIST_PAGE,
+    incidents.LIST_PAGE,
     host.PAGE,
     gpu.PAGE,
     jobs.JOB_PAGE,
+    incidents.INCIDENT_PAGE,
 )
 
 _SECURITY_HEADERS: Final = {
@@ -36,18 +39,27 @@ _SECURITY_HEADERS: Final = {
 
 
 def create_app(
-    store_reader: StoreReader, config: Config, *, now: Callable[[], float] | None = None
+    store_reader: StoreReader,
+    config: Config,
+    *,
+    now: Callable[[], float] | None = None,
+    resolver: Resolver | None = None,
 ) -> dash.Dash:
     """The dashboard over `store_reader` (anything with `cursor()`: the store of `up` or the controller).
 
     `now` is the clock pages measure ages against (default: wall clock); tests pass the store's end time.
+    `resolver` resolves an incident in the process's incident engine (IncidentService.resolve); without it
+    the dashboard acknowledges and silences but refuses to resolve. Operator actions are written through
+    `store_reader`'s cursors, so it must be the writing store for them to be recorded.
     """
+    clock = now or time.time
+    token = read_operator_token(config.dashboard.operator_token_file)
     ctx = DashboardContext(
         reader=store_reader,
-        now=now or time.time,
+        now=clock,
         refresh_seconds=config.dashboard.refresh_seconds,
         risk_threshold=config.predictor.risk_threshold,
-        operator_token=read_operator_token(config.dashboard.operator_token_file),
+        desk=OperatorDesk(store_reader, token, resolver, clock),
     )
     server = flask.Flask("fleetguard.dashboard")
     install(server, ctx)

@@ -67,7 +67,9 @@ def health_breakdown(counts: Mapping[Health, int]) -> html.Div:
 
 
 def section(title: str, *children: Any, section_id: str = "") -> html.Section:
-    block = html.Section([html.H2(title), *children], className="section")
+    # A child that is a list is spliced in: Dash would hand a nested list to React as a raw object.
+    flat = [c for child in children for c in (child if isinstance(child, list) else [child])]
+    block = html.Section([html.H2(title), *flat], className="section")
     if section_id:
         setattr(block, "id", section_id)  # noqa: B010
     return block
@@ -160,7 +162,9 @@ def gib(n_bytes: int) -> float:
     return n_bytes / 2**30
 
 
-def live_page(page_id: str, key: Mapping[str, str], body: Any, refresh_seconds: float) -> html.Div:
+def live_page(
+    page_id: str, key: Mapping[str, str], body: Any, refresh_seconds: float, static: Any = None
+) -> html.Div:
     """A page whose body re-renders every refresh (and on the refresh button) without reloading."""
     return html.Div(
         [
@@ -174,6 +178,7 @@ def live_page(page_id: str, key: Mapping[str, str], body: Any, refresh_seconds: 
                 className="page-tools",
             ),
             dcc.Loading(html.Div(body, id=f"{page_id}-body"), delay_show=400, type="dot"),
+            html.Div(static, id=f"{page_id}-static"),
         ],
         className="page",
     )

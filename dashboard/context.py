@@ -5,11 +5,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 import flask
 
 from dashboard.queries.base import Cursor
+
+if TYPE_CHECKING:
+    from dashboard.operator import OperatorDesk
 
 _CONFIG_KEY: Final = "fleetguard.dashboard"
 
@@ -26,7 +29,7 @@ class DashboardContext:
     now: Callable[[], float]  # wall-clock epoch seconds; the tests' fixed clock makes pages reproducible
     refresh_seconds: float
     risk_threshold: float
-    operator_token: str | None  # None: write actions are refused
+    desk: OperatorDesk  # write actions (acknowledge, silence, resolve, replay), each checked for the token
 
     @contextlib.contextmanager
     def cursor(self) -> Iterator[Cursor]:

@@ -1,4 +1,5 @@
-"""What is open right now, for the fleet page: incidents where the store has them, recent findings before."""
+"""What is open right now, for the fleet page: active incidents where the incident engine writes this store,
+else the findings of the last hour (a store from before incidents, or one without the engine)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ from typing import Any, Final
 
 from dash import html
 
-from dashboard.components import Col, ago, href, md_link, table
+from dashboard.components import Col, ago, href, md_link, table, when
 from dashboard.queries.base import Cursor, tables
 from dashboard.queries.findings import FindingRow, recent_findings
+from dashboard.queries.incidents import IncidentRow, active_by_severity, breaker, incidents
 
 FINDINGS_WINDOW_SECONDS: Final = 3600.0
 SEVERITIES: Final = ("critical", "warning", "info")
+SHOWN: Final = 12
 
 
 @dataclass(frozen=True)
@@ -26,23 +29,78 @@ class OpenProblems:
     breaker_note: str
 
 
+def _chips(by_severity: Counter[str] | dict[str, int]) -> html.Div:
+    chips = [
+        html.Span(f"{by_severity[s]} {s}", className=f"chip sev-{s}")
+        for s in SEVERITIES
+        if by_severity.get(s)
+    ]
+    return html.Div(chips or [html.Span("none", className="muted")], className="chips")
+
+
 def open_problems(cur: Cursor, now: float) -> OpenProblems:
-    present = tables(cur)
-    breaker, note = (
-        ("—", "no incident engine in this store yet") if "incidents" not in present else ("closed", "")
+    if "incidents" in tables(cur):
+        return _from_incidents(cur, now)
+    return _from_findings(cur, now)
+
+
+def _from_incidents(cur: Cursor, now: float) -> OpenProblems:
+    counts = active_by_severity(cur)
+    active = [r for r in incidents(cur, now) if r.state in ("open", "acting")][:SHOWN]
+    state = breaker(cur)
+    if state is None:
+        shown, note = "closed", "no repair held"
+    elif state.tripped:
+        shown, note = "OPEN", f"since {when(state.tripped_at)}: {state.reason} (fleetguard breaker reset)"
+    else:
+        shown, note = "closed", "repairs allowed"
+    return OpenProblems(
+        title="Open incidents",
+        total=sum(counts.values()),
+        breakdown=_chips(counts),
+        table=_incident_table(active, now),
+        breaker=shown,
+        breaker_note=note,
     )
+
+
+def _incident_table(rows: list[IncidentRow], now: float) -> Any:
+    data = [
+        {
+            "incident": md_link(r.fault, href("incidents", r.incident_id)),
+            "severity": r.severity,
+            "state": r.state,
+            "host": md_link(r.host, href("hosts", r.host)),
+            "summary": r.summary[:160],
+            "count": r.occurrences,
+            "last": ago(now - r.last_seen),
+        }
+        for r in rows
+    ]
+    cols = [
+        Col("incident", "incident", "link"),
+        Col("severity", "severity"),
+        Col("state", "state"),
+        Col("host", "host", "link"),
+        Col("summary", "summary"),
+        Col("count", "count", "int"),
+        Col("last seen", "last"),
+    ]
+    return table("fleet-problems-table", cols, data, page_size=SHOWN)
+
+
+def _from_findings(cur: Cursor, now: float) -> OpenProblems:
     findings = recent_findings(cur, now - FINDINGS_WINDOW_SECONDS, now)
     # A finding raised again every round is one problem: keep the newest per (subject, kind).
     newest: dict[tuple[str, str], FindingRow] = {}
     for f in findings:
         newest.setdefault((f.subject, f.kind), f)
-    by_severity = Counter(f.severity for f in newest.values())
     rows = [
         {
             "when": ago(now - f.ts),
             "severity": f.severity,
             "kind": f.kind,
-            "subject": _subject_link(f.subject, f.host, f.job_id, f.gpu_uuid),
+            "subject": _subject_link(f),
             "summary": f.summary,
         }
         for f in newest.values()
@@ -54,26 +112,21 @@ def open_problems(cur: Cursor, now: float) -> OpenProblems:
         Col("about", "subject", "link"),
         Col("summary", "summary"),
     ]
-    chips = [
-        html.Span(f"{by_severity[s]} {s}", className=f"chip sev-{s}")
-        for s in SEVERITIES
-        if by_severity.get(s)
-    ]
     return OpenProblems(
         title="Findings (last hour)",
         total=len(newest),
-        breakdown=html.Div(chips or [html.Span("none", className="muted")], className="chips"),
+        breakdown=_chips(Counter(f.severity for f in newest.values())),
         table=table("fleet-problems-table", cols, rows, page_size=10),
-        breaker=breaker,
-        breaker_note=note,
+        breaker="—",
+        breaker_note="no incident engine in this store",
     )
 
 
-def _subject_link(subject: str, host: str | None, job_id: str | None, gpu_uuid: str | None) -> str:
-    if gpu_uuid:
-        return md_link(subject, href("gpus", gpu_uuid))
-    if job_id:
-        return md_link(subject, href("jobs", job_id))
-    if host:
-        return md_link(subject, href("hosts", host))
-    return subject
+def _subject_link(f: FindingRow) -> str:
+    if f.gpu_uuid:
+        return md_link(f.subject, href("gpus", f.gpu_uuid))
+    if f.job_id:
+        return md_link(f.subject, href("jobs", f.job_id))
+    if f.host:
+        return md_link(f.subject, href("hosts", f.host))
+    return f.subject

@@ -11,6 +11,7 @@ from werkzeug.serving import BaseWSGIServer, make_server
 
 from dashboard.app import create_app
 from dashboard.context import StoreReader
+from dashboard.operator import Resolver
 from fleetguard.config import Config
 
 log = logging.getLogger(__name__)
@@ -43,9 +44,10 @@ def serve_dashboard(
     *,
     port: int | None = None,
     now: Callable[[], float] | None = None,
+    resolver: Resolver | None = None,
 ) -> DashboardServer:
     """Serve the dashboard on `[dashboard] address:port` (`port` overrides; 0 = any free port)."""
-    app = create_app(store_reader, config, now=now)
+    app = create_app(store_reader, config, now=now, resolver=resolver)
     address = config.dashboard.address
     wsgi = make_server(address, config.dashboard.port if port is None else port, app.server, threaded=True)
     # Werkzeug logs every request at INFO; the dashboard polls, so that would flood the daemon's log.

@@ -101,7 +101,7 @@ def render(ctx: DashboardContext, _params: Params) -> Any:
             ],
             className="two-col",
         ),
-        section("Open problems", problems.table),
+        section(problems.title, problems.table, section_id="fleet-problems"),
     ]
 
 

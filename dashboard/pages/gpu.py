@@ -13,10 +13,13 @@ from dashboard.figures import GRAPH_CONFIG
 from dashboard.fleet_view import gpu_views
 from dashboard.health import throttle_text
 from dashboard.pages.host import events_table
+from dashboard.pages.incidents import NO_DATA, incidents_table
 from dashboard.pages.live import PageSpec, Params
+from dashboard.queries.base import tables
 from dashboard.queries.events import event_counts, recent_events
 from dashboard.queries.findings import FindingRow, recent_findings
 from dashboard.queries.gpus import LIVE_WINDOW_SECONDS, gpu_identity, gpu_series, latest_gpu_states
+from dashboard.queries.incidents import IncidentRow, incidents
 from dashboard.queries.predictions import latest_risks, risk_history
 
 WINDOWS: Final = {"1h": 3600.0, "6h": 6 * 3600.0, "24h": 86400.0}
@@ -42,6 +45,7 @@ def render(ctx: DashboardContext, params: Params) -> Any:
         events = recent_events(cur, now - span, now, ident.host, ident.gpu_index)
         risk_points = risk_history(cur, uuid, now - span, now)
         findings = recent_findings(cur, now - span, now, gpu_uuid=uuid)
+        gpu_incidents = incidents(cur, now - 86400, component_id=uuid) if "incidents" in tables(cur) else None
     views = gpu_views(states, counts, risks, now, ctx.risk_threshold)
     view = views[0] if views else None
     title = html.Div(
@@ -120,9 +124,16 @@ def render(ctx: DashboardContext, params: Params) -> Any:
             ],
             className="two-col",
         ),
+        section("Incidents", _incidents(gpu_incidents, now), section_id="gpu-incidents"),
         section("Findings", _findings_table(findings, now), section_id="gpu-findings"),
         section(f"Events ({window})", events_table("gpu-events-table", events)),
     ]
+
+
+def _incidents(rows: list[IncidentRow] | None, now: float) -> Any:
+    if rows is None:
+        return html.Div(NO_DATA, className="empty")
+    return incidents_table("gpu-incidents-table", rows, {}, now)
 
 
 def _num(value: float | None, unit: str, decimals: int = 0) -> str:

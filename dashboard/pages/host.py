@@ -11,6 +11,7 @@ from dashboard.components import (
     Col,
     ago,
     badge,
+    empty,
     gib,
     health_breakdown,
     href,
@@ -22,10 +23,13 @@ from dashboard.components import (
 )
 from dashboard.context import DashboardContext
 from dashboard.fleet_view import GpuView, PortView, gpu_views, host_views, port_views
+from dashboard.pages.incidents import NO_DATA, incidents_table
 from dashboard.pages.live import PageSpec, Params
+from dashboard.queries.base import tables
 from dashboard.queries.events import EventRow, event_counts, recent_events
 from dashboard.queries.findings import FindingRow, recent_findings
 from dashboard.queries.gpus import LIVE_WINDOW_SECONDS, latest_gpu_states
+from dashboard.queries.incidents import incidents
 from dashboard.queries.jobs import jobs
 from dashboard.queries.network import port_counters, port_states
 from dashboard.queries.predictions import latest_risks
@@ -49,6 +53,9 @@ def render(ctx: DashboardContext, params: Params) -> Any:
         events = recent_events(cur, now - HISTORY_SECONDS, now, host)
         findings = recent_findings(cur, now - HISTORY_SECONDS, now, host=host)
         job_rows = jobs(cur, now, host)
+        host_incidents = (
+            incidents(cur, now - HISTORY_SECONDS, host=host) if "incidents" in tables(cur) else None
+        )
     gpus = gpu_views(states, counts, risks, now, ctx.risk_threshold)
     views = host_views(gpus, ports)
     if not views:
@@ -88,6 +95,13 @@ def render(ctx: DashboardContext, params: Params) -> Any:
             className="cards",
         ),
         section("GPUs", _gpu_table(gpus), section_id="host-gpus"),
+        section(
+            "Incidents",
+            incidents_table("host-incidents-table", host_incidents, {}, now)
+            if host_incidents is not None
+            else empty(NO_DATA),
+            section_id="host-incidents",
+        ),
         section("Ports", _port_table(ports), section_id="host-ports"),
         html.Div(
             [

@@ -32,6 +32,8 @@ class PageSpec:
     path_vars: tuple[str, ...] = ()  # from path_template; Dash hands them over still percent-encoded
     query: tuple[str, ...] = ()  # query-string keys the page reads (Dash decodes those)
     nav: bool = True
+    static: Callable[[DashboardContext, Params], Any] | None = None  # drawn once, outside the refreshed body
+    callbacks: Callable[[dash.Dash], None] | None = None  # the page's own callbacks (forms)
 
 
 def clean_params(spec: PageSpec, given: Mapping[str, Any]) -> dict[str, str]:
@@ -68,7 +70,8 @@ def register(app: dash.Dash, spec: PageSpec) -> None:
     def layout(**kwargs: Any) -> Any:
         ctx = current()
         params = clean_params(spec, kwargs)
-        return live_page(spec.page_id, params, render_safely(spec, ctx, params), ctx.refresh_seconds)
+        static = spec.static(ctx, params) if spec.static is not None else None
+        return live_page(spec.page_id, params, render_safely(spec, ctx, params), ctx.refresh_seconds, static)
 
     dash.register_page(  # type: ignore[no-untyped-call]
         f"dashboard.pages.{spec.page_id}",
@@ -92,3 +95,6 @@ def register(app: dash.Dash, spec: PageSpec) -> None:
         params = stored_params(spec, key)
         body = render_safely(spec, ctx, params)
         return body, "updated " + time.strftime("%H:%M:%S", time.gmtime(ctx.now())) + " UTC"
+
+    if spec.callbacks is not None:
+        spec.callbacks(app)

@@ -14,6 +14,7 @@ import duckdb
 
 from fleetguard.controller.tables import controller_ddl, rollup_ddl
 from fleetguard.store.incident_tables import create_alert_tables, create_incident_tables
+from fleetguard.store.operator_tables import create_operator_tables
 from fleetguard.store.schema import TABLES, quote_ident
 
 
@@ -91,6 +92,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         "failure predictor: the features behind each prediction",
         _add_columns("predictions", "explanations"),
     ),
+    Migration(11, "dashboard: operators' acknowledgements, silences and resolutions", create_operator_tables),
 )
 
 CURRENT_VERSION = MIGRATIONS[-1].version

@@ -91,6 +91,7 @@ def build_fleet_store(path: Path) -> BuiltFleet:
             END_TS - 10, "act-1", "checkpoint", f"job/{JOB_ID}", finding.finding_id, "succeeded"
         )
         store.append([*predictions, finding, action])
+        _run_incident_engine(store, start)
     return BuiltFleet(
         path=path,
         end_ts=END_TS,
@@ -116,3 +117,14 @@ def _job_records(hosts: list[str], start: float) -> list[object]:
             out.append(Heartbeat(ts, host, JOB_ID, rank, rank % 4, 8, 1000 + rank, step, "step"))
             out.append(StepTiming(ts, host, JOB_ID, rank, step, "forward_backward", seconds))
     return out
+
+
+def _run_incident_engine(store: Store, start: float) -> None:
+    """The real incident engine over the stored history, as `fleetguard up` runs it: incidents with their
+    evidence and action ledger."""
+    from fleetguard.incidents.feed import StoreFeed
+    from fleetguard.incidents.policy_files import load_policy
+    from fleetguard.incidents.service import IncidentService
+
+    service = IncidentService.open(store.cursor(), load_policy(), start)
+    service.round(StoreFeed(store.cursor(), start=start).read(), END_TS)

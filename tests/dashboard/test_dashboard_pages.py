@@ -85,6 +85,8 @@ def test_drill_down_from_fleet_to_host_to_gpu(
         "/jobs",
         f"/jobs/{JOB_ID}",
         "/jobs/no-such-job",
+        "/incidents",
+        "/incidents/no-such-incident",
     ],
 )
 def test_page_loads_and_refreshes_without_browser_errors(
