@@ -8,7 +8,7 @@ import threading
 
 from fleetguard.agent.agent import Agent
 from fleetguard.agent.daemon import Extension
-from fleetguard.alerts.outbox import counts, requeue_dead
+from fleetguard.alerts.outbox import counts
 from fleetguard.alerts.relay import AlertRelay
 from fleetguard.clock import SystemClock
 from fleetguard.config import Config
@@ -16,7 +16,7 @@ from fleetguard.incidents.feed import StoreFeed
 from fleetguard.incidents.metrics import IncidentMetrics, IncidentSnapshot, open_counts
 from fleetguard.incidents.policy_files import load_policy
 from fleetguard.incidents.repairs import RepairExecutor
-from fleetguard.incidents.requests import Request, take
+from fleetguard.incidents.rounds import incident_round
 from fleetguard.incidents.service import IncidentService
 from fleetguard.store import Store
 
@@ -55,7 +55,9 @@ def incidents_extension(config: Config, summary: IncidentSummary | None = None) 
         def loop() -> None:
             while not stop.is_set():
                 try:
-                    _round(service, feed, relay, store.path, clock.time())
+                    incident_round(
+                        service, feed, relay, store.path, clock.time(), config.store.retention_days
+                    )
                     _publish(service, relay, metrics, summary)
                 except Exception as exc:  # one bad round must not end incident tracking
                     log.warning("incident round failed: %s", exc)
@@ -75,23 +77,6 @@ def incidents_extension(config: Config, summary: IncidentSummary | None = None) 
             thread.join(timeout=10)
 
     return Extension("incidents", start, stop_all)
-
-
-def _round(
-    service: IncidentService, feed: StoreFeed, relay: AlertRelay | None, store_path: str, now: float
-) -> None:
-    reset = take(store_path, Request.BREAKER_RESET)
-    if reset is not None:
-        service.reset_breaker(now, process_backlog=bool(reset.get("process_backlog", False)))
-        log.warning("circuit breaker reset by an operator")
-    replay = take(store_path, Request.ALERTS_REPLAY)
-    if replay is not None:
-        endpoint = replay.get("endpoint")
-        requeued = requeue_dead(service.con, now, endpoint if isinstance(endpoint, str) else None)
-        log.warning("%d dead-lettered alerts queued again", requeued)
-    changes = service.round(feed.read(), now)
-    if relay is not None and (changes or replay is not None):
-        relay.wake()
 
 
 def _publish(

@@ -76,8 +76,10 @@ class RestoredState:
 class IncidentStore:
     """Reads and writes incident tables through one connection of its own (a store cursor)."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, own_transactions: bool = True) -> None:
         self.con = con
+        # False when the caller already holds a transaction on `con` (the controller's writer tasks).
+        self.own_transactions = own_transactions
 
     def restore(self, now: float, history_seconds: float) -> RestoredState:
         rows = self.con.execute(
@@ -122,7 +124,8 @@ class IncidentStore:
         now: float,
     ) -> None:
         """One transaction: incidents, actions, openings, evidence, outbox rows and the breaker's state."""
-        self.con.execute("BEGIN TRANSACTION")
+        if self.own_transactions:
+            self.con.execute("BEGIN TRANSACTION")
         try:
             for change in changes:
                 self.con.execute(_UPSERT_INCIDENT, _incident_params(change.incident, now))
@@ -151,9 +154,37 @@ class IncidentStore:
                 f"INSERT OR REPLACE INTO breaker_state VALUES (1, ?, {_T}, ?, {_T})",
                 [breaker.tripped, breaker.tripped_at, breaker.reason, now],
             )
-            self.con.execute("COMMIT")
+            if self.own_transactions:
+                self.con.execute("COMMIT")
         except BaseException:
-            self.con.execute("ROLLBACK")
+            if self.own_transactions:
+                self.con.execute("ROLLBACK")
+            raise
+
+    def prune(self, cutoff: float) -> None:
+        """Forget what ended before `cutoff`: closed incidents with their evidence and ledger, finished
+        alerts and their attempts, old openings. Open incidents and pending alerts are always kept."""
+        t = _T
+        statements = (
+            f"DELETE FROM incident_evidence WHERE incident_id IN (SELECT incident_id FROM incidents "
+            f"WHERE state = 'closed' AND closed_at < {t})",
+            f"DELETE FROM incident_actions WHERE incident_id IN (SELECT incident_id FROM incidents "
+            f"WHERE state = 'closed' AND closed_at < {t})",
+            f"DELETE FROM incidents WHERE state = 'closed' AND closed_at < {t}",
+            f"DELETE FROM incident_openings WHERE ts < {t}",
+            f"DELETE FROM alert_outbox WHERE status <> 'pending' AND created_at < {t}",
+            f"DELETE FROM alert_deliveries WHERE ts < {t}",
+        )
+        if self.own_transactions:
+            self.con.execute("BEGIN TRANSACTION")
+        try:
+            for sql in statements:
+                self.con.execute(sql, [cutoff])
+            if self.own_transactions:
+                self.con.execute("COMMIT")
+        except BaseException:
+            if self.own_transactions:
+                self.con.execute("ROLLBACK")
             raise
 
 

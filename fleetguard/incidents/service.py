@@ -2,9 +2,8 @@
 stored in one transaction before any repair runs (evidence before action); repairs are carried out after,
 and their outcomes stored in the next transaction.
 
-Where it runs: `fleetguard up` (fleetguard.incidents.extension) and the fleet controller, which calls
-`IncidentService.open(store_cursor, config)` once, then `service.round(signals, now)` with each batch it
-ingested (and `service.round(Signals(), now)` on idle ticks, so incidents resolve on time).
+Where it runs: `fleetguard up` (fleetguard.incidents.extension) and the fleet controller, whose writer
+thread runs `fleetguard.incidents.controller_task.IncidentTask` inside its own transactions.
 """
 
 from __future__ import annotations
@@ -34,12 +33,14 @@ class IncidentService:
         con: duckdb.DuckDBPyConnection,
         webhooks: Sequence[WebhookConfig] = (),
         executor: RepairExecutor | None = None,
+        own_transactions: bool = True,
     ) -> None:
         self.engine = engine
         self.con = con
-        self.store = IncidentStore(con)
+        self.store = IncidentStore(con, own_transactions)
         self.webhooks = tuple(webhooks)
         self.executor = executor
+        self.next_prune_at = 0.0
 
     @classmethod
     def open(
@@ -49,12 +50,15 @@ class IncidentService:
         now: float,
         webhooks: Sequence[WebhookConfig] = (),
         executor: RepairExecutor | None = None,
+        own_transactions: bool = True,
     ) -> IncidentService:
-        """An engine that takes up the incidents, actions and breaker state the store holds."""
+        """An engine that takes up the incidents, actions and breaker state the store holds.
+
+        `own_transactions=False` when every call comes inside a transaction the caller holds on `con`."""
         restored = IncidentStore(con).restore(now, policy.escalation.window_seconds)
         engine = IncidentEngine(policy, restored.breaker)
         engine.restore(restored.incidents, restored.actions, restored.history)
-        return cls(engine, con, webhooks, executor)
+        return cls(engine, con, webhooks, executor, own_transactions)
 
     def round(self, signals: Signals, now: float) -> list[IncidentChange]:
         changes = self.engine.observe(signals, now)
@@ -88,6 +92,12 @@ class IncidentService:
                 finished, (), outbox_rows(finished, self.webhooks, now), self.engine.breaker.state, now
             )
 
+    def prune(self, now: float, retention_days: float) -> None:
+        """Bound the incident and alert tables: what ended more than the retention ago goes (the escalation
+        window's openings are kept whatever the retention)."""
+        keep = max(retention_days * 86400.0, self.engine.policy.escalation.window_seconds)
+        self.store.prune(now - keep)
+
     def resolve(self, incident_id: str, now: float) -> bool:
         changes = self.engine.resolve(incident_id, now)
         self.apply(changes, now)
@@ -96,5 +106,7 @@ class IncidentService:
     def reset_breaker(self, now: float, process_backlog: bool) -> None:
         """Close the breaker (stored even when no incident changes with it)."""
         changes = self.engine.reset_breaker(now, process_backlog)
-        self.store.persist(changes, (), outbox_rows(changes, self.webhooks, now), self.engine.breaker.state, now)
+        self.store.persist(
+            changes, (), outbox_rows(changes, self.webhooks, now), self.engine.breaker.state, now
+        )
         self._repair(changes, now)

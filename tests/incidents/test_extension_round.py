@@ -6,10 +6,10 @@ from pathlib import Path
 
 from diagnosis.rules import Signals
 from fleetguard.alerts.settings import WebhookConfig, WebhookKind
-from fleetguard.incidents.extension import _round
 from fleetguard.incidents.feed import StoreFeed
 from fleetguard.incidents.policy_files import load_policy
 from fleetguard.incidents.requests import Request, leave, request_path
+from fleetguard.incidents.rounds import incident_round
 from fleetguard.incidents.service import IncidentService
 from fleetguard.store import Store
 from tests.diagnosis.records import T0, xid
@@ -24,7 +24,7 @@ def test_a_breaker_reset_request_closes_the_breaker_and_is_consumed(tmp_path: Pa
         assert service.engine.breaker.tripped
         feed = StoreFeed(store.cursor(), start=T0)
         leave(path, Request.BREAKER_RESET, {"process_backlog": False})
-        _round(service, feed, None, path, T0 + 60)
+        incident_round(service, feed, None, path, T0 + 60)
         assert not service.engine.breaker.tripped
         assert not request_path(path, Request.BREAKER_RESET).exists()
         state = store.connection.execute("SELECT tripped FROM breaker_state").fetchall()
@@ -39,5 +39,5 @@ def test_an_alerts_replay_request_requeues_dead_letters(tmp_path: Path) -> None:
         service.round(Signals(events=[xid(79, T0)]), T0)
         store.connection.execute("UPDATE alert_outbox SET status = 'dead'")
         leave(path, Request.ALERTS_REPLAY, {})
-        _round(service, StoreFeed(store.cursor(), start=T0), None, path, T0 + 1)
+        incident_round(service, StoreFeed(store.cursor(), start=T0), None, path, T0 + 1)
         assert store.connection.execute("SELECT status FROM alert_outbox").fetchall() == [("pending",)]

@@ -88,3 +88,21 @@ def test_the_feed_hands_on_each_stored_record_once(store: Store) -> None:
     assert [s.ts for s in second.gpu_samples] == [T0 + 1]
     third = feed.read()
     assert list(third.events) == [] and list(third.gpu_samples) == []
+
+
+def test_pruning_forgets_closed_incidents_and_finished_alerts_but_keeps_open_ones(store: Store) -> None:
+    service = open_service(store, T0)
+    service.round(Signals(events=[xid(79, T0, host="old")]), T0)
+    changes = service.round(Signals(events=[xid(48, T0 + 1, host="old")]), T0 + 1)
+    for change in changes:
+        service.resolve(change.incident.incident_id, T0 + 2)
+    service.round(Signals(), T0 + 2 * 86400)  # resolved long ago: closed
+    service.round(Signals(events=[xid(79, T0 + 100 * 86400, host="new")]), T0 + 100 * 86400)
+    store.connection.execute("UPDATE alert_outbox SET status = 'delivered'")
+    service.prune(T0 + 100 * 86400, retention_days=30)
+    con = store.connection
+    assert con.execute("SELECT host, fault FROM incidents ORDER BY host").fetchall() == [
+        ("new", "xid:79"),
+        ("old", "xid:79"),  # closed only in the last round: within the retention
+    ]
+    assert con.execute("SELECT count(*) FROM alert_outbox").fetchall() == [(1,)]

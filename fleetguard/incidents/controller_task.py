@@ -1,0 +1,74 @@
+"""Incidents on the fleet controller: a periodic task for its writer thread, which calls it inside a store
+transaction it holds. Wiring (fleetguard.controller):
+
+    task = IncidentTask(config)
+    writer.every(config.diagnosis.interval_seconds, "incidents", task)
+    relay = task.start_relay(store)          # its own thread and connection; None without webhooks
+    ... at shutdown: task.stop_relay()
+
+Repairs are not run on the writer thread: `change.actions` with outcome REQUESTED are for the controller to
+turn into host commands, and it reports their end with `task.action_finished(...)` from the same thread.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import duckdb
+
+from diagnosis.incident import ActionOutcome, IncidentChange
+from fleetguard.alerts.relay import AlertRelay
+from fleetguard.clock import Clock, SystemClock
+from fleetguard.config import Config
+from fleetguard.incidents.feed import StoreFeed
+from fleetguard.incidents.policy_files import load_policy
+from fleetguard.incidents.rounds import incident_round
+from fleetguard.incidents.service import IncidentService
+from fleetguard.store import Store
+
+
+class IncidentTask:
+    def __init__(self, config: Config, clock: Clock | None = None) -> None:
+        self.config = config
+        self.clock = clock or SystemClock()
+        self.policy = load_policy(config.diagnosis.policy_file or None, config.policy.tables)
+        self.service: IncidentService | None = None
+        self.feed: StoreFeed | None = None
+        self.relay: AlertRelay | None = None
+        self.last_changes: list[IncidentChange] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __call__(self, con: duckdb.DuckDBPyConnection, now: float) -> None:
+        if self.service is None or self.feed is None:
+            webhooks = self.config.alerts.webhooks if self.config.alerts.enabled else ()
+            self.service = IncidentService.open(
+                con, self.policy, now, webhooks=webhooks, own_transactions=False
+            )
+            overlap = (
+                self.config.agent.event_dedup_window_seconds + 2 * self.config.agent.flush_interval_seconds
+            )
+            self.feed = StoreFeed(con, start=now - overlap, event_overlap_seconds=overlap)
+        # The controller turns REQUESTED actions of these changes into host commands.
+        self.last_changes = incident_round(
+            self.service, self.feed, self.relay, self.config.store.path, now, self.config.store.retention_days
+        )
+
+    def action_finished(self, action_id: str, outcome: ActionOutcome, detail: str, now: float) -> None:
+        """A host command that carried out a requested repair ended (call inside a writer transaction)."""
+        if self.service is not None:
+            self.service.apply(self.service.engine.action_finished(action_id, outcome, detail, now), now)
+
+    def start_relay(self, store: Store) -> AlertRelay | None:
+        if not (self.config.alerts.enabled and self.config.alerts.webhooks):
+            return None
+        self.relay = AlertRelay(store.cursor(), self.config.alerts, self.clock)
+        self._thread = threading.Thread(target=self.relay.run, args=(self._stop,), name="fleetguard-alerts")
+        self._thread.daemon = True
+        self._thread.start()
+        return self.relay
+
+    def stop_relay(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)

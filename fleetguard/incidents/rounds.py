@@ -1,0 +1,44 @@
+"""One round of the incident service, as `fleetguard up` and the controller run it."""
+
+from __future__ import annotations
+
+import logging
+
+from diagnosis.incident import IncidentChange
+from fleetguard.alerts.outbox import requeue_dead
+from fleetguard.alerts.relay import AlertRelay
+from fleetguard.incidents.feed import StoreFeed
+from fleetguard.incidents.requests import Request, take
+from fleetguard.incidents.service import IncidentService
+
+log = logging.getLogger(__name__)
+
+
+PRUNE_EVERY_SECONDS = 3600.0
+
+
+def incident_round(
+    service: IncidentService,
+    feed: StoreFeed,
+    relay: AlertRelay | None,
+    store_path: str,
+    now: float,
+    retention_days: float = 30.0,
+) -> list[IncidentChange]:
+    """Operator requests first, then the records stored since the last round; new alerts wake the relay."""
+    reset = take(store_path, Request.BREAKER_RESET)
+    if reset is not None:
+        service.reset_breaker(now, process_backlog=bool(reset.get("process_backlog", False)))
+        log.warning("circuit breaker reset by an operator")
+    replay = take(store_path, Request.ALERTS_REPLAY)
+    if replay is not None:
+        endpoint = replay.get("endpoint")
+        requeued = requeue_dead(service.con, now, endpoint if isinstance(endpoint, str) else None)
+        log.warning("%d dead-lettered alerts queued again", requeued)
+    changes = service.round(feed.read(), now)
+    if now >= service.next_prune_at:
+        service.prune(now, retention_days)
+        service.next_prune_at = now + PRUNE_EVERY_SECONDS
+    if relay is not None and (changes or replay is not None):
+        relay.wake()
+    return changes
