@@ -9,7 +9,10 @@ import duckdb
 
 from fleetguard.config import Config
 from fleetguard.controller.columns import insert_records
+from fleetguard.controller.correlation import FleetCorrelation
 from fleetguard.controller.ingest import IngestWriter
+from fleetguard.controller.maintenance import Maintenance, retention
+from fleetguard.controller.rollups import ROLLUP_SECONDS, Rollups
 from fleetguard.records.findings import Finding
 
 SILENT_CHECK_SECONDS = 5.0
@@ -65,6 +68,16 @@ class SilentHosts:
             self._reported.update(f.finding_id for f in findings)
 
 
-def register_analysis(writer: IngestWriter, config: Config) -> None:
+RETENTION_SECONDS = 3600.0
+CORRELATION_SECONDS = 15.0
+
+
+def register_analysis(writer: IngestWriter, maintenance: Maintenance, config: Config) -> None:
     ctl = config.controller
     writer.every(SILENT_CHECK_SECONDS, "silent hosts", SilentHosts(writer, ctl.silent_after_seconds))
+    rollups = Rollups()
+    writer.on_committed.append(lambda batch: rollups.touched(batch.tables))
+    maintenance.every(ROLLUP_SECONDS, "rollups", rollups)
+    maintenance.every(RETENTION_SECONDS, "retention", retention(config.store.retention_days))
+    correlation = FleetCorrelation(ctl.correlation_window_seconds, ctl.correlation_min_hosts)
+    maintenance.every(CORRELATION_SECONDS, "fleet correlation", correlation)

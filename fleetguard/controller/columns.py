@@ -29,7 +29,8 @@ _DEFAULTS = {name: _defaults(table) for name, table in TABLES.items()}
 
 def concat(table: Table, parts: Sequence[Columns]) -> dict[str, Any]:
     """The columns of several batches for one table, one array per column (a column a batch lacks is its
-    default there)."""
+    default there). Columns that are NULL in every row are left out: the INSERT leaves them NULL, and DuckDB
+    converts a column of Python None objects one value at a time (half the cost of a GPU sample insert)."""
     lengths = [len(next(iter(p.values()))) for p in parts]
     defaults = _DEFAULTS[table.name]
     out: dict[str, Any] = {}
@@ -38,6 +39,8 @@ def concat(table: Table, parts: Sequence[Columns]) -> dict[str, Any]:
         for part, n in zip(parts, lengths, strict=True):
             got = part.get(column.name)
             values.extend(got if got is not None else [defaults[column.name]] * n)
+        if column.nullable and all(v is None for v in values):
+            continue
         out[column.name] = as_array(column, values)
     return out
 
@@ -54,14 +57,20 @@ def as_array(column: Column, values: list[Any]) -> Any:
     return objects
 
 
-def insert_sql(table: Table, view: str) -> str:
-    exprs = [
-        f"make_timestamp(CAST(round({quote_ident(c.name)} * 1000000) AS BIGINT))"
-        if c.is_timestamp
-        else f"CAST({quote_ident(c.name)} AS {c.sql_type})"
-        for c in table.columns
-    ]
-    names = ", ".join(quote_ident(c.name) for c in table.columns)
+def insert_sql(table: Table, view: str, columns: dict[str, Any] | None = None) -> str:
+    """INSERT of `columns` (default: all of the table's) from `view`; object columns are cast to their type
+    (DuckDB would otherwise infer it from the values)."""
+    chosen = [c for c in table.columns if columns is None or c.name in columns]
+    exprs = []
+    for c in chosen:
+        name = quote_ident(c.name)
+        if c.is_timestamp:
+            exprs.append(f"make_timestamp(CAST(round({name} * 1000000) AS BIGINT))")
+        elif columns is not None and getattr(columns[c.name], "dtype", None) != np.dtype(object):
+            exprs.append(name)
+        else:
+            exprs.append(f"CAST({name} AS {c.sql_type})")
+    names = ", ".join(quote_ident(c.name) for c in chosen)
     return f"INSERT INTO {table.name} ({names}) SELECT {', '.join(exprs)} FROM {view}"
 
 
@@ -73,9 +82,10 @@ def insert_records(con: duckdb.DuckDBPyConnection, records: Sequence[object]) ->
 
     for name, columns in columns_by_table(records).items():
         view = f"__controller_{name}"
-        con.register(view, concat(TABLES[name], [columns]))
+        arrays = concat(TABLES[name], [columns])
+        con.register(view, arrays)
         try:
-            con.execute(insert_sql(TABLES[name], view))
+            con.execute(insert_sql(TABLES[name], view, arrays))
         finally:
             with contextlib.suppress(duckdb.Error):
                 con.unregister(view)

@@ -66,7 +66,7 @@ class Pending:
         self.done.set()
 
 
-Task = Callable[[duckdb.DuckDBPyConnection, float], None]
+Task = Callable[[duckdb.DuckDBPyConnection, float], object]
 
 
 @dataclass
@@ -90,6 +90,8 @@ class IngestWriter:
         self.hosts: dict[str, HostState] = load_hosts(con)
         self.commands = CommandBook.load(con)
         self._tasks: list[_Periodic] = []
+        # Called on the writer thread with each batch once it is committed (rollups note what it touched).
+        self.on_committed: list[Callable[[IngestBatch], None]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.every(LEDGER_COMPACT_SECONDS, "ledger compaction", self._compact_ledger)
@@ -97,7 +99,8 @@ class IngestWriter:
         self.hosts_lock = threading.Lock()
 
     def every(self, seconds: float, name: str, task: Task) -> None:
-        """Run `task(connection, now)` on the writer thread about every `seconds`, inside a transaction."""
+        """Run `task(connection, now)` on the writer thread about every `seconds`, inside a transaction.
+        Only quick work belongs here (every batch waits for it); the rest goes to controller.maintenance."""
         self._tasks.append(_Periodic(name, seconds, task, self.clock.monotonic() + seconds))
 
     @property
@@ -262,9 +265,10 @@ class IngestWriter:
                     parts = [b.tables[name] for b in batches if name in b.tables]
                     if parts:
                         view = f"__ingest_{name}"
-                        con.register(view, concat(table, parts))
+                        arrays = concat(table, parts)
+                        con.register(view, arrays)
                         views.append(view)
-                        con.execute(insert_sql(table, view))
+                        con.execute(insert_sql(table, view, arrays))
                 if batches:
                     con.register("__ingest_ledger_rows", _ledger_rows(batches, now))
                     views.append("__ingest_ledger_rows")
@@ -329,6 +333,8 @@ class IngestWriter:
         for p in fresh:
             b = p.batch
             self.ledger.add(b.host, b.boot_id, b.seq)
+            for hook in self.on_committed:
+                hook(b)
             if b.acks:
                 self.commands.acked(b.host, {a.command_id for a in b.acks})
                 stats.commands_acked += len(b.acks)

@@ -26,6 +26,8 @@ from fleetguard.store import Store
 
 COMMIT_WAIT_SECONDS = 30.0  # past this the agent is told 503 and re-sends; the ledger stores it once
 MAX_IN_FLIGHT_PER_HOST = 4
+# Parsing is CPU under the GIL: more at once is no faster, and bounds the memory requests can hold.
+MAX_CONCURRENT_PARSES = 2
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class ControllerApi:
         self.settings = settings
         self._in_flight: dict[str, int] = {}
         self._lock = threading.Lock()
+        self._parsing = threading.BoundedSemaphore(MAX_CONCURRENT_PARSES)
         self._local = threading.local()
         self._routes: dict[tuple[str, str], Callable[[Request], Response]] = {
             ("POST", "/v1/ingest"): self.ingest,
@@ -96,7 +99,8 @@ class ControllerApi:
             encoding = request.headers.get("content-encoding", "identity").lower()
             if encoding not in ("gzip", "identity"):
                 raise BatchRefused(Refusal.MALFORMED, f"Content-Encoding {encoding[:20]!r} is not gzip")
-            batch = parse_batch(request.body, identity.host, compressed=encoding == "gzip")
+            with self._parsing:
+                batch = parse_batch(request.body, identity.host, compressed=encoding == "gzip")
             return self._commit(batch.host, batch)
         except BatchRefused as exc:
             return self._refused(exc)

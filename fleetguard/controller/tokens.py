@@ -82,6 +82,19 @@ def add_token(path: Path, host: str, role: Role = Role.AGENT, *, replace: bool =
     return token
 
 
+def add_tokens(path: Path, hosts: list[str]) -> dict[str, str]:
+    """Tokens for many hosts in one write (provisioning a fleet, benchmarks); host -> token."""
+    entries = _read(path)
+    tokens = {host: new_token() for host in hosts}
+    now = time.time()
+    entries += [
+        {"host": h, "role": Role.AGENT.value, "sha256": hash_token(t), "created_ts": now}
+        for h, t in tokens.items()
+    ]
+    _write(path, {"version": FILE_VERSION, "tokens": entries})
+    return tokens
+
+
 def _write(path: Path, doc: dict[str, object]) -> None:
     """Write atomically (a new 0600 file renamed over the old), so a reader never sees half a file."""
     try:

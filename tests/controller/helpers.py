@@ -105,7 +105,7 @@ def metric_value(text: str, name: str) -> float:
 
 
 def start_test_controller(
-    tmp_path: Path, hosts: tuple[str, ...] = ("node-a", "node-b"), **extra: Any
+    tmp_path: Path, hosts: tuple[str, ...] = ("node-a", "node-b"), *, extra: dict[str, Any] | None = None
 ) -> Controller:
     tokens_file = tmp_path / "tokens.json"
     tokens = {h: add_token(tokens_file, h) for h in hosts}
@@ -115,6 +115,6 @@ def start_test_controller(
         "controller.listen": "127.0.0.1:0",
         "controller.tokens_file": str(tokens_file),
         "controller.max_body_bytes": 256 * 1024,
-        **extra,
+        **(extra or {}),
     }
     return Controller(start_controller(load_config(overrides=overrides)), tokens, overrides)

@@ -49,7 +49,7 @@ def test_an_agent_ships_over_https_trusting_the_controllers_certificate(
 ) -> None:
     cert, key = _self_signed(tmp_path)
     c = start_test_controller(
-        tmp_path / "ctl", **{"controller.tls_cert": str(cert), "controller.tls_key": str(key)}
+        tmp_path / "ctl", extra={"controller.tls_cert": str(cert), "controller.tls_key": str(key)}
     )
     try:
         spool = Spool(tmp_path / "spool", 1 << 20)

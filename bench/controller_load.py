@@ -1,0 +1,295 @@
+"""Fleet controller under load: one `fleetguard controller` process fed by a load generator that sends what
+real agents send, for a growing number of hosts.
+
+Each simulated host ships one batch per flush interval (5 s): 5 rounds at 1 Hz of 8 GPU samples and 8 IB
+ports' counters, compacted as the agent compacts them (counters that did not move are not sent), taken from
+the simulator. Bodies are the agents' real wire format (gzip JSON). The generator keeps one keep-alive
+connection per worker thread and sends each host's batch on its own schedule (spread over the interval).
+
+Per step: ingest latency p50/p99 (send to reply, client side), batches sent / refused / failed, rows stored
+vs rows sent (loss), controller CPU (share of one core) and RSS, and the store's bytes and rows per
+host-day. The load generator runs on the same machine and its CPU is reported too.
+
+Usage: python bench/controller_load.py [--hosts 256,1024,2048,4096] [--seconds 40] [--interval 5]
+       python bench/controller_load.py --footprint   # rows and bytes per host-day, raw vs compacted
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import http.client
+import json
+import os
+import queue
+import random
+import re
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fleetguard.controller.tokens import add_tokens
+from fleetguard.shipping.compact import Compactor
+from fleetguard.shipping.wire import OutgoingBatch, columns_by_table
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def rss_mb(pid: int, key: str = "VmRSS") -> float:
+    match = re.search(rf"{key}:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
+    return int(match.group(1)) / 1024 if match else 0.0
+
+
+def simulated_rounds(rounds: int, compact: bool, start: float = 1_795_000_000.0) -> list[list[object]]:
+    """What one 1x8 agent buffers per round, for `rounds` rounds at 1 Hz (compacted as shipped, or raw)."""
+    from fleetguard.agent.sources import build_sources
+    from fleetguard.config import load_config
+
+    sources = build_sources(load_config(overrides={"simulate.fleet": "1x8", "agent.host": "HOSTNAME"}))
+    compactor = Compactor()
+    out = []
+    for r in range(rounds):
+        rows: list[object] = []
+        for collector in sources.collectors:
+            b = collector.collect(start + r)
+            rows += [*b.gpu_samples, *b.nic_samples, *b.nic_counters, *b.events]
+        out.append(compactor.keep(rows) if compact else rows)
+    return out
+
+
+def template(interval: int) -> tuple[str, int]:
+    """A steady-state batch (after the first, which carries every counter once) as JSON text with HOSTNAME,
+    SEQNUM and the send time to fill in; and its row count."""
+    rounds = simulated_rounds(2 * interval, compact=True)
+    rows = [r for rnd in rounds[interval:] for r in rnd]
+    batch = OutgoingBatch(
+        "HOSTNAME", "BOOTID", 999_999_999, 1_795_000_000.5, float(interval), "bench", columns_by_table(rows)
+    )
+    text = json.dumps(batch.to_json(), separators=(",", ":"))
+    return text.replace("999999999", "SEQNUM").replace("1795000000.5", "SENTTS"), len(rows)
+
+
+@dataclass
+class StepResult:
+    hosts: int
+    sent: int = 0
+    ok: int = 0
+    refused: dict[int, int] = field(default_factory=dict)
+    failed: int = 0
+    latencies: list[float] = field(default_factory=list)
+    late_sends: int = 0  # the generator could not send on schedule (its own limit, not the controller's)
+
+
+class Generator:
+    def __init__(self, port: int, tokens: dict[str, str], text: str, workers: int) -> None:
+        self.port = port
+        self.tokens = tokens
+        self.text = text
+        self.jobs: queue.Queue[tuple[str, int, float] | None] = queue.Queue()
+        self.result: StepResult | None = None
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self.work, daemon=True) for _ in range(workers)]
+        for t in self.threads:
+            t.start()
+
+    def work(self) -> None:
+        conn: http.client.HTTPConnection | None = None
+        while (job := self.jobs.get()) is not None:
+            host, seq, due = job
+            body = gzip.compress(
+                self.text.replace("HOSTNAME", host)
+                .replace("SEQNUM", str(seq))
+                .replace("SENTTS", f"{due:.3f}")
+                .encode(),
+                compresslevel=1,
+            )
+            headers = {"Content-Encoding": "gzip", "Authorization": f"Bearer {self.tokens[host]}"}
+            t0 = time.monotonic()
+            try:
+                if conn is None:
+                    conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+                conn.request("POST", "/v1/ingest", body=body, headers=headers)
+                response = conn.getresponse()
+                response.read()
+                status = response.status
+            except (OSError, http.client.HTTPException):
+                if conn is not None:
+                    conn.close()
+                conn = None
+                status = 0
+            elapsed = time.monotonic() - t0
+            with self.lock:
+                r = self.result
+                assert r is not None
+                r.sent += 1
+                if status == 200:
+                    r.ok += 1
+                    r.latencies.append(elapsed)
+                elif status == 0:
+                    r.failed += 1
+                else:
+                    r.refused[status] = r.refused.get(status, 0) + 1
+
+    def run_step(self, hosts: list[str], seconds: float, interval: float, seqs: dict[str, int]) -> StepResult:
+        self.result = StepResult(len(hosts))
+        start = time.monotonic()
+        offsets = {h: random.uniform(0, interval) for h in hosts}
+        schedule = sorted(
+            (start + offsets[h] + k * interval, h) for h in hosts for k in range(int(seconds / interval))
+        )
+        for due, host in schedule:
+            delay = due - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            elif delay < -0.5:
+                self.result.late_sends += 1
+            seqs[host] = seqs.get(host, 0) + 1
+            self.jobs.put((host, seqs[host], time.time()))
+        while self.jobs.qsize():
+            time.sleep(0.05)
+        time.sleep(2.0)  # the last requests in flight
+        return self.result
+
+    def stop(self) -> None:
+        for _ in self.threads:
+            self.jobs.put(None)
+
+
+def quantile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def store_stats(path: Path) -> tuple[int, int]:
+    """(rows in the record tables, file bytes) of a store (opened read-only after the controller stopped)."""
+    import duckdb
+
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        rows = sum(
+            int(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0])  # type: ignore[index]
+            for t in ("gpu_samples", "nic_samples", "nic_counters", "events")
+        )
+    finally:
+        con.close()
+    return rows, path.stat().st_size
+
+
+def load(args: argparse.Namespace) -> None:
+    steps = [int(x) for x in args.hosts.split(",")]
+    text, rows_per_batch = template(args.interval)
+    print(
+        f"batch: {rows_per_batch} rows, {len(text)} bytes JSON, "
+        f"{len(gzip.compress(text.encode(), 1))} bytes gzip",
+        flush=True,
+    )
+    root = Path(tempfile.mkdtemp(prefix="fg-controller-load-"))
+    hosts_all = [f"host-{i:05d}" for i in range(max(steps))]
+    tokens = add_tokens(root / "tokens.json", hosts_all)
+    (root / "ctl.toml").write_text(
+        f'[controller]\nlisten = "127.0.0.1:{args.port}"\ntokens_file = "{root}/tokens.json"\n'
+        f'max_queue_batches = 20000\n[store]\npath = "{root}/ctl.duckdb"\n'
+    )
+    ctl = subprocess.Popen(
+        [sys.executable, "-m", "fleetguard", "controller", "--config", str(root / "ctl.toml")],
+        stdout=subprocess.DEVNULL,
+        stderr=(root / "ctl.log").open("w"),
+    )
+    time.sleep(3)
+    gen = Generator(args.port, tokens, text, args.workers)
+    seqs: dict[str, int] = {}
+    print(
+        "| hosts | GPUs | batches/s | p50 ms | p99 ms | refused | failed | controller CPU (cores) | "
+        "controller RSS MB | generator CPU (cores) | late sends |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    sent_ok = 0
+    try:
+        for n in steps:
+            c0, g0, t0 = cpu_seconds(ctl.pid), resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
+            r = gen.run_step(hosts_all[:n], args.seconds, args.interval, seqs)
+            wall = time.monotonic() - t0
+            g1 = resource.getrusage(resource.RUSAGE_SELF)
+            ccpu = (cpu_seconds(ctl.pid) - c0) / wall
+            gcpu = (g1.ru_utime + g1.ru_stime - g0.ru_utime - g0.ru_stime) / wall
+            sent_ok += r.ok
+            p99 = quantile(r.latencies, 0.99)
+            print(
+                f"| {n} | {8 * n} | {r.sent / wall:.0f} | {1000 * quantile(r.latencies, 0.5):.0f} | "
+                f"{1000 * p99:.0f} | {sum(r.refused.values())} {dict(r.refused) or ''} | {r.failed} | "
+                f"{ccpu:.2f} | {rss_mb(ctl.pid):.0f} | {gcpu:.2f} | {r.late_sends} |",
+                flush=True,
+            )
+            if p99 > args.stop_p99:
+                print(f"p99 passed {args.stop_p99:.1f} s at {n} hosts: stopping", flush=True)
+                break
+    finally:
+        gen.stop()
+        peak = rss_mb(ctl.pid, "VmHWM")
+        ctl.send_signal(signal.SIGTERM)
+        ctl.wait(timeout=300)
+    rows, size = store_stats(root / "ctl.duckdb")
+    expected = sent_ok * rows_per_batch
+    print(
+        f"controller peak RSS {peak:.0f} MB; rows stored {rows}, rows in batches answered 200 {expected} "
+        f"(loss {expected - rows}); store {size / 1e6:.1f} MB"
+    )
+    host_seconds = sum(seqs.values()) * args.interval
+    print(
+        f"per host-day: {rows / host_seconds * 86400:,.0f} rows, {size / host_seconds * 86400 / 1e6:.1f} MB"
+    )
+    print(f"(work dir {root})")
+
+
+def footprint(args: argparse.Namespace) -> None:
+    """Rows and bytes per host-day for one 1x8 host, raw (every counter every second) and compacted."""
+    from fleetguard.store import Store
+
+    seconds = args.footprint_seconds
+    for compact in (False, True):
+        root = Path(tempfile.mkdtemp(prefix="fg-footprint-"))
+        rounds = simulated_rounds(seconds, compact)
+        rows = sum(len(r) for r in rounds)
+        with Store.open(root / "s.duckdb") as store:
+            for k in range(0, seconds, 5):
+                store.append([row for rnd in rounds[k : k + 5] for row in rnd])
+            store.connection.execute("CHECKPOINT")
+        size = (root / "s.duckdb").stat().st_size
+        scale = 86400 / seconds
+        print(
+            f"| {'compacted (shipped)' if compact else 'raw (local store today)'} | {rows * scale:,.0f} | "
+            f"{size * scale / 1e6:,.0f} |"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--hosts", default="256,1024,2048,4096")
+    parser.add_argument("--seconds", type=float, default=40.0)
+    parser.add_argument("--interval", type=int, default=5)
+    parser.add_argument("--workers", type=int, default=256)
+    parser.add_argument("--port", type=int, default=19580)
+    parser.add_argument("--stop-p99", type=float, default=1.0)
+    parser.add_argument("--footprint", action="store_true")
+    parser.add_argument("--footprint-seconds", type=int, default=1800)
+    args = parser.parse_args()
+    footprint(args) if args.footprint else load(args)
+
+
+if __name__ == "__main__":
+    main()
