@@ -50,6 +50,22 @@ def one_line_failure(result: subprocess.CompletedProcess[str], *needles: str) ->
     return lines[0]
 
 
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real model directory, for `predict` (which reads the model before the store)."""
+    from fleetguard.predict.live import train_demo_model
+
+    return train_demo_model(tmp_path_factory.mktemp("model") / "demo", seed=0)
+
+
+def test_predict_with_a_corrupt_or_locked_store(
+    tmp_path: Path, model_dir: Path, corrupt_store: Path, locked_store: Path
+) -> None:
+    for store, why in ((corrupt_store, "not a valid DuckDB database file"), (locked_store, "lock")):
+        result = run(["predict", "--model", str(model_dir), "--store", str(store)], tmp_path)
+        one_line_failure(result, str(store), why)
+
+
 @pytest.fixture
 def busy_port() -> Iterator[int]:
     with socket.socket() as s:
