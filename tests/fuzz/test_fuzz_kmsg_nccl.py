@@ -1,4 +1,5 @@
-"""Fuzzing every kernel-log, NCCL-log and flight-recorder parser: no input makes an exception escape."""
+"""Fuzzing every kernel-log, NCCL-log, sysfs and flight-recorder parser: no input makes an exception escape,
+and every number they produce fits the store column it lands in."""
 
 from __future__ import annotations
 
@@ -11,12 +12,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from collectors.counter_delta import CounterTracker
 from collectors.flight_recorder import FlightRecorderError, load_dump_bytes, progress_from_dump
 from collectors.kmsg import KmsgCollector, KmsgFileCollector, kernel_event
 from collectors.kmsg_classify import classify_kernel_message, normalise_pci_bus_id
 from collectors.kmsg_parse import KernelLine, Unparsed, parse_kernel_line
 from collectors.nccl import NcclLogCollector, nccl_event
 from collectors.nccl_parse import classify_nccl_line, parse_nccl_line
+from collectors.sysfs_ib import BadValue, parse_counter
+from fleetguard.records.bounds import SqlType, fits
+from fleetguard.records.telemetry import NicCounterSample
+from fleetguard.store.schema import TABLE_BY_RECORD
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -24,6 +30,9 @@ FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCh
 # Fragments of real lines, so that generated text reaches deep into the patterns instead of failing at once.
 _FRAGMENTS = [
     "4,3964,206764307,-;",
+    "4,99999999999999999999,206764307,-;",
+    "4,9223372036854775808,1,-;",
+    "4,9223372036854775807,1,-;",
     "6,1,2,c;",
     " SUBSYSTEM=pci",
     "[  227.996636] ",
@@ -80,6 +89,7 @@ def test_parse_kernel_line_accepts_any_text(text: str) -> None:
     assert result is None or isinstance(result, KernelLine | Unparsed)
     if isinstance(result, KernelLine):
         assert (result.ts is None) != (result.uptime_seconds is None)
+        assert result.seq is None or fits(SqlType.BIGINT, result.seq)  # the events.seq column
 
 
 @FUZZ
@@ -176,7 +186,8 @@ def test_kmsg_collector_never_raises(tmp_path: Path, data: bytes) -> None:
     path = tmp_path / "kmsg"
     path.write_bytes(data)
     collector = KmsgCollector("h", str(path), boot_time=0.0, boot_id_path=str(tmp_path / "none"))
-    collector.collect(1_800_000_000.0)
+    for event in collector.collect(1_800_000_000.0).events:
+        assert storable(event)
     collector.close()
 
 
@@ -254,3 +265,36 @@ def test_progress_from_any_plain_data_never_raises(dump: dict[str, Any]) -> None
         return
     for record in progress_from_dump(loaded, host="h", job_id="j", rank=0, ts=0.0):
         assert isinstance(record.last_enqueued, int)
+        assert storable(record)
+
+
+@FUZZ
+@given(st.binary(max_size=64))
+def test_sysfs_counter_values_fit_their_column_or_are_refused(data: bytes) -> None:
+    try:
+        value = parse_counter(data)
+    except BadValue:
+        return
+    assert fits(SqlType.UBIGINT, value)
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.integers(0, 2**64 - 1), st.floats(0, 1e6)), min_size=2, max_size=10))
+def test_rdma_counter_rows_always_fit_the_store(readings: list[tuple[int, float]]) -> None:
+    tracker: CounterTracker[str] = CounterTracker()
+    ts = 0.0
+    for value, step in readings:
+        ts += step
+        change = tracker.update("x", value, ts)
+        row = NicCounterSample(ts, "h", "mlx5_0", 1, "port_xmit_data", "counters", value, change.delta)
+        assert storable(row)
+
+
+def storable(record: object) -> bool:
+    """Every int field of `record` fits the column it lands in (fleetguard.store.schema)."""
+    table = TABLE_BY_RECORD[type(record)]
+    return all(
+        fits(SqlType(c.sql_type), getattr(record, c.name))
+        for c in table.columns
+        if c.sql_type in ("BIGINT", "UBIGINT") and getattr(record, c.name) is not None
+    )

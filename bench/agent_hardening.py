@@ -1,0 +1,271 @@
+"""Agent hardening, data plane: /metrics under concurrent scrapers, and sampling during a kernel-log storm,
+for a baseline revision and the working tree side by side in one run.
+
+Each agent is a real `fleetguard agent` process whose code comes from its tree (PYTHONPATH), one at a time:
+- scrapers: `--simulate 1x8`; N threads scrape /metrics in a loop, a new connection each time (as N Prometheus
+  servers would), for `--scrape-seconds`; latency p50/p99/max per scrape, and sampling rounds per second over
+  the same window (from the agent's own rounds counter).
+- storm: the kernel log is a FIFO (kmsg_path); a writer pushes `--storm-lines` XID records into it as fast as
+  the agent takes them; rounds per second while the storm lasts, the longest time without a new round, and the
+  time until every XID is counted in /metrics.
+
+Usage: .venv/bin/python bench/agent_hardening.py [--baseline 9e506b8] [--scrapers 50] [--scrape-seconds 20]
+       [--storm-lines 2000000] [--storm-timeout 400]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+XID = "NVRM: Xid (PCI:0000:9b:00): 79, pid=7, name=python3, GPU has fallen off the bus."
+
+
+@dataclass
+class ScrapeResult:
+    scrapes: int
+    errors: int
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    rounds_per_second: float
+
+
+@dataclass
+class StormResult:
+    lines: int
+    seconds_to_count_all: float | None
+    rounds_per_second: float
+    longest_gap_seconds: float
+    xids_counted: float
+
+
+def baseline_tree(revision: str, into: Path) -> Path:
+    into.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision], check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
+
+
+@contextmanager
+def agent(tree: Path, work: Path, args: list[str], env: dict[str, str]) -> Iterator[int]:
+    """A running agent from `tree`; yields its /metrics port; SIGTERM at the end."""
+    full_env = {
+        **os.environ,
+        "PYTHONPATH": str(tree),
+        "FLEETGUARD_RUNTIME_ENABLED": "false",
+        "FLEETGUARD_COLLECTORS_KMSG_STATE_PATH": str(work / "kmsg.seq"),
+        **env,
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "fleetguard",
+        "agent",
+        "--metrics-port",
+        "0",
+        "--store",
+        str(work / "a.duckdb"),
+    ]
+    proc = subprocess.Popen(
+        cmd + args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=full_env, cwd=work
+    )
+    assert proc.stderr is not None
+    line = proc.stderr.readline()
+    match = re.search(r"port (\d+)", line)
+    if match is None:
+        proc.kill()
+        raise RuntimeError(f"agent from {tree} did not start: {line}{proc.stderr.read()}")
+    try:
+        yield int(match.group(1))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+
+
+def scrape(port: int, timeout: float = 60.0) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as resp:
+        return str(resp.read().decode())
+
+
+def metric(text: str, name: str, labels: str = "") -> float:
+    pattern = rf"^{re.escape(name)}(\{{[^}}]*{re.escape(labels)}[^}}]*\}})? (\S+)$"
+    return sum(float(m.group(2)) for m in re.finditer(pattern, text, re.MULTILINE))
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def run_scrapers(tree: Path, work: Path, scrapers: int, seconds: float) -> ScrapeResult:
+    with agent(tree, work, ["--simulate", "1x8"], {}) as port:
+        time.sleep(5)  # warm up: first rounds, first flush
+        latencies: list[float] = []
+        errors = [0]
+        lock = threading.Lock()
+        deadline = time.monotonic() + seconds
+
+        def loop() -> None:
+            while time.monotonic() < deadline:
+                start = time.perf_counter()
+                try:
+                    scrape(port)
+                except OSError:
+                    with lock:
+                        errors[0] += 1
+                    continue
+                with lock:
+                    latencies.append(time.perf_counter() - start)
+
+        rounds0, t0 = metric(scrape(port), "fleetguard_agent_rounds_total"), time.monotonic()
+        threads = [threading.Thread(target=loop) for _ in range(scrapers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        rounds1, t1 = metric(scrape(port), "fleetguard_agent_rounds_total"), time.monotonic()
+    ms = [1000 * v for v in latencies]
+    return ScrapeResult(
+        len(ms),
+        errors[0],
+        statistics.median(ms),
+        percentile(ms, 0.99),
+        max(ms),
+        (rounds1 - rounds0) / (t1 - t0),
+    )
+
+
+def write_storm(fifo: Path, lines: int, done: threading.Event) -> None:
+    with open(fifo, "wb", buffering=1 << 20) as out:  # blocks until the agent has it open
+        batch = 10_000
+        for start in range(0, lines, batch):
+            chunk = "".join(
+                f"4,{seq + 1},{300_000_000 + seq},-;{XID}\n"
+                for seq in range(start, min(lines, start + batch))
+            )
+            out.write(chunk.encode())
+    done.set()
+
+
+def run_storm(tree: Path, work: Path, lines: int, timeout: float) -> StormResult:
+    fifo = work / "kmsg.fifo"
+    os.mkfifo(fifo)
+    env = {
+        "FLEETGUARD_COLLECTORS_KMSG_PATH": str(fifo),
+        "FLEETGUARD_COLLECTORS_NVML": "false",
+        "FLEETGUARD_COLLECTORS_RDMA": "false",
+    }
+    with agent(tree, work, [], env) as port:
+        time.sleep(3)
+        written = threading.Event()
+        writer = threading.Thread(target=write_storm, args=(fifo, lines, written), daemon=True)
+        samples: list[tuple[float, float, float]] = []  # (time, rounds, xids)
+        start = time.monotonic()
+        writer.start()
+        counted_at: float | None = None
+        while time.monotonic() - start < timeout:
+            text = scrape(port)
+            now = time.monotonic() - start
+            xids = metric(text, "fleetguard_events_total", 'kind="xid"')
+            samples.append((now, metric(text, "fleetguard_agent_rounds_total"), xids))
+            if xids >= lines:
+                counted_at = now
+                break
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - start - now)))
+    end_t, end_rounds, xids = samples[-1]
+    first_t, first_rounds, _ = samples[0]
+    return StormResult(
+        lines,
+        counted_at,
+        (end_rounds - first_rounds) / (end_t - first_t) if end_t > first_t else 0.0,
+        longest_gap(samples),
+        xids,
+    )
+
+
+def longest_gap(samples: list[tuple[float, float, float]]) -> float:
+    """The longest stretch between two scrapes that saw a new round (scrapes are 1 s apart)."""
+    longest, last_change, last_rounds = 0.0, samples[0][0], samples[0][1]
+    for t, rounds, _ in samples[1:]:
+        if rounds > last_rounds:
+            longest = max(longest, t - last_change)
+            last_change, last_rounds = t, rounds
+    return max(longest, samples[-1][0] - last_change)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--baseline", default="9e506b8")
+    parser.add_argument("--scrapers", type=int, default=50)
+    parser.add_argument("--scrape-seconds", type=float, default=20.0)
+    parser.add_argument("--storm-lines", type=int, default=2_000_000)
+    parser.add_argument("--storm-timeout", type=float, default=400.0)
+    parser.add_argument("--skip", choices=["scrape", "storm"], action="append", default=[])
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = (
+            [
+                (f"baseline {args.baseline}", baseline_tree(args.baseline, Path(tmp) / "baseline")),
+                ("this tree", ROOT),
+            ]
+            if args.baseline
+            else [("this tree", ROOT)]
+        )
+        scrape_rows, storm_rows = [], []
+        for label, tree in trees:
+            if "scrape" not in args.skip:
+                work = Path(tempfile.mkdtemp(dir=tmp))
+                r = run_scrapers(tree, work, args.scrapers, args.scrape_seconds)
+                scrape_rows.append(
+                    f"| {label} | {args.scrapers} | {r.scrapes} | {r.errors} | {r.p50_ms:.1f} "
+                    f"| {r.p99_ms:.1f} | {r.max_ms:.0f} | {r.rounds_per_second:.2f} |"
+                )
+                print(scrape_rows[-1], file=sys.stderr, flush=True)
+            if "storm" not in args.skip:
+                work = Path(tempfile.mkdtemp(dir=tmp))
+                s = run_storm(tree, work, args.storm_lines, args.storm_timeout)
+                counted = (
+                    f"{s.seconds_to_count_all:.0f}" if s.seconds_to_count_all is not None else "not within"
+                )
+                storm_rows.append(
+                    f"| {label} | {s.lines:,} | {s.rounds_per_second:.2f} | {s.longest_gap_seconds:.0f} "
+                    f"| {counted} | {s.xids_counted:,.0f} |"
+                )
+                print(storm_rows[-1], file=sys.stderr, flush=True)
+    if scrape_rows:
+        print("| code | scrapers | scrapes | errors | p50 (ms) | p99 (ms) | max (ms) | sampling rounds/s |")
+        print("|---|---|---|---|---|---|---|---|")
+        print("\n".join(scrape_rows))
+    if storm_rows:
+        print()
+        print(
+            "| code | storm lines | sampling rounds/s | longest gap without a round (s) "
+            "| seconds until every XID counted | XIDs counted |"
+        )
+        print("|---|---|---|---|---|---|")
+        print("\n".join(storm_rows))
+
+
+if __name__ == "__main__":
+    main()
