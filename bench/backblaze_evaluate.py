@@ -1,15 +1,17 @@
-"""Backblaze drive stats (2013-04-10..05-19) through the predictor's backtest: the real-data benchmark.
+"""Backblaze drive stats (2013-04-10..05-19) through the predictor's causal backtest: the real-data benchmark.
 
 Converts the daily CSVs to the input contract (device_id = serial number, ts = the snapshot date, every
-SMART column that carries data, one-hot drive model; a failure at the end of the day flagged failure=1),
-then runs the `fleetguard evaluate` logic for K = 5, 10, 20 per day, horizon 7 days, sliding windows, and
-prints markdown tables. Nothing is tuned on the scored days: hyperparameters are fixed up front, and the
-optional L_train pick uses a validation slice before each retrain.
+SMART column that carries data, the drive model as a text column (a categorical feature, its encoding fixed
+on each training window) or one-hot over the whole data (`--model-encoding onehot`, the old converter, which
+looks at the scored days to pick the models) or left out; a failure at the end of the day flagged
+failure=1), then runs the `fleetguard evaluate` logic for K = 5, 10, 20 per day, horizon 7 days, sliding
+windows, and prints markdown tables. Nothing is tuned on the scored days: hyperparameters are fixed up front,
+and the optional L_train pick uses a validation slice before each retrain.
 
 Data: Backblaze Hard Drive Stats (https://www.backblaze.com/b2/hard-drive-test-data.html), used with
 attribution; not for sale.
 
-    .venv/bin/python bench/backblaze_evaluate.py [--data DIR] [--work DIR] [--json]
+    .venv/bin/python bench/backblaze_evaluate.py [--data DIR] [--work DIR] [--model-encoding E] [--json]
 """
 
 from __future__ import annotations
@@ -27,20 +29,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fleetguard.predict.contract import register_inputs
 from fleetguard.predict.tables import markdown_table
+from fleetguard.predict.warning_count import counted_warnings
 from predictor.backtest import BacktestConfig, run_backtest, summarise, to_json
 from predictor.dataset import (
     DatasetSpec,
     build_instances,
+    candidate_categories,
     data_end_ts,
     fetch_failures,
     fetch_instances,
 )
+from predictor.registry import ALL_MODELS
 
 DAY = 86400.0
 
 
-def convert(data: Path, work: Path, top_models: int = 10) -> tuple[Path, Path]:
+def convert(data: Path, work: Path, encoding: str, top_models: int = 10) -> tuple[Path, Path]:
     """Backblaze CSVs -> samples.parquet and failures.parquet in the predictor's contract."""
+    work = work / encoding
     work.mkdir(parents=True, exist_ok=True)
     samples, failures = work / "samples.parquet", work / "failures.parquet"
     if samples.exists() and failures.exists():
@@ -64,10 +70,11 @@ def convert(data: Path, work: Path, top_models: int = 10) -> tuple[Path, Path]:
         f"CAST(model = '{m.replace(chr(39), chr(39) * 2)}' AS INTEGER) AS model_{i}"
         for i, m in enumerate(models)
     )
+    model_sql = {"onehot": f", {onehot}", "category": ", model", "none": ""}[encoding]
     feats = ", ".join(f'CAST("{c}" AS DOUBLE) AS "{c}"' for c in present)
     con.execute(
         f"COPY (SELECT serial_number AS device_id, CAST(date AS TIMESTAMP) AS ts, "
-        f"CAST(capacity_bytes AS DOUBLE) / 1e12 AS capacity_tb, {feats}, {onehot} "
+        f"CAST(capacity_bytes AS DOUBLE) / 1e12 AS capacity_tb, {feats}{model_sql} "
         "FROM bb ORDER BY date, serial_number) "
         f"TO '{samples}' (FORMAT parquet)"
     )
@@ -91,11 +98,13 @@ def main() -> None:
         "--score-censored", action="store_true", help="also score days whose 7-day outcome is cut off"
     )
     ap.add_argument("--max-negatives", type=int, default=40_000)
+    ap.add_argument("--model-encoding", choices=("category", "onehot", "none"), default="category")
+    ap.add_argument("--models", default=",".join(ALL_MODELS))
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
     t0 = time.perf_counter()
-    samples, failures = convert(args.data, args.work)
+    samples, failures = convert(args.data, args.work, args.model_encoding)
     t_convert = time.perf_counter() - t0
     con = duckdb.connect()
     import warnings
@@ -105,7 +114,8 @@ def main() -> None:
         inputs = register_inputs(con, samples, failures)
     spec = DatasetSpec(window_seconds=args.window_days * DAY, horizon_seconds=7 * DAY, step_seconds=DAY)
     t1 = time.perf_counter()
-    names = build_instances(con, inputs.feature_columns, spec, ())
+    categories = candidate_categories(con, inputs.categorical_columns)
+    names = build_instances(con, inputs.feature_columns, spec, (), categories=categories)
     inst = fetch_instances(con, names)
     f_dev, f_ts = fetch_failures(con)
     end = data_end_ts(con)
@@ -120,9 +130,12 @@ def main() -> None:
         train_window_candidates=candidates,
         max_train_negatives=args.max_negatives,
         score_censored=args.score_censored,
+        candidate_categories=categories,
+        models=tuple(m for m in args.models.split(",") if m),
     )
     t2 = time.perf_counter()
-    result = run_backtest(inst, f_dev, f_ts, end, config)
+    with counted_warnings(quiet=False):
+        result = run_backtest(inst, f_dev, f_ts, end, config)
     t_bt = time.perf_counter() - t2
     starts = result.scored.period_starts
     day = time.strftime("%Y-%m-%d", time.gmtime(starts[0]))
@@ -130,7 +143,7 @@ def main() -> None:
     print(
         f"Backblaze 2013: {len(inst)} instances, {len(names)} features, {len(f_ts)} failures; "
         f"scored {len(starts)} days {day}..{last}; L_train {args.train_window_days:g}d, retrain every "
-        f"{args.retrain_every_days:g}d, W {args.window_days:g}d, H 7d"
+        f"{args.retrain_every_days:g}d, W {args.window_days:g}d, H 7d, drive model: {args.model_encoding}"
         + (f", L_train picked from {args.pick_train_window} d" if candidates else "")
         + ("; censored days scored (unknown outcomes count as misses)" if args.score_censored else "")
     )

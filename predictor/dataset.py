@@ -27,7 +27,9 @@ INSTANCES_TABLE = "fg_instances"
 INCIDENT_GAP_SECONDS = 3600.0
 MAX_CANDIDATE_KINDS = 64
 MAX_CANDIDATE_CATEGORIES = 32
-STATS = ("mean", "std", "min", "max", "last", "delta", "slope")
+# growth: the change since the device was first seen (a counter's rise over its whole known life, e.g.
+# reallocated sectors or retired pages, which a window of W steps cuts short)
+STATS = ("mean", "std", "min", "max", "last", "delta", "slope", "growth")
 ID_COLUMNS = ("device_id", "ts", "label", "next_failure_ts")
 
 
@@ -183,6 +185,8 @@ def build_instances_sql(
             f"last_value(la{i} IGNORE NULLS) OVER w - first_value(fi{i} IGNORE NULLS) OVER w "
             f"AS {quote(c + '__delta')}",
             f"regr_slope(s{i} / nullif(n{i}, 0), b) OVER w AS {quote(c + '__slope')}",
+            f"last_value(la{i} IGNORE NULLS) OVER w - first_value(fi{i} IGNORE NULLS) OVER "
+            f"(PARTITION BY device_id ORDER BY b ROWS UNBOUNDED PRECEDING) AS {quote(c + '__growth')}",
         ]
     for i, (c, values) in enumerate(categories):
         for v in values:

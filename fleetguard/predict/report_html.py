@@ -12,6 +12,7 @@ import numpy.typing as npt
 
 from predictor.backtest import BacktestResult
 from predictor.metrics import ModelMetrics
+from predictor.selection import ranks_within_steps
 
 _COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#17becf")
 _W, _H, _PAD = 460, 300, 40
@@ -108,10 +109,9 @@ def render(
     for i, n in enumerate(score_names):
         s = result.scores.get(n)
         if s is None:
-            from predictor.ensembles import normalised_rank
-
+            # the rank average as the backtest picks by it: ranks among each step's instances
             members = [m for m in result.config.parallel_members if m in result.scores]
-            s = np.mean([normalised_rank(result.scores[m]) for m in members], axis=0)
+            s = np.mean([ranks_within_steps(result.scores[m], scored.ts) for m in members], axis=0)
         pr_lines.append(_polyline(pr_curve(scored.label, s), _COLOURS[i % len(_COLOURS)], 1.0))
     pr_svg = _svg(
         _axes("recall", "precision", [(0, "0"), (0.5, "0.5"), (1, "1")])
@@ -153,7 +153,8 @@ def render(
 td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}td:first-child{{text-align:left}}
 .charts{{display:flex;flex-wrap:wrap;gap:1em}}</style></head><body>
 <h1>{html.escape(title)}</h1>
-<p>K = {k} per period of {cfg.period / 86400:g} d; horizon {cfg.horizon_seconds / 86400:g} d;
+<p>K = {k} per period of {cfg.period / 86400:g} d (chosen at each step from its scores);
+horizon {cfg.horizon_seconds / 86400:g} d;
 {len(scored.period_starts)} periods from {first_day};
 retrain every {cfg.retrain_every_seconds / 86400:g} d on the last {cfg.train_window_seconds / 86400:g} d.
 <code>xgboost_static</code> is trained once on the first window. Baseline = xgboost_static's precision at the

@@ -120,6 +120,8 @@ def test_window_statistics_cover_the_last_w_steps(tmp_path: Path, table_writer: 
     assert feat["temp__delta"] == pytest.approx(2.0)
     assert feat["temp__slope"] == pytest.approx(1.0)
     assert feat["temp__std"] == pytest.approx(np.std([2.0, 3.0, 4.0]))
+    # growth reaches back past the window, to the device's first sample (day 0), and never forward
+    assert feat["temp__growth"] == pytest.approx(4.0)
 
 
 def test_label_is_one_within_the_horizon_before_a_failure(tmp_path: Path, table_writer: Writer) -> None:
