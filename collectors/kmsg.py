@@ -52,6 +52,8 @@ SOURCE: Final = "kmsg"
 _READ_BYTES: Final = 16 * 1024
 # Lines one collect handles (~10 us each): a storm is worked through in slices, never in one go.
 DEFAULT_MAX_LINES_PER_COLLECT: Final = 5_000
+# Reads failing this many times in a row (EIO ...): the log is given up (`stopped`), and NVML reports XIDs.
+STOP_AFTER_FAILED_READS: Final = 5
 DEFAULT_MAX_BYTES_PER_COLLECT: Final = 512 * 1024  # for a saved log: about as many lines
 DEFAULT_BOOT_ID_PATH: Final = "/proc/sys/kernel/random/boot_id"
 
@@ -160,6 +162,8 @@ class KmsgCollector:
         self._partial = b""
         self._pending: deque[bytes] = deque()  # complete lines read but not handled yet (one read's worth)
         self._more = False  # the last collect stopped at its budget, not because nothing was left
+        self._failed_reads = 0  # in a row
+        self._stopped = False
         try:
             self._fd: int | None = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         except FileNotFoundError as exc:
@@ -208,6 +212,12 @@ class KmsgCollector:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+    @property
+    def stopped(self) -> bool:
+        """The log was given up mid-run (reads kept failing, or a FIFO could not be reopened): nothing more
+        will be read, and XIDs must come from elsewhere (collectors.nvml takes over)."""
+        return self._stopped
 
     @property
     def last_seq(self) -> int | None:
@@ -260,7 +270,11 @@ class KmsgCollector:
             return True
         except OSError as exc:
             self._lines.count("read_error" if exc.errno != errno.EINVAL else "record_too_large")
+            self._failed_reads += 1
+            if self._failed_reads >= STOP_AFTER_FAILED_READS:
+                self._give_up()
             return False
+        self._failed_reads = 0
         if not chunk:
             if self._fifo:
                 self._reopen()  # the writer left: EOF now, and readable to select() for ever
@@ -283,11 +297,15 @@ class KmsgCollector:
             fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError:
             self._lines.count("reopen_failed")
-            self.close()
+            self._give_up()
             return
         os.dup2(fd, self._fd)
         os.close(fd)
         self._partial = b""
+
+    def _give_up(self) -> None:
+        self._stopped = True
+        self.close()
 
     def _is_new(self, line: KernelLine) -> bool:
         if line.seq is None:

@@ -16,7 +16,7 @@ import logging
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol, runtime_checkable
 
 import pynvml
 
@@ -61,6 +61,14 @@ def init_failure_message(error: BaseException) -> str:
         )
     detail = error_text(error) if isinstance(error, pynvml.NVMLError) else f"{type(error).__name__}: {error}"
     return f"NVML could not start ({detail}): " + _INIT_ADVICE
+
+
+@runtime_checkable
+class StoppableLog(Protocol):
+    """The kernel-log collector as the XID hand-over sees it (collectors.kmsg.KmsgCollector)."""
+
+    @property
+    def stopped(self) -> bool: ...
 
 
 @dataclass(slots=True)
@@ -109,6 +117,7 @@ class NvmlCollector:
         self._problems: Counter[str] = Counter()
         self._closed = False
         self._event_set: Any = None
+        self._kernel_log: StoppableLog | None = None
         try:
             self._api.init()
         except Exception as exc:
@@ -166,6 +175,7 @@ class NvmlCollector:
             except Exception:  # a bug here must cost one GPU for one round, not the agent
                 log.exception("NVML sampling of GPU %d failed", gpu.index)
                 self._problems["collector_error"] += 1
+        self._take_over_xids_if_log_stopped()
         self._drain_xids(now, batch)
         return batch
 
@@ -258,6 +268,26 @@ class NvmlCollector:
             if gpu.device is not None and not gpu.xid_registered:
                 self._register_xid(gpu)
         return True
+
+    def take_over_xids_if_stopped(self, kernel_log: StoppableLog) -> None:
+        """`kernel_log` reports XIDs while it runs; from the round after it is given up mid-run (`stopped`),
+        NVML's event set does. Each XID is reported by one source only: the event set holds no history, and
+        a stopped log reads nothing more. XIDs between the log's last read and the switch are not seen."""
+        self._kernel_log = kernel_log
+
+    def _take_over_xids_if_log_stopped(self) -> None:
+        kernel_log = self._kernel_log
+        if kernel_log is None or not kernel_log.stopped:
+            return
+        self._kernel_log = None
+        if self.start_xid_events():
+            note = (
+                "the kernel log stopped: XIDs come from NVML's event set from now on (no pid or process name)"
+            )
+        else:
+            note = "the kernel log stopped and NVML cannot deliver XID events: XIDs are not reported"
+        self.notes.append(note)
+        log.warning("%s", note)
 
     def _register_xid(self, gpu: _Gpu) -> None:
         if self._event_set is None or gpu.device is None:

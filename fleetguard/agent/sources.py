@@ -54,9 +54,11 @@ def build_sources(config: Config, *, kmsg_file: str | None = None, require_gpu: 
     xid_source = kernel_log.name if kernel_log is not None else None
     if config.collectors.nvml:
         try:
-            from collectors.nvml import NvmlCollector
+            from collectors.nvml import NvmlCollector, StoppableLog
 
             nvml = NvmlCollector(host, plan=_sampling_plan(config), xid_events=kernel_log is None)
+            if isinstance(kernel_log, StoppableLog):  # it may stop mid-run: NVML then reports XIDs
+                nvml.take_over_xids_if_stopped(kernel_log)
             collectors.append(nvml)
             gpus = len(getattr(nvml, "gpu_indices", []) or []) or 1
             xid_source = xid_source or nvml.name
