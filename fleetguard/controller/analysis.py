@@ -4,16 +4,20 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import duckdb
 
 from fleetguard.config import Config
 from fleetguard.controller.columns import insert_records
 from fleetguard.controller.correlation import FleetCorrelation
+from fleetguard.controller.fleet_runtime import FleetAction, FleetRuntime
 from fleetguard.controller.ingest import IngestWriter
 from fleetguard.controller.maintenance import Maintenance, retention
 from fleetguard.controller.rollups import ROLLUP_SECONDS, Rollups
 from fleetguard.records.findings import Finding
+
+log = logging.getLogger(__name__)
 
 SILENT_CHECK_SECONDS = 5.0
 
@@ -70,6 +74,7 @@ class SilentHosts:
 
 RETENTION_SECONDS = 3600.0
 CORRELATION_SECONDS = 15.0
+FLEET_RUNTIME_SECONDS = 1.0
 
 
 def register_analysis(writer: IngestWriter, maintenance: Maintenance, config: Config) -> None:
@@ -81,3 +86,21 @@ def register_analysis(writer: IngestWriter, maintenance: Maintenance, config: Co
     maintenance.every(RETENTION_SECONDS, "retention", retention(config.store.retention_days))
     correlation = FleetCorrelation(ctl.correlation_window_seconds, ctl.correlation_min_hosts)
     maintenance.every(CORRELATION_SECONDS, "fleet correlation", correlation)
+    runtime = FleetRuntime(writer.host_states, act=lambda a: _queue_action(writer, a))
+    writer.on_committed.append(runtime.feed)
+    maintenance.every(FLEET_RUNTIME_SECONDS, "fleet runtime analysis", runtime)
+
+
+def _queue_action(writer: IngestWriter, action: FleetAction) -> None:
+    try:
+        command = writer.queue_command(action.host, action.kind, action.job_id, action.reason)
+    except Exception as exc:  # refused or behind: the finding stands, an operator can act on it
+        log.warning("fleet analysis could not queue %s for %s: %s", action.kind, action.host, exc)
+        return
+    log.warning(
+        "fleet analysis: %s of job %s queued for %s (%s)",
+        action.kind,
+        action.job_id,
+        action.host,
+        command.command_id,
+    )

@@ -22,12 +22,12 @@ import numpy as np
 from fleetguard.clock import Clock
 from fleetguard.controller import ledger as ledger_sql
 from fleetguard.controller.columns import concat, insert_sql
-from fleetguard.controller.command_queue import CommandBook, record_acks, record_deliveries
+from fleetguard.controller.command_queue import CommandBook, insert_command, record_acks, record_deliveries
 from fleetguard.controller.hosts import HOST_COLUMNS, HOST_TYPES, TIME_COLUMNS, HostState, load_hosts
 from fleetguard.controller.ledger import Ledger
 from fleetguard.controller.stats import ControllerStats
 from fleetguard.controller.validate import BatchRefused, IngestBatch, Refusal
-from fleetguard.shipping.commands import HostCommand
+from fleetguard.shipping.commands import CommandKind, HostCommand
 from fleetguard.store import Store
 from fleetguard.store.schema import TABLES, quote_ident
 
@@ -142,6 +142,22 @@ class IngestWriter:
             raise BatchRefused(Refusal.OVERLOADED, "the controller is behind; retry later")
         if errors:
             raise errors[0]
+
+    def queue_command(self, host: str, kind: CommandKind, job_id: str | None, reason: str) -> HostCommand:
+        """Queue a command for `host` (stored, then carried by its ingest replies); CommandRefused if the
+        host has too many unacknowledged ones, BatchRefused(OVERLOADED) if the writer is behind."""
+        queued: list[HostCommand] = []
+
+        def enqueue() -> None:
+            command = self.commands.prepare(host, kind, job_id, reason)
+            with self.store.transaction() as con:
+                insert_command(con, host, command, self.clock.time())
+            self.commands.queued(host, command)
+            self.stats.commands_queued += 1
+            queued.append(command)
+
+        self.call(enqueue)
+        return queued[0]
 
     # ---- the writer thread ----------------------------------------------------------------------------
 

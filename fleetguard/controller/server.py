@@ -15,13 +15,13 @@ import duckdb
 
 from fleetguard.clock import Clock
 from fleetguard.controller import read_api
-from fleetguard.controller.command_queue import CommandRefused, insert_command
+from fleetguard.controller.command_queue import CommandRefused
 from fleetguard.controller.ingest import IngestWriter
 from fleetguard.controller.stats import ControllerStats, render
 from fleetguard.controller.tokens import Identity, Role, TokenBook
 from fleetguard.controller.validate import BatchRefused, Refusal, parse_batch
 from fleetguard.httpserve import HttpError, Request, Response
-from fleetguard.shipping.commands import CommandKind, HostCommand
+from fleetguard.shipping.commands import CommandKind
 from fleetguard.store import Store
 
 COMMIT_WAIT_SECONDS = 30.0  # past this the agent is told 503 and re-sends; the ledger stores it once
@@ -165,23 +165,13 @@ class ControllerApi:
             raise HttpError(400, "job_id: expected a string")
         if not isinstance(reason, str) or len(reason) > 1024:
             raise HttpError(400, "reason: expected a string")
-        queued: list[HostCommand] = []
-
-        def enqueue() -> None:
-            command = self.writer.commands.prepare(host, CommandKind(kind), job_id, reason or "operator")
-            with self.store.transaction() as con:
-                insert_command(con, host, command, self.clock.time())
-            self.writer.commands.queued(host, command)
-            self.stats.commands_queued += 1
-            queued.append(command)
-
         try:
-            self.writer.call(enqueue)
+            command = self.writer.queue_command(host, CommandKind(kind), job_id, reason or "operator")
         except CommandRefused as exc:
             raise HttpError(409, str(exc)) from exc
         except BatchRefused as exc:
             return self._refused(exc)
-        return Response.json(201, {"command": queued[0].to_json(), "host": host})
+        return Response.json(201, {"command": command.to_json(), "host": host})
 
     def list_commands(self, request: Request) -> Response:
         self._require_reader(request)

@@ -1,0 +1,159 @@
+"""Cross-host runtime analysis: the straggler and hang detectors (straggler/, pure) fed with the heartbeats,
+step timings and collective progress of every host of a job, so a multi-node job is one job and a hang is
+localised to the host and rank that caused it.
+
+The detectors are clock-free; they tick at the job's watermark: the oldest send time among the hosts it
+runs on, up to which every one of them has shipped. So shipping delay (a flush interval) never looks like a
+hang, and a host gone silent stops its jobs' clock instead of making all its ranks "hung" (host_silent says
+that). Findings get a `fleet:` id prefix: the agents' own findings about their local ranks are kept too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+
+import duckdb
+
+from fleetguard.controller.columns import insert_records
+from fleetguard.controller.hosts import HostState
+from fleetguard.controller.validate import IngestBatch
+from fleetguard.records.findings import Finding
+from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
+from fleetguard.shipping.commands import CommandKind
+
+log = logging.getLogger(__name__)
+
+RUNTIME_TABLES: dict[str, type] = {
+    "heartbeats": Heartbeat,
+    "step_timings": StepTiming,
+    "collective_progress": CollectiveProgress,
+}
+MAX_QUEUED_RECORDS = 500_000
+MAX_JOBS = 10_000
+JOB_IDLE_SECONDS = 600.0
+MAX_WORLD_SIZE = 1 << 20
+
+
+@dataclass
+class _Job:
+    world_size: int
+    hosts: set[str]
+    rank_hosts: dict[int, str]
+    last_ts: float
+
+
+@dataclass(frozen=True)
+class FleetAction:
+    """A command the controller's own analysis asks for: to the host that owns the culprit rank."""
+
+    host: str
+    kind: CommandKind
+    job_id: str
+    reason: str
+
+
+def records_of(batch: IngestBatch) -> Iterator[object]:
+    """The runtime records of a checked batch, as record dataclasses."""
+    for name, record_type in RUNTIME_TABLES.items():
+        columns = batch.tables.get(name)
+        if not columns:
+            continue
+        names = [f.name for f in dataclasses.fields(record_type) if f.name in columns]
+        for values in zip(*(columns[n] for n in names), strict=True):
+            yield record_type(**dict(zip(names, values, strict=True)))
+
+
+class FleetRuntime:
+    def __init__(
+        self,
+        host_states: Callable[[], list[HostState]],
+        act: Callable[[FleetAction], None] | None = None,
+    ) -> None:
+        from straggler.analysis import RuntimeAnalyzer
+
+        self.analyzer = RuntimeAnalyzer()
+        self._host_states = host_states
+        self._act = act
+        self._queue: deque[tuple[str, object]] = deque()
+        self._lock = threading.Lock()
+        self._jobs: dict[str, _Job] = {}
+        self.dropped_records = 0
+
+    def feed(self, batch: IngestBatch) -> None:
+        """On the writer thread, per committed batch: queue its runtime records (bounded)."""
+        records = [(batch.host, r) for r in records_of(batch)]
+        if not records:
+            return
+        with self._lock:
+            self._queue.extend(records)
+            while len(self._queue) > MAX_QUEUED_RECORDS:
+                self._queue.popleft()
+                self.dropped_records += 1
+
+    def __call__(self, con: duckdb.DuckDBPyConnection, now: float) -> None:
+        findings = self.step(now)
+        if findings:
+            insert_records(con, findings)
+
+    def step(self, now: float) -> list[Finding]:
+        with self._lock:
+            queued, self._queue = self._queue, deque()
+        for host, record in queued:
+            self._observe(host, record)
+        self._forget_idle(now)
+        if not self._jobs:
+            return []
+        sent = {h.host: h.last_sent for h in self._host_states()}
+        hosts = {h for job in self._jobs.values() for h in job.hosts}
+        watermark = min((sent.get(h, now) for h in hosts), default=now)
+        return [self._fleet(f) for f in self.analyzer.tick(watermark)]
+
+    def _observe(self, host: str, record: object) -> None:
+        assert isinstance(record, Heartbeat | StepTiming | CollectiveProgress)
+        job = self._jobs.get(record.job_id)
+        if job is None:
+            if not isinstance(record, Heartbeat) or len(self._jobs) >= MAX_JOBS:
+                return  # a job starts with a heartbeat (it carries the world size)
+            world = max(1, min(record.world_size, MAX_WORLD_SIZE))
+            job = _Job(world, set(), {}, record.ts)
+            self._jobs[record.job_id] = job
+            # The whole job is "local" here: every rank reports, through its own host's agent.
+            self.analyzer.register_job(record.job_id, world, record.ts, local_ranks=range(world))
+        job.hosts.add(host)
+        job.rank_hosts[record.rank] = host
+        job.last_ts = max(job.last_ts, record.ts)
+        self.analyzer.observe(record)
+
+    def _forget_idle(self, now: float) -> None:
+        for job_id, job in list(self._jobs.items()):
+            if now - job.last_ts > JOB_IDLE_SECONDS:
+                self.analyzer.forget_job(job_id)
+                del self._jobs[job_id]
+
+    def _fleet(self, finding: Finding) -> Finding:
+        job = self._jobs.get(finding.job_id or "")
+        host = finding.host
+        if job is not None and finding.rank is not None:
+            host = job.rank_hosts.get(finding.rank, host)
+        out = replace(finding, finding_id=f"fleet:{finding.finding_id}", host=host)
+        if (
+            out.kind == "hang_localised"
+            and job is not None
+            and len(job.hosts) > 1
+            and host is not None
+            and out.job_id is not None
+            and self._act is not None
+        ):
+            # A hang across hosts: only the controller sees which host holds the culprit; that host's agent
+            # restarts its part of the job (the others' agents see only ranks waiting in a collective).
+            self._act(FleetAction(host, CommandKind.RESTART, out.job_id, f"{out.summary} (fleet analysis)"))
+            evidence = json.loads(out.evidence_json)
+            evidence["restart_requested_of"] = host
+            out = replace(out, evidence_json=json.dumps(evidence, sort_keys=True, default=str))
+        return out

@@ -1,0 +1,76 @@
+"""Cross-host runtime analysis: one job over two hosts is watched whole; a hang names the host and rank."""
+
+from __future__ import annotations
+
+import json
+
+from fleetguard.controller.fleet_runtime import FleetAction, FleetRuntime
+from fleetguard.controller.hosts import HostState
+from fleetguard.controller.validate import IngestBatch
+from fleetguard.records.runtime import Heartbeat
+from fleetguard.shipping.commands import CommandKind
+from fleetguard.shipping.wire import columns_by_table
+
+T0 = 1_795_000_000.0
+RANKS = {"node-a": (0, 1), "node-b": (2, 3)}
+
+
+def _batch(host: str, seq: int, heartbeats: list[Heartbeat]) -> IngestBatch:
+    return IngestBatch(
+        host, "boot", seq, heartbeats[-1].ts if heartbeats else T0, 1.0, "t", columns_by_table(heartbeats)
+    )
+
+
+def _state(host: str, last_sent: float) -> HostState:
+    return HostState(host, "boot", T0, last_sent, last_sent, 1, 1.0, 1, 1, 8, "t")
+
+
+class Fleet:
+    def __init__(self) -> None:
+        self.sent = {h: T0 for h in RANKS}
+        self.actions: list[FleetAction] = []
+        self.runtime = FleetRuntime(lambda: [_state(h, t) for h, t in self.sent.items()], self.actions.append)
+        self.seq = 0
+
+    def second(self, t: float, silent_rank: int | None = None, hosts: tuple[str, ...] = tuple(RANKS)) -> None:
+        for host in hosts:
+            ranks = RANKS[host]
+            beats = [
+                Heartbeat(t, host, "job-7", r, r % 2, 4, 1000 + r, step=int(t - T0), section="step")
+                for r in ranks
+                if r != silent_rank
+            ]
+            self.seq += 1
+            self.runtime.feed(_batch(host, self.seq, beats))
+            self.sent[host] = t
+
+
+def test_a_silent_rank_on_one_host_is_localised_to_that_host_and_its_agent_is_asked_to_restart() -> None:
+    fleet = Fleet()
+    findings = []
+    for i in range(60):
+        fleet.second(T0 + i)
+        findings += fleet.runtime.step(T0 + i)
+    assert findings == []  # healthy: nothing, although each host ships its own half
+    for i in range(60, 120):
+        fleet.second(T0 + i, silent_rank=3)
+        findings += fleet.runtime.step(T0 + i)
+    kinds = {f.kind for f in findings}
+    assert "hang_localised" in kinds or "hung_rank" in kinds
+    hung = [f for f in findings if f.kind == "hung_rank"]
+    assert {(f.rank, f.host) for f in hung} == {(3, "node-b")}
+    assert all(f.finding_id.startswith("fleet:") for f in findings)
+    localised = [f for f in findings if f.kind == "hang_localised"]
+    assert len(localised) == 1
+    assert json.loads(localised[0].evidence_json)["suspect_ranks"] == [3]
+    assert fleet.actions == [FleetAction("node-b", CommandKind.RESTART, "job-7", fleet.actions[0].reason)]
+
+
+def test_a_host_that_ships_late_does_not_make_its_ranks_look_hung() -> None:
+    fleet = Fleet()
+    findings = []
+    for i in range(120):
+        # after a minute node-b's batches stop arriving (a slow agent or network): its ranks' clock stops
+        fleet.second(T0 + i, hosts=("node-a", "node-b") if i <= 60 else ("node-a",))
+        findings += fleet.runtime.step(T0 + i)
+    assert findings == []
