@@ -12,6 +12,7 @@ host-day. The load generator runs on the same machine and its CPU is reported to
 
 Usage: python bench/controller_load.py [--hosts 256,1024,2048,4096] [--seconds 40] [--interval 5]
        python bench/controller_load.py --footprint   # rows and bytes per host-day, raw vs compacted
+       python bench/controller_load.py --agent-cost --seconds 60   # agent CPU/RSS, local store vs shipping
 """
 
 from __future__ import annotations
@@ -273,8 +274,59 @@ def footprint(args: argparse.Namespace) -> None:
         scale = 86400 / seconds
         print(
             f"| {'compacted (shipped)' if compact else 'raw (local store today)'} | {rows * scale:,.0f} | "
-            f"{size * scale / 1e6:,.0f} |"
+            f"{size * scale / 1e6:,.0f} |",
+            flush=True,
         )
+    # What stays after raw retention: the 1-minute and 1-hour rollups of the compacted data.
+    from fleetguard.controller.rollups import Rollups
+
+    with Store.open(root / "s.duckdb") as store:
+        con = store.connection
+        first = min(r.ts for r in rounds[0])  # type: ignore[attr-defined]
+        start = int(first // 60)
+        Rollups.recompute(con, set(range(start, start + seconds // 60 + 1)))
+        con.execute(f"ATTACH '{root / 'rollups.duckdb'}' AS r")
+        rollup_rows = 0
+        for table in ("gpu_rollup_1m", "nic_rollup_1m", "gpu_rollup_1h", "nic_rollup_1h"):
+            con.execute(f"CREATE TABLE r.{table} AS SELECT * FROM {table}")
+            rollup_rows += int(con.execute(f"SELECT count(*) FROM {table}").fetchone()[0])  # type: ignore[index]
+        con.execute("DETACH r")
+    rsize = (root / "rollups.duckdb").stat().st_size
+    print(f"| rollups (1 min + 1 h) | {rollup_rows * scale:,.0f} | {rsize * scale / 1e6:,.1f} |")
+
+
+def agent_cost(args: argparse.Namespace) -> None:
+    """The agent's CPU per round and peak RSS (bench/agent_cost.py), storing locally and shipping."""
+    root = Path(tempfile.mkdtemp(prefix="fg-agent-ship-"))
+    token = add_tokens(root / "tokens.json", ["bench-host"])["bench-host"]
+    (root / "token").write_text(token)
+    (root / "token").chmod(0o600)
+    (root / "ctl.toml").write_text(
+        f'[controller]\nlisten = "127.0.0.1:{args.port}"\ntokens_file = "{root}/tokens.json"\n'
+        f'[store]\npath = "{root}/ctl.duckdb"\n'
+    )
+    ctl = subprocess.Popen(
+        [sys.executable, "-m", "fleetguard", "controller", "--config", str(root / "ctl.toml")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    cost = [sys.executable, str(Path(__file__).with_name("agent_cost.py")), "--seconds", str(args.seconds)]
+    shipping_env = {
+        "FLEETGUARD_AGENT_HOST": "bench-host",
+        "FLEETGUARD_AGENT_CONTROLLER_URL": f"http://127.0.0.1:{args.port}",
+        "FLEETGUARD_AGENT_CONTROLLER_TOKEN_FILE": str(root / "token"),
+        "FLEETGUARD_AGENT_SPOOL_DIR": str(root / "spool"),
+    }
+    try:
+        time.sleep(3)
+        for label, extra in (("local store", {}), ("shipping to a controller", shipping_env)):
+            out = subprocess.run(
+                cost, env={**os.environ, **extra}, capture_output=True, text=True, check=True
+            )
+            print(label, out.stdout.strip().splitlines()[-1], flush=True)
+    finally:
+        ctl.send_signal(signal.SIGTERM)
+        ctl.wait(timeout=60)
 
 
 def main() -> None:
@@ -287,8 +339,16 @@ def main() -> None:
     parser.add_argument("--stop-p99", type=float, default=1.0)
     parser.add_argument("--footprint", action="store_true")
     parser.add_argument("--footprint-seconds", type=int, default=1800)
+    parser.add_argument(
+        "--agent-cost", action="store_true", help="agent CPU and RSS, local store vs shipping"
+    )
     args = parser.parse_args()
-    footprint(args) if args.footprint else load(args)
+    if args.agent_cost:
+        agent_cost(args)
+    elif args.footprint:
+        footprint(args)
+    else:
+        load(args)
 
 
 if __name__ == "__main__":
