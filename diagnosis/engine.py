@@ -73,6 +73,9 @@ class IncidentEngine:
         self.history: dict[IncidentKey, list[float]] = {}  # open / reopen times within the escalation window
         self.hosts: set[str] = set()
         self._pending: dict[IncidentKey, _Pending] = {}
+        self._cancels: dict[
+            str, tuple[str, ...]
+        ] = {}  # policy.cancels, cached: called for every healthy sample
 
     # ---- state from the store -------------------------------------------------------------------------
 
@@ -178,8 +181,11 @@ class IncidentEngine:
             self._pend(obs, now, round_)
 
     def _healthy(self, obs: Observation, round_: _Round) -> None:
-        for fault in self.policy.cancels(obs.key.fault):
-            key = replace(obs.key, fault=fault)
+        cancels = self._cancels.get(obs.key.fault)
+        if cancels is None:
+            cancels = self._cancels[obs.key.fault] = self.policy.cancels(obs.key.fault)
+        for fault in cancels:
+            key = IncidentKey(obs.key.host, obs.key.component_kind, obs.key.component_id, fault)
             self._pending.pop(key, None)
             current = self.incidents.get(key)
             if current is not None and current.state in ACTIVE_STATES and obs.ts >= current.last_seen:

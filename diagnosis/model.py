@@ -69,7 +69,11 @@ class IncidentKey:
 
     @classmethod
     def parse(cls, text: str) -> IncidentKey:
-        host, component, fault = text.split("|", 2)
+        """The inverse of `text`; ValueError for text that is not a key."""
+        parts = text.split("|", 2)
+        if len(parts) != 3:
+            raise ValueError(f"not an incident key: {text[:100]!r}")
+        host, component, fault = parts
         kind, _, ident = component.partition(":")
         return cls(host, ComponentKind(kind), ident, fault)
 

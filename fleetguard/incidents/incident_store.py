@@ -97,13 +97,15 @@ class IncidentStore:
                     [ids],
                 ).fetchall()
             ]
-        history = [
-            (IncidentKey.parse(str(key)), float(ts))
-            for key, ts in self.con.execute(
-                f"SELECT incident_key, {epoch_sql('ts')} FROM incident_openings WHERE ts >= {_T}",
-                [now - history_seconds],
-            ).fetchall()
-        ]
+        history = []
+        for key, ts in self.con.execute(
+            f"SELECT incident_key, {epoch_sql('ts')} FROM incident_openings WHERE ts >= {_T}",
+            [now - history_seconds],
+        ).fetchall():
+            try:
+                history.append((IncidentKey.parse(str(key)), float(ts)))
+            except ValueError:  # a key this version cannot read: its escalation history starts afresh
+                continue
         return RestoredState(incidents, actions, history, self._breaker())
 
     def _breaker(self) -> BreakerState:
