@@ -59,7 +59,8 @@ class EnergyEstimate:
     """Cumulative energy between reads of the driver's counter: the last reading plus power integrated over
     time (trapezoids between rounds). Never decreases: when a new reading is below the estimate already
     reported, the estimate holds until the counter catches up (an exported counter that went down would read
-    as a reset)."""
+    as a reset). A reading below the previous reading is a real reset (the driver was reloaded): it is
+    reported as one."""
 
     __slots__ = ("_anchor_joules", "_integrated", "_last_power", "_last_ts", "_reported")
 
@@ -72,6 +73,8 @@ class EnergyEstimate:
 
     def anchor(self, joules: float | None, now: float) -> None:
         """A fresh reading of the counter (None: the GPU has none, and neither will the estimate)."""
+        if joules is not None and self._anchor_joules is not None and joules < self._anchor_joules:
+            self._reported = None  # the counter restarted: no holding on to the old count
         self._anchor_joules = joules
         self._integrated = 0.0
         self._last_ts = now

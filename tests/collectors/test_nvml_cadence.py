@@ -166,6 +166,15 @@ def test_energy_never_goes_down_when_the_counter_read_is_below_the_estimate() ->
     assert estimate.advance(100.0, T0 + 12) == 2100.0  # the counter caught up: follows it again
 
 
+def test_a_counter_that_restarted_is_reported_as_a_reset_not_held() -> None:
+    estimate = EnergyEstimate()
+    estimate.anchor(5_000_000.0, T0)
+    assert estimate.advance(400.0, T0 + 10) == 5_004_000.0
+    estimate.anchor(120.0, T0 + 20)  # the driver was reloaded: its counter starts again
+    assert estimate.advance(400.0, T0 + 20) == 120.0
+    assert estimate.advance(400.0, T0 + 21) == 520.0
+
+
 def test_energy_is_none_where_the_gpu_has_no_counter_and_time_backwards_adds_nothing() -> None:
     estimate = EnergyEstimate()
     estimate.anchor(None, T0)
