@@ -59,6 +59,7 @@ def build_sources(config: Config, *, kmsg_file: str | None = None, require_gpu: 
             nvml = NvmlCollector(host, plan=_sampling_plan(config), xid_events=kernel_log is None)
             if isinstance(kernel_log, StoppableLog):  # it may stop mid-run: NVML then reports XIDs
                 nvml.take_over_xids_if_stopped(kernel_log)
+            unavailable.extend(f"nvml: {note}" for note in nvml.notes)  # GPUs without GPM metrics
             collectors.append(nvml)
             gpus = len(getattr(nvml, "gpu_indices", []) or []) or 1
             xid_source = xid_source or nvml.name

@@ -8,6 +8,8 @@ import pynvml
 import pytest
 
 from collectors.nvml import NvmlCollector
+from fleetguard.agent.sources import build_sources
+from fleetguard.config import load_config
 from fleetguard.records.telemetry import EventKind, GpuSample
 from tests.collectors.nvml_stub import H100_GPM, FakeGpu, FakeNvml, h100, h100_as_recorded, volta
 
@@ -136,3 +138,15 @@ def test_close_frees_both_gpm_samples_of_every_gpu(monkeypatch: pytest.MonkeyPat
     rounds(collector, 2)
     collector.close()
     assert fake.gpm_samples_freed == 4
+
+
+def test_gpus_without_gpm_are_named_once_among_the_agents_start_up_notes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    FakeNvml([h100(0), volta(1)]).install(monkeypatch)
+    config = load_config(env={}, overrides={"collectors.rdma": False, "collectors.kmsg": False})
+    (note,) = build_sources(config).unavailable
+    assert note.startswith(
+        "nvml: GPM profiling metrics (SM occupancy, tensor activity, DRAM bandwidth) are not"
+    )
+    assert "GPU 1 (Tesla V100-SXM2-32GB)" in note and "GPU 0" not in note
