@@ -14,7 +14,7 @@ from dash import dcc, html
 from dashboard.auth import read_operator_token
 from dashboard.context import DashboardContext, StoreReader, install
 from dashboard.operator import OperatorDesk, Resolver
-from dashboard.pages import fleet, gpu, host, incidents, jobs, network
+from dashboard.pages import alerts, fleet, gpu, host, incidents, jobs, network, policy, predictions
 from dashboard.pages.live import PageSpec, register
 from fleetguard.config import Config
 
@@ -25,6 +25,9 @@ PAGES: Final[tuple[PageSpec, ...]] = (
     network.PAGE,
     jobs.LIST_PAGE,
     incidents.LIST_PAGE,
+    predictions.PAGE,
+    alerts.PAGE,
+    policy.PAGE,
     host.PAGE,
     gpu.PAGE,
     jobs.JOB_PAGE,
@@ -59,6 +62,7 @@ def create_app(
         now=clock,
         refresh_seconds=config.dashboard.refresh_seconds,
         risk_threshold=config.predictor.risk_threshold,
+        config=config,
         desk=OperatorDesk(store_reader, token, resolver, clock),
     )
     server = flask.Flask("fleetguard.dashboard")

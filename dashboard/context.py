@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 import flask
 
 from dashboard.queries.base import Cursor
+from fleetguard.config import Config
 
 if TYPE_CHECKING:
     from dashboard.operator import OperatorDesk
@@ -29,6 +30,7 @@ class DashboardContext:
     now: Callable[[], float]  # wall-clock epoch seconds; the tests' fixed clock makes pages reproducible
     refresh_seconds: float
     risk_threshold: float
+    config: Config  # the process's settings (the policy page shows the policy they select)
     desk: OperatorDesk  # write actions (acknowledge, silence, resolve, replay), each checked for the token
 
     @contextlib.contextmanager

@@ -92,3 +92,20 @@ class OperatorDesk:
             cur.close()
         log.info("dashboard: operator %s incident %s (%s)", action.value, incident_id, outcome)
         return ActionResult(True, f"{action.value}: {outcome}")
+
+    def replay_dead_letters(self, given_token: object, endpoint: str | None) -> ActionResult:
+        """Dead-lettered alerts (and endpoints marked gone) back to the outbox, sent again from the start."""
+        if not token_accepted(self.token, given_token):
+            log.warning("dashboard: alert replay refused: no valid operator token")
+            return ActionResult(False, "refused: wrong or no operator token")
+        from fleetguard.alerts.outbox import requeue_dead
+
+        cur = self.writer.cursor()
+        try:
+            count = requeue_dead(cur, self.now(), endpoint or None)
+        except duckdb.Error as exc:
+            return ActionResult(False, f"not stored: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+        finally:
+            cur.close()
+        log.info("dashboard: operator replayed %d dead letters (endpoint %s)", count, endpoint or "any")
+        return ActionResult(True, f"{count} alert(s) queued again")

@@ -11,7 +11,7 @@ from dashboard.components import Col, ago, badge, href, section, stat_card, tabl
 from dashboard.context import DashboardContext
 from dashboard.figures import GRAPH_CONFIG
 from dashboard.fleet_view import gpu_views
-from dashboard.health import throttle_text
+from dashboard.health import COLOURS, Health, throttle_text
 from dashboard.pages.host import events_table
 from dashboard.pages.incidents import NO_DATA, incidents_table
 from dashboard.pages.live import PageSpec, Params
@@ -20,7 +20,7 @@ from dashboard.queries.events import event_counts, recent_events
 from dashboard.queries.findings import FindingRow, recent_findings
 from dashboard.queries.gpus import LIVE_WINDOW_SECONDS, gpu_identity, gpu_series, latest_gpu_states
 from dashboard.queries.incidents import IncidentRow, incidents
-from dashboard.queries.predictions import latest_risks, risk_history
+from dashboard.queries.predictions import Risk, drivers, latest_risks, risk_history
 
 WINDOWS: Final = {"1h": 3600.0, "6h": 6 * 3600.0, "24h": 86400.0}
 DEFAULT_WINDOW: Final = "6h"
@@ -113,14 +113,7 @@ def render(ctx: DashboardContext, params: Params) -> Any:
                     "ECC and row remapping",
                     dcc.Graph(figure=figures.memory_errors(series), config=GRAPH_CONFIG),
                 ),
-                section(
-                    "Failure risk",
-                    dcc.Graph(
-                        figure=figures.risk_history(risk_points, ctx.risk_threshold), config=GRAPH_CONFIG
-                    )
-                    if risk_points
-                    else html.Div("no risk scores for this GPU", className="empty"),
-                ),
+                section("Failure risk and what drives it", _risk(risk_points, risks, ctx.risk_threshold)),
             ],
             className="two-col",
         ),
@@ -128,6 +121,21 @@ def render(ctx: DashboardContext, params: Params) -> Any:
         section("Findings", _findings_table(findings, now), section_id="gpu-findings"),
         section(f"Events ({window})", events_table("gpu-events-table", events)),
     ]
+
+
+def _risk(points: list[tuple[float, float]], risks: list[Risk], threshold: float) -> Any:
+    if not points:
+        return html.Div("no risk scores for this GPU", className="empty")
+    out: list[Any] = [dcc.Graph(figure=figures.risk_history(points, threshold), config=GRAPH_CONFIG)]
+    why = drivers(risks[0].explanations)[:8] if risks else []
+    if why:
+        labels = [d.feature if d.value is None else f"{d.feature} = {d.value:g}" for d in why]
+        colours = [COLOURS[Health.FAILED] if d.contribution > 0 else COLOURS[Health.HEALTHY] for d in why]
+        figure = figures.bar(
+            labels, [d.contribution for d in why], colours, horizontal=True, height=60 + 26 * len(why)
+        )
+        out.append(dcc.Graph(id="gpu-risk-drivers", figure=figure, config=GRAPH_CONFIG))
+    return out
 
 
 def _incidents(rows: list[IncidentRow] | None, now: float) -> Any:

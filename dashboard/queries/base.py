@@ -10,8 +10,9 @@ import duckdb
 Cursor: TypeAlias = duckdb.DuckDBPyConnection
 Row: TypeAlias = tuple[Any, ...]
 
-# A bound epoch-seconds parameter as a TIMESTAMP (UTC, microseconds), as the store writes them.
-TS: Final = "make_timestamp(CAST(round(? * 1000000) AS BIGINT))"
+# A bound epoch-seconds parameter as a TIMESTAMP (UTC, microseconds), as the store writes them. The cast to
+# DOUBLE first: a Python int parameter would otherwise be multiplied as a 32-bit integer and overflow.
+TS: Final = "make_timestamp(CAST(round(CAST(? AS DOUBLE) * 1000000) AS BIGINT))"
 
 
 def fetch(cur: Cursor, sql: str, params: Sequence[object] = ()) -> list[Row]:
@@ -32,4 +33,4 @@ def as_float(value: object) -> float | None:
 
 
 # The start (epoch seconds) of the row's time bucket; the bound parameter is the bucket width in seconds.
-BUCKET: Final = "epoch(time_bucket(to_microseconds(CAST(? * 1000000 AS BIGINT)), ts))"
+BUCKET: Final = "epoch(time_bucket(to_microseconds(CAST(CAST(? AS DOUBLE) * 1000000 AS BIGINT)), ts))"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Final
 
@@ -19,10 +20,12 @@ class Risk:
     risk: float
     model_id: str
     horizon_hours: float
+    explanations: str  # JSON [{"feature", "value", "contribution"}, ...]
 
 
 _LATEST_SQL: Final = f"""
-SELECT host, device_id, epoch(max(ts)), arg_max(risk, ts), arg_max(model_id, ts), arg_max(horizon_hours, ts)
+SELECT host, device_id, epoch(max(ts)), arg_max(risk, ts), arg_max(model_id, ts), arg_max(horizon_hours, ts),
+       arg_max(explanations, ts)
 FROM predictions WHERE ts >= {TS} AND ts <= {TS} AND (? IS NULL OR host = ?)
 GROUP BY host, device_id
 ORDER BY 4 DESC
@@ -32,7 +35,38 @@ ORDER BY 4 DESC
 def latest_risks(cur: Cursor, now: float, host: str | None = None) -> list[Risk]:
     """Each GPU's newest score, most at risk first."""
     rows = fetch(cur, _LATEST_SQL, [now - RISK_WINDOW_SECONDS, now, host, host])
-    return [Risk(str(r[0]), str(r[1]), float(r[2]), float(r[3]), str(r[4]), float(r[5])) for r in rows]
+    return [
+        Risk(str(r[0]), str(r[1]), float(r[2]), float(r[3]), str(r[4]), float(r[5]), str(r[6] or "[]"))
+        for r in rows
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Driver:
+    feature: str
+    value: float | None
+    contribution: float
+
+
+def drivers(explanations: str) -> list[Driver]:
+    """The features behind a score, largest contribution first; malformed entries are skipped."""
+    try:
+        items = json.loads(explanations)
+    except ValueError:
+        return []
+    out = []
+    for item in items if isinstance(items, list) else []:
+        if not isinstance(item, dict) or not isinstance(item.get("contribution"), int | float):
+            continue
+        value = item.get("value")
+        out.append(
+            Driver(
+                str(item.get("feature", "?"))[:80],
+                float(value) if isinstance(value, int | float) else None,
+                float(item["contribution"]),
+            )
+        )
+    return sorted(out, key=lambda d: -abs(d.contribution))
 
 
 _HISTORY_SQL: Final = f"""

@@ -30,6 +30,7 @@ STEP_SECONDS = 5.0
 JOB_ID = "train-42"
 SLOW_RANK = 5
 SILENT_HOST = "sim-host-silent"
+ALERT_ENDPOINT = "http://127.0.0.1:9/oncall"
 
 
 @dataclass(frozen=True)
@@ -121,10 +122,32 @@ def _job_records(hosts: list[str], start: float) -> list[object]:
 
 def _run_incident_engine(store: Store, start: float) -> None:
     """The real incident engine over the stored history, as `fleetguard up` runs it: incidents with their
-    evidence and action ledger."""
+    evidence and action ledger, and alerts to one webhook, of which the relay's bookkeeping then records one
+    delivered, one dead-lettered and one waiting for a retry."""
+    from fleetguard.alerts.outbox import AlertStatus, due, record_attempt
+    from fleetguard.alerts.settings import WebhookConfig
     from fleetguard.incidents.feed import StoreFeed
     from fleetguard.incidents.policy_files import load_policy
     from fleetguard.incidents.service import IncidentService
 
-    service = IncidentService.open(store.cursor(), load_policy(), start)
+    webhook = WebhookConfig(name="oncall", url=ALERT_ENDPOINT)
+    service = IncidentService.open(store.cursor(), load_policy(), start, webhooks=[webhook])
     service.round(StoreFeed(store.cursor(), start=start).read(), END_TS)
+    cur = store.cursor()
+    outcomes = [
+        (200, "delivered", "", AlertStatus.DELIVERED),
+        (410, "gone", "410 Gone", AlertStatus.DEAD),
+        (503, "retry", "503 Service Unavailable", AlertStatus.PENDING),
+    ]
+    for alert, (code, outcome, error, status) in zip(due(cur, END_TS), outcomes, strict=False):
+        record_attempt(
+            cur,
+            alert,
+            now=END_TS - 5,
+            status_code=code,
+            outcome=outcome,
+            error=error,
+            duration_seconds=0.05,
+            new_status=status,
+            next_attempt_at=END_TS + 30,
+        )

@@ -129,3 +129,34 @@ def test_silence_is_recorded_with_its_end_and_resolve_needs_the_engine(
     assert _act(page, "#incident-resolve", OPERATOR_TOKEN).startswith("refused: no incident engine")
     assert [r[0] for r in _recorded(fleet_store, incident_id)] == ["silence"]
     page.close()
+
+
+def test_alerts_page_counts_deliveries_and_replays_dead_letters_only_with_the_token(
+    browser: Browser, dashboard: DashboardServer, fleet_store: Store
+) -> None:
+    def count(status: str) -> int:
+        row = (
+            fleet_store.cursor()
+            .execute("SELECT count(*) FROM alert_outbox WHERE status = ?", [status])
+            .fetchone()
+        )
+        assert row is not None
+        return int(row[0])
+
+    dead, pending = count("dead"), count("pending")
+    assert dead == 1
+    page = _open(browser, dashboard, "/alerts")
+    assert page.inner_text("#card-alerts-dead .card-value") == str(dead)
+    assert page.inner_text("#card-alerts-pending .card-value") == str(pending)
+    assert "410" in page.inner_text("#alerts-attempts")
+    page.fill("#alerts-token", "not-the-operator-token-0000")
+    page.click("#alerts-replay")
+    answer = page.wait_for_selector("#alerts-replay-result [data-attempt='1']", timeout=TIMEOUT_MS)
+    assert answer.inner_text().startswith("refused")
+    assert count("dead") == dead
+    page.fill("#alerts-token", OPERATOR_TOKEN)
+    page.click("#alerts-replay")
+    answer = page.wait_for_selector("#alerts-replay-result [data-attempt='2']", timeout=TIMEOUT_MS)
+    assert answer.inner_text() == "1 alert(s) queued again"
+    assert (count("dead"), count("pending")) == (0, pending + 1)
+    page.close()

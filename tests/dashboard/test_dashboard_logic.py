@@ -177,3 +177,11 @@ def test_dashboard_config_defaults_to_loopback_on_9481() -> None:
         load_config(env={}, overrides={"dashboard.port": 70000})
     with pytest.raises(ConfigError, match=r"dashboard\.address"):
         load_config(env={}, overrides={"dashboard.address": "example.com"})
+
+
+def test_queries_take_integer_epoch_seconds_as_well_as_floats(fleet: BuiltFleet) -> None:
+    with Store.open(fleet.path, read_only=True) as store:
+        cur = store.cursor()
+        as_int = latest_gpu_states(cur, int(fleet.end_ts))
+        as_float = latest_gpu_states(cur, float(fleet.end_ts))
+    assert as_int == as_float and as_int

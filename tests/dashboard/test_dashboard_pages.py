@@ -87,13 +87,21 @@ def test_drill_down_from_fleet_to_host_to_gpu(
         "/jobs/no-such-job",
         "/incidents",
         "/incidents/no-such-incident",
+        "/predictions",
+        "/alerts",
+        "/policy",
+        "/gpus/{at_risk}",
     ],
 )
 def test_page_loads_and_refreshes_without_browser_errors(
     browser: Browser, dashboard: DashboardServer, fleet: BuiltFleet, path: str
 ) -> None:
     browser.errors.clear()
-    page = _open(browser, dashboard, path.format(hot=fleet.hot_gpu_uuid, lost=fleet.lost_gpu_uuid))
+    page = _open(
+        browser,
+        dashboard,
+        path.format(hot=fleet.hot_gpu_uuid, lost=fleet.lost_gpu_uuid, at_risk=fleet.at_risk_uuid),
+    )
     page.wait_for_timeout(500)  # plots draw after the layout arrives
     page.evaluate("window.__not_reloaded = true")
     page.click(".refresh")
@@ -144,4 +152,24 @@ def test_job_page_shows_ranks_by_host_and_the_straggler(browser: Browser, dashbo
     stragglers = page.inner_text("#job-stragglers")
     assert str(SLOW_RANK) in stragglers and "sim-host-001" in stragglers
     assert "checkpoint" in page.inner_text("#job-actions")
+    page.close()
+
+
+def test_predictions_page_ranks_the_at_risk_gpu_first(
+    browser: Browser, dashboard: DashboardServer, fleet: BuiltFleet, fleet_store: Store
+) -> None:
+    row = fleet_store.cursor().execute("SELECT count(DISTINCT device_id) FROM predictions").fetchone()
+    assert row is not None
+    page = _open(browser, dashboard, "/predictions")
+    assert page.inner_text("#card-scored .card-value") == str(row[0])
+    assert page.inner_text("#card-at-risk .card-value") == "1"
+    first_row = page.locator("#predictions-ranking tbody tr").nth(2)  # after the header and filter rows
+    assert fleet.at_risk_uuid in first_row.inner_text()
+    page.close()
+
+
+def test_policy_page_shows_the_shipped_xid_rules(browser: Browser, dashboard: DashboardServer) -> None:
+    page = _open(browser, dashboard, "/policy")
+    rules = page.inner_text("#policy-xid")
+    assert "79" in rules and "fallen off the bus" in rules.lower()
     page.close()
