@@ -16,6 +16,7 @@ import click
 
 from fleetguard import __version__
 from fleetguard.config import Config, ConfigError, load_config
+from fleetguard.startup import StartupError, one_line
 
 
 class LazyGroup(click.Group):
@@ -113,17 +114,10 @@ def load(config_path: str | None, **overrides: Any) -> Config:
 @contextlib.contextmanager
 def startup_errors() -> Iterator[None]:
     """A daemon that cannot start: its one-line reason and a non-zero exit, no traceback."""
-    from fleetguard.agent.daemon import StartupError
-
     try:
         yield
     except StartupError as exc:
         raise click.ClickException(one_line(str(exc))) from exc
-
-
-def one_line(text: str) -> str:
-    """An error message as one line (DuckDB's span several)."""
-    return " ".join(text.split())
 
 
 def _daemon_overrides(
@@ -215,6 +209,9 @@ def agent(
 @daemon_options
 @click.option("--no-runtime", is_flag=True, help="Do not listen for training-job heartbeats.")
 @click.option("--no-predict", is_flag=True, help="Do not score GPU failure risk.")
+@click.option(
+    "--dashboard-port", type=int, help="Port of the web dashboard (dashboard.port, default 9481; 0 = any free)."
+)
 def up(
     config_path: str | None,
     store_path: str | None,
@@ -224,11 +221,14 @@ def up(
     duration: float | None,
     no_runtime: bool,
     no_predict: bool,
+    dashboard_port: int | None,
 ) -> None:
-    """The embedded default: agent, store, training runtime and live risk scoring in one process."""
+    """The embedded default: agent, store, training runtime, live risk scoring and the dashboard in one
+    process."""
     from fleetguard.embedded import run_embedded
 
-    config = load(config_path, **_daemon_overrides(store_path, metrics_port, simulate, no_faults))
+    overrides = _daemon_overrides(store_path, metrics_port, simulate, no_faults)
+    config = load(config_path, **overrides, **{"dashboard.port": dashboard_port})
     with startup_errors():
         code = run_embedded(config, duration_seconds=duration, runtime=not no_runtime, predict=not no_predict)
     sys.exit(code)

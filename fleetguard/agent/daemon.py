@@ -23,16 +23,13 @@ from fleetguard.agent.metrics_http import serve_metrics
 from fleetguard.clock import SystemClock
 from fleetguard.config import Config
 from fleetguard.httpserve import HttpServer
+from fleetguard.startup import StartupError, one_line, os_reason
 from fleetguard.store import Store, StoreError
 
 if TYPE_CHECKING:
     from fleetguard.shipping.agent_side import Shipping
 
 log = logging.getLogger(__name__)
-
-
-class StartupError(Exception):
-    """The daemon cannot start. The message is one line naming the key, path or port at fault."""
 
 
 @dataclass
@@ -205,13 +202,3 @@ def _start_extension(ext: Extension, agent: Agent, store: Store, out: TextIO) ->
         out.write(f"  note      {ext.name} is off: {reason}\n")
         return False
     return True
-
-
-def os_reason(exc: OSError) -> str:
-    """What the system said ("Address already in use"), without the call's own decoration."""
-    return os.strerror(exc.errno) if exc.errno else one_line(str(exc))
-
-
-def one_line(text: str) -> str:
-    """An error message as one line (DuckDB's span several)."""
-    return " ".join(text.split())

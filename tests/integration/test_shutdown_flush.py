@@ -18,10 +18,10 @@ from fleetguard import client as fg
 from fleetguard.agent.agent import Agent
 from fleetguard.agent.daemon import DaemonResult, Extension, run_daemon
 from fleetguard.config import Config, load_config
-from fleetguard.records.findings import Finding
 from fleetguard.runtime.extension import runtime_extension
 from fleetguard.runtime.service import RuntimeRecord, RuntimeService, RuntimeServiceConfig
 from fleetguard.store import Store
+from straggler.analysis import RuntimeAnalyzer
 
 pytestmark = pytest.mark.integration
 
@@ -52,26 +52,13 @@ class Sender(threading.Thread):
                 self.failures += 1
 
 
-class SlowAnalyzer:
-    """An analyzer that takes 20 ms per record, under the service's analysis lock (as a big tick under load
-    does): reports queue up inside the service, so many are in flight when the daemon stops."""
+class SlowAnalyzer(RuntimeAnalyzer):
+    """The real analyzer, taking 20 ms more per record, under the service's analysis lock (as a big tick
+    under load does): reports queue up inside the service, so many are in flight when the daemon stops."""
 
-    def register_job(
-        self, job_id: str, world_size: int, started_at: float, *, local_ranks: object = ()
-    ) -> None:
-        pass
-
-    def forget_job(self, job_id: str) -> None:
-        pass
-
-    def observe(self, record: RuntimeRecord) -> None:
+    def observe(self, record: RuntimeRecord, now: float | None = None) -> None:
         time.sleep(0.02)
-
-    def process_exited(self, job_id: str, rank: int, exit_code: int | None, now: float) -> None:
-        pass
-
-    def tick(self, now: float) -> list[Finding]:
-        return []
+        super().observe(record, now)
 
 
 def slow_runtime(parts: dict[str, object]) -> Extension:
@@ -111,7 +98,9 @@ def run_with_senders(
     senders: list[Sender] = []
 
     def ready(_metrics_port: int) -> None:
-        endpoint = str(parts["service"].endpoint)
+        service = parts["service"]
+        assert isinstance(service, RuntimeService)
+        endpoint = service.endpoint
         senders.extend(Sender(f"job-{i}", endpoint) for i in range(SENDERS))
         for sender in senders:
             sender.start()
