@@ -187,3 +187,21 @@ def test_predict_lists_only_devices_still_reporting(small_history: History, tmp_
     assert result.exit_code == 0, result.output
     listed = {p["device_id"] for p in json.loads(result.output)["predictions"]}
     assert gone not in listed and len(listed) > 10
+
+
+def test_evaluate_with_a_period_longer_than_the_step_spends_k_per_period(small_history: History) -> None:
+    args = [*_inputs(small_history), "--top-k", "4", "--train-window", "14d", "--retrain-every", "7d"]
+    result = CliRunner().invoke(
+        evaluate_command, [*args, "--period", "3d", "--models", "logistic", "--json", "--quiet"]
+    )
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["period"] == "3d"
+    for metrics in out["models"].values():
+        assert 0 < metrics["predictions"] <= 4 * out["periods"]
+
+
+def test_evaluate_derives_settings_and_says_so(small_history: History) -> None:
+    result = CliRunner().invoke(evaluate_command, [*_inputs(small_history), "--models", "logistic", "--json"])
+    assert result.exit_code == 0, result.output
+    assert "days of daily data: using --horizon 7d --train-window" in result.output
