@@ -158,6 +158,16 @@ main()
 """
 
 
+def test_export_to_a_directory_that_cannot_be_made(tmp_path: Path) -> None:
+    from fleetguard.store import Store
+
+    Store.open(tmp_path / "s.duckdb").close()
+    (tmp_path / "a-file").write_text("")
+    target = tmp_path / "a-file" / "parquet"
+    result = run(["export", "--parquet", str(target), "--store", str(tmp_path / "s.duckdb")], tmp_path)
+    one_line_failure(result, "--parquet", str(target))
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="drops to uid 65534, which needs root")
 def test_a_store_in_a_directory_the_user_cannot_write(tmp_path: Path) -> None:
     """The agent run as an unprivileged user against a store in root's directory."""
