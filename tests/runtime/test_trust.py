@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from fleetguard.actions.executor import ActionRequest
-from fleetguard.clock import SystemClock
+from fleetguard.clock import FakeClock
 from fleetguard.records.findings import ActionRecord, Finding
+from fleetguard.runtime.crashes import CRASH_SETTLE_SECONDS
 from fleetguard.runtime.peer import Sender
 from fleetguard.runtime.service import RuntimeService, RuntimeServiceConfig
 from fleetguard.runtime.trust import (
@@ -46,11 +47,14 @@ class Sink:
         return [r for r in self.records if isinstance(r, kind)]
 
 
+CLOCK = FakeClock()  # analysis time moves only when a test says: real ranks that report once stay unhung
+
+
 @pytest.fixture
 def service() -> Iterator[tuple[RuntimeService, Sink]]:
     sink = Sink()
     config = RuntimeServiceConfig(host="node1", port=0, tick_interval_seconds=0.05, restart_grace_seconds=0.5)
-    svc = RuntimeService(config, SystemClock(), sink)  # real time: a crash verdict may wait a moment
+    svc = RuntimeService(config, CLOCK, sink)
     svc.start()
     yield svc, sink
     svc.stop()
@@ -70,6 +74,9 @@ def test_job_id_squatting_cannot_get_roots_ranks_signalled(service: tuple[Runtim
     roots = [ReportingRank(svc.endpoint, TORCHRUN_DEFAULT_ID, rank=r, world_size=3) for r in (0, 1)]
     try:
         squatter.exit(1)  # the squatter's "rank" crashes: a restart of "the job" would kill root's ranks
+        squatters_job = job_key(NOBODY, TORCHRUN_DEFAULT_ID)
+        wait_until(lambda: not svc.ranks.live_ranks(squatters_job), 30, "the watcher to see the exit")
+        CLOCK.advance(CRASH_SETTLE_SECONDS)  # a plain exit code: the verdict waits a moment for more
         wait_until(lambda: sink.of(ActionRecord), 30, "the restart for the squatter's crash")
         [dead] = [f for f in sink.of(Finding) if f.kind == "dead_rank"]
         assert (dead.job_id, dead.rank) == (job_key(NOBODY, TORCHRUN_DEFAULT_ID), 2)
