@@ -59,12 +59,21 @@ class CircuitBreaker:
                 f"(limit {self.policy.max_host_fraction:.0%})"
             )
             return Permit(ActionOutcome.HELD, self.state.reason, tripped_now=True)
-        limit = max(self.policy.repairs_per_hour, math.floor(self.policy.repairs_fraction_per_hour * fleet))
+        limit = self._limit(fleet)
         if len(self.state.repairs) >= limit:
             return Permit(ActionOutcome.DEFERRED, f"repair rate limit: {limit} per hour reached")
         self.state.acted.append((now, host))
         self.state.repairs.append(now)
         return Permit(ActionOutcome.REQUESTED)
+
+    def rate_limited(self, now: float, fleet_hosts: int) -> bool:
+        """Would a repair now be deferred by the rate limit? (Nothing is counted.)"""
+        self._prune(now)
+        return len(self.state.repairs) >= self._limit(fleet_hosts)
+
+    def _limit(self, fleet_hosts: int) -> int:
+        fraction = self.policy.repairs_fraction_per_hour * max(fleet_hosts, 1)
+        return max(self.policy.repairs_per_hour, math.floor(fraction))
 
     def reset(self) -> None:
         self.state.tripped = False

@@ -330,6 +330,7 @@ class IncidentEngine:
         for incident in list(self.incidents.values()):
             if incident.key == BREAKER_KEY:
                 continue
+            self._retry_deferred(incident, now, round_)
             if incident.state in ACTIVE_STATES:
                 quiet = max(life.resolve_healthy_seconds, incident.sticky_seconds)
                 if now - incident.last_seen >= quiet:
@@ -345,6 +346,18 @@ class IncidentEngine:
         horizon = max(self.policy.escalation.window_seconds, 1.0)
         if len(self.history) > MAX_PENDING:
             self.history = {k: v for k, v in self.history.items() if v and now - v[-1] <= horizon}
+
+    def _retry_deferred(self, incident: Incident, now: float, round_: _Round) -> None:
+        """A repair the rate limit deferred is asked for again once the limit allows it."""
+        last = self.actions.get(incident.incident_id)
+        if (
+            incident.state is IncidentState.OPEN
+            and last is not None
+            and last.outcome is ActionOutcome.DEFERRED
+            and not self.breaker.tripped
+            and not self.breaker.rate_limited(now, len(self.hosts))
+        ):
+            self._request(incident, now, round_)
 
     def _forget_closed(self) -> None:
         closed = [k for k, i in self.incidents.items() if i.state is IncidentState.CLOSED]

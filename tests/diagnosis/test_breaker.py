@@ -82,3 +82,14 @@ def test_reset_without_the_backlog_leaves_held_actions_alone() -> None:
     eng.observe(Signals(events=[xid(79, T0 + i, host=h) for i, h in enumerate(hosts)]), T0 + 5)
     reset = eng.reset_breaker(T0 + 600, process_backlog=False)
     assert not [a for c in reset for a in c.actions]
+
+
+def test_a_deferred_repair_is_requested_once_the_rate_limit_allows() -> None:
+    policy = load_policy(overrides={"breaker": {"max_host_fraction": 1.0, "repairs_per_hour": 1}})
+    eng = IncidentEngine(policy)
+    eng.observe(Signals(events=[xid(79, T0, host="a"), xid(79, T0 + 1, host="b")]), T0 + 1)
+    outcomes = {a.host: a.outcome for a in eng.actions.values()}
+    assert outcomes == {"a": ActionOutcome.REQUESTED, "b": ActionOutcome.DEFERRED}
+    assert eng.tick(T0 + 1800) == []  # still within the hour: nothing new in the ledger
+    (change,) = eng.tick(T0 + 3602)
+    assert [(a.host, a.outcome) for a in change.actions] == [("b", ActionOutcome.REQUESTED)]
