@@ -72,8 +72,8 @@ class AlertRelay:
         while not stop.is_set():
             try:
                 self.run_once()
-            except duckdb.Error as exc:
-                log.warning("alert relay: store error, retrying: %s", exc)
+            except Exception as exc:  # the relay must outlive a bad row or a store hiccup: retried next poll
+                log.warning("alert relay: %s: %s (retrying)", type(exc).__name__, exc)
             self._wake.wait(self.config.poll_seconds)
             self._wake.clear()
 
