@@ -210,7 +210,9 @@ def agent(
 @click.option("--no-runtime", is_flag=True, help="Do not listen for training-job heartbeats.")
 @click.option("--no-predict", is_flag=True, help="Do not score GPU failure risk.")
 @click.option(
-    "--dashboard-port", type=int, help="Port of the web dashboard (dashboard.port, default 9481; 0 = any free)."
+    "--dashboard-port",
+    type=int,
+    help="Port of the web dashboard (dashboard.port, default 9481; 0 = any free).",
 )
 def up(
     config_path: str | None,

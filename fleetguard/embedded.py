@@ -51,6 +51,11 @@ def run_embedded(
         def describe() -> str:
             return f"{risk.describe()} | {incidents.describe()}"
 
+    dashboard_parts: dict[str, object] = {}
+    if config.dashboard.enabled:
+        from dashboard.embedded import dashboard_extension
+
+        extensions.append(dashboard_extension(config, dashboard_parts))
     status = StatusPrinter(out, xid_names=_xid_names(), extra=describe)
 
     def banner(port: int) -> None:
@@ -68,6 +73,8 @@ def run_embedded(
                 f"  training  ranks send heartbeats to {endpoint} "
                 "(see README: three lines in your training loop)\n"
             )
+        if "url" in dashboard_parts:
+            out.write(f"  dashboard {dashboard_parts['url']}\n")
         for note in sources.unavailable:
             out.write(f"  note      {note}\n")
         out.write("  stop with Ctrl-C (everything buffered is flushed first)\n")
