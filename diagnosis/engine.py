@@ -226,7 +226,8 @@ class IncidentEngine:
             pending.seen.append(obs)
         needed = max(obs.min_count, 2) if obs.needs_company else obs.min_count
         company = obs.needs_company and self._has_company(obs.key)
-        if len(pending.bursts) >= needed or company:
+        storm = obs.storm_count > 0 and pending.count >= obs.storm_count
+        if len(pending.bursts) >= needed or company or storm:
             del self._pending[obs.key]
             self._open(obs, pending, now, round_)
 

@@ -86,7 +86,8 @@ class Observation:
     - `min_count` occurrences within `window_seconds` before an incident opens;
     - `needs_company`: it opens only when it repeats (min_count) or another fault of the same component is
       open (an application XID, which alone is a user bug);
-    - `sticky_seconds`: how long after the last sighting the fault still counts as present.
+    - `sticky_seconds`: how long after the last sighting the fault still counts as present;
+    - `storm_count`: so many occurrences within the window open it, even in one burst.
     """
 
     ts: float
@@ -101,3 +102,4 @@ class Observation:
     window_seconds: float = 0.0
     needs_company: bool = False
     sticky_seconds: float = 0.0
+    storm_count: int = 0  # this many occurrences within the window open it whatever the bursts (0: off)

@@ -23,6 +23,9 @@ class XidRule:
     # An application XID alone is a user bug: it matters only when it repeats (min_count) or comes with
     # another fault of the same GPU.
     application: bool = False
+    # An application XID printed this many times within the window is a storm worth a look, repeats or not
+    # (0: never); lines of one burst count here, unlike for min_count.
+    storm_lines: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +143,7 @@ class Policy:
             count_window_seconds=self.xid_default.count_window_seconds,
             sticky_seconds=self.xid_default.sticky_seconds,
             application=self.xid_default.application,
+            storm_lines=self.xid_default.storm_lines,
         )
 
     def cancels(self, fault: str) -> tuple[str, ...]:

@@ -43,7 +43,16 @@ _TOP_KEYS = frozenset(
     }
 )
 _XID_KEYS = frozenset(
-    {"name", "severity", "action", "min_count", "count_window_seconds", "sticky_seconds", "application"}
+    {
+        "name",
+        "severity",
+        "action",
+        "min_count",
+        "count_window_seconds",
+        "sticky_seconds",
+        "application",
+        "storm_lines",
+    }
 )
 
 
@@ -124,6 +133,7 @@ def _xid_rule(base: XidRule, table: Mapping[str, Any], where: str) -> XidRule:
         count_window_seconds=_number(table, "count_window_seconds", where, base.count_window_seconds),
         sticky_seconds=_number(table, "sticky_seconds", where, base.sticky_seconds),
         application=_bool(table, "application", where, base.application),
+        storm_lines=_count(table, "storm_lines", where, base.storm_lines, minimum=0),
     )
 
 

@@ -76,6 +76,7 @@ def _xid(event: Event, policy: Policy, uuids: Mapping[tuple[str, str], str]) -> 
         window_seconds=rule.count_window_seconds,
         needs_company=rule.application,
         sticky_seconds=rule.sticky_seconds,
+        storm_count=rule.storm_lines,
     )
 
 

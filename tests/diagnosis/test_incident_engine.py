@@ -58,7 +58,7 @@ def test_an_application_xid_alone_is_not_an_incident_until_it_repeats() -> None:
 
 def test_repeats_within_one_burst_are_one_occurrence_toward_the_threshold() -> None:
     eng = engine()
-    assert eng.observe(Signals(events=[xid(31, T0 + i) for i in range(50)]), T0 + 60) == []
+    assert eng.observe(Signals(events=[xid(31, T0 + i) for i in range(10)]), T0 + 60) == []  # below a storm
 
 
 def test_an_application_xid_with_another_fault_of_the_same_gpu_opens() -> None:
@@ -199,3 +199,11 @@ def test_a_software_power_cap_alone_is_not_a_fault_but_the_hardware_power_brake_
     assert eng.observe(Signals(gpu_samples=[gpu(T0, clocks_event_reasons=0x4)]), T0) == []
     (change,) = eng.observe(Signals(gpu_samples=[gpu(T0 + 1, clocks_event_reasons=0x80)]), T0 + 1)
     assert change.incident.key.fault == "throttle:power"
+
+
+def test_a_flood_of_one_application_xid_in_one_burst_is_a_storm_incident() -> None:
+    eng = engine()
+    assert eng.observe(Signals(events=[xid(13, T0 + i) for i in range(10)]), T0 + 10) == []
+    (change,) = eng.observe(Signals(events=[xid(13, T0 + 10 + i) for i in range(10)]), T0 + 20)
+    assert change.opened and change.incident.occurrences == 20
+    assert change.incident.key.fault == "xid:13"
