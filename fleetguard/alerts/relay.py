@@ -62,6 +62,7 @@ class AlertRelay:
         self.stats = RelayStats()
         self._next_send: dict[str, float] = {}  # endpoint -> monotonic time it may send again
         self._next_resend = 0.0
+        self._held_until: float | None = None  # monotonic time an endpoint's rate next lets a due alert go
         self._wake = threading.Event()
 
     def wake(self) -> None:
@@ -70,22 +71,34 @@ class AlertRelay:
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
+            wait = self.config.poll_seconds
             try:
                 self.run_once()
+                # Alerts held back only by an endpoint's rate go as soon as it allows, not a poll later.
+                if self._held_until is not None:
+                    wait = min(wait, max(0.0, self._held_until - self.clock.monotonic()))
             except Exception as exc:  # the relay must outlive a bad row or a store hiccup: retried next poll
                 log.warning("alert relay: %s: %s (retrying)", type(exc).__name__, exc)
-            self._wake.wait(self.config.poll_seconds)
+            self._wake.wait(wait)
             self._wake.clear()
 
     def run_once(self) -> int:
         """Send what is due (within the endpoints' rates); return the number of attempts made."""
         attempts = 0
+        self._held_until = None
         blocked: set[tuple[str, str]] = set()
         for alert in self._due():
             hook = self.endpoints.get(alert.endpoint)
             pair = (alert.endpoint, alert.incident_id)
-            if hook is None or pair in blocked or not self._may_send(hook):
+            if hook is None or pair in blocked:
                 blocked.add(pair)
+                continue
+            if not self._may_send(hook):
+                blocked.add(pair)
+                allowed_at = self._next_send[hook.name]
+                self._held_until = (
+                    allowed_at if self._held_until is None else min(self._held_until, allowed_at)
+                )
                 continue
             self._attempt(hook, alert)
             attempts += 1
