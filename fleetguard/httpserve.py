@@ -23,6 +23,9 @@ Usage::
     ...
     server.stop()                                          # stop accepting, finish in-flight, close all
 
+`inline=True` runs the handler on the server's loop thread instead of a worker: only for a handler that never
+blocks (the /metrics one answers with bytes it already holds). `ssl_context=` serves HTTPS.
+
 `request.connection.memo` keeps per-connection facts a handler looks up once (a sender's uid): a
 connection's requests are handled one at a time, in order.
 """
@@ -273,12 +276,16 @@ class HttpServer:
         limits: Limits | None = None,
         name: str = "fleetguard-http",
         ssl_context: ssl.SSLContext | None = None,
+        inline: bool = False,
     ) -> None:
         self.limits = limits or Limits()
         self.stats = HttpStats()
         self._handler = handler
         self._name = name
         self._ssl = ssl_context  # HTTPS: the handshake runs on the loop, under the request deadline's cover
+        # The handler runs on the loop thread itself: only for one that never blocks (serving bytes it holds),
+        # where the hop to a worker thread would cost more than the answer.
+        self._inline = inline
         self._sock = _listen(address, port, self.limits.backlog)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -432,7 +439,7 @@ class HttpServer:
         request = Request(
             head.method, head.target, head.headers, body, connection, self.limits.max_json_depth
         )
-        response = await asyncio.get_running_loop().run_in_executor(self._executor, self._respond, request)
+        response = await self._answer(request)
         keep_alive = head.keep_alive and not self._stopping
         await self._write(writer, encode_response(response, keep_alive, head_only=head.method == "HEAD"))
         return keep_alive
@@ -449,6 +456,11 @@ class HttpServer:
             writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         body = await reader.readexactly(length) if length else b""
         return head, body
+
+    async def _answer(self, request: Request) -> Response:
+        if self._inline:
+            return self._respond(request)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._respond, request)
 
     def _respond(self, request: Request) -> Response:
         """The handler's answer (worker thread); HttpError and any other exception become an answer."""

@@ -12,8 +12,8 @@ from fleetguard.httpserve import Handler, HttpError, HttpServer, Limits, Request
 
 METRICS_PATH = "/metrics"
 
-# Scrapes carry no body; a few workers suffice because answering one is copying bytes.
-METRICS_LIMITS = Limits(workers=4, max_body_bytes=4096, max_connections=1024)
+# Scrapes carry no body; the handler runs on the loop thread (see serve_metrics), so one worker is never used.
+METRICS_LIMITS = Limits(workers=1, max_body_bytes=4096, max_connections=1024)
 
 
 def metrics_handler(state: MetricsState) -> Handler:
@@ -34,6 +34,8 @@ def serve_metrics(
 ) -> HttpServer:
     """Serve `state` on http://address:port/metrics (started); `.stop()` it. BindError (an OSError whose
     message names address and port) if it cannot listen there."""
-    server = HttpServer(metrics_handler(state), address, port, limits, name="fleetguard-metrics")
+    # Inline: an answer is a copy of bytes rendered at most once per round (that rendering, a few ms, is the
+    # only work done on the loop thread), so no worker thread is needed.
+    server = HttpServer(metrics_handler(state), address, port, limits, name="fleetguard-metrics", inline=True)
     server.start()
     return server
