@@ -194,18 +194,16 @@ def test_the_timing_queue_is_bounded_and_counts_what_it_drops() -> None:
     assert client.stats.dropped_timings == 10
 
 
-def test_importing_the_client_is_fast_and_pulls_in_no_third_party_module() -> None:
+def test_importing_the_client_pulls_in_only_the_standard_library() -> None:
+    # Import time itself is a benchmark figure (bench/client_overhead.py), not a timed test: what keeps it
+    # small is that nothing outside the standard library (and the client module itself) is loaded.
     code = (
-        "import sys,time; t=time.perf_counter(); import fleetguard.client; "
-        "print(time.perf_counter()-t); "
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch','duckdb','numpy','click')))"
+        "import sys; before = set(sys.modules); import fleetguard.client; "
+        "print(sorted(m for m in set(sys.modules) - before "
+        "if m.split('.')[0] not in sys.stdlib_module_names and m not in ('fleetguard', 'fleetguard.client')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    seconds, modules = out.splitlines()
-    assert modules == "[]"
-    assert (
-        float(seconds) < 0.25
-    )  # the < 50 ms budget is measured by bench/client_overhead.py on a quiet machine
+    assert out.strip() == "[]"
 
 
 @pytest.mark.parametrize(
