@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -28,28 +29,31 @@ pytestmark = pytest.mark.integration
 SENDERS = 8
 
 
-class Sender(threading.Thread):
-    """One job's rank 0, reporting as fast as the agent answers until the agent stops answering."""
+ACKS_BEFORE_STOP = 100  # the daemon is stopped once this many reports were acknowledged, whatever the load
 
-    def __init__(self, job: str, endpoint: str) -> None:
+
+class Sender(threading.Thread):
+    """One job's rank 0, reporting as fast as the agent answers, until the daemon has returned."""
+
+    def __init__(self, job: str, endpoint: str, done: threading.Event, progress: threading.Semaphore) -> None:
         super().__init__(name=f"sender-{job}", daemon=True)
         identity = fg.Identity(job, rank=0, local_rank=0, world_size=1, host="h", pid=os.getpid())
         self.client = fg.Client(identity, endpoint=endpoint, heartbeat_interval_seconds=3600.0)
         self.job = job
+        self.done = done
+        self.progress = progress
         self.acked: list[int] = []
-        self.failures = 0
 
     def run(self) -> None:
         step = 0
-        # A few refusals in a row (503 while stopping, then connection refused) mean the agent has gone.
-        while self.failures < 3 and step < 1_000_000:
+        while not self.done.is_set():
             step += 1
             self.client.step(step)
             if self.client.report_once():
                 self.acked.append(step)
-                self.failures = 0
+                self.progress.release()
             else:
-                self.failures += 1
+                time.sleep(0.01)  # stopping (503) or gone (refused): keep asking until the daemon returns
 
 
 class SlowAnalyzer(RuntimeAnalyzer):
@@ -93,23 +97,34 @@ def daemon_config(store: Path) -> Config:
 def run_with_senders(
     config: Config, runtime: Extension, parts: dict[str, object]
 ) -> tuple[DaemonResult, set[tuple[str, int]]]:
-    """Run the daemon for 3 s with the senders reporting throughout and through its shutdown; return its
-    result and every (job, step) the runtime acknowledged."""
+    """Run the daemon with the senders reporting throughout and through its shutdown, which starts once
+    ACKS_BEFORE_STOP reports were acknowledged (SIGTERM, as operators stop it); return its result and every
+    (job, step) the runtime acknowledged."""
     senders: list[Sender] = []
+    done = threading.Event()
+    progress = threading.Semaphore(0)
+
+    def stop_after_enough_acks() -> None:
+        deadline = time.monotonic() + 120  # an agent that never answers fails the test, not its timeout
+        acks = 0
+        while acks < ACKS_BEFORE_STOP and progress.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            acks += 1
+        os.kill(os.getpid(), signal.SIGTERM)  # run_daemon's handler is installed until the daemon returns
 
     def ready(_metrics_port: int) -> None:
         service = parts["service"]
         assert isinstance(service, RuntimeService)
-        endpoint = service.endpoint
-        senders.extend(Sender(f"job-{i}", endpoint) for i in range(SENDERS))
+        senders.extend(Sender(f"job-{i}", service.endpoint, done, progress) for i in range(SENDERS))
         for sender in senders:
             sender.start()
+        threading.Thread(target=stop_after_enough_acks, daemon=True).start()
 
-    result = run_daemon(
-        config, [], None, extensions=[runtime], on_ready=ready, duration_seconds=3.0, out=io.StringIO()
-    )
+    try:
+        result = run_daemon(config, [], None, extensions=[runtime], on_ready=ready, out=io.StringIO())
+    finally:
+        done.set()
     for sender in senders:
-        sender.join(timeout=60)
+        sender.join(timeout=120)
         assert not sender.is_alive()
     return result, {(s.job, step) for s in senders for step in s.acked}
 
@@ -133,7 +148,7 @@ def test_reports_acknowledged_while_stopping_are_all_stored(
     runtime = slow_runtime(parts) if slow else runtime_extension(config, parts)
     with caplog.at_level(logging.WARNING):
         result, acked = run_with_senders(config, runtime, parts)
-    assert len(acked) > 20  # the senders did report before and during the shutdown
+    assert len(acked) >= ACKS_BEFORE_STOP  # the senders did report before and during the shutdown
     lost = acked - stored_heartbeats(store)
     assert not lost, f"{len(lost)} acknowledged reports are not in the store, e.g. {sorted(lost)[:5]}"
     assert result.unstored_rows == 0 and result.write_errors == 0
