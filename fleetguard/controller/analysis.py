@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 
 import duckdb
 
@@ -77,7 +78,10 @@ CORRELATION_SECONDS = 15.0
 FLEET_RUNTIME_SECONDS = 1.0
 
 
-def register_analysis(writer: IngestWriter, maintenance: Maintenance, config: Config) -> None:
+def register_analysis(
+    writer: IngestWriter, maintenance: Maintenance, config: Config
+) -> list[Callable[[], None]]:
+    """Register the controller's periodic analysis; return what to call at shutdown."""
     ctl = config.controller
     writer.every(SILENT_CHECK_SECONDS, "silent hosts", SilentHosts(writer, ctl.silent_after_seconds))
     rollups = Rollups()
@@ -89,6 +93,16 @@ def register_analysis(writer: IngestWriter, maintenance: Maintenance, config: Co
     runtime = FleetRuntime(writer.host_states, act=lambda a: _queue_action(writer, a))
     writer.on_committed.append(runtime.feed)
     maintenance.every(FLEET_RUNTIME_SECONDS, "fleet runtime analysis", runtime)
+    stops: list[Callable[[], None]] = []
+    if config.diagnosis.enabled:
+        # Incidents and alerts (fleetguard.incidents): the task runs inside the writer's transaction.
+        from fleetguard.incidents.controller_task import IncidentTask
+
+        incidents = IncidentTask(config)
+        writer.every(config.diagnosis.interval_seconds, "incidents", incidents)
+        incidents.start_relay(writer.store)
+        stops.append(incidents.stop_relay)
+    return stops
 
 
 def _queue_action(writer: IngestWriter, action: FleetAction) -> None:

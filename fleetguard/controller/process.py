@@ -8,6 +8,7 @@ import signal
 import ssl
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -39,6 +40,7 @@ class RunningController:
     maintenance: Maintenance
     server: HttpServer
     api: ControllerApi
+    on_stop: list[Callable[[], None]]
     stopped: bool = False
 
     @property
@@ -53,6 +55,8 @@ class RunningController:
         self.server.stop()
         self.writer.stop()
         self.maintenance.stop()
+        for stop in self.on_stop:
+            stop()
         self.store.close()
 
 
@@ -86,7 +90,7 @@ def start_controller(config: Config, clock: Clock | None = None) -> RunningContr
         from fleetguard.controller.analysis import register_analysis
 
         maintenance = Maintenance(store, clock)
-        register_analysis(writer, maintenance, config)
+        on_stop = register_analysis(writer, maintenance, config)
         api = ControllerApi(
             store,
             writer,
@@ -106,7 +110,7 @@ def start_controller(config: Config, clock: Clock | None = None) -> RunningContr
     writer.start()
     maintenance.start()
     server.start()
-    return RunningController(store, writer, maintenance, server, api)
+    return RunningController(store, writer, maintenance, server, api, on_stop)
 
 
 def run_controller(config: Config, out: TextIO = sys.stdout, duration_seconds: float | None = None) -> None:
