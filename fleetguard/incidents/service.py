@@ -25,6 +25,8 @@ from fleetguard.incidents.repairs import RepairExecutor
 
 log = logging.getLogger(__name__)
 
+MAX_EVIDENCE_CAPTURES = 5  # openings of one incident whose evidence is kept (the first and 4 returns)
+
 
 class IncidentService:
     def __init__(
@@ -71,7 +73,8 @@ class IncidentService:
             return
         evidence: list[EvidenceRow] = []
         for change in changes:
-            if change.opened:
+            # A fault that keeps coming back has told its story: bounded evidence per incident.
+            if change.opened and change.incident.returns < MAX_EVIDENCE_CAPTURES:
                 evidence.extend(capture(self.con, change, now))
         alerts = outbox_rows(changes, self.webhooks, now)
         self.store.persist(changes, evidence, alerts, self.engine.breaker.state, now)

@@ -41,11 +41,14 @@ def _pci(gpu: int) -> str:
 
 
 def _samples(rng: random.Random, host: str, uuids: list[str], t0: float, every: float) -> Iterator[GpuSample]:
-    hot = rng.random() < 0.02  # a GPU running hot (thermal throttling) today
+    # A GPU running hot (a failing fan, a blocked inlet) throttles for a few hours on some days.
+    hot = rng.random() < 0.02
+    hot_from = t0 + rng.random() * DAY * 0.75
+    hot_until = hot_from + 3600.0 * rng.uniform(2, 6)
     for i, gpu_uuid in enumerate(uuids):
         t = t0
         while t < t0 + DAY:
-            throttled = hot and i == 0 and rng.random() < 0.5
+            throttled = hot and i == 0 and hot_from <= t < hot_until
             yield GpuSample(
                 ts=t,
                 host=host,

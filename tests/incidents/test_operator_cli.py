@@ -1,0 +1,74 @@
+"""`fleetguard breaker` and `fleetguard alerts` on a real store: directly when it is free, by a request
+file beside it when another process holds it (DuckDB allows one writer)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from diagnosis.rules import Signals
+from fleetguard.alerts.settings import WebhookConfig, WebhookKind
+from fleetguard.cli import cli
+from fleetguard.incidents.policy_files import load_policy
+from fleetguard.incidents.requests import Request, request_path
+from fleetguard.incidents.service import IncidentService
+from fleetguard.store import Store
+from tests.diagnosis.records import T0, xid
+
+
+def tripped_store(path: Path) -> None:
+    hook = WebhookConfig("ops", "http://127.0.0.1:9/x", WebhookKind.SLACK)
+    with Store.open(path) as store:
+        policy = load_policy(overrides={"breaker": {"max_host_fraction": 0.5, "min_hosts": 2}})
+        service = IncidentService.open(store.cursor(), policy, T0, webhooks=[hook])
+        service.round(Signals(events=[xid(79, T0, host=f"n{i}") for i in range(4)]), T0)
+        store.connection.execute("UPDATE alert_outbox SET status = 'dead'")
+
+
+def test_breaker_status_and_reset_on_a_free_store(tmp_path: Path) -> None:
+    path = tmp_path / "s.duckdb"
+    tripped_store(path)
+    runner = CliRunner()
+    status = runner.invoke(cli, ["breaker", "status", "--store", str(path)])
+    assert status.exit_code == 0 and status.output.startswith("OPEN since")
+    assert "hosts acted on within 300 s" in status.output
+    reset = runner.invoke(cli, ["breaker", "reset", "--store", str(path)])
+    assert reset.exit_code == 0 and "breaker closed" in reset.output
+    assert runner.invoke(cli, ["breaker", "status", "--store", str(path)]).output.startswith("closed")
+
+
+def test_alerts_replay_and_status_on_a_free_store(tmp_path: Path) -> None:
+    path = tmp_path / "s.duckdb"
+    tripped_store(path)
+    runner = CliRunner()
+    before = runner.invoke(cli, ["alerts", "status", "--store", str(path)])
+    assert "dead" in before.output
+    replayed = runner.invoke(cli, ["alerts", "replay", "--store", str(path)])
+    assert replayed.exit_code == 0 and replayed.output.startswith("5 alerts queued again")
+    assert "pending" in runner.invoke(cli, ["alerts", "status", "--store", str(path)]).output
+
+
+def test_a_held_store_gets_a_request_file_instead(tmp_path: Path) -> None:
+    path = tmp_path / "s.duckdb"
+    tripped_store(path)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"from fleetguard.store import Store; s = Store.open({str(path)!r}); "
+            "print('held', flush=True); input()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        result = CliRunner().invoke(cli, ["breaker", "reset", "--store", str(path), "--process-backlog"])
+        assert result.exit_code == 0 and "within a round" in result.output
+        assert request_path(str(path), Request.BREAKER_RESET).exists()
+    finally:
+        holder.communicate("\n", timeout=30)
