@@ -23,6 +23,9 @@ QUICK: dict[str, list[str]] = {
     "straggler_false_positives": ["straggler_false_positives.py", "--ranks", "64", "--steps", "10000"],
     "straggler_detection": ["straggler_detection.py"],
     "torchrun_detection": ["torchrun_detection.py"],
+    "diagnosis_rules": ["diagnosis_rules.py", "--hosts", "2048", "--rounds", "20"],
+    "diagnosis_alert_latency": ["diagnosis_alert_latency.py", "--events", "40", "--interval", "1"],
+    "diagnosis_replay": ["diagnosis_replay.py", "--hosts", "256", "--days", "30"],
 }
 
 
