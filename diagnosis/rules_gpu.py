@@ -19,6 +19,26 @@ THERMAL_BITS = _SW_THERMAL | _HW_THERMAL | _HW_SLOWDOWN
 POWER_BITS = _HW_POWER_BRAKE
 
 
+# The sample fields these rules read: a reader may load only these (a GpuSample has ~50).
+GPU_RULE_FIELDS = frozenset(
+    {
+        "ts",
+        "host",
+        "gpu_index",
+        "uuid",
+        "pci_bus_id",
+        "clocks_event_reasons",
+        "temperature_celsius",
+        "ecc_corrected_volatile",
+        "ecc_uncorrected_volatile",
+        "remapped_rows_pending",
+        "remapped_rows_failure",
+        "nvlink_crc_flit_errors",
+        "pcie_replay_errors",
+    }
+)
+
+
 def gpu_observations(sample: GpuSample, previous: GpuSample | None, rules: GpuRules) -> Iterator[Observation]:
     """What one sample says, given the previous sample of the same GPU (for counters and rates)."""
 

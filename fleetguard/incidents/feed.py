@@ -14,6 +14,7 @@ from typing import Any, Protocol, TypeVar
 import duckdb
 
 from diagnosis.rules import Signals
+from diagnosis.rules_gpu import GPU_RULE_FIELDS
 from fleetguard.records.findings import Finding
 from fleetguard.records.telemetry import Event, GpuSample, NicCounterSample, NicSample
 from fleetguard.store.incident_tables import epoch_sql, ts_sql
@@ -39,17 +40,17 @@ class StoreFeed:
 
     def read(self) -> Signals:
         return Signals(
-            gpu_samples=self._new("gpu_samples", GpuSample),
+            gpu_samples=self._new("gpu_samples", GpuSample, GPU_RULE_FIELDS),
             nic_samples=self._new("nic_samples", NicSample),
             nic_counters=self._new("nic_counters", NicCounterSample),
             findings=self._new("findings", Finding),
             events=self._events(),
         )
 
-    def _new(self, table: str, record: type[R]) -> list[R]:
+    def _new(self, table: str, record: type[R], only: frozenset[str] | None = None) -> list[R]:
         marks = self._marks.setdefault(table, {})
         since = min(marks.values(), default=self.start)
-        rows = self._select(table, record, since, strictly_after=True)
+        rows = self._select(table, record, since, strictly_after=True, only=only)
         out = []
         for row in rows:
             host = str(getattr(row, "host", "") or "")
@@ -75,21 +76,34 @@ class StoreFeed:
         self._seen_events = {k: t for k, t in self._seen_events.items() if t >= cutoff}
         return out
 
-    def _select(self, table: str, record: type[R], since: float, strictly_after: bool) -> list[R]:
+    def _select(
+        self,
+        table: str,
+        record: type[R],
+        since: float,
+        strictly_after: bool,
+        only: frozenset[str] | None = None,
+    ) -> list[R]:
         op = ">" if strictly_after else ">="
-        return select_records(self.con, table, record, f"ts {op} {ts_sql()}", [since])
+        return select_records(self.con, table, record, f"ts {op} {ts_sql()}", [since], only)
 
 
 def select_records(
-    con: duckdb.DuckDBPyConnection, table: str, record: type[R], where: str, params: Sequence[object]
+    con: duckdb.DuckDBPyConnection,
+    table: str,
+    record: type[R],
+    where: str,
+    params: Sequence[object],
+    only: frozenset[str] | None = None,
 ) -> list[R]:
-    """Rows of `table` as `record`s, oldest first (a column an older store lacks takes its default)."""
+    """Rows of `table` as `record`s, oldest first (a column an older store lacks, or one left out of `only`,
+    takes its default)."""
     names = [f.name for f in fields(record)]  # type: ignore[arg-type]
     try:
         existing = {r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()}
     except duckdb.Error:
         return []
-    present = [n for n in names if n in existing]
+    present = [n for n in names if n in existing and (only is None or n in only)]
     cols = ", ".join(epoch_sql(n) if n in _TIMES else f'"{n}"' for n in present)
     rows = con.execute(
         f"SELECT {cols} FROM {table} WHERE {where} ORDER BY ts LIMIT {MAX_ROWS_PER_ROUND}", list(params)

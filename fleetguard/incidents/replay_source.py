@@ -9,6 +9,7 @@ from typing import Any
 import duckdb
 
 from diagnosis.rules import Signals
+from diagnosis.rules_gpu import GPU_RULE_FIELDS
 from fleetguard.incidents.feed import select_records
 from fleetguard.records.findings import Finding
 from fleetguard.records.telemetry import Event, GpuSample, NicCounterSample, NicSample
@@ -54,7 +55,7 @@ def history_rounds(
         where, params = f"ts >= {ts_sql()} AND ts < {ts_sql()}", [start, end]
         chunk: dict[str, Sequence[Any]] = {
             "events": select_records(con, "events", Event, where, params),
-            "gpu": select_records(con, "gpu_samples", GpuSample, where, params),
+            "gpu": select_records(con, "gpu_samples", GpuSample, where, params, GPU_RULE_FIELDS),
             "ports": select_records(con, "nic_samples", NicSample, where, params),
             "counters": select_records(con, "nic_counters", NicCounterSample, where, params),
             "findings": select_records(con, "findings", Finding, where, params),
