@@ -13,6 +13,8 @@ host-day. The load generator runs on the same machine and its CPU is reported to
 Usage: python bench/controller_load.py [--hosts 256,1024,2048,4096] [--seconds 40] [--interval 5]
        python bench/controller_load.py --footprint   # rows and bytes per host-day, raw vs compacted
        python bench/controller_load.py --agent-cost --seconds 60   # agent CPU/RSS, local store vs shipping
+       python bench/controller_load.py --cpu-per-batch   # controller CPU per batch by stage, in-process
+       python bench/controller_load.py --cpu-per-batch   # controller CPU per batch by stage, in-process
 """
 
 from __future__ import annotations
@@ -102,6 +104,7 @@ class Generator:
         self.jobs: queue.Queue[tuple[str, int, float] | None] = queue.Queue()
         self.result: StepResult | None = None
         self.lock = threading.Lock()
+        self.in_flight = 0
         self.threads = [threading.Thread(target=self.work, daemon=True) for _ in range(workers)]
         for t in self.threads:
             t.start()
@@ -109,6 +112,8 @@ class Generator:
     def work(self) -> None:
         conn: http.client.HTTPConnection | None = None
         while (job := self.jobs.get()) is not None:
+            with self.lock:
+                self.in_flight += 1
             host, seq, due = job
             body = gzip.compress(
                 self.text.replace("HOSTNAME", host)
@@ -133,6 +138,7 @@ class Generator:
                 status = 0
             elapsed = time.monotonic() - t0
             with self.lock:
+                self.in_flight -= 1
                 r = self.result
                 assert r is not None
                 r.sent += 1
@@ -159,9 +165,9 @@ class Generator:
                 self.result.late_sends += 1
             seqs[host] = seqs.get(host, 0) + 1
             self.jobs.put((host, seqs[host], time.time()))
-        while self.jobs.qsize():
-            time.sleep(0.05)
-        time.sleep(2.0)  # the last requests in flight
+        deadline = time.monotonic() + 300
+        while (self.jobs.qsize() or self.in_flight) and time.monotonic() < deadline:
+            time.sleep(0.05)  # every request of the step answered before it is counted
         return self.result
 
     def stop(self) -> None:
@@ -338,12 +344,57 @@ def agent_cost(args: argparse.Namespace) -> None:
         ctl.wait(timeout=60)
 
 
+def cpu_per_batch(args: argparse.Namespace) -> None:
+    """CPU per batch of the controller's two stages, in this process: the edge (gunzip, JSON, checks) and the
+    writer (groups of 64 batches into a store file). What a quiet machine's cores bound ingest by."""
+    from fleetguard.clock import SystemClock
+    from fleetguard.controller.ingest import IngestWriter, Pending
+    from fleetguard.controller.stats import ControllerStats
+    from fleetguard.controller.validate import parse_batch
+    from fleetguard.store import Store
+
+    text, rows = template(args.interval)
+    bodies = [
+        gzip.compress(
+            text.replace("HOSTNAME", f"h{i}")
+            .replace("SEQNUM", "1")
+            .replace("SENTTS", "1795000000.0")
+            .encode(),
+            1,
+        )
+        for i in range(64)
+    ]
+    t0 = time.thread_time()
+    parsed = [parse_batch(b, f"h{i}") for i, b in enumerate(bodies) for _ in range(5)][::5]
+    parse_ms = (time.thread_time() - t0) / (5 * len(bodies)) * 1000
+    root = Path(tempfile.mkdtemp(prefix="fg-cpu-"))
+    with Store.open(root / "s.duckdb") as store:
+        store.connection.execute("SET checkpoint_threshold = '256MB'")
+        writer = IngestWriter(store, SystemClock(), ControllerStats())
+        seq, groups = 0, 60
+        c0, w0 = time.process_time(), time.perf_counter()
+        for _ in range(groups):
+            group = []
+            for b in parsed:
+                seq += 1
+                b.seq = seq
+                group.append(Pending(b, 0.0))
+            writer.commit_group(group)
+        commit_ms = (time.process_time() - c0) / (groups * len(parsed)) * 1000
+        wall_ms = (time.perf_counter() - w0) / (groups * len(parsed)) * 1000
+    per_batch = parse_ms + commit_ms
+    print(
+        f"| {rows} | {parse_ms:.2f} | {commit_ms:.2f} | {wall_ms:.2f} | {per_batch:.2f} | "
+        f"{2048 / args.interval * per_batch / 1000:.2f} |"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--hosts", default="256,1024,2048,4096")
     parser.add_argument("--seconds", type=float, default=40.0)
     parser.add_argument("--interval", type=int, default=5)
-    parser.add_argument("--workers", type=int, default=256)
+    parser.add_argument("--workers", type=int, default=512)
     parser.add_argument("--port", type=int, default=19580)
     parser.add_argument("--stop-p99", type=float, default=1.0)
     parser.add_argument("--footprint", action="store_true")
@@ -351,8 +402,11 @@ def main() -> None:
     parser.add_argument(
         "--agent-cost", action="store_true", help="agent CPU and RSS, local store vs shipping"
     )
+    parser.add_argument("--cpu-per-batch", action="store_true", help="controller CPU per batch, in-process")
     args = parser.parse_args()
-    if args.agent_cost:
+    if args.cpu_per_batch:
+        cpu_per_batch(args)
+    elif args.agent_cost:
         agent_cost(args)
     elif args.footprint:
         footprint(args)

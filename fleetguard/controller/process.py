@@ -9,7 +9,7 @@ import ssl
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 # Workers mostly wait for their group to commit, so many of them cost memory, not CPU; and every batch in
 # flight can join the next group, so their number caps the group size and with it ingest throughput.
-WORKERS = 1024
+WORKERS = 512
 # DuckDB checkpoints when the WAL reaches this; a checkpoint stalls commits. The default (16 MB) is reached
 # every few seconds at 2,000 hosts, each stall ~0.3 s; larger means rarer stalls for the same total work.
 CHECKPOINT_THRESHOLD = "256MB"
@@ -42,6 +42,8 @@ class RunningController:
     api: ControllerApi
     on_stop: list[Callable[[], None]]
     stopped: bool = False
+    # Ingest other than HTTP (the NATS consumer, controller.pool): stopped before the writer.
+    sources: list[Callable[[], None]] = field(default_factory=list)
 
     @property
     def port(self) -> int:
@@ -53,6 +55,8 @@ class RunningController:
             return
         self.stopped = True
         self.server.stop()
+        for stop_source in self.sources:
+            stop_source()
         self.writer.stop()
         self.maintenance.stop()
         for stop in self.on_stop:
@@ -110,7 +114,16 @@ def start_controller(config: Config, clock: Clock | None = None) -> RunningContr
     writer.start()
     maintenance.start()
     server.start()
-    return RunningController(store, writer, maintenance, server, api, on_stop)
+    running = RunningController(store, writer, maintenance, server, api, on_stop)
+    if ctl.pool:
+        from fleetguard.controller.nats_consumer import start_consumer
+
+        try:
+            running.sources.append(start_consumer(config, writer, stats).stop)
+        except BaseException:
+            running.stop()
+            raise
+    return running
 
 
 def run_controller(config: Config, out: TextIO = sys.stdout, duration_seconds: float | None = None) -> None:
