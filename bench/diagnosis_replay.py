@@ -3,7 +3,7 @@
 Writes the history (fleetguard.incidents.simulated_history: GPU samples every 30 min, XIDs, storms, IB
 counter faults) into a fresh store, then times the replay exactly as `fleetguard policy replay` runs it
 (store reads in 6-hour chunks, 60-second rounds), once per policy.
-Usage: python bench/diagnosis_replay.py [--hosts 256] [--days 30] [--dir DIR]
+Usage: python bench/diagnosis_replay.py [--hosts 256] [--days 30] [--dir DIR (reuse the history there)]
 """
 
 from __future__ import annotations
@@ -24,14 +24,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--hosts", type=int, default=256)
     ap.add_argument("--days", type=int, default=30)
-    ap.add_argument("--dir", default=None)
+    ap.add_argument("--dir", default=None, help="keep the history here (reused when it is already there)")
     args = ap.parse_args()
     folder = Path(args.dir or tempfile.mkdtemp(prefix="fg-replay-"))
     path = folder / "history.duckdb"
     t0 = time.perf_counter()
+    fresh = not path.exists()  # --dir with a history.duckdb from an earlier run: reused as it is
     with Store.open(path) as store:
-        for day in history(args.hosts, args.days, seed=1):
-            store.append(day)
+        if fresh:
+            for day in history(args.hosts, args.days, seed=1):
+                store.append(day)
         rows = store.counts()
     write_seconds = time.perf_counter() - t0
     print(
