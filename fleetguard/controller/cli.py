@@ -16,6 +16,7 @@ from fleetguard.cli import load
 @click.option("--store", "store_path", help="DuckDB store file (store.path).")
 @click.option("--listen", help="HOST:PORT to serve on (controller.listen).")
 @click.option("--duration", type=float, help="Stop after this many seconds (default: run until SIGTERM).")
+@click.option("--pool", help="Also ingest this pool's batches from NATS JetStream (controller.pool).")
 @click.pass_context
 def controller_command(
     ctx: click.Context,
@@ -23,6 +24,7 @@ def controller_command(
     store_path: str | None,
     listen: str | None,
     duration: float | None,
+    pool: str | None,
 ) -> None:
     """The fleet controller: agents ship to it (POST /v1/ingest); it is the fleet's single store writer and
     serves the read API (/v1/fleet, /v1/hosts, /v1/jobs, /v1/findings) and /metrics."""
@@ -33,12 +35,14 @@ def controller_command(
     from fleetguard.controller.process import run_controller
     from fleetguard.controller.tokens import TokenFileError
     from fleetguard.httpserve import BindError
+    from fleetguard.shipping.nats_connect import NatsSettingsError
     from fleetguard.store import StoreError
 
-    config = load(config_path, **{"store.path": store_path, "controller.listen": listen})
+    overrides = {"store.path": store_path, "controller.listen": listen, "controller.pool": pool}
+    config = load(config_path, **overrides)
     try:
         run_controller(config, duration_seconds=duration)
-    except (StoreError, TokenFileError, BindError) as exc:
+    except (StoreError, TokenFileError, BindError, NatsSettingsError) as exc:
         raise click.ClickException(str(exc)) from exc
     except OSError as exc:
         raise click.ClickException(f"controller cannot start: {exc}") from exc

@@ -202,9 +202,29 @@ def check_columns(table: Table, columns: object, host: str) -> int:
         raise BatchRefused(Refusal.MALFORMED, f"{where}: columns must be lists of one length")
     for name, values in columns.items():
         _check_column(by_name[name], values, f"{where}.{name}")
+    rows = lengths.pop()
+    if table.name == "findings":
+        _check_agent_findings(columns, host, rows, where)
     if "host" in columns and any(h is not None and h != host for h in columns["host"]):
-        raise BatchRefused(Refusal.WRONG_HOST, f"{where}.host: rows of another host than the batch's")
-    return lengths.pop()
+        # The batch's own host was checked against the token (403); a row naming another host is content
+        # that sending again cannot fix: 400, and the agent sets the batch aside.
+        raise BatchRefused(Refusal.INVALID_VALUE, f"{where}.host: a row names another host than the batch")
+    return rows
+
+
+# What only the controller concludes: an agent may not write these (a forged host_silent id would hide a real
+# silence of another host; a forged fleet_fault would page about the fleet).
+CONTROLLER_FINDING_KINDS = frozenset({"host_silent", "fleet_fault"})
+CONTROLLER_FINDING_PREFIXES = ("fleet:", "host_silent:", "fleet_fault:")
+
+
+def _check_agent_findings(columns: dict[str, Any], host: str, rows: int, where: str) -> None:
+    """An agent's findings are about its own host: one that names none is given the batch's."""
+    columns["host"] = [host if h is None else h for h in columns.get("host", [None] * rows)]
+    if any(k in CONTROLLER_FINDING_KINDS for k in columns["kind"]) or any(
+        i.startswith(CONTROLLER_FINDING_PREFIXES) for i in columns["finding_id"]
+    ):
+        raise BatchRefused(Refusal.INVALID_VALUE, f"{where}: findings only the controller makes")
 
 
 def _check_column(column: Column, values: Sequence[Any], where: str) -> None:

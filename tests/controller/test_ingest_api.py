@@ -8,7 +8,8 @@ from pathlib import Path
 
 import duckdb
 
-from fleetguard.shipping.wire import encode
+from fleetguard.records.findings import Finding
+from fleetguard.shipping.wire import columns_by_table, encode
 from tests.controller.helpers import Controller, batch, metric_value, start_test_controller
 
 
@@ -62,10 +63,27 @@ def test_a_batch_naming_another_host_than_its_token_is_403(controller: Controlle
     assert reply.doc["reason"] == "wrong_host"
 
 
-def test_rows_of_another_host_inside_a_batch_are_403(controller: Controller) -> None:
+def test_rows_of_another_host_inside_a_batch_are_400_so_the_agent_sets_the_batch_aside(
+    controller: Controller,
+) -> None:
     b = batch("node-a", 1)
     b.tables["gpu_samples"]["host"][0] = "node-b"
-    assert controller.ship(b).status == 403
+    assert controller.ship(b).status == 400
+
+
+def test_an_agent_cannot_write_findings_only_the_controller_makes(controller: Controller) -> None:
+    forged = Finding(
+        1_795_000_000.0, "host_silent:node-b:1.000", "host_silent", "warning", "host/node-b", "x"
+    )
+    b = batch("node-a", 1)
+    b.tables.update(columns_by_table([forged]))
+    assert controller.ship(b).status == 400
+    own = Finding(1_795_000_000.0, "straggler/j/1", "straggler", "warning", "job/j/rank/1", "slow")  # no host
+    b = batch("node-a", 2)
+    b.tables.update(columns_by_table([own]))
+    assert controller.ship(b).status == 200
+    found = controller.get("/v1/findings?since=1795000000").doc["findings"]
+    assert [(f["finding_id"], f["host"]) for f in found] == [("straggler/j/1", "node-a")]
 
 
 def test_an_operator_token_cannot_ship(controller: Controller) -> None:

@@ -1,0 +1,229 @@
+"""Ingest from NATS JetStream (`fleetguard controller --pool P`, docs/scale-out.md).
+
+A durable pull consumer `fleetguard-<pool>` on the stream reads subjects fleetguard.<pool>.*; each message
+goes through the same checks as an HTTP ingest body (validate.parse_batch, with the host named by the
+subject, which NATS permissions let only that host publish to) and the same writer, and is acked only once
+its group is committed. So a controller killed between commit and ack gets the message again, and the
+ingest ledger answers "duplicate": stored once. A batch refused for its content is terminated (never
+redelivered); a batch the writer cannot take now (queue full, store failing) is nak'ed with a delay.
+
+The stream is created if missing (work-queue retention: a message leaves once acked; discard new when full,
+so a full stream pushes back to the agents' spools instead of losing the oldest batches).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from fleetguard.controller.ingest import IngestWriter, Pending
+from fleetguard.controller.stats import ControllerStats
+from fleetguard.controller.validate import BatchRefused, Refusal, parse_batch
+from fleetguard.shipping.nats_connect import NatsLogin, connect, make_login
+from fleetguard.shipping.nats_subjects import SUBJECT_ROOT, host_from_subject, pool_filter
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
+    from nats.aio.msg import Msg
+    from nats.js.api import ConsumerConfig
+    from nats.js.client import JetStreamContext
+
+    from fleetguard.config import Config
+
+log = logging.getLogger(__name__)
+
+FETCH_BATCH = 256  # messages per pull; they are committed as one group or a few
+FETCH_WAIT_SECONDS = 1.0
+COMMIT_WAIT_SECONDS = 30.0
+ACK_WAIT_SECONDS = 60.0  # JetStream redelivers a message not acked this long after delivery
+MAX_ACK_PENDING = 4096
+NAK_DELAY_SECONDS = 2.0
+RECONNECT_BACKOFF_SECONDS = (0.5, 1.0, 2.0, 5.0)
+# Stream settings used when the controller creates the stream (an operator may create it beforehand).
+DUPLICATE_WINDOW_SECONDS = 600.0
+STREAM_MAX_BYTES = 64 << 30
+STREAM_MAX_AGE_SECONDS = 7 * 86400.0
+STREAM_MAX_MSG_BYTES = 8 << 20
+_PERMANENT = {Refusal.MALFORMED, Refusal.INVALID_VALUE, Refusal.TOO_LARGE, Refusal.WRONG_HOST}
+
+
+@dataclass
+class ConsumerStats:
+    delivered: int = 0
+    acked: int = 0
+    redelivered: int = 0  # messages delivered more than once (a controller died before its ack, or a nak)
+    terminated: int = 0  # refused for their content: never redelivered
+    naked: int = 0  # the writer could not take them now: redelivered after a delay
+    connected: bool = False
+
+
+class NatsConsumer:
+    def __init__(
+        self, login: NatsLogin, pool: str, stream: str, writer: IngestWriter, stats: ControllerStats
+    ):
+        self.login = login
+        self.pool = pool
+        self.stream = stream
+        self.durable = f"fleetguard-{pool}"
+        self.writer = writer
+        self.controller_stats = stats
+        self.stats = ConsumerStats()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._nc: Client | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="fleetguard-nats-consumer", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop pulling; what was pulled and not acked is redelivered to the next consumer."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=COMMIT_WAIT_SECONDS + 10)
+
+    def _run(self) -> None:
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        attempt = 0
+        while not self._stop.is_set():
+            try:
+                await self._consume()
+                attempt = 0
+            except Exception as exc:  # any NATS failure: reconnect after a pause
+                self.stats.connected = False
+                delay = RECONNECT_BACKOFF_SECONDS[min(attempt, len(RECONNECT_BACKOFF_SECONDS) - 1)]
+                if attempt == 0:
+                    log.warning("NATS ingest for pool %s: %s; retrying", self.pool, exc)
+                attempt += 1
+                await asyncio.sleep(delay)
+            finally:
+                await self._close()
+
+    async def _close(self) -> None:
+        nc, self._nc = self._nc, None
+        if nc is not None:
+            try:
+                await nc.close()
+            except Exception as exc:
+                log.debug("closing NATS: %s", exc)
+
+    async def _consume(self) -> None:
+        import nats.errors
+
+        self._nc = await connect(self.login, f"fleetguard-controller {self.pool}")
+        js = self._nc.jetstream()
+        await ensure_stream(js, self.stream)
+        sub = await js.pull_subscribe(
+            pool_filter(self.pool),
+            durable=self.durable,
+            stream=self.stream,
+            config=consumer_config(self.pool),
+        )
+        self.stats.connected = True
+        log.info("ingesting pool %s from NATS stream %s", self.pool, self.stream)
+        while not self._stop.is_set():
+            try:
+                msgs = await sub.fetch(FETCH_BATCH, timeout=FETCH_WAIT_SECONDS)
+            except nats.errors.TimeoutError:
+                continue
+            await self.handle(msgs)
+
+    async def handle(self, msgs: list[Msg]) -> None:
+        """Check, submit and wait for the writer; then ack, term or nak each message."""
+        submitted: list[tuple[Msg, Pending]] = []
+        for msg in msgs:
+            self.stats.delivered += 1
+            if msg.metadata.num_delivered and msg.metadata.num_delivered > 1:
+                self.stats.redelivered += 1
+            try:
+                host = host_from_subject(msg.subject, self.pool)
+                if host is None:
+                    raise BatchRefused(Refusal.WRONG_HOST, f"subject {msg.subject[:200]!r} names no host")
+                batch = parse_batch(msg.data, host, compressed=True)
+                submitted.append((msg, self.writer.submit(batch)))
+            except BatchRefused as exc:
+                await self._refused(msg, exc)
+        if not submitted:
+            return
+        deadline = time.monotonic() + COMMIT_WAIT_SECONDS
+        await asyncio.to_thread(_wait_all, [p for _, p in submitted], deadline)
+        for msg, pending in submitted:
+            if not pending.done.is_set():
+                self.stats.naked += 1
+                await msg.nak(delay=NAK_DELAY_SECONDS)
+            elif pending.error is not None:
+                await self._refused(msg, pending.error, counted=True)
+            else:
+                await msg.ack()
+                self.stats.acked += 1
+
+    async def _refused(self, msg: Msg, exc: BatchRefused, *, counted: bool = False) -> None:
+        if not counted:  # the writer counts the refusals it makes
+            self.controller_stats.refuse(exc.reason.value)
+        if exc.reason in _PERMANENT:
+            log.warning("NATS message on %s refused for good: %s", msg.subject[:200], exc.message)
+            self.stats.terminated += 1
+            await msg.term()
+        else:
+            self.stats.naked += 1
+            await msg.nak(delay=NAK_DELAY_SECONDS)
+
+
+def _wait_all(pendings: list[Pending], deadline: float) -> None:
+    for p in pendings:
+        p.done.wait(max(0.0, deadline - time.monotonic()))
+
+
+def consumer_config(pool: str) -> ConsumerConfig:
+    from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+    return ConsumerConfig(
+        durable_name=f"fleetguard-{pool}",
+        filter_subject=pool_filter(pool),
+        ack_policy=AckPolicy.EXPLICIT,
+        deliver_policy=DeliverPolicy.ALL,
+        ack_wait=ACK_WAIT_SECONDS,
+        max_ack_pending=MAX_ACK_PENDING,
+        max_deliver=-1,
+    )
+
+
+async def ensure_stream(js: JetStreamContext, name: str) -> None:
+    """Create the stream if it does not exist; an existing one is used as its operator configured it."""
+    from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+    from nats.js.errors import NotFoundError
+
+    try:
+        await js.stream_info(name)
+        return
+    except NotFoundError:
+        pass
+    await js.add_stream(
+        StreamConfig(
+            name=name,
+            subjects=[f"{SUBJECT_ROOT}.*.*"],
+            retention=RetentionPolicy.WORK_QUEUE,
+            discard=DiscardPolicy.NEW,
+            max_bytes=STREAM_MAX_BYTES,
+            max_age=STREAM_MAX_AGE_SECONDS,
+            max_msg_size=STREAM_MAX_MSG_BYTES,
+            storage=StorageType.FILE,
+            duplicate_window=DUPLICATE_WINDOW_SECONDS,
+        )
+    )
+    log.info("created NATS stream %s", name)
+
+
+def start_consumer(config: Config, writer: IngestWriter, stats: ControllerStats) -> NatsConsumer:
+    """The consumer for `controller.pool` (NatsSettingsError naming the key if its login is unusable)."""
+    ctl = config.controller
+    login = make_login("controller", ctl.nats_url, ctl.nats_user, ctl.nats_password_file, ctl.nats_creds_file)
+    consumer = NatsConsumer(login, ctl.pool, ctl.nats_stream, writer, stats)
+    consumer.start()
+    return consumer
