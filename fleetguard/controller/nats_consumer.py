@@ -8,7 +8,8 @@ ingest ledger answers "duplicate": stored once. A batch refused for its content 
 redelivered); a batch the writer cannot take now (queue full, store failing) is nak'ed with a delay.
 
 The stream is created if missing (work-queue retention: a message leaves once acked; discard new when full,
-so a full stream pushes back to the agents' spools instead of losing the oldest batches).
+so a full stream pushes back to the agents' spools instead of losing the oldest batches; its size is bounded
+by the servers' JetStream storage limit).
 """
 
 from __future__ import annotations
@@ -45,7 +46,6 @@ NAK_DELAY_SECONDS = 2.0
 RECONNECT_BACKOFF_SECONDS = (0.5, 1.0, 2.0, 5.0)
 # Stream settings used when the controller creates the stream (an operator may create it beforehand).
 DUPLICATE_WINDOW_SECONDS = 600.0
-STREAM_MAX_BYTES = 64 << 30
 STREAM_MAX_AGE_SECONDS = 7 * 86400.0
 STREAM_MAX_MSG_BYTES = 8 << 20
 _PERMANENT = {Refusal.MALFORMED, Refusal.INVALID_VALUE, Refusal.TOO_LARGE, Refusal.WRONG_HOST}
@@ -210,7 +210,7 @@ async def ensure_stream(js: JetStreamContext, name: str) -> None:
             subjects=[f"{SUBJECT_ROOT}.*.*"],
             retention=RetentionPolicy.WORK_QUEUE,
             discard=DiscardPolicy.NEW,
-            max_bytes=STREAM_MAX_BYTES,
+            max_bytes=-1,  # bounded by the servers' jetstream max_file_store (docs/scale-out.md)
             max_age=STREAM_MAX_AGE_SECONDS,
             max_msg_size=STREAM_MAX_MSG_BYTES,
             storage=StorageType.FILE,
