@@ -32,6 +32,7 @@ from diagnosis.rules import Rules, Signals
 BREAKER_KEY = IncidentKey("fleet", ComponentKind.HOST, "fleet", "breaker:tripped")
 MAX_PENDING = 200_000  # keys seen but below their threshold; the oldest go first beyond this
 MAX_EVIDENCE_OBSERVATIONS = 20
+_READ_RULES = ("gpu.", "counters.")  # faults read from GPU samples or port counters
 
 
 @dataclass(slots=True)
@@ -333,9 +334,7 @@ class IncidentEngine:
                 continue
             self._retry_deferred(incident, now, round_)
             if incident.state in ACTIVE_STATES:
-                quiet = max(life.resolve_healthy_seconds, incident.sticky_seconds)
-                if now - incident.last_seen >= quiet:
-                    self._resolve(incident, incident.last_seen + quiet, Resolution.HEALTHY, round_)
+                self._resolve_if_healthy(incident, now, round_)
             elif (
                 incident.state is IncidentState.RESOLVED
                 and incident.resolved_at is not None
@@ -347,6 +346,19 @@ class IncidentEngine:
         horizon = max(self.policy.escalation.window_seconds, 1.0)
         if len(self.history) > MAX_PENDING:
             self.history = {k: v for k, v in self.history.items() if v and now - v[-1] <= horizon}
+
+    def _resolve_if_healthy(self, incident: Incident, now: float, round_: _Round) -> None:
+        """Not seen for the quiet time; for a fault read from samples or counters, also read again since."""
+        quiet = max(self.policy.lifecycle.resolve_healthy_seconds, incident.sticky_seconds)
+        at = incident.last_seen + quiet
+        if now < at:
+            return
+        if incident.rule.startswith(_READ_RULES):
+            read = self.rules.read_since(incident.key.host, incident.key.component, incident.last_seen)
+            if read is None:
+                return  # no reading since: not known to be healthy (a lost GPU, a sparse history)
+            at = max(at, read)
+        self._resolve(incident, at, Resolution.HEALTHY, round_)
 
     def _retry_deferred(self, incident: Incident, now: float, round_: _Round) -> None:
         """A repair the rate limit deferred is asked for again once the limit allows it."""

@@ -33,6 +33,9 @@ class Rules:
     policy: Policy
     previous: dict[tuple[str, str], GpuSample] = field(default_factory=dict)
     uuids: dict[tuple[str, str], str] = field(default_factory=dict)  # (host, pci or "index:N") -> uuid
+    # When each GPU / port was last read at all: a fault read from samples is healthy only once a later
+    # reading says so, not merely because no reading came (a lost GPU, a sparse history).
+    read_at: dict[tuple[str, str], float] = field(default_factory=dict)  # (host, "gpu:uuid"|"port:dev/p")
 
     def observations(self, signals: Signals) -> list[Observation]:
         """Every observation of the round, sorted by time (bursts and thresholds depend on the order)."""
@@ -51,6 +54,7 @@ class Rules:
         for port in signals.nic_samples:
             out.extend(port_observations(port))
         for counter in signals.nic_counters:
+            self._read((counter.host, f"port:{counter.device}/{counter.port}"), counter.ts)
             obs = counter_observation(counter, self.policy.counters)
             if obs is not None:
                 out.append(obs)
@@ -63,9 +67,21 @@ class Rules:
         if previous is None and len(self.previous) >= MAX_GPUS:
             self.previous.clear()
         self.previous[key] = sample
+        self._read((sample.host, f"gpu:{sample.uuid}"), sample.ts)
         if sample.pci_bus_id:
             self.uuids[(sample.host, sample.pci_bus_id.lower().removesuffix(".0"))] = sample.uuid
         self.uuids[(sample.host, f"index:{sample.gpu_index}")] = sample.uuid
         if len(self.uuids) > 2 * MAX_GPUS:
             self.uuids.clear()
         yield from gpu_observations(sample, previous, self.policy.gpu)
+
+    def _read(self, component: tuple[str, str], ts: float) -> None:
+        if component not in self.read_at and len(self.read_at) >= 2 * MAX_GPUS:
+            self.read_at.clear()
+        if ts > self.read_at.get(component, float("-inf")):
+            self.read_at[component] = ts
+
+    def read_since(self, host: str, component: str, since: float) -> float | None:
+        """The time of the latest reading of `component` after `since`, or None when none came."""
+        ts = self.read_at.get((host, component))
+        return ts if ts is not None and ts > since else None

@@ -144,7 +144,7 @@ def test_a_fault_that_keeps_coming_back_escalates_reset_reboot_inspect() -> None
         for change in eng.observe(Signals(gpu_samples=[gpu(now, remapped_rows_pending=True)]), now):
             actions += [a.action for a in change.actions if not a.fault_returned]
         now += 3600
-        eng.tick(now)
+        eng.observe(Signals(gpu_samples=[gpu(now)]), now)  # a reading without the fault: healthy
     assert actions == [
         RepairAction.RESET_GPU,
         RepairAction.RESET_GPU,
@@ -162,7 +162,7 @@ def test_a_returning_fault_marks_the_previous_action_as_not_having_worked() -> N
     (opened,) = eng.observe(Signals(gpu_samples=[gpu(T0, remapped_rows_pending=True)]), T0)
     (first,) = opened.actions
     eng.action_finished(first.action_id, ActionOutcome.SUCCEEDED, "reset done", T0 + 10)
-    eng.tick(T0 + 100)
+    eng.observe(Signals(gpu_samples=[gpu(T0 + 100)]), T0 + 100)
     (back,) = eng.observe(Signals(gpu_samples=[gpu(T0 + 200, remapped_rows_pending=True)]), T0 + 200)
     returned = [a for a in back.actions if a.action_id == first.action_id]
     assert returned and returned[0].fault_returned and returned[0].outcome is ActionOutcome.SUCCEEDED
@@ -175,7 +175,7 @@ def test_escalation_history_survives_a_restart() -> None:
     for _ in range(2):
         first.observe(Signals(gpu_samples=[gpu(now, remapped_rows_pending=True)]), now)
         now += 3600
-        first.tick(now)
+        first.observe(Signals(gpu_samples=[gpu(now)]), now)
     second = engine(**policy_overrides)
     second.restore(
         first.incidents.values(),
@@ -185,6 +185,14 @@ def test_escalation_history_survives_a_restart() -> None:
     (change,) = second.observe(Signals(gpu_samples=[gpu(now, remapped_rows_pending=True)]), now)
     assert change.incident.action is RepairAction.REBOOT_NODE
     assert ChangeKind.REOPENED in change.kinds
+
+
+def test_a_gpu_fault_without_a_later_reading_is_not_called_healthy() -> None:
+    eng = engine(lifecycle={"resolve_healthy_seconds": 60})
+    eng.observe(Signals(gpu_samples=[gpu(T0, temperature_celsius=95.0)]), T0)
+    assert eng.tick(T0 + 3600) == []  # the GPU said nothing since: still open
+    (resolved,) = eng.observe(Signals(gpu_samples=[gpu(T0 + 3601, temperature_celsius=60.0)]), T0 + 3601)
+    assert resolved.incident.resolution is Resolution.HEALTHY and resolved.incident.resolved_at == T0 + 3601
 
 
 def test_an_operator_resolves_an_incident() -> None:
