@@ -32,6 +32,7 @@ def history(
             records.extend(_samples(rng, host, uuids[h], t0, sample_seconds))
             records.extend(_xids(rng, host, gpus_per_host, t0))
             records.extend(_counters(rng, host, t0))
+            records.extend(_quiet_counters(host, t0, sample_seconds))
         records.sort(key=lambda r: r.ts)  # type: ignore[attr-defined]
         yield records
 
@@ -113,3 +114,22 @@ def _counters(rng: random.Random, host: str, t0: float) -> Iterator[NicCounterSa
             delta=1,
             rate_per_second=1 / 60.0,
         )
+
+
+def _quiet_counters(host: str, t0: float, every: float) -> Iterator[NicCounterSample]:
+    """The readings of healthy ports between faults (the agent reads every counter every round)."""
+    t = t0
+    while t < t0 + DAY:
+        for device, counter in (("mlx5_0", "symbol_error"), ("mlx5_1", "link_downed")):
+            yield NicCounterSample(
+                ts=t,
+                host=host,
+                device=device,
+                port=1,
+                counter=counter,
+                group="counters",
+                value=0,
+                delta=0,
+                rate_per_second=0.0,
+            )
+        t += every
