@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-runtime
 DEVSTAMP := $(VENV)/.installed-dev
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-APT_PACKAGES := prometheus prometheus-alertmanager chromium
+APT_PACKAGES := prometheus prometheus-alertmanager chromium nats-server
 
 .PHONY: demo test lint typecheck rules unit system-deps bench clean
 
@@ -19,11 +19,11 @@ $(STAMP): pyproject.toml
 
 $(DEVSTAMP): $(STAMP)
 	# torch 2.13.0 CPU: pip takes the wheel already on this machine's disk; never a bare 'torch' (CUDA build).
-	$(BIN)/pip install -q -e '.[predictor,dashboard,dev]' 'torch==2.13.0'
+	$(BIN)/pip install -q -e '.[predictor,dashboard,scale,dev]' 'torch==2.13.0'
 	touch $@
 
 system-deps:
-	@command -v promtool >/dev/null && command -v prometheus-alertmanager >/dev/null && command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && \
+	@command -v promtool >/dev/null && command -v prometheus-alertmanager >/dev/null && command -v chromium >/dev/null && command -v nats-server >/dev/null || { $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(APT_PACKAGES); }
 
 demo: $(STAMP)

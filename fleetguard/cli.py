@@ -182,11 +182,13 @@ def agent(
         # The port the runtime did bind (runtime.port may be 0: any free one), never just the configured one.
         endpoint = getattr(parts.get("service"), "endpoint", None)
         ranks = f"; training ranks report to {endpoint}" if endpoint else ""
-        ships = f"; shipping to {config.agent.controller_url}" if shipping is not None else ""
+        nats = config.agent.transport == "nats"
+        target = f"NATS {config.agent.nats_url}" if nats else config.agent.controller_url
+        ships = f"; shipping to {target}" if shipping is not None else ""
         click.echo(f"fleetguard agent: /metrics on port {port}{ranks}{ships}", err=True)
 
     shipping = None
-    if config.agent.controller_url:
+    if config.agent.controller_url or config.agent.transport == "nats":
         from fleetguard.shipping.agent_side import ShippingError, open_shipping
 
         try:

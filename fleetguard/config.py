@@ -40,6 +40,14 @@ class AgentConfig:
     controller_token_file: str = ""
     spool_dir: str = "var/spool"
     spool_max_bytes: int = 1 << 30
+    # Or through NATS JetStream (docs/scale-out.md): transport = "nats" publishes the spooled batches to
+    # subject fleetguard.<pool>.<host> on nats_url, as NATS user nats_user (default: the host's name).
+    transport: str = "http"  # "http" (controller_url) or "nats" (nats_url)
+    pool: str = "default"
+    nats_url: str = ""  # nats://HOST:PORT or tls://HOST:PORT, several separated by commas
+    nats_user: str = ""
+    nats_password_file: str = ""
+    nats_creds_file: str = ""  # a NATS .creds file (JWT + nkey seed) instead of user and password
 
 
 @dataclass(frozen=True)
@@ -123,6 +131,13 @@ class ControllerConfig:
     silent_after_seconds: float = 0.0  # 0: three of the host's flush intervals plus 10 s
     correlation_window_seconds: float = 300.0
     correlation_min_hosts: int = 3
+    # With pool and nats_url: also ingest pool's batches from NATS JetStream (docs/scale-out.md).
+    pool: str = ""
+    nats_url: str = ""
+    nats_user: str = ""
+    nats_password_file: str = ""
+    nats_creds_file: str = ""
+    nats_stream: str = "FLEETGUARD"
 
 
 @dataclass(frozen=True)
@@ -431,6 +446,9 @@ def _validate(config: Config) -> None:
 
 def _validate_shipping(config: Config) -> None:
     agent, ctl = config.agent, config.controller
+    from fleetguard.shipping.nats_subjects import check_nats_settings
+
+    check_nats_settings(config)
     if agent.controller_url and not agent.controller_url.startswith(("http://", "https://")):
         raise ConfigError("agent.controller_url: must start with http:// or https://")
     if agent.controller_url and not agent.spool_dir:

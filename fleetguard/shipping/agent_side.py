@@ -16,6 +16,7 @@ from prometheus_client.registry import Collector as PromCollector
 from fleetguard.config import Config
 from fleetguard.shipping.channel import CommandChannel, Runner
 from fleetguard.shipping.commands import CommandKind, CommandOutcome, HostCommand
+from fleetguard.shipping.nats_shipper import NatsShipper, open_nats_shipper
 from fleetguard.shipping.shipper import Shipper
 from fleetguard.shipping.spool import Spool
 from fleetguard.shipping.spool_buffer import SpoolBuffer
@@ -83,7 +84,7 @@ def runtime_runner(parts: Mapping[str, object], host: str) -> Runner:
 class Shipping:
     spool: Spool
     buffer: SpoolBuffer
-    shipper: Shipper
+    shipper: Shipper | NatsShipper
     channel: CommandChannel
     metrics: ShippingMetrics
 
@@ -125,7 +126,8 @@ def read_token(path_text: str) -> str:
 
 def open_shipping(config: Config, runtime_parts: Mapping[str, object]) -> Shipping:
     agent = config.agent
-    token = read_token(agent.controller_token_file)
+    nats = agent.transport == "nats"
+    token = "" if nats else read_token(agent.controller_token_file)
     try:
         spool = Spool(Path(agent.spool_dir), agent.spool_max_bytes)
     except OSError as exc:
@@ -133,8 +135,12 @@ def open_shipping(config: Config, runtime_parts: Mapping[str, object]) -> Shippi
     channel = CommandChannel(
         Path(agent.spool_dir) / "commands.jsonl", runtime_runner(runtime_parts, config.host)
     )  # type: ignore[arg-type]
+    shipper: Shipper | NatsShipper
     try:
-        shipper = Shipper(spool, agent.controller_url, token, channel=channel, clock=time.monotonic)
+        if nats:
+            shipper = open_nats_shipper(config, spool, channel)
+        else:
+            shipper = Shipper(spool, agent.controller_url, token, channel=channel, clock=time.monotonic)
     except ValueError as exc:
         raise ShippingError(f"agent.controller_url: {exc}") from exc
     buffer = SpoolBuffer(
@@ -146,7 +152,7 @@ def open_shipping(config: Config, runtime_parts: Mapping[str, object]) -> Shippi
 class ShippingMetrics(PromCollector):
     """The spool and the shipper on the agent's /metrics."""
 
-    def __init__(self, spool: Spool, buffer: SpoolBuffer, shipper: Shipper) -> None:
+    def __init__(self, spool: Spool, buffer: SpoolBuffer, shipper: Shipper | NatsShipper) -> None:
         self.spool, self.buffer, self.shipper = spool, buffer, shipper
 
     def collect(self) -> Iterator[Metric]:

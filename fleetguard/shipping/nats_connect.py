@@ -1,0 +1,120 @@
+"""Connecting to NATS as one identity (an agent's host, or a controller): the login from the config, the
+secret read from its file, and the client options both ends share. nats-py is imported only here and only
+when a connection is made, so an agent without the `scale` extra never loads it."""
+
+from __future__ import annotations
+
+import logging
+import stat
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from fleetguard.shipping.nats_subjects import host_token, split_urls
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_SECONDS = 5
+RECONNECT_WAIT_SECONDS = 1
+# Publishes made while disconnected wait in nats-py's buffer; a batch stays spooled until acked anyway, so a
+# small buffer is enough and bounds memory during an outage.
+PENDING_BYTES = 8 << 20
+
+
+class NatsSettingsError(Exception):
+    """A NATS login cannot be built; one line naming the key or path."""
+
+
+@dataclass(frozen=True)
+class NatsLogin:
+    urls: list[str]
+    user: str = ""
+    password: str = field(default="", repr=False)
+    creds_file: str = ""
+    # Replies (publish acks) come to subjects under this prefix; a host may subscribe only under its own.
+    inbox_prefix: str = "_INBOX"
+
+
+def read_secret(key: str, path_text: str) -> str:
+    path = Path(path_text)
+    try:
+        st = path.stat()
+        secret = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise NatsSettingsError(f"{key} {path}: {exc.strerror or exc}") from exc
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        log.warning("%s %s is readable by other users: chmod 600 it", key, path)
+    if not secret or len(secret) > 1024 or not secret.isascii() or not secret.isprintable():
+        raise NatsSettingsError(f"{key} {path}: does not hold a password")
+    return secret
+
+
+def make_login(
+    section: str, urls: str, user: str, password_file: str, creds_file: str, inbox_owner: str = ""
+) -> NatsLogin:
+    """From a config section's nats_* keys; `inbox_owner` (a host) narrows the reply subjects to its own."""
+    password = read_secret(f"{section}.nats_password_file", password_file) if password_file else ""
+    if creds_file and not Path(creds_file).is_file():
+        raise NatsSettingsError(f"{section}.nats_creds_file {creds_file}: no such file")
+    if password and not user:
+        raise NatsSettingsError(f"{section}.nats_user: required with nats_password_file")
+    prefix = f"_INBOX.{host_token(inbox_owner)}" if inbox_owner else "_INBOX"
+    return NatsLogin(split_urls(urls), user, password, creds_file, prefix)
+
+
+async def connect(
+    login: NatsLogin,
+    name: str,
+    *,
+    on_error: Callable[[Exception], Awaitable[None]] | None = None,
+    while_down: str = "",
+) -> Client:
+    """One connection that reconnects by itself for ever once made; raises if the first attempt fails.
+    Losing and regaining it are logged once each (`while_down` says what happens meanwhile), not every
+    reconnect attempt."""
+    import nats
+
+    down = False
+    client: list[Client] = []
+
+    async def quiet(exc: Exception) -> None:
+        log.debug("nats: %s", exc)
+
+    async def disconnected() -> None:
+        nonlocal down
+        closing = bool(client) and (client[0].is_closed or client[0].is_draining)
+        if not down and not closing:
+            down = True
+            log.warning("NATS connection lost (%s)%s", name, f"; {while_down}" if while_down else "")
+
+    async def reconnected() -> None:
+        nonlocal down
+        down = False
+        log.warning("NATS connection back (%s)", name)
+
+    options: dict[str, object] = {}
+    if login.creds_file:
+        options["user_credentials"] = login.creds_file
+    elif login.user:
+        options["user"] = login.user
+        options["password"] = login.password
+    nc = await nats.connect(
+        servers=login.urls,
+        name=name,
+        connect_timeout=CONNECT_TIMEOUT_SECONDS,
+        reconnect_time_wait=RECONNECT_WAIT_SECONDS,
+        max_reconnect_attempts=-1,
+        allow_reconnect=True,
+        inbox_prefix=login.inbox_prefix,
+        pending_size=PENDING_BYTES,
+        error_cb=on_error or quiet,
+        disconnected_cb=disconnected,
+        reconnected_cb=reconnected,
+        **options,  # type: ignore[arg-type]
+    )
+    client.append(nc)
+    return nc

@@ -1,0 +1,158 @@
+"""NATS is the identity on the JetStream path: a host cannot publish to another host's subject (the server's
+permissions refuse it), and what a host does publish goes through the controller's ingest checks (a batch
+naming another host than its subject, or garbage, is refused and never stored or redelivered)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from fleetguard.config import load_config
+from fleetguard.controller.nats_consumer import NatsConsumer, ensure_stream
+from fleetguard.controller.process import RunningController, start_controller
+from fleetguard.shipping.nats_connect import NatsLogin, connect
+from fleetguard.shipping.nats_subjects import MSG_ID_HEADER, msg_id, subject_for
+from fleetguard.shipping.wire import encode
+from tests.controller.helpers import batch
+from tests.scale.natsd import CONTROLLER_USER, NatsServer, require_nats_server
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+STREAM = "FLEETGUARD"
+
+
+@pytest.fixture
+def nats(tmp_path: Path) -> Iterator[NatsServer]:
+    require_nats_server()
+    server = NatsServer(tmp_path, {"a1": "red", "a2": "red"})
+    server.start()
+    yield server
+    server.stop()
+
+
+def _login(nats: NatsServer, user: str, inbox_owner: str = "") -> NatsLogin:
+    prefix = f"_INBOX.{inbox_owner}" if inbox_owner else "_INBOX"
+    return NatsLogin([nats.url], user, nats.passwords[user], inbox_prefix=prefix)
+
+
+async def _publish_as(
+    nats: NatsServer, user: str, subject: str, body: bytes, mid: str
+) -> tuple[bool, list[str]]:
+    """Publish once as `user`; (acked by JetStream, the errors the server sent)."""
+    errors: list[str] = []
+
+    async def on_error(exc: Exception) -> None:
+        errors.append(str(exc))
+
+    nc = await connect(_login(nats, user, user), f"test {user}", on_error=on_error)
+    try:
+        try:
+            await nc.jetstream().publish(subject, body, timeout=3, headers={MSG_ID_HEADER: mid})
+            acked = True
+        except Exception:
+            acked = False
+        await asyncio.sleep(0.2)  # the server's -ERR arrives asynchronously
+        return acked, errors
+    finally:
+        await nc.close()
+
+
+async def _stream_messages(nats: NatsServer) -> int:
+    nc = await connect(_login(nats, CONTROLLER_USER), "test controller")
+    try:
+        js = nc.jetstream()
+        await ensure_stream(js, STREAM)
+        info = await js.stream_info(STREAM)
+        return int(info.state.messages)
+    finally:
+        await nc.close()
+
+
+def test_a_host_cannot_publish_to_another_hosts_subject(nats: NatsServer) -> None:
+    assert asyncio.run(_stream_messages(nats)) == 0
+    forged = batch("a2", 1)
+    acked, errors = asyncio.run(
+        _publish_as(nats, "a1", subject_for("red", "a2"), encode(forged), msg_id("a2", "boot-1", 1))
+    )
+    assert not acked
+    assert any("permissions violation for publish" in e.lower() for e in errors), errors
+    assert asyncio.run(_stream_messages(nats)) == 0
+
+    own = batch("a1", 1)
+    acked, errors = asyncio.run(
+        _publish_as(nats, "a1", subject_for("red", "a1"), encode(own), msg_id("a1", "boot-1", 1))
+    )
+    assert acked and not errors
+    assert asyncio.run(_stream_messages(nats)) == 1
+    # The same message id again inside the duplicate window: the server keeps one.
+    acked, _ = asyncio.run(
+        _publish_as(nats, "a1", subject_for("red", "a1"), encode(own), msg_id("a1", "boot-1", 1))
+    )
+    assert acked
+    assert asyncio.run(_stream_messages(nats)) == 1
+
+
+def _controller(tmp_path: Path, nats: NatsServer) -> RunningController:
+    overrides = {
+        "store.path": str(tmp_path / "controller.duckdb"),
+        "controller.listen": "127.0.0.1:0",
+        "controller.tokens_file": str(tmp_path / "tokens.json"),
+        "controller.pool": "red",
+        "controller.nats_url": nats.url,
+        "controller.nats_user": CONTROLLER_USER,
+        "controller.nats_password_file": str(nats.password_file(CONTROLLER_USER)),
+    }
+    return start_controller(load_config(overrides=overrides))
+
+
+def _consumer(running: RunningController) -> NatsConsumer:
+    stop = running.sources[0]
+    consumer = getattr(stop, "__self__", None)
+    assert isinstance(consumer, NatsConsumer)
+    return consumer
+
+
+def _wait(condition: Callable[[], bool], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise TimeoutError("condition never held")
+
+
+def test_published_batches_go_through_the_ingest_checks(tmp_path: Path, nats: NatsServer) -> None:
+    running = _controller(tmp_path, nats)
+    consumer = _consumer(running)
+    try:
+        _wait(lambda: consumer.stats.connected)
+        # a1 may publish on its own subject, but the batch claims to be a2's: refused like a 403.
+        lying = batch("a2", 1)
+        good = batch("a1", 1)
+        for body, mid in (
+            (encode(lying), "a1/lie/1"),
+            (b"not gzip at all", "a1/garbage/1"),
+            (encode(good), msg_id("a1", "boot-1", 1)),
+        ):
+            acked, _ = asyncio.run(_publish_as(nats, "a1", subject_for("red", "a1"), body, mid))
+            assert acked
+        _wait(lambda: consumer.stats.acked == 1 and consumer.stats.terminated == 2)
+        # Counted where HTTP refusals are (fleetguard_controller_batches_refused_total on /metrics).
+        assert running.writer.stats.refused == {"wrong_host": 1, "malformed": 1}
+    finally:
+        running.stop()
+    con = duckdb.connect(str(tmp_path / "controller.duckdb"), read_only=True)
+    try:
+        hosts = {str(h) for (h,) in con.execute("SELECT DISTINCT host FROM gpu_samples").fetchall()}
+        assert hosts == {"a1"}
+        row = con.execute("SELECT count(*) FROM ingest_ledger").fetchone()
+        assert row is not None and row[0] == 1
+    finally:
+        con.close()
+    # Terminated messages are gone for good; nothing is left to redeliver.
+    assert asyncio.run(_stream_messages(nats)) == 0
