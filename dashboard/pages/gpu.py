@@ -18,12 +18,18 @@ from dashboard.pages.live import PageSpec, Params
 from dashboard.queries.base import tables
 from dashboard.queries.events import event_counts, recent_events
 from dashboard.queries.findings import FindingRow, recent_findings
-from dashboard.queries.gpus import LIVE_WINDOW_SECONDS, gpu_identity, gpu_series, latest_gpu_states
+from dashboard.queries.gpus import (
+    LIVE_WINDOW_SECONDS,
+    gpu_identity,
+    gpu_series,
+    latest_gpu_states,
+    series_source,
+)
 from dashboard.queries.incidents import IncidentRow, incidents
 from dashboard.queries.predictions import Risk, drivers, latest_risks, risk_history
 
 WINDOWS: Final = {"1h": 3600.0, "6h": 6 * 3600.0, "24h": 86400.0}
-DEFAULT_WINDOW: Final = "6h"
+DEFAULT_WINDOW: Final = "1h"  # raw samples, time-bounded; 24 h reads the hourly rollup where kept
 FAULT_WINDOW_SECONDS: Final = 3600.0
 
 
@@ -41,7 +47,7 @@ def render(ctx: DashboardContext, params: Params) -> Any:
         states = [s for s in latest_gpu_states(cur, now, ident.host) if s.uuid == uuid]
         counts = event_counts(cur, now - FAULT_WINDOW_SECONDS, now, ident.host)
         risks = [r for r in latest_risks(cur, now, ident.host) if r.device_id == uuid]
-        series = gpu_series(cur, uuid, now - span, now)
+        series = gpu_series(cur, uuid, now - span, now, series_source(tables(cur), span))
         events = recent_events(cur, now - span, now, ident.host, ident.gpu_index)
         risk_points = risk_history(cur, uuid, now - span, now)
         findings = recent_findings(cur, now - span, now, gpu_uuid=uuid)

@@ -43,10 +43,10 @@ class PortState:
 
 
 _STATE_SQL: Final = f"""
-SELECT host, device, port, epoch(max(ts)), arg_max(state, ts), arg_max(phys_state, ts),
-       arg_max(rate_gbps, ts), arg_max(link_layer, ts)
+SELECT host, device, port, epoch(ts), state, phys_state, rate_gbps, link_layer
 FROM nic_samples WHERE ts >= {TS} AND ts <= {TS} AND (? IS NULL OR host = ?)
-GROUP BY host, device, port ORDER BY host, device, port
+QUALIFY row_number() OVER (PARTITION BY host, device, port ORDER BY ts DESC) = 1
+ORDER BY host, device, port
 """
 
 

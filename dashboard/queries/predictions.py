@@ -24,11 +24,10 @@ class Risk:
 
 
 _LATEST_SQL: Final = f"""
-SELECT host, device_id, epoch(max(ts)), arg_max(risk, ts), arg_max(model_id, ts), arg_max(horizon_hours, ts),
-       arg_max(explanations, ts)
+SELECT host, device_id, epoch(ts), risk, model_id, horizon_hours, explanations
 FROM predictions WHERE ts >= {TS} AND ts <= {TS} AND (? IS NULL OR host = ?)
-GROUP BY host, device_id
-ORDER BY 4 DESC
+QUALIFY row_number() OVER (PARTITION BY device_id ORDER BY ts DESC) = 1
+ORDER BY risk DESC
 """
 
 

@@ -1,0 +1,177 @@
+"""Dashboard render times in a real browser over a 2,048-host x 8-GPU x 24 h store (bench/dashboard_store.py).
+
+For each page: time to first render (navigate in a new tab until the page body and every plot in it are drawn;
+the browser's cache is warm after the first load, as for an operator who has the dashboard open) and time to a
+live refresh (the refresh button, i.e. the callback that dcc.Interval fires, until the redrawn body is in the
+page), p50 and p95 over --runs. Also the server-side render time of each page (queries plus building the
+components), which is the part that grows with the fleet.
+
+Headless Debian chromium driven by Playwright; the dashboard served by `serve_dashboard` in this process on
+loopback, over the store opened read-only, with the clock fixed at the store's end.
+
+Usage: python bench/dashboard_render.py [--store /tmp/dbench.duckdb] [--runs 20] [--build]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.dashboard_store import END_TS, build
+from dashboard.context import DashboardContext
+from dashboard.pages.live import PageSpec, clean_params
+from dashboard.server import serve_dashboard
+from fleetguard.config import load_config
+from fleetguard.store import Store
+from tests.dashboard.browser import chromium
+
+TIMEOUT_MS = 120_000
+REFRESHES = """(id) => {
+  const s = document.querySelector('#' + id + '-stamp [data-refresh]');
+  return s ? Number(s.getAttribute('data-refresh')) : 0;
+}"""
+DRAWN = """(id) => {
+  const body = document.getElementById(id + '-body');
+  if (!body || body.children.length === 0) return false;
+  if (document.querySelector('[data-dash-is-loading="true"]')) return false;
+  const plots = body.querySelectorAll('.js-plotly-plot');
+  for (const p of plots) { if (!p.querySelector('.main-svg')) return false; }
+  return true;
+}"""
+
+
+def pages(store: Store) -> list[tuple[str, str]]:
+    """(page id, path) for every page, with a real host, GPU, job and incident of the store."""
+    cur = store.cursor()
+    gpu = cur.execute("SELECT device_id, host FROM predictions ORDER BY risk DESC LIMIT 1").fetchone()
+    incident = cur.execute("SELECT incident_id FROM incidents ORDER BY last_seen DESC LIMIT 1").fetchone()
+    job = cur.execute("SELECT job_id FROM heartbeats LIMIT 1").fetchone()
+    assert gpu and incident and job, "the store lacks predictions, incidents or jobs"
+    uuid, host = gpu
+    return [
+        ("fleet", "/"),
+        ("host", f"/hosts/{host}"),
+        ("gpu", f"/gpus/{uuid}"),
+        ("gpu", f"/gpus/{uuid}?window=24h"),
+        ("network", "/network"),
+        ("jobs", "/jobs"),
+        ("job", f"/jobs/{job[0]}"),
+        ("incidents", "/incidents"),
+        ("incident", f"/incidents/{incident[0]}"),
+        ("predictions", "/predictions"),
+        ("alerts", "/alerts"),
+        ("policy", "/policy"),
+    ]
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def measure_browser(url: str, targets: list[tuple[str, str]], runs: int) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    with chromium() as browser:
+        warm = browser.new_page()
+        warm.goto(url)  # fills the cache with Dash's and Plotly's bundles once
+        warm.wait_for_function(DRAWN, arg="fleet", timeout=TIMEOUT_MS)
+        warm.close()
+        for page_id, path in targets:
+            first, refresh = [], []
+            for _ in range(runs):
+                page = browser.new_page()
+                started = time.perf_counter()
+                page.goto(url.rstrip("/") + path)
+                page.wait_for_function(DRAWN, arg=page_id, timeout=TIMEOUT_MS)
+                first.append(time.perf_counter() - started)
+                for _ in range(2):
+                    before = page.evaluate(REFRESHES, page_id)
+                    started = time.perf_counter()
+                    page.click(f"#{page_id}-refresh")
+                    page.wait_for_function(
+                        f"(id) => ({REFRESHES})(id) > {before}", arg=page_id, timeout=TIMEOUT_MS
+                    )
+                    page.wait_for_function(DRAWN, arg=page_id, timeout=TIMEOUT_MS)
+                    refresh.append(time.perf_counter() - started)
+                page.close()
+            assert not browser.errors, browser.errors[:3]
+            out[path] = {
+                "first_p50": statistics.median(first),
+                "first_p95": pct(first, 0.95),
+                "refresh_p50": statistics.median(refresh),
+                "refresh_p95": pct(refresh, 0.95),
+            }
+            print(
+                f"{path[:60]:60s} first p50 {out[path]['first_p50']:.3f} p95 {out[path]['first_p95']:.3f}  "
+                f"refresh p50 {out[path]['refresh_p50']:.3f} p95 {out[path]['refresh_p95']:.3f}",
+                flush=True,
+            )
+    return out
+
+
+def measure_server(
+    app_ctx: DashboardContext, specs: dict[str, PageSpec], targets: list[tuple[str, str]], runs: int
+) -> dict[str, float]:
+    out = {}
+    for page_id, path in targets:
+        spec = specs[page_id]
+        segment, _, query = path.partition("?")
+        given: dict[str, Any] = dict(p.split("=", 1) for p in query.split("&") if "=" in p)
+        if spec.path_vars:
+            given[spec.path_vars[0]] = segment.rsplit("/", 1)[1]
+        params = clean_params(spec, given)
+        times = []
+        for _ in range(runs):
+            started = time.perf_counter()
+            spec.render(app_ctx, params)
+            times.append(time.perf_counter() - started)
+        out[path] = pct(times, 0.95)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--store", default="/tmp/dbench.duckdb")
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--build", action="store_true", help="build the store first (minutes)")
+    args = parser.parse_args()
+    path = Path(args.store)
+    if args.build:
+        print(json.dumps(build(path), indent=2), flush=True)
+    from dashboard.app import PAGES
+
+    with Store.open(path, read_only=True) as store:
+        counts = {t: n for t, n in store.counts().items() if n}
+        print(f"store {path}: {path.stat().st_size / 2**30:.2f} GiB, rows {counts}", flush=True)
+        targets = pages(store)
+        # The refresh button fires the callback dcc.Interval fires; no timer in between the measurements.
+        config = load_config(env={}, overrides={"dashboard.refresh_seconds": 3600.0})
+        server = serve_dashboard(store, config, port=0, now=lambda: END_TS)
+        try:
+            ctx = server.server.app.config["fleetguard.dashboard"]  # type: ignore[attr-defined]
+            server_p95 = measure_server(ctx, {p.page_id: p for p in PAGES}, targets, max(5, args.runs // 2))
+            browser = measure_browser(server.url, targets, args.runs)
+        finally:
+            server.close()
+    print("\n| page | first render p50 | p95 | live refresh p50 | p95 | server render p95 |")
+    print("|---|---|---|---|---|---|")
+    for _, target in targets:
+        b = browser[target]
+        shown = target.split("?")[0].rsplit("/", 1)[0] + "/…" if target.count("/") > 1 else target
+        if "?" in target:
+            shown += "?" + target.split("?")[1]
+        print(
+            f"| `{shown}` | {b['first_p50']:.2f} s | {b['first_p95']:.2f} s | {b['refresh_p50']:.2f} s | "
+            f"{b['refresh_p95']:.2f} s | {server_p95[target]:.2f} s |"
+        )
+
+
+if __name__ == "__main__":
+    main()
