@@ -3,6 +3,7 @@ SIGTERM; then stop accepting, commit what was accepted, close the store."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import ssl
@@ -31,6 +32,8 @@ WORKERS = 512
 # DuckDB checkpoints when the WAL reaches this; a checkpoint stalls commits. The default (16 MB) is reached
 # every few seconds at 2,000 hosts, each stall ~0.3 s; larger means rarer stalls for the same total work.
 CHECKPOINT_THRESHOLD = "256MB"
+# DuckDB's own cache and working memory (default: 80% of the machine); queries past it spill to disk.
+DUCKDB_MEMORY_LIMIT = "1GB"
 
 
 @dataclass
@@ -89,6 +92,7 @@ def start_controller(config: Config, clock: Clock | None = None) -> RunningContr
     store = Store.open(config.store.path)
     try:
         store.connection.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
+        store.connection.execute(f"SET memory_limit = '{DUCKDB_MEMORY_LIMIT}'")
         stats = ControllerStats()
         writer = IngestWriter(store, clock, stats, max_queue=ctl.max_queue_batches)
         from fleetguard.controller.analysis import register_analysis
@@ -131,6 +135,10 @@ def run_controller(config: Config, out: TextIO = sys.stdout, duration_seconds: f
     # queueing 5 ms behind each of them whenever DuckDB hands the GIL back.
     sys.setswitchinterval(0.001)
     running = start_controller(config)
+    # Parsed batches are many small containers: collect the young generation less often, and never walk the
+    # objects made at start (modules, config, the hosts) in a full collection.
+    gc.set_threshold(20_000, 20, 20)
+    gc.freeze()
     stop = threading.Event()
 
     def request_stop(_signum: int, _frame: object) -> None:
