@@ -101,7 +101,12 @@ class Shipper:
                 self._wake.wait(1.0)
                 self._wake.clear()
                 continue
-            delay = self.send(record)
+            try:
+                delay = self.send(record)
+            except Exception:  # a bug must not end shipping: the batch stays spooled, tried again later
+                log.exception("shipping batch %d failed", record.record_id)
+                self._close()
+                delay = self._backoff()
             if delay > 0:
                 self._stop.wait(delay)
 
