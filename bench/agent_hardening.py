@@ -2,9 +2,11 @@
 for a baseline revision and the working tree side by side in one run.
 
 Each agent is a real `fleetguard agent` process whose code comes from its tree (PYTHONPATH), one at a time:
-- scrapers: `--simulate 1x8`; N threads scrape /metrics in a loop, a new connection each time (as N Prometheus
-  servers would), for `--scrape-seconds`; latency p50/p99/max per scrape, and sampling rounds per second over
-  the same window (from the agent's own rounds counter).
+- scrapers: `--simulate 1x8`; N scrapers each scrape /metrics once every `--scrape-interval` seconds, all at
+  the same instant (N concurrent connections per tick, a new connection each time, as N Prometheus servers),
+  for `--scrape-seconds`. Latency p50/p99/max per scrape (connect to last byte), and sampling rounds per
+  second over the same window (from the agent's own rounds counter). The load average is printed: on a
+  shared 2-core machine it dominates the tail.
 - storm: the kernel log is a FIFO (kmsg_path); a writer pushes `--storm-lines` XID records into it as fast as
   the agent takes them; rounds per second while the storm lasts, the longest time without a new round, and the
   time until every XID is counted in /metrics.
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import selectors
 import signal
 import socket
 import statistics
@@ -107,18 +110,6 @@ def scrape(port: int, timeout: float = 60.0) -> str:
         return str(resp.read().decode())
 
 
-def raw_scrape(port: int) -> None:
-    """One scrape on a new connection with a client as light as a socket (urllib's own CPU would dominate
-    what is measured on two cores): send the request, read until the server closes or the body is complete."""
-    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
-        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
-        data = b""
-        while chunk := sock.recv(1 << 20):
-            data += chunk
-    if not data.startswith((b"HTTP/1.1 200", b"HTTP/1.0 200")):
-        raise OSError(f"scrape answered {data[:40]!r}")
-
-
 def metric(text: str, name: str, labels: str = "") -> float:
     pattern = rf"^{re.escape(name)}(\{{[^}}]*{re.escape(labels)}[^}}]*\}})? (\S+)$"
     return sum(float(m.group(2)) for m in re.finditer(pattern, text, re.MULTILINE))
@@ -129,42 +120,62 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def run_scrapers(tree: Path, work: Path, scrapers: int, seconds: float) -> ScrapeResult:
+def run_scrapers(tree: Path, work: Path, scrapers: int, seconds: float, interval: float) -> ScrapeResult:
     with agent(tree, work, ["--simulate", "1x8"], {}) as port:
         time.sleep(5)  # warm up: first rounds, first flush
         latencies: list[float] = []
-        errors = [0]
-        lock = threading.Lock()
-        deadline = time.monotonic() + seconds
-
-        def loop() -> None:
-            while time.monotonic() < deadline:
-                start = time.perf_counter()
-                try:
-                    raw_scrape(port)
-                except OSError:
-                    with lock:
-                        errors[0] += 1
-                    continue
-                with lock:
-                    latencies.append(time.perf_counter() - start)
-
+        errors = 0
         rounds0, t0 = metric(scrape(port), "fleetguard_agent_rounds_total"), time.monotonic()
-        threads = [threading.Thread(target=loop) for _ in range(scrapers)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        tick = time.monotonic()
+        while tick < t0 + seconds:
+            time.sleep(max(0.0, tick - time.monotonic()))
+            done, failed = burst(port, scrapers)
+            latencies += done
+            errors += failed
+            tick += interval
         rounds1, t1 = metric(scrape(port), "fleetguard_agent_rounds_total"), time.monotonic()
     ms = [1000 * v for v in latencies]
     return ScrapeResult(
-        len(ms),
-        errors[0],
-        statistics.median(ms),
-        percentile(ms, 0.99),
-        max(ms),
-        (rounds1 - rounds0) / (t1 - t0),
+        len(ms), errors, statistics.median(ms), percentile(ms, 0.99), max(ms), (rounds1 - rounds0) / (t1 - t0)
     )
+
+
+def burst(port: int, n: int, timeout: float = 60.0) -> tuple[list[float], int]:
+    """`n` scrapes started at once, each on a new connection, driven by one thread (a thread per scraper
+    would measure the client's own scheduling on two loaded cores); (seconds each took, failures)."""
+    request = b"GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n"
+    selector = selectors.DefaultSelector()
+    started: dict[socket.socket, float] = {}
+    replies: dict[socket.socket, bytes] = {}
+    for _ in range(n):
+        sock = socket.socket()
+        sock.setblocking(False)
+        started[sock] = time.perf_counter()
+        sock.connect_ex(("127.0.0.1", port))
+        selector.register(sock, selectors.EVENT_WRITE)
+        replies[sock] = b""
+    took: list[float] = []
+    deadline = time.monotonic() + timeout
+    while selector.get_map() and time.monotonic() < deadline:
+        for key, mask in selector.select(timeout=1.0):
+            sock = key.fileobj
+            assert isinstance(sock, socket.socket)
+            if mask & selectors.EVENT_WRITE:
+                sock.sendall(request)
+                selector.modify(sock, selectors.EVENT_READ)
+                continue
+            try:
+                chunk = sock.recv(1 << 20)
+            except OSError:
+                chunk = b""
+            replies[sock] += chunk
+            if not chunk:
+                selector.unregister(sock)
+                if replies[sock].startswith(b"HTTP/1.1 200") or replies[sock].startswith(b"HTTP/1.0 200"):
+                    took.append(time.perf_counter() - started[sock])
+    for sock in started:
+        sock.close()
+    return took, n - len(took)
 
 
 def write_storm(fifo: Path, lines: int, done: threading.Event) -> None:
@@ -232,6 +243,7 @@ def main() -> None:
     parser.add_argument("--baseline", default="9e506b8")
     parser.add_argument("--scrapers", type=int, default=50)
     parser.add_argument("--scrape-seconds", type=float, default=20.0)
+    parser.add_argument("--scrape-interval", type=float, default=1.0)
     parser.add_argument("--storm-lines", type=int, default=2_000_000)
     parser.add_argument("--storm-timeout", type=float, default=400.0)
     parser.add_argument("--skip", choices=["scrape", "storm"], action="append", default=[])
@@ -249,10 +261,11 @@ def main() -> None:
         for label, tree in trees:
             if "scrape" not in args.skip:
                 work = Path(tempfile.mkdtemp(dir=tmp))
-                r = run_scrapers(tree, work, args.scrapers, args.scrape_seconds)
+                r = run_scrapers(tree, work, args.scrapers, args.scrape_seconds, args.scrape_interval)
                 scrape_rows.append(
-                    f"| {label} | {args.scrapers} | {r.scrapes} | {r.errors} | {r.p50_ms:.1f} "
-                    f"| {r.p99_ms:.1f} | {r.max_ms:.0f} | {r.rounds_per_second:.2f} |"
+                    f"| {label} | {args.scrapers} every {args.scrape_interval:g} s | {r.scrapes} "
+                    f"| {r.errors} | {r.p50_ms:.1f} | {r.p99_ms:.1f} | {r.max_ms:.0f} "
+                    f"| {r.rounds_per_second:.2f} | {os.getloadavg()[0]:.1f} |"
                 )
                 print(scrape_rows[-1], file=sys.stderr, flush=True)
             if "storm" not in args.skip:
@@ -263,20 +276,23 @@ def main() -> None:
                 )
                 storm_rows.append(
                     f"| {label} | {s.lines:,} | {s.rounds_per_second:.2f} | {s.longest_gap_seconds:.0f} "
-                    f"| {counted} | {s.xids_counted:,.0f} |"
+                    f"| {counted} | {s.xids_counted:,.0f} | {os.getloadavg()[0]:.1f} |"
                 )
                 print(storm_rows[-1], file=sys.stderr, flush=True)
     if scrape_rows:
-        print("| code | scrapers | scrapes | errors | p50 (ms) | p99 (ms) | max (ms) | sampling rounds/s |")
-        print("|---|---|---|---|---|---|---|---|")
+        print(
+            "| code | scrapers | scrapes | errors | p50 (ms) | p99 (ms) | max (ms) | sampling rounds/s "
+            "| load average |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|")
         print("\n".join(scrape_rows))
     if storm_rows:
         print()
         print(
             "| code | storm lines | sampling rounds/s | longest gap without a round (s) "
-            "| seconds until every XID counted | XIDs counted |"
+            "| seconds until every XID counted | XIDs counted | load average |"
         )
-        print("|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|")
         print("\n".join(storm_rows))
 
 
