@@ -70,6 +70,7 @@ _OUR_PACKAGES = frozenset({"fleetguard", "collectors", "predictor", "diagnosis",
     lazy={
         "controller": "fleetguard.controller.cli:controller_command",
         "status": "fleetguard.controller.cli:status_command",
+        "query": "fleetguard.scale.query_cli:query_command",
         "train": "fleetguard.predict.cli:train_command",
         "evaluate": "fleetguard.predict.cli:evaluate_command",
         "predict": "fleetguard.predict.cli:predict_command",

@@ -78,7 +78,10 @@ def token_command(
 @click.option("--token-file", type=click.Path(dir_okay=False), help="Operator token (needed off loopback).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML config file.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON of /v1/fleet and /v1/hosts.")
-def status_command(url: str | None, token_file: str | None, config_path: str | None, as_json: bool) -> None:
+@click.option("--fleet", "fleet_urls", help="Several controllers (URL1,URL2,...): one view merged from all.")
+def status_command(
+    url: str | None, token_file: str | None, config_path: str | None, as_json: bool, fleet_urls: str | None
+) -> None:
     """The fleet at a glance: hosts, silent hosts, GPUs, open findings, at-risk GPUs."""
     from fleetguard.controller.status_view import StatusError, fetch_status, render_status
 
@@ -86,12 +89,22 @@ def status_command(url: str | None, token_file: str | None, config_path: str | N
     base = url or config.agent.controller_url or f"http://{config.controller.listen}"
     token_path = token_file or config.agent.controller_token_file or None
     try:
-        status = fetch_status(base, Path(token_path) if token_path else None)
+        if fleet_urls:
+            from fleetguard.scale.fleet_view import fetch_fleet
+
+            status = fetch_fleet(fleet_urls, Path(token_path) if token_path else None)
+        else:
+            status = fetch_status(base, Path(token_path) if token_path else None)
     except StatusError as exc:
         raise click.ClickException(str(exc)) from exc
     if as_json:
         import json
 
         click.echo(json.dumps(status, indent=2))
+        return
+    if fleet_urls:
+        from fleetguard.scale.fleet_view import render_fleet
+
+        sys.stdout.write(render_fleet(status))
         return
     sys.stdout.write(render_status(status))
