@@ -6,8 +6,9 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Final
 
-from werkzeug.serving import BaseWSGIServer, make_server
+from werkzeug.serving import BaseWSGIServer, ThreadedWSGIServer, WSGIRequestHandler
 
 from dashboard.app import create_app
 from dashboard.context import StoreReader
@@ -15,6 +16,42 @@ from dashboard.operator import Resolver
 from fleetguard.config import Config
 
 log = logging.getLogger(__name__)
+
+MAX_CONNECTIONS: Final = 32  # served at once; more are closed at once rather than queued without bound
+READ_TIMEOUT_SECONDS: Final = 30.0  # a client that sends nothing for this long is dropped
+
+
+class _Handler(WSGIRequestHandler):
+    timeout = (
+        READ_TIMEOUT_SECONDS  # socketserver sets it on the connection: a silent client cannot pin a thread
+    )
+
+    def log_request(self, *args: Any, **kwargs: Any) -> None:
+        """The pages poll: a line per request would flood the daemon's log."""
+
+
+class _BoundedServer(ThreadedWSGIServer):
+    """Werkzeug's threaded server with a bound on connections served at once (a thread each)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
 
 @dataclass
@@ -49,9 +86,9 @@ def serve_dashboard(
     """Serve the dashboard on `[dashboard] address:port` (`port` overrides; 0 = any free port)."""
     app = create_app(store_reader, config, now=now, resolver=resolver)
     address = config.dashboard.address
-    wsgi = make_server(address, config.dashboard.port if port is None else port, app.server, threaded=True)
-    # Werkzeug logs every request at INFO; the dashboard polls, so that would flood the daemon's log.
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    wsgi = _BoundedServer(
+        address, config.dashboard.port if port is None else port, app.server, handler=_Handler
+    )
     thread = threading.Thread(target=wsgi.serve_forever, name="fleetguard-dashboard", daemon=True)
     thread.start()
     return DashboardServer(wsgi, thread)
