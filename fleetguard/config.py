@@ -127,7 +127,7 @@ class ControllerConfig:
     tls_cert: str = ""  # both or neither: HTTPS with the stdlib's ssl
     tls_key: str = ""
     max_body_bytes: int = 8 << 20  # compressed request body
-    max_queue_batches: int = 4096  # accepted but not yet committed; past it: 503 with Retry-After
+    max_queue_batches: int = 1024  # accepted, not committed (~250 KB each parsed); past it: 503 + Retry-After
     silent_after_seconds: float = 0.0  # 0: three of the host's flush intervals plus 10 s
     correlation_window_seconds: float = 300.0
     correlation_min_hosts: int = 3
