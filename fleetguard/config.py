@@ -149,6 +149,9 @@ class DashboardConfig:
     port: int = 9481
     operator_token_file: str = ""  # empty: read-only (acknowledge / silence / resolve refused)
     refresh_seconds: float = 5.0
+    # /policy replays recorded history with this policy beside the one in force (empty: no comparison)
+    candidate_policy_file: str = ""
+    replay_hours: float = 1.0  # how much history that replay reads (it runs on demand, one at a time)
 
 
 @dataclass(frozen=True)
@@ -358,6 +361,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "predictor.risk_threshold": (0.0, 1.0),
     "dashboard.port": _PORT,
     "dashboard.refresh_seconds": (1.0, 3600.0),
+    "dashboard.replay_hours": (0.1, 168.0),
 }
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from dash import html
+import dash
+from dash import Input, Output, html
 
 from dashboard.components import Col, empty, section, stat_card, table
-from dashboard.context import DashboardContext
+from dashboard.context import DashboardContext, current
 from dashboard.pages.live import PageSpec, Params
+from dashboard.policy_replay import replay_candidate
 
 
 def render(ctx: DashboardContext, _params: Params) -> Any:
@@ -58,14 +60,6 @@ def render(ctx: DashboardContext, _params: Params) -> Any:
                 section("Event rules", _event_table(policy)),
             ],
             className="two-col",
-        ),
-        section(
-            "Trying a candidate policy",
-            html.P(
-                "Replay a candidate against recorded history before using it: "
-                "`fleetguard policy replay --store STORE --since 30d --policy candidate.toml` reports the "
-                "incidents, actions and alerts each policy would have made and their difference."
-            ),
         ),
     ]
 
@@ -139,4 +133,83 @@ def _event_table(policy: Any) -> Any:
     return table("policy-event-table", cols, rows, page_size=10)
 
 
-PAGE = PageSpec(page_id="policy", name="Policy", path="/policy", render=render)
+def replay_form(ctx: DashboardContext, _params: Params) -> Any:
+    candidate = ctx.config.dashboard.candidate_policy_file
+    hours = ctx.config.dashboard.replay_hours
+    intro = (
+        f"Replay the last {hours:g} h of recorded history through the policy in force and through the "
+        f"candidate {candidate}, and see what each would have opened, done and alerted."
+        if candidate
+        else "Set [dashboard] candidate_policy_file to compare a candidate here; "
+        "`fleetguard policy replay --policy FILE --since 30d` compares any policy over any span."
+    )
+    return section(
+        "Candidate policy: replay against the current one",
+        html.P(intro),
+        html.Button("Replay", id="policy-replay", n_clicks=0, disabled=not candidate, className="action"),
+        html.Div("", id="policy-replay-result"),
+        section_id="policy-replay-form",
+    )
+
+
+def _summary_table(table_id: str, current: dict[str, Any], candidate: dict[str, Any], key: str) -> Any:
+    names = sorted(set(current.get(key, {})) | set(candidate.get(key, {})))
+    rows = [
+        {"what": n, "current": current.get(key, {}).get(n, 0), "candidate": candidate.get(key, {}).get(n, 0)}
+        for n in names
+    ]
+    cols = [
+        Col(key.replace("_", " "), "what"),
+        Col("current", "current", "int"),
+        Col("candidate", "candidate", "int"),
+    ]
+    return table(table_id, cols, rows, page_size=10)
+
+
+def register_replay_callback(app: dash.Dash) -> None:
+    @app.callback(  # type: ignore[misc]
+        Output("policy-replay-result", "children"),
+        Input("policy-replay", "n_clicks"),
+        prevent_initial_call=True,
+    )
+    def run(clicks: int) -> Any:
+        outcome = replay_candidate(current())
+        head = html.Div(outcome.message, className="accepted" if outcome.ok else "refused")
+        setattr(head, "data-attempt", str(clicks))  # a data-* attribute has no keyword argument
+        if not outcome.ok:
+            return head
+        diff = outcome.difference
+        only = [{"incident": k, "raised by": "current only"} for k in diff["incidents_only_with_a"]] + [
+            {"incident": k, "raised by": "candidate only"} for k in diff["incidents_only_with_b"]
+        ]
+        return [
+            head,
+            html.Div(
+                f"incidents: current {outcome.current['incidents']}, "
+                f"candidate {outcome.candidate['incidents']}; "
+                f"openings {diff['openings']['a']} vs {diff['openings']['b']}",
+                id="policy-replay-counts",
+            ),
+            table(
+                "policy-replay-only",
+                [Col("incident (host|component|fault)", "incident"), Col("raised by", "raised by")],
+                only,
+            ),
+            html.Div(
+                [
+                    _summary_table("policy-replay-actions", outcome.current, outcome.candidate, "actions"),
+                    _summary_table("policy-replay-alerts", outcome.current, outcome.candidate, "alerts"),
+                ],
+                className="two-col",
+            ),
+        ]
+
+
+PAGE = PageSpec(
+    page_id="policy",
+    name="Policy",
+    path="/policy",
+    render=render,
+    static=replay_form,
+    callbacks=register_replay_callback,
+)

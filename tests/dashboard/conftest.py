@@ -38,10 +38,24 @@ def token_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def dashboard(fleet: BuiltFleet, fleet_store: Store, token_file: Path) -> Iterator[DashboardServer]:
+def candidate_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A candidate that ignores thermal throttling and tolerates hotter GPUs."""
+    path = tmp_path_factory.mktemp("policy") / "candidate.toml"
+    path.write_text("[gpu]\nthermal_throttle = false\ntemperature_warn_celsius = 120\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def dashboard(
+    fleet: BuiltFleet, fleet_store: Store, token_file: Path, candidate_policy: Path
+) -> Iterator[DashboardServer]:
     config = load_config(
         env={},
-        overrides={"dashboard.operator_token_file": str(token_file), "dashboard.refresh_seconds": 3600.0},
+        overrides={
+            "dashboard.operator_token_file": str(token_file),
+            "dashboard.refresh_seconds": 3600.0,
+            "dashboard.candidate_policy_file": str(candidate_policy),
+        },
     )
     server = serve_dashboard(fleet_store, config, port=0, now=lambda: fleet.end_ts)
     yield server

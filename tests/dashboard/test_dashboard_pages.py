@@ -173,3 +173,17 @@ def test_policy_page_shows_the_shipped_xid_rules(browser: Browser, dashboard: Da
     rules = page.inner_text("#policy-xid")
     assert "79" in rules and "fallen off the bus" in rules.lower()
     page.close()
+
+
+def test_policy_replay_shows_what_the_candidate_would_not_have_raised(
+    browser: Browser, dashboard: DashboardServer, fleet: BuiltFleet
+) -> None:
+    page = _open(browser, dashboard, "/policy")
+    page.click("#policy-replay")
+    page.wait_for_selector("#policy-replay-result [data-attempt='1']", timeout=TIMEOUT_MS)
+    only = page.inner_text("#policy-replay-only")
+    # The hot GPU's thermal-throttling and temperature incidents are raised by the current policy only.
+    assert f"{fleet.hot_gpu_uuid}|throttle:thermal" in only and "current only" in only
+    assert f"{fleet.hot_gpu_uuid}|temperature:high" in only
+    assert "candidate only" not in only
+    page.close()
