@@ -65,7 +65,7 @@ class Fleet:
                 time.sleep(0.1)
         raise TimeoutError("controller did not start")
 
-    def agent_config(self, host: str, seed: int) -> Path:
+    def agent_config(self, host: str, seed: int, runtime: str = "enabled = false\n") -> Path:
         token = self.root / f"{host}.token"
         if not token.exists():
             token.write_text(add_token(self.root / "tokens.json", host))
@@ -76,18 +76,20 @@ class Fleet:
             f"flush_interval_seconds = 1.0\n"
             f'controller_url = "{self.url}"\ncontroller_token_file = "{token}"\n'
             f'spool_dir = "{self.root}/spool-{host}"\n'
-            f'[runtime]\nenabled = false\n[store]\npath = "{self.root}/{host}-unused.duckdb"\n'
+            f'[runtime]\n{runtime}[store]\npath = "{self.root}/{host}-unused.duckdb"\n'
             f'[simulate]\nfleet = "1x8"\nseed = {seed}\n'
         )
         return path
 
-    def start_agent(self, host: str, seed: int, duration: float) -> subprocess.Popen[bytes]:
+    def start_agent(
+        self, host: str, seed: int, duration: float, runtime: str = "enabled = false\n"
+    ) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             [
                 *FLEETGUARD,
                 "agent",
                 "--config",
-                str(self.agent_config(host, seed)),
+                str(self.agent_config(host, seed, runtime)),
                 "--duration",
                 str(duration),
             ],

@@ -1,0 +1,65 @@
+"""A command through real processes: operator -> controller -> ingest reply -> agent -> its runtime's
+executor (cordon_command) -> ack in the agent's next batch; run once however often it is delivered."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from fleetguard.controller.tokens import Role, add_token
+from tests.controller.fleet_processes import Fleet, free_port, stop, summary
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def _post_command(fleet: Fleet, operator: str, host: str) -> str:
+    request = urllib.request.Request(
+        fleet.url + "/v1/commands",
+        data=json.dumps({"host": host, "kind": "cordon", "reason": "test"}).encode(),
+        headers={"Authorization": f"Bearer {operator}"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return str(json.loads(response.read())["command"]["id"])
+
+
+def _commands(fleet: Fleet) -> list[dict[str, object]]:
+    with urllib.request.urlopen(fleet.url + "/v1/commands?host=a1", timeout=30) as response:
+        doc = json.loads(response.read())
+    return list(doc["commands"])
+
+
+def test_a_cordon_from_the_controller_runs_once_on_the_right_host(tmp_path: Path) -> None:
+    fleet = Fleet(tmp_path, free_port())
+    operator = add_token(tmp_path / "tokens.json", "*", Role.OPERATOR)
+    controller = fleet.start_controller()
+    marker = tmp_path / "cordoned"
+    argv = [
+        sys.executable,
+        "-c",
+        "import sys; open(sys.argv[1], 'a').write(sys.argv[2] + '\\n')",
+        str(marker),
+        "{host}",
+    ]
+    runtime = f"port = 0\ncordon_command = {json.dumps(argv)}\n"
+    agent = fleet.start_agent("a1", 1, duration=20, runtime=runtime)
+    bystander = fleet.start_agent("a2", 2, duration=20, runtime=runtime)
+    try:
+        fleet.wait_for_hosts({"a1", "a2"})
+        command_id = _post_command(fleet, operator, "a1")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(c["acked_ts"] for c in _commands(fleet)):
+            time.sleep(0.2)
+        time.sleep(3)  # more batches and replies: the command must not run again
+        [command] = _commands(fleet)
+        summary(agent)
+        summary(bystander)
+    finally:
+        stop(controller)
+    assert (command["command_id"], command["outcome"]) == (command_id, "done")
+    assert marker.read_text() == "a1\n"  # once, and only on a1
