@@ -36,6 +36,7 @@ from predictor.registry import ALL_MODELS, model_names
 from predictor.training import latest_per_device, train_from_views
 
 _DERIVED = "derived from the data when not given"
+_DASK_HELP = "Build the dataset on a Dask cluster (scheduler address, or `local`); docs/scale-out.md."
 
 
 @click.command("train")
@@ -53,6 +54,7 @@ _DERIVED = "derived from the data when not given"
 )
 @click.option("--out", type=PATH, required=True, help="Model directory to write.")
 @click.option("--seed", default=0, show_default=True)
+@click.option("--dask", "dask_address", help=_DASK_HELP)
 def train_command(
     samples: Path | None,
     failures: Path | None,
@@ -67,23 +69,35 @@ def train_command(
     train_window: float | None,
     out: Path,
     seed: int,
+    dask_address: str | None,
 ) -> None:
     """Train one model on the history and save it (arrays and JSON, no pickle) to --out."""
+    if dask_address:
+        from fleetguard.scale.dask_cli import check_dask_inputs
+
+        check_dask_inputs(model_name, samples, store)
     con, inputs = open_inputs(samples, failures, events, store, failure_xids)
     try:
         spec, _ = resolve(con, step, feature_window, horizon, None, None, quiet=True)
         note("building features and training ...", quiet)
         with counted_warnings(quiet):
-            trained = train_from_views(
-                con,
-                inputs.feature_columns,
-                model_name,
-                spec,
-                data_end_ts(con),
-                train_window,
-                seed,
-                categorical_columns=inputs.categorical_columns,
-            )
+            if dask_address:
+                from fleetguard.scale.dask_cli import train_dask
+
+                trained = train_dask(
+                    dask_address, con, inputs, (samples, failures, events), spec, train_window, seed
+                )
+            else:
+                trained = train_from_views(
+                    con,
+                    inputs.feature_columns,
+                    model_name,
+                    spec,
+                    data_end_ts(con),
+                    train_window,
+                    seed,
+                    categorical_columns=inputs.categorical_columns,
+                )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
     except duckdb.Error as exc:
@@ -138,6 +152,7 @@ def train_command(
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
 @click.option("--report", type=PATH, default=None, help="Write a self-contained HTML report here.")
 @click.option("--seed", default=0, show_default=True)
+@click.option("--dask", "dask_address", help=_DASK_HELP)
 def evaluate_command(
     samples: Path | None,
     failures: Path | None,
@@ -157,6 +172,7 @@ def evaluate_command(
     as_json: bool,
     report: Path | None,
     seed: int,
+    dask_address: str | None,
 ) -> None:
     """Backtest every model: retrain on the past only, score the next period, walk the whole history."""
     try:
@@ -172,8 +188,13 @@ def evaluate_command(
         note("building features ...", quiet)
         kinds = candidate_event_kinds(con)
         categories = candidate_categories(con, inputs.categorical_columns)
-        names = build_instances(con, inputs.feature_columns, spec, kinds, categories=categories)
-        inst = fetch_instances(con, names)
+        if dask_address:
+            from fleetguard.scale.dask_cli import instances_dask
+
+            inst = instances_dask(dask_address, con, inputs, (samples, failures, events), spec, store)
+        else:
+            names = build_instances(con, inputs.feature_columns, spec, kinds, categories=categories)
+            inst = fetch_instances(con, names)
         event_log = fetch_events(con, kinds)
         f_dev, f_ts = fetch_failures(con)
         end = data_end_ts(con)
