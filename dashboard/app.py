@@ -16,6 +16,7 @@ from dashboard.context import DashboardContext, StoreReader, install
 from dashboard.operator import OperatorDesk, Resolver
 from dashboard.pages import alerts, fleet, gpu, host, incidents, jobs, network, policy, predictions
 from dashboard.pages.live import PageSpec, register
+from dashboard.snapshot import FleetModel, SnapshotCache, build_fleet_model
 from fleetguard.config import Config
 
 ASSETS: Final = Path(__file__).parent / "assets"
@@ -57,12 +58,22 @@ def create_app(
     """
     clock = now or time.time
     token = read_operator_token(config.dashboard.operator_token_file)
+    threshold = config.predictor.risk_threshold
+
+    def build() -> FleetModel:
+        cur = store_reader.cursor()
+        try:
+            return build_fleet_model(cur, clock(), threshold)
+        finally:
+            cur.close()
+
     ctx = DashboardContext(
         reader=store_reader,
         now=clock,
         refresh_seconds=config.dashboard.refresh_seconds,
-        risk_threshold=config.predictor.risk_threshold,
+        risk_threshold=threshold,
         config=config,
+        fleet=SnapshotCache(build, config.dashboard.refresh_seconds),
         desk=OperatorDesk(store_reader, token, resolver, clock),
     )
     server = flask.Flask("fleetguard.dashboard")

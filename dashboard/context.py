@@ -14,6 +14,7 @@ from fleetguard.config import Config
 
 if TYPE_CHECKING:
     from dashboard.operator import OperatorDesk
+    from dashboard.snapshot import SnapshotCache
 
 _CONFIG_KEY: Final = "fleetguard.dashboard"
 
@@ -31,6 +32,7 @@ class DashboardContext:
     refresh_seconds: float
     risk_threshold: float
     config: Config  # the process's settings (the policy page shows the policy they select)
+    fleet: SnapshotCache  # the fleet model, shared by the fleet and network pages
     desk: OperatorDesk  # write actions (acknowledge, silence, resolve, replay), each checked for the token
 
     @contextlib.contextmanager

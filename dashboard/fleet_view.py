@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import functools
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dashboard.health import GpuSignals, Health, PortSignals, gpu_health, port_health, worst
 from dashboard.queries.events import EventCount
 from dashboard.queries.gpus import GpuState
 from dashboard.queries.network import PortCounters, PortState
-from dashboard.queries.predictions import Risk
 
 _LOST_KINDS = frozenset({"gpu_lost", "gpu_fallen_off_bus"})
 
@@ -104,12 +103,11 @@ def _merge(a: _GpuFaults | None, b: _GpuFaults | None) -> _GpuFaults:
 def gpu_views(
     states: Sequence[GpuState],
     events: Iterable[EventCount],
-    risks: Iterable[Risk],
+    risk_by_uuid: Mapping[str, float],
     now: float,
     threshold: float,
 ) -> list[GpuView]:
     faults = _faults_by_gpu(events)
-    risk_by_uuid = {r.device_id: r.risk for r in risks}
     out = []
     for s in states:
         f = _merge(faults.get((s.host, s.gpu_index)), faults.get((s.host, s.pci_bus_id or "")))

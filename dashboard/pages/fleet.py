@@ -20,38 +20,27 @@ from dashboard.components import (
 )
 from dashboard.context import DashboardContext
 from dashboard.figures import GRAPH_CONFIG
-from dashboard.fleet_view import GpuView, HostView, gpu_views, host_views, port_views, xid_classes
+from dashboard.fleet_view import GpuView, HostView, xid_classes
 from dashboard.health import COLOURS, Health
 from dashboard.pages.jobs import job_state
 from dashboard.pages.live import PageSpec, Params
 from dashboard.problems import open_problems
-from dashboard.queries.events import EventCount, event_counts
-from dashboard.queries.gpus import LIVE_WINDOW_SECONDS, latest_gpu_states
+from dashboard.queries.events import EventCount
 from dashboard.queries.ingest import TableIngest, ingest
 from dashboard.queries.jobs import JobSummary, jobs
-from dashboard.queries.network import port_counters, port_states
-from dashboard.queries.predictions import latest_risks
 
 FAULT_WINDOW_SECONDS = 3600.0
 TOP_AT_RISK = 10
 
 
 def render(ctx: DashboardContext, _params: Params) -> Any:
-    now = ctx.now()
+    model = ctx.fleet.get()
+    now = model.now
     with ctx.cursor() as cur:
-        states = latest_gpu_states(cur, now)
-        events = event_counts(cur, now - FAULT_WINDOW_SECONDS, now)
-        risks = latest_risks(cur, now)
-        ports = port_views(
-            port_states(cur, now - LIVE_WINDOW_SECONDS, now),
-            port_counters(cur, now - FAULT_WINDOW_SECONDS, now),
-            now,
-        )
         job_rows = jobs(cur, now)
         problems = open_problems(cur, now)
         ingest_rows = ingest(cur, now)
-    gpus = gpu_views(states, events, risks, now, ctx.risk_threshold)
-    hosts = host_views(gpus, ports)
+    gpus, hosts, events = model.gpus, model.hosts, model.events
     host_counts = Counter(h.health for h in hosts)
     gpu_counts = Counter(g.health for g in gpus)
     return [

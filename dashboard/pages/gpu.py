@@ -52,7 +52,7 @@ def render(ctx: DashboardContext, params: Params) -> Any:
         risk_points = risk_history(cur, uuid, now - span, now)
         findings = recent_findings(cur, now - span, now, gpu_uuid=uuid)
         gpu_incidents = incidents(cur, now - 86400, component_id=uuid) if "incidents" in tables(cur) else None
-    views = gpu_views(states, counts, risks, now, ctx.risk_threshold)
+    views = gpu_views(states, counts, {r.device_id: r.risk for r in risks}, now, ctx.risk_threshold)
     view = views[0] if views else None
     title = html.Div(
         [

@@ -56,7 +56,7 @@ def render(ctx: DashboardContext, params: Params) -> Any:
         host_incidents = (
             incidents(cur, now - HISTORY_SECONDS, host=host) if "incidents" in tables(cur) else None
         )
-    gpus = gpu_views(states, counts, risks, now, ctx.risk_threshold)
+    gpus = gpu_views(states, counts, {r.device_id: r.risk for r in risks}, now, ctx.risk_threshold)
     views = host_views(gpus, ports)
     if not views:
         return html.Div(

@@ -11,13 +11,13 @@ from dashboard import figures
 from dashboard.components import Col, health_breakdown, href, md_link, section, stat_card, table
 from dashboard.context import DashboardContext
 from dashboard.figures import GRAPH_CONFIG
-from dashboard.fleet_view import PortView, port_views
+from dashboard.fleet_view import PortView
 from dashboard.health import COLOURS, Health
 from dashboard.pages.live import PageSpec, Params
-from dashboard.queries.gpus import LIVE_WINDOW_SECONDS
-from dashboard.queries.network import link_flaps, port_counters, port_states
+from dashboard.queries.network import link_flaps
+from dashboard.snapshot import FAULT_WINDOW_SECONDS
 
-ERROR_WINDOW_SECONDS: Final = 3600.0
+ERROR_WINDOW_SECONDS: Final = FAULT_WINDOW_SECONDS  # the window of the fleet model's counters
 FLAP_HISTORY_SECONDS: Final = 86400.0
 FLAP_BUCKET_SECONDS: Final = 900.0
 WORST_PORTS: Final = 20
@@ -26,13 +26,9 @@ MAX_TABLE_PORTS: Final = 500
 
 
 def render(ctx: DashboardContext, _params: Params) -> Any:
-    now = ctx.now()
+    model = ctx.fleet.get()
+    now, ports = model.now, model.ports
     with ctx.cursor() as cur:
-        ports = port_views(
-            port_states(cur, now - LIVE_WINDOW_SECONDS, now),
-            port_counters(cur, now - ERROR_WINDOW_SECONDS, now),
-            now,
-        )
         flaps = link_flaps(cur, now - FLAP_HISTORY_SECONDS, now, FLAP_BUCKET_SECONDS)
     states = Counter(p.state.state or "unknown" for p in ports)
     rates = Counter(f"{p.state.rate_gbps:g} Gb/s" if p.state.rate_gbps else "unknown" for p in ports)

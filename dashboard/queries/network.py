@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from dashboard.queries.base import BUCKET, TS, Cursor, as_float, as_int, fetch
+from dashboard.queries.base import BUCKET, TS, Cursor, as_int, fetch
 
 # Counters that count faults (IBTA and mlx5 driver names); a port whose counter moved is not clean.
 ERROR_COUNTERS: Final = (
@@ -52,10 +52,7 @@ ORDER BY host, device, port
 
 def port_states(cur: Cursor, since: float, until: float, host: str | None = None) -> list[PortState]:
     rows = fetch(cur, _STATE_SQL, [since, until, host, host])
-    return [
-        PortState(str(r[0]), str(r[1]), int(r[2]), float(r[3]), r[4], r[5], as_float(r[6]), r[7])
-        for r in rows
-    ]
+    return [PortState(*r) for r in rows]  # typed by the table; rate_gbps may be NULL (None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,10 +68,11 @@ class PortCounters:
     rx_bytes_per_second: float
 
 
+_ERROR_PARAMS: Final = ", ".join("?" * len(ERROR_COUNTERS))
 _COUNTERS_SQL: Final = f"""
 SELECT host, device, port,
-       coalesce(sum(delta) FILTER (WHERE counter IN ({", ".join("?" * len(ERROR_COUNTERS))})), 0),
-       coalesce(sum(delta) FILTER (WHERE counter = ?), 0),
+       CAST(coalesce(sum(delta) FILTER (WHERE counter IN ({_ERROR_PARAMS})), 0) AS BIGINT),
+       CAST(coalesce(sum(delta) FILTER (WHERE counter = ?), 0) AS BIGINT),
        coalesce(avg(rate_per_second) FILTER (WHERE counter = ?), 0) * {WORD_BYTES},
        coalesce(avg(rate_per_second) FILTER (WHERE counter = ?), 0) * {WORD_BYTES}
 FROM nic_counters WHERE ts >= {TS} AND ts <= {TS} AND (? IS NULL OR host = ?)
@@ -85,10 +83,7 @@ GROUP BY host, device, port
 def port_counters(cur: Cursor, since: float, until: float, host: str | None = None) -> list[PortCounters]:
     params: list[object] = [*ERROR_COUNTERS, FLAP_COUNTER, *DATA_COUNTERS, since, until, host, host]
     rows = fetch(cur, _COUNTERS_SQL, params)
-    return [
-        PortCounters(str(r[0]), str(r[1]), int(r[2]), as_int(r[3]), as_int(r[4]), float(r[5]), float(r[6]))
-        for r in rows
-    ]
+    return [PortCounters(*r) for r in rows]  # typed and NULL-free from the SQL (coalesce)
 
 
 _FLAPS_SQL: Final = f"""

@@ -68,6 +68,16 @@ def drivers(explanations: str) -> list[Driver]:
     return sorted(out, key=lambda d: -abs(d.contribution))
 
 
+_RISK_SQL: Final = f"""
+SELECT device_id, arg_max(risk, ts) FROM predictions WHERE ts >= {TS} AND ts <= {TS} GROUP BY device_id
+"""
+
+
+def risk_by_device(cur: Cursor, now: float) -> dict[str, float]:
+    """Each GPU's newest score only: what the fleet page needs for 16,384 GPUs, without building records."""
+    return {str(r[0]): float(r[1]) for r in fetch(cur, _RISK_SQL, [now - RISK_WINDOW_SECONDS, now])}
+
+
 _HISTORY_SQL: Final = f"""
 SELECT epoch(ts), risk FROM predictions
 WHERE ts >= {TS} AND ts <= {TS} AND device_id = ? ORDER BY ts LIMIT 5000

@@ -26,7 +26,7 @@ from dashboard.queries.events import event_counts
 from dashboard.queries.gpus import bucket_seconds, gpu_series, latest_gpu_states
 from dashboard.queries.jobs import jobs, step_grid
 from dashboard.queries.network import port_counters, port_states
-from dashboard.queries.predictions import latest_risks
+from dashboard.queries.predictions import risk_by_device
 from fleetguard.config import ConfigError, load_config
 from fleetguard.store import Store
 from tests.dashboard.fleet_store import JOB_ID, SLOW_RANK, BuiltFleet
@@ -99,7 +99,11 @@ def test_views_over_the_built_store_find_each_scripted_fault(fleet: BuiltFleet) 
     with Store.open(fleet.path, read_only=True) as store:
         cur = store.cursor()
         gpus = gpu_views(
-            latest_gpu_states(cur, now), event_counts(cur, now - 3600, now), latest_risks(cur, now), now, 0.5
+            latest_gpu_states(cur, now),
+            event_counts(cur, now - 3600, now),
+            risk_by_device(cur, now),
+            now,
+            0.5,
         )
         ports = port_views(port_states(cur, now - 600, now), port_counters(cur, now - 3600, now), now)
     by_uuid = {g.state.uuid: g for g in gpus}
@@ -222,3 +226,24 @@ def test_server_closes_connections_beyond_its_bound_and_serves_again_after(fleet
                 assert time.monotonic() < deadline
                 time.sleep(0.1)
         server.close()
+
+
+def test_fleet_model_is_built_once_then_rebuilt_in_the_background_when_old() -> None:
+    from dashboard.snapshot import FleetModel, SnapshotCache
+
+    built: list[float] = []
+
+    def build() -> FleetModel:
+        built.append(float(len(built)))
+        return FleetModel(built[-1], [], [], [], [])
+
+    cache = SnapshotCache(build, max_age_seconds=3600.0)
+    assert cache.get().now == 0.0 and cache.get().now == 0.0
+    assert len(built) == 1  # young enough: no rebuild
+    cache.invalidate()
+    assert cache.get().now == 0.0  # the old model at once; the new one is built beside
+    deadline = time.monotonic() + 60
+    while cache.get().now != 1.0:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert len(built) == 2
