@@ -12,7 +12,7 @@ from dashboard.context import DashboardContext
 from dashboard.figures import GRAPH_CONFIG
 from dashboard.health import COLOURS, Health
 from dashboard.pages.live import PageSpec, Params
-from dashboard.queries.predictions import Risk, drivers, latest_risks
+from dashboard.queries.predictions import Risk, drivers, latest_risks, risk_summary
 
 SHOWN: Final = 200
 BINS: Final = 20
@@ -29,11 +29,10 @@ def explain(risk: Risk, top: int = 3) -> str:
 def render(ctx: DashboardContext, _params: Params) -> Any:
     now = ctx.now()
     with ctx.cursor() as cur:
-        risks = latest_risks(cur, now)
-    if not risks:
+        risks = latest_risks(cur, now, limit=SHOWN)
+        summary = risk_summary(cur, now, ctx.risk_threshold, BINS)
+    if not risks or summary.newest_ts is None:
         return empty("no risk scores in the last 3 h: live scoring is off or has not run yet")
-    above = [r for r in risks if r.risk >= ctx.risk_threshold]
-    newest = max(r.ts for r in risks)
     models = sorted({r.model_id for r in risks})
     rows = [
         {
@@ -44,7 +43,7 @@ def render(ctx: DashboardContext, _params: Params) -> Any:
             "why": explain(r),
             "scored": ago(now - r.ts),
         }
-        for i, r in enumerate(risks[:SHOWN], start=1)
+        for i, r in enumerate(risks, start=1)
     ]
     cols = [
         Col("rank", "rank", "int"),
@@ -58,13 +57,16 @@ def render(ctx: DashboardContext, _params: Params) -> Any:
         html.Div(
             [
                 stat_card(
-                    "GPUs scored", str(len(risks)), f"newest round {ago(now - newest)}", card_id="card-scored"
+                    "GPUs scored",
+                    str(summary.scored),
+                    f"newest round {ago(now - summary.newest_ts)}",
+                    card_id="card-scored",
                 ),
                 stat_card(
                     "At risk",
-                    str(len(above)),
+                    str(summary.above),
                     f"risk >= {ctx.risk_threshold:g}",
-                    health=Health.DEGRADED if above else Health.HEALTHY,
+                    health=Health.DEGRADED if summary.above else Health.HEALTHY,
                     card_id="card-at-risk",
                 ),
                 stat_card("Model", models[-1] if models else "—", f"horizon {risks[0].horizon_hours:g} h"),
@@ -72,20 +74,18 @@ def render(ctx: DashboardContext, _params: Params) -> Any:
             className="cards",
         ),
         section(
-            "Risk distribution", dcc.Graph(figure=_histogram(risks, ctx.risk_threshold), config=GRAPH_CONFIG)
+            "Risk distribution",
+            dcc.Graph(figure=_histogram(summary.histogram, ctx.risk_threshold), config=GRAPH_CONFIG),
         ),
         section(
-            f"Ranking (top {min(SHOWN, len(risks))})",
+            f"Ranking (top {len(risks)} of {summary.scored})",
             table("predictions-table", cols, rows, page_size=20),
             section_id="predictions-ranking",
         ),
     ]
 
 
-def _histogram(risks: list[Risk], threshold: float) -> Any:
-    counts = [0] * BINS
-    for r in risks:
-        counts[min(BINS - 1, max(0, int(r.risk * BINS)))] += 1
+def _histogram(counts: list[int], threshold: float) -> Any:
     labels = [f"{i / BINS:.2f}" for i in range(BINS)]
     colours = [
         COLOURS[Health.DEGRADED] if (i / BINS) >= threshold else COLOURS[Health.HEALTHY] for i in range(BINS)

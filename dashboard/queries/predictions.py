@@ -31,9 +31,10 @@ ORDER BY risk DESC
 """
 
 
-def latest_risks(cur: Cursor, now: float, host: str | None = None) -> list[Risk]:
-    """Each GPU's newest score, most at risk first."""
-    rows = fetch(cur, _LATEST_SQL, [now - RISK_WINDOW_SECONDS, now, host, host])
+def latest_risks(cur: Cursor, now: float, host: str | None = None, limit: int | None = None) -> list[Risk]:
+    """Each GPU's newest score, most at risk first (the first `limit`)."""
+    sql = _LATEST_SQL if limit is None else f"{_LATEST_SQL} LIMIT {int(limit)}"
+    rows = fetch(cur, sql, [now - RISK_WINDOW_SECONDS, now, host, host])
     return [
         Risk(str(r[0]), str(r[1]), float(r[2]), float(r[3]), str(r[4]), float(r[5]), str(r[6] or "[]"))
         for r in rows
@@ -76,6 +77,35 @@ SELECT device_id, arg_max(risk, ts) FROM predictions WHERE ts >= {TS} AND ts <= 
 def risk_by_device(cur: Cursor, now: float) -> dict[str, float]:
     """Each GPU's newest score only: what the fleet page needs for 16,384 GPUs, without building records."""
     return {str(r[0]): float(r[1]) for r in fetch(cur, _RISK_SQL, [now - RISK_WINDOW_SECONDS, now])}
+
+
+@dataclass(frozen=True, slots=True)
+class RiskSummary:
+    scored: int
+    above: int  # at or above the threshold
+    newest_ts: float | None
+    histogram: list[int]  # GPUs per bin of width 1 / len(histogram)
+
+
+_SUMMARY_SQL: Final = f"""
+WITH latest AS (
+  SELECT device_id, arg_max(risk, ts) AS risk, max(ts) AS ts FROM predictions
+  WHERE ts >= {TS} AND ts <= {TS} GROUP BY device_id
+)
+SELECT least(CAST(floor(risk * ?) AS BIGINT), ? - 1) AS bin, count(*), count(*) FILTER (WHERE risk >= ?),
+       epoch(max(ts))
+FROM latest GROUP BY bin
+"""
+
+
+def risk_summary(cur: Cursor, now: float, threshold: float, bins: int) -> RiskSummary:
+    """How many GPUs were scored, how many are at risk, and the distribution, counted in SQL."""
+    rows = fetch(cur, _SUMMARY_SQL, [now - RISK_WINDOW_SECONDS, now, bins, bins, threshold])
+    histogram = [0] * bins
+    for r in rows:
+        histogram[max(0, min(bins - 1, int(r[0])))] += int(r[1])
+    newest = max((float(r[3]) for r in rows), default=None)
+    return RiskSummary(sum(histogram), sum(int(r[2]) for r in rows), newest, histogram)
 
 
 _HISTORY_SQL: Final = f"""
