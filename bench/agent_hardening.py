@@ -47,6 +47,7 @@ class ScrapeResult:
     p99_ms: float
     max_ms: float
     rounds_per_second: float
+    agent_cpu_ms_per_scrape: float  # the agent's whole CPU over the window (sampling included) / scrapes
 
 
 @dataclass
@@ -66,8 +67,8 @@ def baseline_tree(revision: str, into: Path) -> Path:
 
 
 @contextmanager
-def agent(tree: Path, work: Path, args: list[str], env: dict[str, str]) -> Iterator[int]:
-    """A running agent from `tree`; yields its /metrics port; SIGTERM at the end."""
+def agent(tree: Path, work: Path, args: list[str], env: dict[str, str]) -> Iterator[tuple[int, int]]:
+    """A running agent from `tree`; yields its /metrics port and pid; SIGTERM at the end."""
     full_env = {
         **os.environ,
         "PYTHONPATH": str(tree),
@@ -95,7 +96,7 @@ def agent(tree: Path, work: Path, args: list[str], env: dict[str, str]) -> Itera
         proc.kill()
         raise RuntimeError(f"agent from {tree} did not start: {line}{proc.stderr.read()}")
     try:
-        yield int(match.group(1))
+        yield int(match.group(1)), proc.pid
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -121,11 +122,12 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def run_scrapers(tree: Path, work: Path, scrapers: int, seconds: float, interval: float) -> ScrapeResult:
-    with agent(tree, work, ["--simulate", "1x8"], {}) as port:
+    with agent(tree, work, ["--simulate", "1x8"], {}) as (port, pid):
         time.sleep(5)  # warm up: first rounds, first flush
         latencies: list[float] = []
         errors = 0
         rounds0, t0 = metric(scrape(port), "fleetguard_agent_rounds_total"), time.monotonic()
+        cpu0 = cpu_seconds(pid)
         tick = time.monotonic()
         while tick < t0 + seconds:
             time.sleep(max(0.0, tick - time.monotonic()))
@@ -133,11 +135,24 @@ def run_scrapers(tree: Path, work: Path, scrapers: int, seconds: float, interval
             latencies += done
             errors += failed
             tick += interval
+        cpu1 = cpu_seconds(pid)
         rounds1, t1 = metric(scrape(port), "fleetguard_agent_rounds_total"), time.monotonic()
     ms = [1000 * v for v in latencies]
     return ScrapeResult(
-        len(ms), errors, statistics.median(ms), percentile(ms, 0.99), max(ms), (rounds1 - rounds0) / (t1 - t0)
+        len(ms),
+        errors,
+        statistics.median(ms),
+        percentile(ms, 0.99),
+        max(ms),
+        (rounds1 - rounds0) / (t1 - t0),
+        1000 * (cpu1 - cpu0) / max(1, len(ms)),
     )
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, all threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def burst(port: int, n: int, timeout: float = 60.0) -> tuple[list[float], int]:
@@ -198,7 +213,7 @@ def run_storm(tree: Path, work: Path, lines: int, timeout: float) -> StormResult
         "FLEETGUARD_COLLECTORS_NVML": "false",
         "FLEETGUARD_COLLECTORS_RDMA": "false",
     }
-    with agent(tree, work, [], env) as port:
+    with agent(tree, work, [], env) as (port, _):
         time.sleep(3)
         written = threading.Event()
         writer = threading.Thread(target=write_storm, args=(fifo, lines, written), daemon=True)
@@ -265,7 +280,8 @@ def main() -> None:
                 scrape_rows.append(
                     f"| {label} | {args.scrapers} every {args.scrape_interval:g} s | {r.scrapes} "
                     f"| {r.errors} | {r.p50_ms:.1f} | {r.p99_ms:.1f} | {r.max_ms:.0f} "
-                    f"| {r.rounds_per_second:.2f} | {os.getloadavg()[0]:.1f} |"
+                    f"| {r.agent_cpu_ms_per_scrape:.2f} | {r.rounds_per_second:.2f} "
+                    f"| {os.getloadavg()[0]:.1f} |"
                 )
                 print(scrape_rows[-1], file=sys.stderr, flush=True)
             if "storm" not in args.skip:
@@ -281,10 +297,10 @@ def main() -> None:
                 print(storm_rows[-1], file=sys.stderr, flush=True)
     if scrape_rows:
         print(
-            "| code | scrapers | scrapes | errors | p50 (ms) | p99 (ms) | max (ms) | sampling rounds/s "
-            "| load average |"
+            "| code | scrapers | scrapes | errors | p50 (ms) | p99 (ms) | max (ms) "
+            "| agent CPU per scrape (ms) | sampling rounds/s | load average |"
         )
-        print("|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         print("\n".join(scrape_rows))
     if storm_rows:
         print()

@@ -261,6 +261,7 @@ def _error_response(exc: HttpError) -> Response:
 
 
 _LINGER_SECONDS = 1.0
+_MAX_REFUSED_LINGERING = 256  # refused connections waiting for their client to read the 503
 
 # ---- the server ----------------------------------------------------------------------------------------
 
@@ -294,6 +295,8 @@ class HttpServer:
         self._ids = itertools.count(1)
         self._stopping = False
         self._server: asyncio.AbstractServer | None = None
+        self._start_error: BaseException | None = None
+        self._refused_lingering = 0
 
     @property
     def port(self) -> int:
@@ -309,6 +312,8 @@ class HttpServer:
         self._thread = threading.Thread(target=self._run, args=(ready,), name=self._name, daemon=True)
         self._thread.start()
         ready.wait()
+        if self._start_error is not None:
+            raise self._start_error
 
     def stop(self) -> None:
         """Stop accepting, close idle connections, give in-flight requests `shutdown_grace_seconds` to be
@@ -351,6 +356,8 @@ class HttpServer:
             )
             ready.set()
             loop.run_forever()
+        except BaseException as exc:  # start() raises it in the caller's thread
+            self._start_error = exc
         finally:
             ready.set()
             tasks = asyncio.all_tasks(loop)
@@ -381,7 +388,14 @@ class HttpServer:
         if len(self._writers) >= self.limits.max_connections or self._stopping:
             self.stats.connections_refused += 1
             writer.write(encode_response(_error_response(HttpError(503, "too many connections")), False))
-            await _linger_close(reader, writer)
+            if self._refused_lingering >= _MAX_REFUSED_LINGERING:
+                writer.transport.abort()  # a flood: no socket may outstay its refusal
+                return
+            self._refused_lingering += 1
+            try:
+                await _linger_close(reader, writer)
+            finally:
+                self._refused_lingering -= 1
             return
         connection = Connection(conn_id, _address(writer, "peername"), _address(writer, "sockname"))
         self._writers[conn_id] = (writer, False)
