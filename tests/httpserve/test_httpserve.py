@@ -357,10 +357,3 @@ def test_depth_check_agrees_with_the_parsed_value(value: object, limit: int) -> 
     assert json_depth_exceeds(body, limit) == (_depth(value) > limit)
     if _depth(value) <= limit:
         assert loads_json(body, limit) == value
-
-
-def test_a_server_that_cannot_start_serving_raises_in_start() -> None:
-    server = HttpServer(echo, "127.0.0.1", 0, ssl_context=object())  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="SSLContext"):
-        server.start()
-    server.stop()
