@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FETCH_BATCH = 256  # messages per pull; they are committed as one group or a few
-FETCH_WAIT_SECONDS = 1.0
+FETCH_WAIT_SECONDS = 0.1
+MAX_GROUPS_IN_FLIGHT = 8
 COMMIT_WAIT_SECONDS = 30.0
 ACK_WAIT_SECONDS = 60.0  # JetStream redelivers a message not acked this long after delivery
 MAX_ACK_PENDING = 4096
@@ -127,12 +128,24 @@ class NatsConsumer:
         )
         self.stats.connected = True
         log.info("ingesting pool %s from NATS stream %s", self.pool, self.stream)
-        while not self._stop.is_set():
-            try:
-                msgs = await sub.fetch(FETCH_BATCH, timeout=FETCH_WAIT_SECONDS)
-            except nats.errors.TimeoutError:
-                continue
-            await self.handle(msgs)
+        # Groups waiting for their commit while the next pull goes on (as HTTP workers do): a slow commit
+        # does not hold back the pull of what arrived meanwhile, which then joins the next commit.
+        in_flight: set[asyncio.Task[None]] = set()
+        try:
+            while not self._stop.is_set():
+                if len(in_flight) >= MAX_GROUPS_IN_FLIGHT:
+                    _, in_flight = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+                try:
+                    # A pull for a batch returns when it is full or expires: a short expiry bounds how long
+                    # a message waits for others to join it, at a few idle pulls a second.
+                    msgs = await sub.fetch(FETCH_BATCH, timeout=FETCH_WAIT_SECONDS)
+                except nats.errors.TimeoutError:
+                    continue
+                in_flight.add(asyncio.create_task(self.handle(msgs)))
+                in_flight = {t for t in in_flight if not t.done()}
+        finally:
+            if in_flight:
+                await asyncio.wait(in_flight)
 
     async def handle(self, msgs: list[Msg]) -> None:
         """Check, submit and wait for the writer; then ack, term or nak each message."""
