@@ -1,10 +1,10 @@
 """Dashboard render times in a real browser over a 2,048-host x 8-GPU x 24 h store (bench/dashboard_store.py).
 
-For each page: time to first render (navigate in a new tab until the page body and every plot in it are drawn;
-the browser's cache is warm after the first load, as for an operator who has the dashboard open) and time to a
-live refresh (the refresh button, i.e. the callback that dcc.Interval fires, until the redrawn body is in the
-page), p50 and p95 over --runs. Also the server-side render time of each page (queries plus building the
-components), which is the part that grows with the fleet.
+For each page: time to first render (navigate in a new tab until the page body, every plot and every table
+in it are drawn; the browser's cache is warm after the first load, as for an operator who has the dashboard
+open) and time to a live refresh (the refresh button, i.e. the callback that dcc.Interval fires, until the
+redrawn body is in the page), p50 and p95 over --runs. Also the server-side render time of each page
+(queries plus building the components), which is the part that grows with the fleet.
 
 Headless Debian chromium driven by Playwright; the dashboard served by `serve_dashboard` in this process on
 loopback, over the store opened read-only, with the clock fixed at the store's end.
@@ -41,8 +41,12 @@ DRAWN = """(id) => {
   const body = document.getElementById(id + '-body');
   if (!body || body.children.length === 0) return false;
   if (document.querySelector('[data-dash-is-loading="true"]')) return false;
-  const plots = body.querySelectorAll('.js-plotly-plot');
-  for (const p of plots) { if (!p.querySelector('.main-svg')) return false; }
+  for (const p of body.querySelectorAll('.js-plotly-plot')) {
+    if (!p.querySelector('.main-svg')) return false;
+  }
+  for (const t of body.querySelectorAll('.dash-table-container')) {
+    if (!t.querySelector('table')) return false;
+  }
   return true;
 }"""
 
@@ -141,6 +145,7 @@ def main() -> None:
     parser.add_argument("--store", default="/tmp/dbench.duckdb")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--build", action="store_true", help="build the store first (minutes)")
+    parser.add_argument("--only", default="", help="comma-separated page ids to measure (default: all)")
     args = parser.parse_args()
     path = Path(args.store)
     if args.build:
@@ -151,6 +156,8 @@ def main() -> None:
         counts = {t: n for t, n in store.counts().items() if n}
         print(f"store {path}: {path.stat().st_size / 2**30:.2f} GiB, rows {counts}", flush=True)
         targets = pages(store)
+        if args.only:
+            targets = [t for t in targets if t[0] in args.only.split(",")]
         # The refresh button fires the callback dcc.Interval fires; no timer in between the measurements.
         config = load_config(env={}, overrides={"dashboard.refresh_seconds": 3600.0})
         server = serve_dashboard(store, config, port=0, now=lambda: END_TS)

@@ -177,7 +177,7 @@ def live_page(
                 ],
                 className="page-tools",
             ),
-            dcc.Loading(html.Div(body, id=f"{page_id}-body"), delay_show=400, type="dot"),
+            html.Div(body, id=f"{page_id}-body"),
             html.Div(static, id=f"{page_id}-static"),
         ],
         className="page",

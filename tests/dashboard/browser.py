@@ -66,3 +66,23 @@ def chromium() -> Iterator[Browser]:
                 context.close()
     finally:
         shutil.rmtree(profile, ignore_errors=True)
+
+
+# A page is drawn when its body is filled, no callback is pending, every plot has its SVG and every table its
+# rows (DataTable's bundle loads on first use, after the layout).
+DRAWN_JS = """() => {
+  const body = document.querySelector('[id$="-body"]');
+  if (!body || body.children.length === 0) return false;
+  if (document.querySelector('[data-dash-is-loading="true"]')) return false;
+  for (const p of document.querySelectorAll('.js-plotly-plot')) {
+    if (!p.querySelector('.main-svg')) return false;
+  }
+  for (const t of document.querySelectorAll('.dash-table-container')) {
+    if (!t.querySelector('table')) return false;
+  }
+  return true;
+}"""
+
+
+def wait_drawn(page: Any, timeout_ms: int = 60_000) -> None:
+    page.wait_for_function(DRAWN_JS, timeout=timeout_ms)

@@ -9,7 +9,7 @@ import pytest
 
 from dashboard.server import DashboardServer
 from fleetguard.store import Store
-from tests.dashboard.browser import Browser
+from tests.dashboard.browser import Browser, wait_drawn
 from tests.dashboard.conftest import OPERATOR_TOKEN
 from tests.dashboard.fleet_store import BuiltFleet
 
@@ -21,6 +21,7 @@ def _open(browser: Browser, dashboard: DashboardServer, path: str) -> Any:
     page = browser.new_page()
     page.goto(dashboard.url.rstrip("/") + path)
     page.wait_for_selector(".page-tools", timeout=TIMEOUT_MS)
+    wait_drawn(page, TIMEOUT_MS)
     return page
 
 
@@ -63,11 +64,14 @@ def test_drill_down_from_fleet_to_host_to_gpu_to_incident(
     page = _open(browser, dashboard, "/")
     page.click("#fleet-attention a:text-is('sim-host-001')", timeout=TIMEOUT_MS)
     page.wait_for_url("**/hosts/sim-host-001", timeout=TIMEOUT_MS)
+    wait_drawn(page, TIMEOUT_MS)
     page.click("#host-gpus a:text-is('GPU 2')", timeout=TIMEOUT_MS)
     page.wait_for_url(f"**/gpus/{fleet.failed_gpu_uuid}", timeout=TIMEOUT_MS)
+    wait_drawn(page, TIMEOUT_MS)
     incident_id = _incident_of(fleet_store, fleet.failed_gpu_uuid, "xid:48")
     page.click(f"#gpu-incidents a:text-is('{incident_id}')", timeout=TIMEOUT_MS)
     page.wait_for_url(f"**/incidents/{incident_id}", timeout=TIMEOUT_MS)
+    wait_drawn(page, TIMEOUT_MS)
     page.wait_for_selector("#incident-evidence", timeout=TIMEOUT_MS)
     assert "xid:48" in page.inner_text(".cards")
     assert "drain" in page.inner_text("#incident-ledger")

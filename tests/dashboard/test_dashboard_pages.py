@@ -10,7 +10,7 @@ import pytest
 
 from dashboard.server import DashboardServer
 from fleetguard.store import Store
-from tests.dashboard.browser import Browser
+from tests.dashboard.browser import Browser, wait_drawn
 from tests.dashboard.fleet_store import JOB_ID, SILENT_HOST, SLOW_RANK, BuiltFleet
 
 pytestmark = pytest.mark.integration
@@ -21,6 +21,7 @@ def _open(browser: Browser, dashboard: DashboardServer, path: str) -> Any:
     page = browser.new_page()
     page.goto(dashboard.url.rstrip("/") + path)
     page.wait_for_selector(".page-tools", timeout=TIMEOUT_MS)
+    wait_drawn(page, TIMEOUT_MS)
     return page
 
 
@@ -61,11 +62,13 @@ def test_drill_down_from_fleet_to_host_to_gpu(
     page = _open(browser, dashboard, "/")
     page.click("#fleet-attention a:text-is('sim-host-001')", timeout=TIMEOUT_MS)
     page.wait_for_url("**/hosts/sim-host-001", timeout=TIMEOUT_MS)
+    wait_drawn(page, TIMEOUT_MS)
     page.wait_for_selector("#host-gpus", timeout=TIMEOUT_MS)
     gpu_table = page.inner_text("#host-gpus")
     assert fleet.failed_gpu_uuid in gpu_table and "failed" in gpu_table
     page.click("#host-gpus a:text-is('GPU 2')", timeout=TIMEOUT_MS)
     page.wait_for_url(f"**/gpus/{fleet.failed_gpu_uuid}", timeout=TIMEOUT_MS)
+    wait_drawn(page, TIMEOUT_MS)
     page.wait_for_selector("#gpu-timeseries .main-svg", timeout=TIMEOUT_MS)
     title = page.inner_text(".title-row")
     assert "GPU 2" in title and "failed" in title and "fatal XID" in title
