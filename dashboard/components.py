@@ -122,6 +122,8 @@ def table(
         persistence=True,
         persisted_props=["sort_by", "filter_query", "page_current"],
         style_as_list_view=True,
+        # The table's own stylesheet: its markdown links would otherwise keep DataTable's pink.
+        css=[{"selector": ".dash-cell-value a", "rule": "color: #1f6fd6 !important;"}],
         style_table={"overflowX": "auto"},
         style_header={"fontWeight": "600", "backgroundColor": "#f3f5f8"},
         style_cell={"fontFamily": "inherit", "fontSize": "13px", "padding": "4px 8px", "textAlign": "left"},

@@ -273,6 +273,7 @@ def step_heatmap(grid: StepGrid) -> Figure:
         "x": [iso(t) for t in grid.bucket_ts],
         "y": [f"rank {r}" for r in grid.ranks],
         "colorscale": "YlOrRd",
+        "reversescale": True,  # plotly.js's YlOrRd runs red to yellow: slow (high) must be red
         "colorbar": {"title": {"text": "s / step"}},
         "hovertemplate": "%{y} %{x}<br>%{z:.3f} s<extra></extra>",
     }
