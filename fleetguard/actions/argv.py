@@ -6,6 +6,8 @@ argument of the command instead of becoming shell syntax."""
 
 from __future__ import annotations
 
+import os
+import pwd
 import re
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -66,17 +68,62 @@ class CommandResult:
         return self.returncode == 0
 
 
-def run_argv(argv: Sequence[str], timeout_seconds: float) -> CommandResult:
-    """Run `argv` (no shell), capture at most the last 2 kB of output for the action record."""
+@dataclass(frozen=True, slots=True)
+class RunAs:
+    """Credentials a command runs with when it is not to run as the agent: a user's uid, primary gid, no
+    supplementary groups, and a reset environment (the agent's may hold secrets the user could then read)."""
+
+    uid: int
+    gid: int
+    env: Mapping[str, str]
+
+    @classmethod
+    def user(cls, uid: int) -> RunAs:
+        """`uid`'s credentials; a uid without a passwd entry (a container's) gets the overflow group."""
+        try:
+            entry = pwd.getpwuid(uid)
+            gid, home, name = entry.pw_gid, entry.pw_dir, entry.pw_name
+        except KeyError:
+            gid, home, name = _OVERFLOW_GID, "/", str(uid)
+        env = {"PATH": _SAFE_PATH, "HOME": home, "USER": name, "LOGNAME": name, "LANG": "C.UTF-8"}
+        return cls(uid, gid, env)
+
+
+_OVERFLOW_GID = 65534
+_SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def run_as_for(owner_uid: int | None) -> RunAs | None:
+    """Who a command acting on a job of `owner_uid` runs as: the owner, when the agent is root and the
+    owner is another user; None (the agent itself) for root's jobs, jobs without an owner (the
+    controller's), or an agent that is not root (it cannot act beyond its own authority anyway)."""
+    if owner_uid is None or owner_uid == os.geteuid() or os.geteuid() != 0:
+        return None
+    return RunAs.user(owner_uid)
+
+
+def run_argv(argv: Sequence[str], timeout_seconds: float, run_as: RunAs | None = None) -> CommandResult:
+    """Run `argv` (no shell), capture at most the last 2 kB of output for the action record; with `run_as`,
+    as that user (in `/`, with its reset environment)."""
     try:
         done = subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=timeout_seconds, check=False, shell=False
+            list(argv),
+            capture_output=True,
+            text=True,
+            timeout=timeout_seconds,
+            check=False,
+            shell=False,
+            user=None if run_as is None else run_as.uid,
+            group=None if run_as is None else run_as.gid,
+            extra_groups=None if run_as is None else [],
+            env=None if run_as is None else dict(run_as.env),
+            cwd=None if run_as is None else "/",
         )
     except FileNotFoundError as exc:
         return CommandResult(tuple(argv), None, f"cannot start: {exc}")
     except subprocess.TimeoutExpired:
         return CommandResult(tuple(argv), None, f"timed out after {timeout_seconds:g} s")
-    except OSError as exc:
+    except (OSError, subprocess.SubprocessError) as exc:  # SubprocessError: could not switch user
         return CommandResult(tuple(argv), None, f"cannot start: {exc}")
     output = (done.stdout + done.stderr)[-2048:]
     return CommandResult(tuple(argv), done.returncode, output)

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from fleetguard.actions.argv import render_argv, run_argv
+from fleetguard.actions.argv import render_argv, run_argv, run_as_for
 from fleetguard.actions.terminate import terminate_group
 from fleetguard.clock import Clock, SystemClock
 from fleetguard.records.findings import ActionRecord
@@ -108,7 +108,7 @@ class ActionExecutor:
     def _restart(self, request: ActionRequest) -> tuple[str, str]:
         ranks = dict(self.local_ranks(request.job_id))
         if self.config.restart_command:
-            return self._run(self.config.restart_command, request, ranks)
+            return self._run(self.config.restart_command, request, ranks, as_owner=True)
         targets = {rank: ident for rank, ident in ranks.items() if ident is not None}
         owner_uid, _ = job_owner(request.job_id)
         if not targets or owner_uid is None:
@@ -126,17 +126,26 @@ class ActionExecutor:
         asked, asked_detail = self._ask_ranks(request.job_id, "stop", request.reason)
         if not self.config.stop_command:
             return asked, asked_detail
-        outcome, detail = self._run(self.config.stop_command, request, dict(self.local_ranks(request.job_id)))
+        ranks = dict(self.local_ranks(request.job_id))
+        outcome, detail = self._run(self.config.stop_command, request, ranks, as_owner=True)
         return outcome, f"{detail}; ranks: {asked_detail}"
 
     def _cordon(self, request: ActionRequest) -> tuple[str, str]:
         if not self.config.cordon_command:
             return "skipped", "no cordon command configured (runtime.cordon_command)"
+        # a host action, run as the agent (off unless an operator sets runtime.cordon_* and cordon_command)
         return self._run(self.config.cordon_command, request, dict(self.local_ranks(request.job_id)))
 
     def _run(
-        self, template: Sequence[str], request: ActionRequest, ranks: Mapping[int, ProcessIdentity | None]
+        self,
+        template: Sequence[str],
+        request: ActionRequest,
+        ranks: Mapping[int, ProcessIdentity | None],
+        as_owner: bool = False,
     ) -> tuple[str, str]:
+        """Run an operator's command. One that acts on a job (`as_owner`: restart, stop) runs with the job
+        owner's authority: any local user can report a job under any id (root's Slurm job's) and fake the
+        finding behind a restart, and `scancel {job}` run as root would end a job that user could not."""
         target = ranks.get(request.rank) if request.rank is not None else None
         values = {
             "job": job_owner(request.job_id)[1],  # the id the ranks reported (the scheduler's), not the key
@@ -144,6 +153,8 @@ class ActionExecutor:
             "rank": request.rank,
             "pid": target.pid if target is not None else None,
         }
-        result = run_argv(render_argv(template, values), self.config.command_timeout_seconds)
-        detail = f"ran {list(result.argv)} -> rc={result.returncode} {result.output.strip()[-300:]}"
+        run_as = run_as_for(job_owner(request.job_id)[0]) if as_owner else None
+        result = run_argv(render_argv(template, values), self.config.command_timeout_seconds, run_as)
+        who = f" as uid {run_as.uid}" if run_as is not None else ""
+        detail = f"ran {list(result.argv)}{who} -> rc={result.returncode} {result.output.strip()[-300:]}"
         return ("succeeded" if result.ok else "failed"), detail
