@@ -11,7 +11,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,14 @@ def free_port() -> int:
 class Fleet:
     root: Path
     port: int
+    started: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def cleanup(self) -> None:
+        """Kill whatever this fleet started and is still running (a test that failed half-way)."""
+        for proc in self.started:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
 
     @property
     def url(self) -> str:
@@ -54,6 +62,7 @@ class Fleet:
             stdout=log,
             stderr=subprocess.STDOUT,
         )
+        self.started.append(proc)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
@@ -84,7 +93,7 @@ class Fleet:
     def start_agent(
         self, host: str, seed: int, duration: float, runtime: str = "enabled = false\n"
     ) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             [
                 *FLEETGUARD,
                 "agent",
@@ -96,6 +105,8 @@ class Fleet:
             stdout=subprocess.PIPE,
             stderr=(self.root / f"{host}.log").open("ab"),
         )
+        self.started.append(proc)
+        return proc
 
     def hosts(self) -> dict[str, Any]:
         with urllib.request.urlopen(self.url + "/v1/hosts", timeout=10) as response:

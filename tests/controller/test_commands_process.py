@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fleetguard.controller.tokens import Role, add_token
-from tests.controller.fleet_processes import Fleet, free_port, stop, summary
+from tests.controller.fleet_processes import Fleet, stop, summary
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -34,8 +34,7 @@ def _commands(fleet: Fleet) -> list[dict[str, object]]:
     return list(doc["commands"])
 
 
-def test_a_cordon_from_the_controller_runs_once_on_the_right_host(tmp_path: Path) -> None:
-    fleet = Fleet(tmp_path, free_port())
+def test_a_cordon_from_the_controller_runs_once_on_the_right_host(tmp_path: Path, fleet: Fleet) -> None:
     operator = add_token(tmp_path / "tokens.json", "*", Role.OPERATOR)
     controller = fleet.start_controller()
     marker = tmp_path / "cordoned"

@@ -9,7 +9,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from tests.controller.fleet_processes import Fleet, free_port, kill, stop, summary
+from tests.controller.fleet_processes import Fleet, kill, stop, summary
 from tests.controller.helpers import metric_value
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -22,8 +22,7 @@ def _scalar(con: duckdb.DuckDBPyConnection, sql: str, *params: object) -> int:
     return int(row[0]) if row and row[0] is not None else 0
 
 
-def test_controller_and_agent_kills_store_every_batch_exactly_once(tmp_path: Path) -> None:
-    fleet = Fleet(tmp_path, free_port())
+def test_controller_and_agent_kills_store_every_batch_exactly_once(tmp_path: Path, fleet: Fleet) -> None:
     controller = fleet.start_controller()
     agents = {h: fleet.start_agent(h, seed, duration=22) for h, seed in (("a1", 1), ("a2", 2), ("a3", 3))}
     fleet.wait_for_hosts({"a1", "a2", "a3"})

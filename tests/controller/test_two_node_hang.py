@@ -80,8 +80,9 @@ def _get(fleet: Fleet, path: str) -> Any:
         return json.loads(response.read())
 
 
-def test_a_rank_stopped_on_node_1_is_named_by_the_controller_and_node_1_is_restarted(tmp_path: Path) -> None:
-    fleet = Fleet(tmp_path, free_port())
+def test_a_rank_stopped_on_node_1_is_named_by_the_controller_and_node_1_is_restarted(
+    tmp_path: Path, fleet: Fleet
+) -> None:
     controller = fleet.start_controller()
     # The agents' restarts only note the host (restart_command): the hang stays, so whether node 1's own agent
     # saw it first does not decide what is tested here, the controller's view of the job.
