@@ -27,7 +27,9 @@ Usage::
 blocks (the /metrics one answers with bytes it already holds). `ssl_context=` serves HTTPS.
 
 `request.connection.memo` keeps per-connection facts a handler looks up once (a sender's uid): a
-connection's requests are handled one at a time, in order.
+connection's requests are handled one at a time, in order. `owner_of=` names who holds a new connection (run
+on a worker once, before its first request; it may fill `memo`), and `Limits.max_connections_per_owner` caps
+each owner's share.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ import re
 import socket
 import ssl
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
@@ -54,6 +56,9 @@ class Limits:
     workers: int = 8  # handler threads
     backlog: int = 1024  # listen backlog: a burst of connections queues instead of being dropped
     max_connections: int = 4096  # beyond this a new connection is answered 503 and closed
+    # Beyond this many from one owner (HttpServer's `owner_of`: a local sender's uid) likewise, so that one
+    # user holding connections cannot take every one there is. None: no per-owner cap.
+    max_connections_per_owner: int | None = None
     max_header_bytes: int = 16 * 1024
     max_headers: int = 100
     max_body_bytes: int = 1 << 20
@@ -137,6 +142,7 @@ class Response:
 
 
 Handler = Callable[[Request], Response]
+OwnerOf = Callable[["Connection"], Hashable]
 
 
 @dataclass
@@ -144,7 +150,7 @@ class HttpStats:
     """Counts since start, updated on the server's loop thread (read them anywhere; they only grow)."""
 
     connections_accepted: int = 0
-    connections_refused: int = 0  # over max_connections
+    connections_refused: int = 0  # over max_connections or an owner's max_connections_per_owner
     requests: int = 0
     timeouts: int = 0  # connections closed for being too slow (head, body or answer)
     bad_requests: int = 0  # malformed, too large, unsupported
@@ -278,8 +284,11 @@ class HttpServer:
         name: str = "fleetguard-http",
         ssl_context: ssl.SSLContext | None = None,
         inline: bool = False,
+        owner_of: OwnerOf | None = None,
     ) -> None:
         self.limits = limits or Limits()
+        self._owner_of = owner_of
+        self._per_owner: dict[Hashable, int] = {}  # owner -> connections held (loop thread only)
         self.stats = HttpStats()
         self._handler = handler
         self._name = name
@@ -386,26 +395,57 @@ class HttpServer:
         conn_id = next(self._ids)
         self.stats.connections_accepted += 1
         if len(self._writers) >= self.limits.max_connections or self._stopping:
-            self.stats.connections_refused += 1
-            writer.write(encode_response(_error_response(HttpError(503, "too many connections")), False))
-            if self._refused_lingering >= _MAX_REFUSED_LINGERING:
-                writer.transport.abort()  # a flood: no socket may outstay its refusal
-                return
-            self._refused_lingering += 1
-            try:
-                await _linger_close(reader, writer)
-            finally:
-                self._refused_lingering -= 1
+            await self._refuse(reader, writer, "too many connections")
             return
         connection = Connection(conn_id, _address(writer, "peername"), _address(writer, "sockname"))
         self._writers[conn_id] = (writer, False)
+        owner: Hashable = None
+        counted = False
         try:
+            if self._owner_of is not None:
+                owner = await self._owner(connection)
+                cap = self.limits.max_connections_per_owner
+                if cap is not None and self._per_owner.get(owner, 0) >= cap:
+                    self._writers.pop(conn_id, None)
+                    await self._refuse(reader, writer, "too many connections from this user")
+                    return
+                self._per_owner[owner] = self._per_owner.get(owner, 0) + 1
+                counted = True
             await self._converse(reader, writer, connection)
         except (ConnectionError, OSError):
             pass  # the peer went away: nothing to answer
         finally:
-            self._writers.pop(conn_id, None)
+            if counted:
+                left = self._per_owner[owner] - 1
+                if left:
+                    self._per_owner[owner] = left
+                else:
+                    del self._per_owner[owner]
+            if self._writers.pop(conn_id, None) is not None:
+                await _linger_close(reader, writer)
+
+    async def _owner(self, connection: Connection) -> Hashable:
+        """Who holds `connection` (`owner_of`, on a worker: it may read /proc); None when that fails."""
+        assert self._owner_of is not None
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._owner_of, connection
+            )
+        except Exception:
+            log.exception("%s: looking up who holds a connection failed", self._name)
+            return None
+
+    async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, why: str) -> None:
+        self.stats.connections_refused += 1
+        writer.write(encode_response(_error_response(HttpError(503, why)), False))
+        if self._refused_lingering >= _MAX_REFUSED_LINGERING:
+            writer.transport.abort()  # a flood: no socket may outstay its refusal
+            return
+        self._refused_lingering += 1
+        try:
             await _linger_close(reader, writer)
+        finally:
+            self._refused_lingering -= 1
 
     async def _converse(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, connection: Connection

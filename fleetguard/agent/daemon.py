@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from collectors.protocol import Collector
 from fleetguard.agent.agent import Agent, EventFolder, RoundReport, RowBuffer, Schedule
 from fleetguard.agent.buffer import WriteBuffer
-from fleetguard.agent.limits import AGENT_DUCKDB, bound_native_threads
+from fleetguard.agent.limits import AGENT_DUCKDB, bound_native_threads, raise_open_file_limit
 from fleetguard.agent.metrics import MetricsState
 from fleetguard.agent.metrics_http import serve_metrics
 from fleetguard.clock import SystemClock
@@ -166,6 +166,7 @@ def run_daemon(
 def open_store(path: str) -> Store:
     """The store for writing, or a StartupError naming store.path and why it cannot be used."""
     bound_native_threads()  # before the store's first numpy import starts a BLAS pool per core
+    raise_open_file_limit()  # connections local users hold must not take the descriptors the agent needs
     try:
         return Store.open(path, limits=AGENT_DUCKDB)
     except StoreError as exc:

@@ -7,11 +7,16 @@ and peaked at 177 MB (tests/fixtures/h100/README.md). The agent writes small bat
   joins spill to disk rather than grow the agent);
 - BLAS/OpenMP pools: 1 thread, set before numpy is first imported (the store imports it lazily).
 An operator can still widen the pools through the same environment variables.
+
+Open files: the runtime endpoint may hold 2048 connections and /metrics 1024, and a restart needs a pidfd per
+target. Under the common soft limit of 1024 descriptors one local user holding connections would leave the
+agent none for its store, /proc reads and pidfds, so the soft limit is raised toward the hard one.
 """
 
 from __future__ import annotations
 
 import os
+import resource
 from collections.abc import MutableMapping
 from typing import Final
 
@@ -31,3 +36,19 @@ def bound_native_threads(environ: MutableMapping[str, str] | None = None) -> Non
     env = os.environ if environ is None else environ
     for name in NATIVE_POOL_VARIABLES:
         env.setdefault(name, "1")
+
+
+OPEN_FILES_WANTED: Final = 8192  # runtime (2048) + /metrics (1024) connections, files, pidfds, headroom
+
+
+def raise_open_file_limit(wanted: int = OPEN_FILES_WANTED) -> int:
+    """Raise the soft RLIMIT_NOFILE to `wanted` (at most the hard limit, never lower); the soft limit now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (OSError, ValueError):
+            pass  # a container may forbid it: the connection caps still bound what users can take
+    return soft

@@ -31,16 +31,21 @@ def tcp_peer(client: tuple[str, int], server: tuple[str, int], proc_root: str = 
     try:
         want_local, want_remote = _proc_hex(*client), _proc_hex(*server)
         table = "tcp6" if ":" in client[0] else "tcp"
-        lines = (Path(proc_root) / "net" / table).read_text().splitlines()[1:]
+        text = (Path(proc_root) / "net" / table).read_text()
     except (OSError, ValueError):
         return None
-    for line in lines:
-        fields = line.split()
-        if len(fields) > 9 and fields[1] == want_local and fields[2] == want_remote:
-            try:
-                return Sender(uid=int(fields[7]), socket_inode=int(fields[9]))
-            except ValueError:
-                return None
+    # Looked up at every accept: find the one line in C rather than split thousands of them in Python.
+    at = text.find(f" {want_local} {want_remote} ")
+    if at < 0:
+        return None
+    start = text.rfind("\n", 0, at) + 1
+    end = text.find("\n", at)
+    fields = text[start : end if end >= 0 else len(text)].split()
+    if len(fields) > 9 and fields[1] == want_local and fields[2] == want_remote:
+        try:
+            return Sender(uid=int(fields[7]), socket_inode=int(fields[9]))
+        except ValueError:
+            return None
     return None
 
 

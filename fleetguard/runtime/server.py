@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from fleetguard.clock import Clock
-from fleetguard.httpserve import HttpServer, HttpStats, Limits, Request, Response
+from fleetguard.httpserve import Connection, HttpServer, HttpStats, Limits, Request, Response
 from fleetguard.runtime.commands import Command
 from fleetguard.runtime.peer import Sender, tcp_peer
 from fleetguard.runtime.protocol import (
@@ -34,11 +34,14 @@ REPORT_PATH = "/v1/report"
 HEALTH_PATH = "/v1/health"
 # Ranks keep one connection each and report about once a second; a report is a few kB. Handlers are short
 # (parse, a dict update), so a few workers serve hundreds of ranks, and a connection that sends nothing,
-# or sends slowly, holds no worker (slowloris).
+# or sends slowly, holds no worker (slowloris). One uid holds at most a quarter of the connections (its
+# ranks' share, RuntimeLimits.max_ranks_per_uid, is 512), so a user holding all it may cannot lock out
+# another's ranks.
 HTTP_LIMITS = Limits(
     workers=4,
     backlog=1024,
     max_connections=2048,
+    max_connections_per_owner=512,
     max_body_bytes=MAX_REPORT_BYTES,
     request_timeout_seconds=10.0,
     idle_timeout_seconds=120.0,
@@ -103,7 +106,9 @@ class RuntimeServer:
         self._host = host
         self._clock = clock
         address = require_loopback(bind_address)
-        self._http = HttpServer(self._handle, address, port, limits, name="fleetguard-runtime")
+        self._http = HttpServer(
+            self._handle, address, port, limits, name="fleetguard-runtime", owner_of=_sender_uid
+        )
         self.stopping = False
 
     @property
@@ -178,6 +183,14 @@ class RuntimeServer:
             return 500, {"error": "internal error"}
         self.stats.reports_accepted += 1
         return 200, {"commands": [c.to_json() for c in commands]}
+
+
+def _sender_uid(connection: Connection) -> int | None:
+    """The uid holding a new connection (its share of connections is capped); the sender is remembered for
+    the connection's reports (a connection belongs to one process for its whole life)."""
+    sender = tcp_peer(connection.peer, connection.local)
+    connection.memo["sender"] = sender
+    return None if sender is None else sender.uid
 
 
 def _sender_process(sender: Sender, pid: int, memo: dict[str, Any]) -> ProcessIdentity | None:

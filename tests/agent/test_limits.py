@@ -71,3 +71,16 @@ def test_native_pools_get_one_thread_unless_the_operator_sized_them() -> None:
         "MKL_NUM_THREADS": "1",
         "NUMEXPR_NUM_THREADS": "1",
     }
+
+
+def test_the_open_file_limit_is_raised_toward_the_hard_limit() -> None:
+    # in a child: the test process's own limit stays as it was
+    code = (
+        "import resource\n"
+        "from fleetguard.agent.limits import raise_open_file_limit\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 6000))\n"
+        "print(raise_open_file_limit(8192), resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n"
+        "print(raise_open_file_limit(2048), resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split("\n")[:2] == ["6000 6000", "6000 6000"]  # capped at hard, never lowered

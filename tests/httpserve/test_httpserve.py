@@ -357,3 +357,44 @@ def test_depth_check_agrees_with_the_parsed_value(value: object, limit: int) -> 
     assert json_depth_exceeds(body, limit) == (_depth(value) > limit)
     if _depth(value) <= limit:
         assert loads_json(body, limit) == value
+
+
+def _get_from(source: str, port: int) -> bytes:
+    with socket.socket() as sock:
+        sock.settimeout(WAIT_SECONDS)
+        sock.bind((source, 0))
+        sock.connect(("127.0.0.1", port))
+        sock.sendall(b"GET /x HTTP/1.0\r\n\r\n")
+        return sock.recv(65536)
+
+
+def test_an_owner_beyond_its_share_is_answered_503_while_others_are_served() -> None:
+    # owners by source address: a client may bind any 127.x address, which is why the runtime uses uids
+    server = HttpServer(
+        echo,
+        "127.0.0.1",
+        0,
+        Limits(max_connections=8, max_connections_per_owner=2),
+        owner_of=lambda connection: connection.peer[0],
+    )
+    server.start()
+    try:
+        held = []
+        for _ in range(2):
+            sock = socket.socket()
+            sock.bind(("127.0.0.2", 0))
+            sock.connect(("127.0.0.1", server.port))
+            held.append(sock)
+        assert poll(lambda: server.stats.connections_accepted == 2)
+        third = socket.socket()
+        third.bind(("127.0.0.2", 0))
+        third.connect(("127.0.0.1", server.port))
+        third.sendall(b"GET /x HTTP/1.1\r\n\r\n")
+        assert third.recv(65536).startswith(b"HTTP/1.1 503 ")
+        third.close()
+        assert raw_request(server.port, b"GET /x HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 200 ")
+        for sock in held:
+            sock.close()
+        assert poll(lambda: _get_from("127.0.0.2", server.port).startswith(b"HTTP/1.1 200 "))  # share back
+    finally:
+        server.stop()
