@@ -51,6 +51,9 @@ def run_embedded(
         def describe() -> str:
             return f"{risk.describe()} | {incidents.describe()}"
 
+    from fleetguard.controller.embedded_ext import controller_extension
+
+    extensions.append(controller_extension(config))  # rollups and fleet correlation over this store
     dashboard_parts: dict[str, object] = {}
     if config.dashboard.enabled:
         from dashboard.embedded import dashboard_extension
