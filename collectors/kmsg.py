@@ -45,6 +45,7 @@ from collectors.file_tail import FileTail, TailResult
 from collectors.kmsg_classify import MAX_MESSAGE_CHARS, classify_kernel_message
 from collectors.kmsg_parse import KernelLine, Unparsed, parse_kernel_line
 from collectors.protocol import CollectorUnavailable
+from fleetguard.private_files import read_own_file, replace_file
 from fleetguard.records.telemetry import Batch, Event
 
 SOURCE: Final = "kmsg"
@@ -326,7 +327,9 @@ class KmsgCollector:
         if self.state_path is None:
             return None
         try:
-            state = json.loads(self.state_path.read_text())
+            # only the agent's own regular file: another user's (or a link) could claim a sequence number
+            # past records not yet handled, and so hide them
+            state = json.loads(read_own_file(self.state_path))
             seq = state["seq"]
             boot_id = state.get("boot_id")
         except FileNotFoundError:
@@ -344,11 +347,10 @@ class KmsgCollector:
     def _save_state(self, seq: int) -> None:
         if self.state_path is None:
             return
-        tmp = self.state_path.with_name(self.state_path.name + ".tmp")
         try:
             self.state_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps({"boot_id": self._boot_id, "seq": seq}))
-            os.replace(tmp, self.state_path)
+            # never through a link someone planted where the state (or a temporary file) goes
+            replace_file(self.state_path, json.dumps({"boot_id": self._boot_id, "seq": seq}).encode())
         except OSError:
             self._lines.count("state_write_error")
             return

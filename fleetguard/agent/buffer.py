@@ -32,6 +32,7 @@ from typing import Final
 
 import duckdb
 
+from fleetguard.private_files import append_line
 from fleetguard.store import Store, UnstorableRows
 from fleetguard.store.schema import TABLE_BY_RECORD
 
@@ -240,8 +241,8 @@ class WriteBuffer:
         buffered: it would be tried first on every flush and block every row behind it for good."""
         if self._rejected_path is not None:
             try:
-                with self._rejected_path.open("a", encoding="utf-8") as fh:
-                    fh.write(_rejected_line(row, error) + "\n")
+                # never through a link planted there, nor into a FIFO that would block the flush
+                append_line(self._rejected_path, _rejected_line(row, error))
             except OSError as write_exc:
                 self.rejected_rows += 1
                 log.error(

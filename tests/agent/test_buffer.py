@@ -230,3 +230,19 @@ def test_the_search_for_refused_rows_stops_at_its_time_budget_and_goes_on_next_f
     assert len(buffer) == 0
     assert buffer.rejected_rows == 16 and store.counts()["gpu_samples"] == 16
     assert flushes > 1
+
+
+def test_a_link_planted_at_the_rejected_file_is_not_written_through(
+    store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # the file sits beside the store (store.path + ".rejected.jsonl"), maybe in a directory a user can write
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    rejected = tmp_path / "rejected.jsonl"
+    rejected.symlink_to(victim)
+    buffer = WriteBuffer(store, rejected)
+    buffer.add([bad_sample(), *samples(2)])
+    with caplog.at_level(logging.ERROR):
+        assert buffer.flush() == 2
+    assert victim.read_text() == "precious\n"
+    assert buffer.rejected_rows == 1 and "'bad'" in caplog.text  # logged whole instead

@@ -356,3 +356,46 @@ def test_a_sequence_number_past_bigint_is_counted_and_dropped(tmp_path: Path, bo
     collector = make(path, boot_id)
     assert [(e.code, e.seq) for e in collector.collect(NOW).events] == [(48, 5)]
     assert collector.problems()["value_out_of_range"] == 2
+
+
+# A local user who can write where the state file lives (a relative "var/" under a user's directory, a
+# world-writable directory) must not be able to make the root agent write through a link, or feed it a
+# sequence number that hides kernel-log records.
+
+
+def test_a_link_planted_at_the_temporary_file_is_not_written_through(
+    kmsg: Path, boot_id: Path, tmp_path: Path
+) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    state = tmp_path / "kmsg.seq"
+    (tmp_path / "kmsg.seq.tmp").symlink_to(victim)
+    collector = make(kmsg, boot_id, state_path=str(state))
+    collector.collect(NOW)
+    collector.commit(3971)
+    collector.close()
+    assert victim.read_text() == "precious\n"
+    assert json.loads(state.read_text())["seq"] == 3971 and not state.is_symlink()
+
+
+def test_a_link_planted_at_the_state_file_is_replaced_not_followed(
+    kmsg: Path, boot_id: Path, tmp_path: Path
+) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text(json.dumps({"boot_id": boot_id.read_text().strip(), "seq": 10**9}))
+    state = tmp_path / "kmsg.seq"
+    state.symlink_to(victim)
+    collector = make(kmsg, boot_id, state_path=str(state))
+    assert len(collector.collect(NOW).events) == 8  # the link's "seq" is not believed
+    collector.commit(3971)
+    collector.close()
+    assert json.loads(victim.read_text())["seq"] == 10**9
+    assert not state.is_symlink() and json.loads(state.read_text())["seq"] == 3971
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to own a file as another user")
+def test_a_state_file_another_user_wrote_is_not_believed(kmsg: Path, boot_id: Path, tmp_path: Path) -> None:
+    state = tmp_path / "kmsg.seq"
+    state.write_text(json.dumps({"boot_id": boot_id.read_text().strip(), "seq": 10**9}))
+    os.chown(state, 65534, 65534)
+    assert len(make(kmsg, boot_id, state_path=str(state)).collect(NOW).events) == 8
