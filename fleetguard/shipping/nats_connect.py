@@ -4,12 +4,13 @@ when a connection is made, so an agent without the `scale` extra never loads it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import stat
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fleetguard.shipping.nats_subjects import host_token, split_urls
 
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_SECONDS = 5
+FIRST_CONNECT_SECONDS = 5.0
 RECONNECT_WAIT_SECONDS = 1
 # Publishes made while disconnected wait in nats-py's buffer; a batch stays spooled until acked anyway, so a
 # small buffer is enough and bounds memory during an outage.
@@ -102,7 +104,26 @@ async def connect(
     elif login.user:
         options["user"] = login.user
         options["password"] = login.password
-    nc = await nats.connect(
+    # nats-py retries a first connection inside connect() for ever with these options; bounding it lets the
+    # caller back off, count the failure, and stop promptly when asked to.
+    nc = await asyncio.wait_for(
+        _connect(nats, login, name, on_error or quiet, disconnected, reconnected, options),
+        FIRST_CONNECT_SECONDS,
+    )
+    client.append(nc)
+    return nc
+
+
+async def _connect(
+    nats: Any,
+    login: NatsLogin,
+    name: str,
+    on_error: Callable[[Exception], Awaitable[None]],
+    disconnected: Callable[[], Awaitable[None]],
+    reconnected: Callable[[], Awaitable[None]],
+    options: dict[str, object],
+) -> Client:
+    nc: Client = await nats.connect(
         servers=login.urls,
         name=name,
         connect_timeout=CONNECT_TIMEOUT_SECONDS,
@@ -111,10 +132,9 @@ async def connect(
         allow_reconnect=True,
         inbox_prefix=login.inbox_prefix,
         pending_size=PENDING_BYTES,
-        error_cb=on_error or quiet,
+        error_cb=on_error,
         disconnected_cb=disconnected,
         reconnected_cb=reconnected,
-        **options,  # type: ignore[arg-type]
+        **options,
     )
-    client.append(nc)
     return nc

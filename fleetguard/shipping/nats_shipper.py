@@ -148,8 +148,9 @@ class NatsShipper:
                 self.connected = True
                 log.info("connected to NATS %s", self._nc.connected_url)
             except Exception as exc:  # nats-py raises several unrelated types for "no server"
+                first = self.stats.errors == 0  # else said already (here or in _error)
                 self.stats.errors += 1
-                if self._failures == 0:
+                if first:
                     log.warning("NATS %s unreachable (%s); batches stay spooled", self.login.urls, exc)
                 return self._backoff()
         record = self.next_record()
@@ -162,6 +163,11 @@ class NatsShipper:
         import nats.errors
 
         if isinstance(exc, OSError | nats.errors.StaleConnectionError):
+            # The first connection is retried inside connect() for ever: say once that it is not there.
+            if not self.connected and self.stats.errors == 0:
+                log.warning("NATS %s unreachable (%s); batches stay spooled", self.login.urls, exc)
+            if not self.connected:
+                self.stats.errors += 1
             log.debug("NATS: %s", exc)
         else:
             log.warning("NATS: %s", exc)

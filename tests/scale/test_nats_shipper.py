@@ -1,0 +1,69 @@
+"""The agent's NATS shipper keeps a batch in its spool until JetStream acknowledged it: nothing is deleted
+while the server is down or has no stream for the subject; once both are there, the backlog is published."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from fleetguard.controller.nats_consumer import ensure_stream
+from fleetguard.shipping.nats_connect import NatsLogin, connect
+from fleetguard.shipping.nats_shipper import NatsShipper
+from fleetguard.shipping.spool import Spool
+from fleetguard.shipping.wire import encode
+from tests.controller.helpers import batch
+from tests.scale.natsd import CONTROLLER_USER, NatsServer, require_nats_server
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+def _wait(condition: Callable[[], bool], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise TimeoutError("condition never held")
+
+
+async def _stream_messages(server: NatsServer, create: bool) -> int:
+    login = NatsLogin([server.url], CONTROLLER_USER, server.passwords[CONTROLLER_USER])
+    nc = await connect(login, "test controller")
+    try:
+        js = nc.jetstream()
+        if create:
+            await ensure_stream(js, "FLEETGUARD")
+        return int((await js.stream_info("FLEETGUARD")).state.messages)
+    finally:
+        await nc.close()
+
+
+def test_batches_stay_spooled_until_jetstream_acks_them(tmp_path: Path) -> None:
+    require_nats_server()
+    spool = Spool(tmp_path / "spool", 1 << 20)
+    for seq in (1, 2, 3):
+        spool.append(encode(batch("a1", seq)))
+    server = NatsServer(tmp_path, {"a1": "red"})
+    login = NatsLogin([server.url], "a1", server.passwords["a1"], inbox_prefix="_INBOX.a1")
+    shipper = NatsShipper(spool, login, "red", "a1", clock=time.monotonic, rng=random.Random(1))
+    shipper.start()
+    try:
+        _wait(lambda: shipper.stats.errors >= 1)  # no server yet: connection attempts fail
+        assert spool.pending() == 3 and not shipper.connected
+        server.start()
+        _wait(lambda: shipper.connected)
+        time.sleep(1.5)  # connected, but no stream holds fleetguard.red.*: no ack, nothing deleted
+        assert spool.pending() == 3 and shipper.stats.committed == 0
+        assert asyncio.run(_stream_messages(server, create=True)) == 0
+        _wait(lambda: spool.pending() == 0)
+        assert shipper.stats.committed == 3
+        assert asyncio.run(_stream_messages(server, create=False)) == 3
+    finally:
+        shipper.stop()
+        spool.close()
+        server.stop()
