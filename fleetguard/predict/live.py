@@ -10,6 +10,7 @@ import json
 import math
 import tempfile
 import uuid as uuid_mod
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -25,14 +26,35 @@ from predictor.dataset import DatasetSpec, build_instances, data_end_ts, fetch_i
 from predictor.explain import top_drivers
 from predictor.training import latest_per_device, train_from_views
 
-# The demo model sees hourly samples of the simulated fleet, so it scores fine on a few hours of store data.
-_DEMO_SPEC = DatasetSpec(window_seconds=6 * 3600.0, horizon_seconds=3 * 86400.0, step_seconds=3600.0)
+
+@dataclass(frozen=True)
+class DemoShape:
+    """How a demo model is cut: its dataset spec and the simulated history it is trained on."""
+
+    spec: DatasetSpec
+    history_steps: int
+    n_gpus: int
+    failure_rate: float
 
 
-def train_demo_model(out_dir: Path, seed: int = 0) -> Path:
+# `fleetguard up` scores in minutes (features over the last 30 one-minute steps, failures within 6 h), so a
+# fresh demo store has a complete step to score a minute after start; an hourly model would have nothing
+# complete to score for up to an hour.
+MINUTE_DEMO = DemoShape(DatasetSpec(30 * 60.0, 6 * 3600.0, step_seconds=60.0), 2 * 24 * 60, 80, 0.5)
+# Hourly steps, a 6 h window and a 3-day horizon: the shape of a real fleet model.
+HOURLY_DEMO = DemoShape(DatasetSpec(6 * 3600.0, 3 * 86400.0, step_seconds=3600.0), 24 * 30, 120, 0.35)
+
+
+def train_demo_model(out_dir: Path, seed: int = 0, shape: DemoShape = MINUTE_DEMO) -> Path:
     """Train an XGBoost on a small simulated fleet history (seconds on one core) and save it to `out_dir`."""
     spec = HistorySpec(
-        n_gpus=120, n_steps=24 * 30, failure_rate=0.35, new_batch_share=0.0, weak_sku_factor=1.0, seed=seed
+        n_gpus=shape.n_gpus,
+        n_steps=shape.history_steps,
+        step_seconds=shape.spec.step_seconds,
+        failure_rate=shape.failure_rate,
+        new_batch_share=0.0,
+        weak_sku_factor=1.0,
+        seed=seed,
     )
     with tempfile.TemporaryDirectory() as tmp:
         samples, failures, _ = write_parquet(spec, Path(tmp))
@@ -44,14 +66,14 @@ def train_demo_model(out_dir: Path, seed: int = 0) -> Path:
 
             columns = tuple(c for c in inputs.feature_columns if c in gpu_feature_columns())
             trained = train_from_views(
-                con, columns, "xgboost", _DEMO_SPEC, data_end_ts(con), None, seed=seed, n_jobs=1
+                con, columns, "xgboost", shape.spec, data_end_ts(con), None, seed=seed, n_jobs=1
             )
         finally:
             con.close()
     return artifact.save(
         out_dir,
         trained.model,
-        _DEMO_SPEC,
+        shape.spec,
         columns,
         trained.event_kinds,
         trained.feature_names,

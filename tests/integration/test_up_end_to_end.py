@@ -35,6 +35,7 @@ def test_up_on_a_simulated_fleet_serves_metrics_and_live_risk_scores(tmp_path: P
             **os.environ,
             "FLEETGUARD_AGENT_FLUSH_INTERVAL_SECONDS": "1",
             "FLEETGUARD_RUNTIME_PORT": str(free_port()),
+            "FLEETGUARD_DASHBOARD_PORT": str(free_port()),
             "FLEETGUARD_COLLECTORS_KMSG_STATE_PATH": str(tmp_path / "kmsg.seq"),
         },
     )
@@ -46,7 +47,8 @@ def test_up_on_a_simulated_fleet_serves_metrics_and_live_risk_scores(tmp_path: P
             assert line, "fleetguard up exited before printing its metrics address"
             match = re.search(r"http://127\.0\.0\.1:(\d+)/metrics", line)
             port = int(match.group(1)) if match else None
-        deadline = time.monotonic() + 90  # the demo model is trained at start-up
+        # the demo model is trained at start-up, then scored once its first one-minute step is complete
+        deadline = time.monotonic() + 180
         risk: dict[str, float] = {}
         while not risk and time.monotonic() < deadline:
             risk = {k: v for k, v in scrape(port).items() if k.startswith("fleetguard_gpu_failure_risk")}

@@ -11,7 +11,13 @@ import pytest
 from click.testing import CliRunner
 
 from fleetguard.predict.cli import evaluate_command
-from fleetguard.predict.live import LiveScorer, at_risk_findings, complete_bucket_end, train_demo_model
+from fleetguard.predict.live import (
+    HOURLY_DEMO,
+    LiveScorer,
+    at_risk_findings,
+    complete_bucket_end,
+    train_demo_model,
+)
 from fleetguard.predict.store_reader import FailureRule, register_store
 from fleetguard.records.prediction import Prediction
 from fleetguard.records.telemetry import Event, GpuSample
@@ -114,7 +120,7 @@ def test_evaluate_reads_the_store_and_says_when_history_is_too_short(store_path:
 
 @pytest.fixture(scope="module")
 def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return train_demo_model(tmp_path_factory.mktemp("demo") / "model", seed=0)
+    return train_demo_model(tmp_path_factory.mktemp("demo") / "model", seed=0, shape=HOURLY_DEMO)
 
 
 def test_live_scorer_ranks_every_recent_gpu(store_path: Path, demo_model: Path) -> None:
@@ -153,7 +159,7 @@ def test_findings_are_raised_only_at_or_above_the_threshold() -> None:
 
 
 def test_demo_model_is_deterministic_under_its_seed(tmp_path: Path, demo_model: Path) -> None:
-    again = train_demo_model(tmp_path / "again", seed=0)
+    again = train_demo_model(tmp_path / "again", seed=0, shape=HOURLY_DEMO)
     x = np.random.default_rng(0).normal(size=(50, len(LiveScorer(demo_model).loaded.feature_names)))
     a = LiveScorer(demo_model).loaded.model.score(x.astype(np.float32))
     b = LiveScorer(again).loaded.model.score(x.astype(np.float32))
