@@ -73,9 +73,30 @@ class NatsConsumer:
         self.writer = writer
         self.controller_stats = stats
         self.stats = ConsumerStats()
+        stats.extra.append(self.exposition)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._nc: Client | None = None
+
+    def exposition(self) -> list[str]:
+        """Prometheus text for the controller's /metrics (lag and redeliveries are also NATS's to report)."""
+        s = self.stats
+        name = "fleetguard_controller_nats_messages_total"
+        outcomes = {
+            "delivered": s.delivered,
+            "acked": s.acked,
+            "redelivered": s.redelivered,
+            "terminated": s.terminated,
+            "naked": s.naked,
+        }
+        return [
+            f"# HELP {name} JetStream messages of this controller's pool, by what became of them.",
+            f"# TYPE {name} counter",
+            *(f'{name}{{pool="{self.pool}",outcome="{k}"}} {v}' for k, v in outcomes.items()),
+            "# HELP fleetguard_controller_nats_connected 1 while the pool's consumer is connected.",
+            "# TYPE fleetguard_controller_nats_connected gauge",
+            f'fleetguard_controller_nats_connected{{pool="{self.pool}"}} {int(s.connected)}',
+        ]
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="fleetguard-nats-consumer", daemon=True)

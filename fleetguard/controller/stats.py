@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fleetguard.controller.hosts import HostState
@@ -25,6 +26,8 @@ class ControllerStats:
     commands_acked: int = 0
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # More exposition lines from other ingest sources (the NATS consumer), appended as they render them.
+    extra: list[Callable[[], list[str]]] = field(default_factory=list)
 
     def refuse(self, reason: str) -> None:
         with self.lock:
@@ -133,4 +136,6 @@ def render(stats: ControllerStats, hosts: list[HostState], now: float, silent_af
         "Per host: seconds since it was last heard.",
         [(f'{{host="{_label(h.host)}"}}', max(0.0, now - h.last_seen)) for h in hosts],
     )
+    for lines in stats.extra:
+        out.extend(lines())
     return ("\n".join(out) + "\n").encode()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -144,6 +145,12 @@ def test_published_batches_go_through_the_ingest_checks(tmp_path: Path, nats: Na
         _wait(lambda: consumer.stats.acked == 1 and consumer.stats.terminated == 2)
         # Counted where HTTP refusals are (fleetguard_controller_batches_refused_total on /metrics).
         assert running.writer.stats.refused == {"wrong_host": 1, "malformed": 1}
+        with urllib.request.urlopen(f"http://127.0.0.1:{running.port}/metrics", timeout=30) as response:
+            metrics = response.read().decode()
+        assert 'fleetguard_controller_nats_messages_total{pool="red",outcome="acked"} 1' in metrics
+        assert 'fleetguard_controller_nats_messages_total{pool="red",outcome="terminated"} 2' in metrics
+        assert 'fleetguard_controller_nats_connected{pool="red"} 1' in metrics
+        assert 'fleetguard_controller_batches_refused_total{reason="wrong_host"} 1' in metrics
     finally:
         running.stop()
     con = duckdb.connect(str(tmp_path / "controller.duckdb"), read_only=True)
