@@ -434,3 +434,10 @@ def test_export_writes_hive_partitions_by_day_and_host_and_never_duplicates(
         "GROUP BY host ORDER BY host"
     ).fetchall()
     assert rows == [("a", 2), ("b", 1)]
+
+
+def test_migration_versions_only_increase() -> None:
+    # `migrate` applies the steps above a store's version in tuple order: a step listed out of order, or a
+    # version reused, would be skipped for every store already past it.
+    versions = [m.version for m in MIGRATIONS]
+    assert versions == sorted(set(versions))
