@@ -183,11 +183,27 @@ def loads_json(body: bytes, max_depth: int = Limits.max_json_depth) -> Any:
     if json_depth_exceeds(body, max_depth):
         raise JsonBodyError(f"JSON nested deeper than {max_depth} levels")
     try:
-        return json.loads(body)
+        doc = json.loads(body)
     except RecursionError as exc:  # unbalanced and deep: refused by the check's fallback above
         raise JsonBodyError(f"JSON nested deeper than {max_depth} levels") from exc
     except (ValueError, UnicodeDecodeError) as exc:
         raise JsonBodyError(f"body is not JSON: {exc}") from exc
+    if _SURROGATE_ESCAPE.search(body) and not _encodable(doc):
+        # json.loads turns an unpaired "\ud800" into a str that no UTF-8 column, file or log can hold:
+        # the store would refuse the batch holding it long after the request was answered 200
+        raise JsonBodyError("body is not JSON text: a \\u escape names a lone UTF-16 surrogate")
+    return doc
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # only then can a string hold a lone surrogate
+
+
+def _encodable(doc: object) -> bool:
+    try:
+        json.dumps(doc, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 # ---- wire format ---------------------------------------------------------------------------------------
@@ -428,9 +444,12 @@ class HttpServer:
         """Who holds `connection` (`owner_of`, on a worker: it may read /proc); None when that fails."""
         assert self._owner_of is not None
         try:
-            return await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._owner_of, connection
-            )
+            async with asyncio.timeout(self.limits.request_timeout_seconds):
+                loop = asyncio.get_running_loop()
+                return await loop.run_in_executor(self._executor, self._owner_of, connection)
+        except TimeoutError:
+            log.warning("%s: looking up who holds a connection took too long", self._name)
+            return None
         except Exception:
             log.exception("%s: looking up who holds a connection failed", self._name)
             return None

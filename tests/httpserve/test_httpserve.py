@@ -398,3 +398,16 @@ def test_an_owner_beyond_its_share_is_answered_503_while_others_are_served() -> 
         assert poll(lambda: _get_from("127.0.0.2", server.port).startswith(b"HTTP/1.1 200 "))  # share back
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize(
+    "body", [b'{"a": "\\ud800"}', b'["x\\udfffy"]', b'{"\\udc00": 1}', b'{"a": ["\\uD83D"]}']
+)
+def test_a_lone_surrogate_escape_is_not_json_text(body: bytes) -> None:
+    # json.loads would make a str that no UTF-8 column, file or log line can hold
+    with pytest.raises(JsonBodyError, match="lone UTF-16 surrogate"):
+        loads_json(body)
+
+
+def test_paired_surrogates_and_escaped_backslashes_are_fine() -> None:
+    assert loads_json(b'["\\ud83d\\ude00", "\\\\ud800"]') == ["\U0001f600", "\\ud800"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetguard.runtime.peer import Sender, pid_uid, tcp_peer, tcp_peer_uid
+from fleetguard.runtime.peer import Sender, diag_peer, pid_uid, proc_peer, tcp_peer, tcp_peer_uid
 
 HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
 
@@ -62,3 +62,18 @@ def test_on_this_machine_a_real_loopback_connection_is_found_with_our_uid(
             assert sender is not None and sender.uid == os.getuid()
             assert sender.socket_inode == os.fstat(client.fileno()).st_ino
     assert pid_uid(os.getpid()) == os.getuid()
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "::1"])
+def test_the_kernels_answer_for_one_socket_matches_proc_net_tcp(address: str) -> None:
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.create_server((address, 0), family=family) as server:
+        client = socket.create_connection(server.getsockname()[:2])
+        accepted, _ = server.accept()
+        ends = (client.getsockname()[:2], client.getpeername()[:2])
+        found = diag_peer(*ends)
+        assert found is not None and found == proc_peer(*ends)
+        assert found.uid == os.geteuid() and found.socket_inode == os.fstat(client.fileno()).st_ino
+        client.close()
+        accepted.close()
+    assert diag_peer((address, 1), ends[1]) is None  # no such connection

@@ -208,3 +208,16 @@ def test_a_report_round_trip_on_a_kept_alive_connection_is_one_answer_per_reques
         assert server.http_stats.connections_accepted == 1
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("field", ["section", "error"])
+def test_a_report_with_a_lone_surrogate_is_a_400_and_nothing_is_kept(served, field: str) -> None:
+    server, reports, _ = served
+    value: object = "\ud800"
+    if field == "error":
+        value = {"ts": 1.0, "type": "ValueError", "message": "bad \udfff"}
+    body = json.dumps(json.loads(report_body(pid=os.getpid())) | {field: value}).encode()
+    assert b"\\ud" in body  # json.dumps escapes it, as a client would send it
+    status, answer = post(server.port, body)
+    assert status == 400 and "surrogate" in answer["error"]
+    assert reports == []
