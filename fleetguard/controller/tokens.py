@@ -9,11 +9,13 @@ restart.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import hmac
 import json
 import os
 import secrets
+import stat
 import threading
 import time
 from dataclasses import dataclass
@@ -21,6 +23,7 @@ from enum import StrEnum
 from pathlib import Path
 
 FILE_VERSION = 1
+MAX_FILE_BYTES = 64 << 20  # ~300,000 tokens; a file past this is not one `controller token` wrote
 OPERATOR = "*"  # the "host" of an operator token: may read everything and queue commands, never ingest
 
 
@@ -47,12 +50,43 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
+def _read_text(path: Path) -> str:
+    """The file's text, if it is one this controller can trust: a regular file reached through no symbolic
+    link, owned by this user (or root), that no other user can write. Whoever can write the tokens file can
+    mint a token for any host, so a planted link or a group/world-writable file is refused, not believed."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise TokenFileError(f"tokens file {path}: not a regular file")
+        if st.st_uid not in (os.geteuid(), 0):
+            raise TokenFileError(f"tokens file {path}: owned by uid {st.st_uid}, not by this user")
+        if st.st_mode & 0o022:
+            raise TokenFileError(
+                f"tokens file {path}: writable by other users (mode {stat.S_IMODE(st.st_mode):o}); chmod 600"
+            )
+        with os.fdopen(fd, "r", encoding="utf-8") as fh:
+            fd = -1
+            return fh.read(MAX_FILE_BYTES + 1)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
 def _read(path: Path) -> list[dict[str, object]]:
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        text = _read_text(path)
     except FileNotFoundError:
         return []
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise TokenFileError(f"tokens file {path}: is a symbolic link; refused") from exc
+        raise TokenFileError(f"tokens file {path}: cannot be read: {exc}") from exc
+    if len(text) > MAX_FILE_BYTES:
+        raise TokenFileError(f"tokens file {path}: larger than {MAX_FILE_BYTES} bytes")
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as exc:
         raise TokenFileError(f"tokens file {path}: cannot be read: {exc}") from exc
     if (
         not isinstance(doc, dict)
@@ -121,14 +155,14 @@ class TokenBook:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
-        self._stamp: tuple[int, int] | None = None
+        self._stamp: tuple[int, ...] | None = None
         self._by_hash: dict[str, Identity] = {}
         self.reload()
 
     def reload(self) -> None:
         try:
-            st = self.path.stat()
-            stamp = (st.st_mtime_ns, st.st_ino)
+            st = self.path.lstat()  # ctime too: a chmod or chown alone is a change to check
+            stamp = (st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_size)
         except FileNotFoundError:
             stamp = None
         with self._lock:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import os
 import stat
 from pathlib import Path
 
-from fleetguard.controller.tokens import Role, TokenBook, add_token
+import pytest
+
+from fleetguard.controller.tokens import Role, TokenBook, TokenFileError, add_token, hash_token
 
 
 def test_the_file_holds_only_hashes_and_is_0600(tmp_path: Path) -> None:
@@ -36,3 +40,44 @@ def test_a_new_token_takes_effect_without_a_restart_and_replace_revokes_the_old(
     new = add_token(path, "node-a", replace=True)
     assert book.identify(f"Bearer {new}") is not None
     assert book.identify(f"Bearer {old}") is None
+
+
+def test_a_symlinked_tokens_file_is_refused(tmp_path: Path) -> None:
+    real = tmp_path / "real.json"
+    add_token(real, "node-a")
+    link = tmp_path / "tokens.json"
+    link.symlink_to(real)
+    with pytest.raises(TokenFileError, match="symbolic link"):
+        TokenBook(link)
+
+
+def test_a_tokens_file_other_users_can_write_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.json"
+    add_token(path, "node-a")
+    path.chmod(0o666)
+    with pytest.raises(TokenFileError, match="writable by other users"):
+        TokenBook(path)
+
+
+def test_a_tokens_file_made_writable_after_start_adds_no_token(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.json"
+    good = add_token(path, "node-a")
+    book = TokenBook(path)
+    # Another user rewrites the now world-writable file with a token of their own.
+    path.chmod(0o666)
+    forged = "forged-token"
+    path.write_text(
+        json.dumps({"version": 1, "tokens": [{"host": "node-b", "sha256": hash_token(forged)}]})
+    )
+    assert book.identify(f"Bearer {forged}") is None
+    assert book.identify(f"Bearer {good}") is not None  # the tokens read while the file was trusted
+
+
+def test_a_tokens_file_owned_by_another_user_is_refused(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the file away")
+    path = tmp_path / "tokens.json"
+    add_token(path, "node-a")
+    os.chown(path, 65534, 65534)
+    with pytest.raises(TokenFileError, match="owned by uid 65534"):
+        TokenBook(path)
