@@ -66,9 +66,7 @@ def test_a_tokens_file_made_writable_after_start_adds_no_token(tmp_path: Path) -
     # Another user rewrites the now world-writable file with a token of their own.
     path.chmod(0o666)
     forged = "forged-token"
-    path.write_text(
-        json.dumps({"version": 1, "tokens": [{"host": "node-b", "sha256": hash_token(forged)}]})
-    )
+    path.write_text(json.dumps({"version": 1, "tokens": [{"host": "node-b", "sha256": hash_token(forged)}]}))
     assert book.identify(f"Bearer {forged}") is None
     assert book.identify(f"Bearer {good}") is not None  # the tokens read while the file was trusted
 
