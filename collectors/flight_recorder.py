@@ -36,6 +36,8 @@ from fleetguard.records.runtime import CollectiveProgress
 
 DEFAULT_PREFIX: Final = "nccl_trace_rank_"
 MAX_DUMP_BYTES: Final = 256 * 1024 * 1024
+MAX_GROUPS: Final = 256  # process groups kept from one dump (as from one report: protocol.MAX_COLLECTIVES)
+MAX_NAME_CHARS: Final = 128  # as a report's names
 SOURCE: Final = "flight_recorder"
 
 
@@ -119,19 +121,31 @@ def progress_from_dump(
     problems = problems if problems is not None else Counter()
     entries = [e for e in _list(dump.get("entries")) if isinstance(e, dict)]
     names: dict[str, str] = {}
+    by_seq: dict[tuple[str, int], dict[Any, Any]] = {}  # (group, collective number) -> its latest entry
     for entry in entries:
-        pg_id = _int(entry.get("pg_id"))
+        pg_key = _group_key(entry.get("pg_id"), problems)
+        if pg_key is None:
+            continue
         group = entry.get("process_group")
-        if pg_id is not None and isinstance(group, tuple | list) and group and isinstance(group[0], str):
-            names.setdefault(str(pg_id), group[0])
+        if pg_key not in names and isinstance(group, tuple | list) and group:
+            name = _name(group[0], problems)
+            if name is not None:
+                names[pg_key] = name
+        seq = _int(entry.get("collective_seq_id"))
+        if seq is not None and entry.get("is_p2p") is not True:
+            by_seq[(pg_key, seq)] = entry
     status = dump.get("pg_status")
     per_group = _status_by_group(status, problems) if isinstance(status, dict) else {}
     if not per_group:
         per_group = _status_from_entries(entries, problems)
+    keys = sorted(per_group, key=_sort_key)
+    if len(keys) > MAX_GROUPS:
+        problems["groups_over_limit"] += len(keys) - MAX_GROUPS
+        keys = keys[:MAX_GROUPS]
     out: list[CollectiveProgress] = []
-    for pg_key in sorted(per_group, key=_sort_key):
+    for pg_key in keys:
         enqueued, started, completed = per_group[pg_key]
-        last = _find_entry(entries, pg_key, enqueued)
+        last = by_seq.get((pg_key, enqueued))
         out.append(
             CollectiveProgress(
                 ts=ts,
@@ -142,7 +156,7 @@ def progress_from_dump(
                 last_enqueued=enqueued,
                 last_started=started,
                 last_completed=completed,
-                op=_str(last.get("profiling_name")) if last else None,
+                op=_name(last.get("profiling_name"), problems) if last else None,
                 size=_elements(last.get("input_sizes"), problems) if last else None,
                 source=SOURCE,
             )
@@ -197,12 +211,15 @@ def _status_by_group(status: dict[Any, Any], problems: Counter[str]) -> dict[str
     for pg_id, values in status.items():
         if not isinstance(values, dict):
             continue
+        pg_key = _group_key(pg_id, problems)
+        if pg_key is None:
+            continue
         enqueued = _bigint(values.get("last_enqueued_collective"), problems)
         started = _bigint(values.get("last_started_collective"), problems)
         completed = _bigint(values.get("last_completed_collective"), problems)
         if enqueued is None or started is None or completed is None:
             continue
-        out[str(pg_id)] = (enqueued, started, completed)
+        out[pg_key] = (enqueued, started, completed)
     return out
 
 
@@ -212,11 +229,11 @@ def _status_from_entries(
     """Older dumps (no pg_status): the highest sequence number seen in each state; -1 for none, as PyTorch."""
     out: dict[str, list[int]] = {}
     for entry in entries:
-        pg_id = _int(entry.get("pg_id"))
+        pg_key = _group_key(entry.get("pg_id"), problems)
         seq = _bigint(entry.get("collective_seq_id"), problems)
-        if pg_id is None or seq is None or entry.get("is_p2p") is True:
+        if pg_key is None or seq is None or entry.get("is_p2p") is True:
             continue
-        marks = out.setdefault(str(pg_id), [-1, -1, -1])
+        marks = out.setdefault(pg_key, [-1, -1, -1])
         state = entry.get("state")
         marks[0] = max(marks[0], seq)
         if state in ("started", "completed"):
@@ -224,18 +241,6 @@ def _status_from_entries(
         if state == "completed":
             marks[2] = max(marks[2], seq)
     return {k: (v[0], v[1], v[2]) for k, v in out.items()}
-
-
-def _find_entry(entries: list[dict[Any, Any]], pg_key: str, seq: int) -> dict[Any, Any] | None:
-    for entry in reversed(entries):
-        if (
-            str(_int(entry.get("pg_id"))) == pg_key
-            and _int(entry.get("collective_seq_id")) == seq
-            and entry.get("is_p2p") is not True
-        ):
-            found: dict[Any, Any] = entry
-            return found
-    return None
 
 
 def _elements(sizes: Any, problems: Counter[str]) -> int | None:
@@ -276,8 +281,30 @@ def _bigint(value: Any, problems: Counter[str]) -> int | None:
     return number
 
 
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
+def _name(value: Any, problems: Counter[str]) -> str | None:
+    """A name (process group, op) as a VARCHAR holds it: a str of at most MAX_NAME_CHARS that encodes as
+    UTF-8 (pickle keeps lone surrogates, which the store refuses); anything else is counted and dropped."""
+    if value is None:
+        return None
+    if isinstance(value, str) and len(value) <= MAX_NAME_CHARS:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            pass
+        else:
+            return value
+    problems["bad_name"] += 1
+    return None
+
+
+def _group_key(pg_id: Any, problems: Counter[str]) -> str | None:
+    """A process group's id as text: an int a BIGINT holds (str() of a 5,000-digit one raises) or a name."""
+    if isinstance(pg_id, int) and not isinstance(pg_id, bool):
+        if fits(SqlType.BIGINT, pg_id):
+            return str(pg_id)
+        problems["bad_name"] += 1
+        return None
+    return _name(pg_id, problems) if pg_id is not None else None
 
 
 def _sort_key(pg_key: str) -> tuple[int, str]:

@@ -23,6 +23,8 @@ from fleetguard.runtime.trust import job_owner
 
 log = logging.getLogger(__name__)
 
+MAX_ERRORS = 256
+
 
 class DumpWatcher:
     """`poll(job_id)` returns the progress records of the dumps written since the watcher started and
@@ -35,10 +37,19 @@ class DumpWatcher:
         self.host = host
         self.prefix = prefix
         self.max_bytes = max_bytes
-        self.errors: dict[str, str] = {}  # file -> why it was skipped (the latest reason)
+        # file -> why it was skipped (the latest reason), the MAX_ERRORS latest files: a user can create
+        # any number of files in a shared directory
+        self.errors: dict[str, str] = {}
         # file name -> (mtime_ns, size) when read. Dumps already there belong to earlier jobs: they are
         # remembered, not read, so they cannot be credited to whichever job runs now.
         self._seen: dict[str, tuple[int, int]] = dict(self._versions())
+
+    def _note(self, path: Path, why: str) -> None:
+        key = str(path)
+        self.errors.pop(key, None)
+        while len(self.errors) >= MAX_ERRORS:
+            del self.errors[next(iter(self.errors))]
+        self.errors[key] = why
 
     def _versions(self) -> list[tuple[str, tuple[int, int]]]:
         try:
@@ -53,7 +64,7 @@ class DumpWatcher:
         return out
 
     def poll(self, job_id: str) -> list[CollectiveProgress]:
-        """New dumps credited to `job_id` (a job key): only files its owner wrote (root's jobs take any), so
+        """New dumps credited to `job_id` (a job key): only files its owner wrote (root's jobs: root's), so
         another local user cannot steer the job's hang localisation with a forged dump."""
         owner, _ = job_owner(job_id)
         try:
@@ -73,10 +84,11 @@ class DumpWatcher:
                 continue  # removed between listing and reading
             if not stat.S_ISREG(info.st_mode):
                 # a link could point the agent (often root) at a file the dump's writer may not read
-                self.errors[str(path)] = "not a regular file"
+                self._note(path, "not a regular file")
                 continue
-            if owner is not None and owner != 0 and info.st_uid != owner:
-                self.errors[str(path)] = f"written by uid {info.st_uid}, not by the job's owner {owner}"
+            if owner is not None and info.st_uid != owner:
+                # root's jobs too: the directory is often /tmp, and a forged dump steers hang localisation
+                self._note(path, f"written by uid {info.st_uid}, not by the job's owner {owner}")
                 continue
             version = (info.st_mtime_ns, info.st_size)
             if self._seen.get(name) == version:
@@ -85,7 +97,7 @@ class DumpWatcher:
             try:
                 dump = load_dump(path, self.max_bytes)
             except FlightRecorderError as exc:
-                self.errors[str(path)] = str(exc)
+                self._note(path, str(exc))
                 log.warning("flight-recorder dump skipped: %s", exc)
                 continue
             # stamped with when the dump was written: older than a live report, it never overrides one

@@ -311,3 +311,39 @@ def test_load_dump_follows_no_link_and_reads_nothing_but_a_regular_file(tmp_path
         load_dump(tmp_path / "nccl_trace_rank_0")
     with pytest.raises(FlightRecorderError, match="not a regular file"):
         load_dump(tmp_path / "nccl_trace_rank_1")
+
+
+# A dump is written by the job's user (root's jobs are credited only root's dumps); whatever it holds, its
+# strings must be ones a VARCHAR column holds, and reading it must cost what a real dump costs.
+
+
+def test_names_no_column_can_hold_are_skipped_and_counted() -> None:
+    dump = nccl_dump()
+    dump["entries"][0]["process_group"] = ("pg\ud800", "desc")  # pickle keeps lone surrogates
+    dump["entries"][-2]["profiling_name"] = "x" * 100_000
+    problems: Counter[str] = Counter()
+    progress = progress_from_dump(dump, host="h", job_id="j", rank=0, ts=TS, problems=problems)
+    assert [(p.process_group, p.op) for p in progress] == [("0", "nccl:all_reduce"), ("1", None)]
+    assert problems["bad_name"] == 2
+    for p in progress:  # every string can be written as UTF-8
+        (p.process_group + (p.op or "")).encode("utf-8")
+
+
+def test_a_group_id_past_str_conversion_limits_is_skipped_not_raised() -> None:
+    dump = nccl_dump()
+    dump["pg_status"][10**5000] = dump["pg_status"]["1"]  # str() of it raises ValueError
+    dump["pg_status"]["g\udfff"] = dump["pg_status"]["1"]
+    problems: Counter[str] = Counter()
+    progress = progress_from_dump(dump, host="h", job_id="j", rank=0, ts=TS, problems=problems)
+    assert [p.process_group for p in progress] == ["0", "1"] and problems["bad_name"] == 2
+
+
+def test_a_dump_with_a_hundred_thousand_groups_is_bounded_and_linear() -> None:
+    dump = nccl_dump()
+    for g in range(2, 100_002):
+        dump["pg_status"][str(g)] = dict(dump["pg_status"]["1"])
+        dump["entries"].append(entry(g, 3, "nccl:all_gather", "completed", [[4]], pg_name=str(g)))
+    problems: Counter[str] = Counter()
+    progress = progress_from_dump(dump, host="h", job_id="j", rank=0, ts=TS, problems=problems)
+    assert len(progress) == 256 and progress[0].process_group == "0"
+    assert problems["groups_over_limit"] == 100_002 - 256

@@ -7,7 +7,10 @@ import pickle
 import shutil
 from pathlib import Path
 
-from fleetguard.runtime.dump_watcher import DumpWatcher
+import pytest
+
+from fleetguard.runtime.dump_watcher import MAX_ERRORS, DumpWatcher
+from fleetguard.runtime.trust import job_key
 
 REAL_DUMP = Path(__file__).resolve().parents[1] / "fixtures" / "nccl" / "nccl_trace_rank_0"
 
@@ -59,3 +62,26 @@ def test_a_missing_directory_is_an_error_not_an_exception(tmp_path: Path) -> Non
     watcher = DumpWatcher(tmp_path / "absent", host="node1")
     assert watcher.poll("job-a") == []
     assert str(tmp_path / "absent") in watcher.errors
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to own a file as another user")
+def test_roots_job_is_credited_only_roots_dumps(tmp_path: Path) -> None:
+    # the dump directory is often /tmp: another user's forged dump must not steer a root job's hang
+    # localisation (and so its restart, or a cordon of the host)
+    watcher = DumpWatcher(tmp_path, host="node1")
+    forged = tmp_path / "nccl_trace_rank_0"
+    shutil.copy(REAL_DUMP, forged)
+    os.chown(forged, 65534, 65534)
+    assert watcher.poll(job_key(0, "job-a")) == []
+    assert "not by the job's owner 0" in watcher.errors[str(forged)]
+    os.chown(forged, 0, 0)
+    os.utime(forged, ns=(5, 5))
+    assert watcher.poll(job_key(0, "job-a"))
+
+
+def test_the_skipped_files_remembered_are_bounded(tmp_path: Path) -> None:
+    watcher = DumpWatcher(tmp_path, host="node1")
+    for r in range(MAX_ERRORS + 50):
+        (tmp_path / f"nccl_trace_rank_{r}").symlink_to(REAL_DUMP)
+    watcher.poll("job-a")
+    assert len(watcher.errors) == MAX_ERRORS
