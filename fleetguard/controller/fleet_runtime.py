@@ -17,6 +17,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import duckdb
 
@@ -26,6 +27,9 @@ from fleetguard.controller.validate import IngestBatch
 from fleetguard.records.findings import Finding
 from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
 from fleetguard.shipping.commands import CommandKind
+
+if TYPE_CHECKING:
+    from straggler.analysis import RuntimeAnalyzer
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +50,9 @@ class _Job:
     hosts: set[str]
     rank_hosts: dict[int, str]
     last_ts: float
+    # One analyzer per job, ticked at the job's own watermark: a host that lags (or lies about its send
+    # time) stops the clock of the jobs it runs ranks of, never the whole fleet's.
+    analyzer: RuntimeAnalyzer
 
 
 @dataclass(frozen=True)
@@ -75,15 +82,15 @@ class FleetRuntime:
         host_states: Callable[[], list[HostState]],
         act: Callable[[FleetAction], None] | None = None,
     ) -> None:
-        from straggler.analysis import RuntimeAnalyzer
-
-        self.analyzer = RuntimeAnalyzer()
         self._host_states = host_states
         self._act = act
         self._queue: deque[tuple[str, object]] = deque()
         self._lock = threading.Lock()
         self._jobs: dict[str, _Job] = {}
         self.dropped_records = 0
+        # Records naming a rank another host claimed first, or a rank outside the job's world: a host's
+        # token proves which host it is, not which ranks it runs (see docs/controller.md, cross-host trust).
+        self.foreign_records = 0
 
     def feed(self, batch: IngestBatch) -> None:
         """On the writer thread, per committed batch: queue its runtime records (bounded)."""
@@ -110,9 +117,11 @@ class FleetRuntime:
         if not self._jobs:
             return []
         sent = {h.host: h.last_sent for h in self._host_states()}
-        hosts = {h for job in self._jobs.values() for h in job.hosts}
-        watermark = min((sent.get(h, now) for h in hosts), default=now)
-        return [self._fleet(f) for f in self.analyzer.tick(watermark)]
+        findings: list[Finding] = []
+        for job in list(self._jobs.values()):
+            watermark = min((sent.get(h, now) for h in job.hosts), default=now)
+            findings += [self._fleet(f) for f in job.analyzer.tick(watermark)]
+        return findings
 
     def _observe(self, host: str, record: object) -> None:
         assert isinstance(record, Heartbeat | StepTiming | CollectiveProgress)
@@ -120,20 +129,27 @@ class FleetRuntime:
         if job is None:
             if not isinstance(record, Heartbeat) or len(self._jobs) >= MAX_JOBS:
                 return  # a job starts with a heartbeat (it carries the world size)
+            from straggler.analysis import RuntimeAnalyzer  # numpy and the detectors: loaded when needed
+
             world = max(1, min(record.world_size, MAX_WORLD_SIZE))
-            job = _Job(world, set(), {}, record.ts)
+            job = _Job(world, set(), {}, record.ts, RuntimeAnalyzer())
             self._jobs[record.job_id] = job
             # The whole job is "local" here: every rank reports, through its own host's agent.
-            self.analyzer.register_job(record.job_id, world, record.ts, local_ranks=range(world))
+            job.analyzer.register_job(record.job_id, world, record.ts, local_ranks=range(world))
+        # A rank belongs to the host that reported it first (pinned): another host's records about it are
+        # dropped, so a compromised host cannot join a job it does not run, move a rank's blame (and the
+        # restart that follows) onto another host, or turn a one-host job into a "multi-host" one.
+        owner = job.rank_hosts.setdefault(record.rank, host) if 0 <= record.rank < job.world_size else None
+        if owner != host:
+            self.foreign_records += 1
+            return
         job.hosts.add(host)
-        job.rank_hosts[record.rank] = host
         job.last_ts = max(job.last_ts, record.ts)
-        self.analyzer.observe(record)
+        job.analyzer.observe(record)
 
     def _forget_idle(self, now: float) -> None:
         for job_id, job in list(self._jobs.items()):
             if now - job.last_ts > JOB_IDLE_SECONDS:
-                self.analyzer.forget_job(job_id)
                 del self._jobs[job_id]
 
     def _fleet(self, finding: Finding) -> Finding:

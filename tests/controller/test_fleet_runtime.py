@@ -74,3 +74,44 @@ def test_a_host_that_ships_late_does_not_make_its_ranks_look_hung() -> None:
         fleet.second(T0 + i, hosts=("node-a", "node-b") if i <= 60 else ("node-a",))
         findings += fleet.runtime.step(T0 + i)
     assert findings == []
+
+
+def test_a_host_with_an_ancient_send_time_does_not_stop_other_jobs_clocks() -> None:
+    # A compromised (or badly lagging) host runs a job of its own and reports a send time from year 2000:
+    # only its own job's clock stops; job-7's hang on node-b is still found and acted on.
+    fleet = Fleet()
+    fleet.runtime.feed(
+        _batch("evil", 1, [Heartbeat(T0, "evil", "evil-job", 0, 0, 1, 99, step=0, section="step")])
+    )
+    sent = fleet.sent
+    findings = []
+    for i in range(120):
+        fleet.second(T0 + i, silent_rank=3 if i >= 60 else None)
+        sent["evil"] = 946_684_800.0
+        findings += fleet.runtime.step(T0 + i)
+    assert {(f.rank, f.host) for f in findings if f.kind == "hung_rank"} == {(3, "node-b")}
+    assert [a.host for a in fleet.actions] == ["node-b"]
+
+
+def test_a_host_cannot_join_another_hosts_job_to_get_its_ranks_restarted() -> None:
+    # job-7 runs on node-a alone (ranks 0-3): its own agent handles its hangs. A compromised host reports
+    # heartbeats for the same job id and a rank of node-a's, to make the job look multi-host (so the
+    # controller would queue restarts on node-a) and to take rank 1's blame.
+    fleet = Fleet()
+    solo = {"node-a": (0, 1, 2, 3)}
+    findings = []
+    for i in range(120):
+        t = T0 + i
+        beats = [
+            Heartbeat(t, "node-a", "job-7", r, r, 4, 1000 + r, step=i, section="step")
+            for r in solo["node-a"]
+            if not (i >= 60 and r == 3)
+        ]
+        fleet.runtime.feed(_batch("node-a", i + 1, beats))
+        forged = Heartbeat(t, "evil", "job-7", 1, 1, 4, 66, step=i, section="step")
+        fleet.runtime.feed(_batch("evil", i + 1, [forged]))
+        fleet.sent.update({"node-a": t, "evil": t})
+        findings += fleet.runtime.step(t)
+    assert fleet.actions == []  # a one-host job: the controller queues nothing, node-a's agent acts
+    assert fleet.runtime.foreign_records == 120
+    assert {f.host for f in findings} <= {"node-a"}
