@@ -193,10 +193,19 @@ def _sender_uid(connection: Connection) -> int | None:
     return None if sender is None else sender.uid
 
 
+_PIDS_REMEMBERED = (
+    8  # per connection: a rank names one pid; a client naming a new one each time gains nothing
+)
+
+
 def _sender_process(sender: Sender, pid: int, memo: dict[str, Any]) -> ProcessIdentity | None:
-    """trust.trusted_pid, once per (connection, pid)."""
-    key = f"pid:{pid}"
-    if key not in memo:
-        memo[key] = trusted_pid(sender, pid)
-    found: ProcessIdentity | None = memo[key]
+    """trust.trusted_pid, once per (connection, pid) for the last few pids a connection named."""
+    known = memo.setdefault("pids", {})
+    assert isinstance(known, dict)
+    if pid in known:
+        found: ProcessIdentity | None = known[pid]
+        return found
+    while len(known) >= _PIDS_REMEMBERED:
+        del known[next(iter(known))]  # the oldest
+    known[pid] = found = trusted_pid(sender, pid)
     return found

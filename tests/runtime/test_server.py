@@ -221,3 +221,15 @@ def test_a_report_with_a_lone_surrogate_is_a_400_and_nothing_is_kept(served, fie
     status, answer = post(server.port, body)
     assert status == 400 and "surrogate" in answer["error"]
     assert reports == []
+
+
+def test_what_one_connection_remembers_about_pids_is_bounded(served) -> None:
+    # a client naming a new pid in every report (on one kept-alive connection) must not grow the agent
+    server, reports, _ = served
+    memo: dict[str, object] = {}
+    sender = Sender(uid=os.getuid(), socket_inode=1)
+    for pid in range(1, 5001):
+        status, _ = server.handle_body(report_body(pid=pid), sender, memo)
+        assert status == 200
+    assert len(memo) <= 16
+    assert len(reports) == 5000
