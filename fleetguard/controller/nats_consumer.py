@@ -179,7 +179,7 @@ class NatsConsumer:
                 host = host_from_subject(msg.subject, self.pool)
                 if host is None:
                     raise BatchRefused(Refusal.WRONG_HOST, f"subject {msg.subject[:200]!r} names no host")
-                batch = parse_batch(msg.data, host, compressed=True)
+                batch = parse_batch(msg.data, host, compressed=True, now=time.time())
                 submitted.append((msg, self.writer.submit(batch)))
             except BatchRefused as exc:
                 await self._refused(msg, exc)

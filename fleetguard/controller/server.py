@@ -100,7 +100,9 @@ class ControllerApi:
             if encoding not in ("gzip", "identity"):
                 raise BatchRefused(Refusal.MALFORMED, f"Content-Encoding {encoding[:20]!r} is not gzip")
             with self._parsing:
-                batch = parse_batch(request.body, identity.host, compressed=encoding == "gzip")
+                batch = parse_batch(
+                    request.body, identity.host, compressed=encoding == "gzip", now=self.clock.time()
+                )
             return self._commit(batch.host, batch)
         except BatchRefused as exc:
             return self._refused(exc)

@@ -29,6 +29,10 @@ MAX_ID_CHARS = 256  # host, boot_id, agent_version
 MAX_TEXT_CHARS = 64 * 1024  # any VARCHAR value (evidence_json is the longest)
 # Epoch seconds a record may carry: from 2000 to 2200. Outside, a clock is broken or a value is forged.
 MIN_TS, MAX_TS = 946_684_800.0, 7_258_118_400.0
+# Ahead of the controller's clock a record may be (clock skew). A record from the far future would stay the
+# newest of its kind for ever: an open finding no retention removes, a host's send time (its lag and its jobs'
+# analysis clock) stuck in the future, rollup buckets no one will close.
+MAX_FUTURE_SECONDS = 3600.0
 
 
 class Refusal(StrEnum):
@@ -100,8 +104,11 @@ def decompress(body: bytes, limit: int = MAX_DECOMPRESSED_BYTES) -> bytes:
     return out
 
 
-def parse_batch(body: bytes, authenticated_host: str, *, compressed: bool = True) -> IngestBatch:
-    """Check a request body from `authenticated_host` (the host its token names)."""
+def parse_batch(
+    body: bytes, authenticated_host: str, *, compressed: bool = True, now: float | None = None
+) -> IngestBatch:
+    """Check a request body from `authenticated_host` (the host its token names); with `now` (the
+    controller's clock), no time may be more than MAX_FUTURE_SECONDS ahead of it."""
     raw = decompress(body) if compressed else body
     # No separate nesting pre-scan: the C decoder turns absurd nesting into RecursionError, and check_batch
     # refuses anything but scalars in a column, so a nested value never gets further than this.
@@ -113,13 +120,13 @@ def parse_batch(body: bytes, authenticated_host: str, *, compressed: bool = True
         raise BatchRefused(Refusal.MALFORMED, f"body is not JSON: {exc}") from exc
     if not isinstance(doc, dict):
         raise BatchRefused(Refusal.MALFORMED, "batch: expected a JSON object")
-    return check_batch(doc, authenticated_host)
+    return check_batch(doc, authenticated_host, now=now)
 
 
 _KEYS = {"v", "host", "boot_id", "seq", "sent_ts", "interval_seconds", "agent_version", "tables", "acks"}
 
 
-def check_batch(doc: dict[str, Any], authenticated_host: str) -> IngestBatch:
+def check_batch(doc: dict[str, Any], authenticated_host: str, *, now: float | None = None) -> IngestBatch:
     unknown = set(doc) - _KEYS
     if unknown or set(doc) != _KEYS:
         detail = (
@@ -132,13 +139,14 @@ def check_batch(doc: dict[str, Any], authenticated_host: str) -> IngestBatch:
     if host != authenticated_host:
         raise BatchRefused(Refusal.WRONG_HOST, f"batch.host {host[:64]!r} is not the host of this token")
     seq = doc["seq"]
+    max_ts = MAX_TS if now is None else min(MAX_TS, now + MAX_FUTURE_SECONDS)
     if type(seq) is not int or not 1 <= seq <= INT64_MAX:
         raise BatchRefused(Refusal.INVALID_VALUE, "batch.seq: expected an integer from 1 to 2**63-1")
     batch = IngestBatch(
         host=host,
         boot_id=_short_text("boot_id", doc["boot_id"]),
         seq=seq,
-        sent_ts=_timestamp("sent_ts", doc["sent_ts"]),
+        sent_ts=_timestamp("sent_ts", doc["sent_ts"], max_ts),
         interval_seconds=_interval(doc["interval_seconds"]),
         agent_version=_short_text("agent_version", doc["agent_version"]),
         tables={},
@@ -151,7 +159,7 @@ def check_batch(doc: dict[str, Any], authenticated_host: str) -> IngestBatch:
         table = TABLES.get(name)
         if table is None:
             raise BatchRefused(Refusal.MALFORMED, f"batch.tables: unknown table {str(name)[:64]!r}")
-        rows = check_columns(table, columns, host)
+        rows = check_columns(table, columns, host, max_ts)
         if rows:
             batch.tables[name] = columns
             batch.rows += rows
@@ -166,9 +174,11 @@ def _short_text(name: str, value: object) -> str:
     return value
 
 
-def _timestamp(name: str, value: object) -> float:
-    if type(value) not in (int, float) or not MIN_TS <= value <= MAX_TS:  # type: ignore[operator]
-        raise BatchRefused(Refusal.INVALID_VALUE, f"batch.{name}: expected epoch seconds (2000-2200)")
+def _timestamp(name: str, value: object, max_ts: float = MAX_TS) -> float:
+    if type(value) not in (int, float) or not MIN_TS <= value <= max_ts:  # type: ignore[operator]
+        raise BatchRefused(
+            Refusal.INVALID_VALUE, f"batch.{name}: expected epoch seconds from 2000 to an hour from now"
+        )
     return float(value)  # type: ignore[arg-type]
 
 
@@ -187,7 +197,7 @@ def _acks(value: object) -> list[CommandAck]:
         raise BatchRefused(Refusal.MALFORMED, f"batch.{exc}") from exc
 
 
-def check_columns(table: Table, columns: object, host: str) -> int:
+def check_columns(table: Table, columns: object, host: str, max_ts: float = MAX_TS) -> int:
     """Check one table's columns in place; return its row count."""
     where = f"batch.tables.{table.name}"
     if not isinstance(columns, dict):
@@ -201,7 +211,7 @@ def check_columns(table: Table, columns: object, host: str) -> int:
     if len(lengths) != 1 or -1 in lengths:
         raise BatchRefused(Refusal.MALFORMED, f"{where}: columns must be lists of one length")
     for name, values in columns.items():
-        _check_column(by_name[name], values, f"{where}.{name}")
+        _check_column(by_name[name], values, f"{where}.{name}", max_ts)
     rows = lengths.pop()
     if table.name == "findings":
         _check_agent_findings(columns, host, rows, where)
@@ -227,7 +237,7 @@ def _check_agent_findings(columns: dict[str, Any], host: str, rows: int, where: 
         raise BatchRefused(Refusal.INVALID_VALUE, f"{where}: findings only the controller makes")
 
 
-def _check_column(column: Column, values: Sequence[Any], where: str) -> None:
+def _check_column(column: Column, values: Sequence[Any], where: str, max_ts: float = MAX_TS) -> None:
     types = set(map(type, values))
     if type(None) in types:
         if not column.nullable:
@@ -239,7 +249,7 @@ def _check_column(column: Column, values: Sequence[Any], where: str) -> None:
     checker = _CHECKS.get(column.sql_type)
     if checker is None:
         raise BatchRefused(Refusal.MALFORMED, f"{where}: column type {column.sql_type} cannot be shipped")
-    problem = checker(types, values)
+    problem = _timestamps(types, values, max_ts) if checker is _timestamps else checker(types, values)
     if problem:
         raise BatchRefused(Refusal.INVALID_VALUE, f"{where}: {problem}")
 
@@ -266,10 +276,10 @@ def _doubles(types: set[type], values: Sequence[Any]) -> str:
     return ""
 
 
-def _timestamps(types: set[type], values: Sequence[Any]) -> str:
+def _timestamps(types: set[type], values: Sequence[Any], max_ts: float = MAX_TS) -> str:
     problem = _doubles(types, values)
-    if not problem and (min(values) < MIN_TS or max(values) > MAX_TS):
-        problem = "timestamp outside 2000-2200"
+    if not problem and (min(values) < MIN_TS or max(values) > max_ts):
+        problem = "timestamp before 2000 or more than an hour ahead of the controller's clock"
     return problem
 
 

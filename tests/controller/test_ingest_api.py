@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import time
 from pathlib import Path
 
 import duckdb
@@ -126,3 +127,16 @@ def test_refusals_are_counted_by_reason(controller: Controller) -> None:
     text = controller.metrics()
     for reason in ("unauthenticated", "wrong_host", "malformed"):
         assert f'fleetguard_controller_batches_refused_total{{reason="{reason}"}} 1' in text
+
+
+def test_records_and_send_times_far_ahead_of_the_controllers_clock_are_400(controller: Controller) -> None:
+    # A finding dated 2199 would stay "open" and newest for ever; a send time in 2199 would stick as the
+    # host's last_sent (its lag, its jobs' analysis clock) for the rest of its boot.
+    now = time.time()
+    future = Finding(now + 10 * 365 * 86400, "straggler/j/9", "straggler", "warning", "job/j/rank/9", "x")
+    b = batch("node-a", 1)
+    b.tables.update(columns_by_table([future]))
+    assert controller.ship(b).status == 400
+    assert controller.ship(batch("node-a", 2, ts=now + 86400)).status == 400
+    assert controller.ship(batch("node-a", 3, ts=now + 60)).status == 200  # a little clock skew is fine
+    assert controller.get(f"/v1/findings?since={now - 60:.0f}").doc["findings"] == []

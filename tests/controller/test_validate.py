@@ -100,3 +100,18 @@ def test_decompression_stops_at_its_limit_without_inflating_everything() -> None
     assert caught.value.reason is Refusal.TOO_LARGE
     with pytest.raises(BatchRefused):
         decompress(gzip.compress(b"{}")[:-3])
+
+
+def test_times_past_the_controllers_clock_plus_an_hour_are_refused_when_it_gives_its_clock() -> None:
+    doc = _doc()
+    now = doc["sent_ts"]
+    body = json.dumps(doc).encode()
+    assert parse_batch(body, "node-a", compressed=False, now=now).seq == 1
+    ahead = json.dumps(_doc(sent_ts=now + 7200)).encode()
+    with pytest.raises(BatchRefused) as caught:
+        parse_batch(ahead, "node-a", compressed=False, now=now)
+    assert caught.value.reason is Refusal.INVALID_VALUE
+    doc = _doc()
+    doc["tables"]["gpu_samples"]["ts"] = [now + 86400 * 365] * len(doc["tables"]["gpu_samples"]["ts"])
+    with pytest.raises(BatchRefused):
+        parse_batch(json.dumps(doc).encode(), "node-a", compressed=False, now=now)
