@@ -136,7 +136,7 @@ def _error(value: Any) -> RankError | None:
     return RankError(
         ts=_timestamp(value.get("ts"), "error.ts"),
         error_type=_as_name(value.get("type"), "error.type"),
-        message=message,
+        message=_one_line(message),
     )
 
 
@@ -228,7 +228,19 @@ def _optional_name(doc: dict[str, Any], key: str) -> str | None:
 def _as_name(value: Any, key: str) -> str:
     if not isinstance(value, str) or not value or len(value) > MAX_NAME_CHARS:
         raise ReportError(f"{key}: expected a non-empty string of at most {MAX_NAME_CHARS} characters")
+    if _CONTROL.search(value):
+        # names reach log lines, finding summaries and the dashboard: a newline would forge a log line
+        raise ReportError(f"{key}: control characters are not allowed in a name")
     return value
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _one_line(text: str) -> str:
+    """`text` with its control characters written out (a newline as \\n): one line in any log."""
+    return _CONTROL.sub(lambda m: _ESCAPES.get(m.group(0)) or f"\\x{ord(m.group(0)):02x}", text)
 
 
 def _int(doc: dict[str, Any], key: str, minimum: int) -> int:

@@ -110,3 +110,18 @@ def test_the_largest_values_the_columns_hold_are_accepted() -> None:
     )
     report = parse_report(body, "agent", 1.0, owner_uid=0)
     assert report.heartbeat.step == INT64_MAX and report.collectives[0].size == INT64_MAX
+
+
+@pytest.mark.parametrize("field", ["section", "job_id"])
+@pytest.mark.parametrize("value", ["a\nERROR forged log line", "a\r\x1b[2Jb", "x\x00y", "z\x85w"])
+def test_names_with_control_characters_are_refused(field: str, value: str) -> None:
+    # names reach log lines, finding summaries and the dashboard: a newline would forge a log line
+    with pytest.raises(ReportError, match=field):
+        parse_report(report_body(**{field: value}), "node1", 100.0, owner_uid=0)
+
+
+def test_an_error_message_keeps_its_text_on_one_line() -> None:
+    error = {"ts": 1.0, "type": "RuntimeError", "message": "boom\nERROR fleetguard: forged\x1b[31m\ttab"}
+    report = parse_report(report_body(error=error), "node1", 100.0, owner_uid=0)
+    assert report.error is not None
+    assert report.error.message == "boom\\nERROR fleetguard: forged\\x1b[31m\\ttab"
