@@ -111,6 +111,21 @@ def proc_peer(client: tuple[str, int], server: tuple[str, int], proc_root: str =
     return None
 
 
+def connection_owner(client: tuple[str, int], server: tuple[str, int]) -> tuple[str, object]:
+    """Who holds a connection, for a per-owner connection cap: a loopback client is its uid (one local user
+    can bind any 127.x address), a remote one its address; ("unknown", None) when the uid cannot be found."""
+    try:
+        address = ipaddress.ip_address(client[0].partition("%")[0])
+    except ValueError:
+        return ("address", client[0])
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if not address.is_loopback:
+        return ("address", str(address))
+    sender = tcp_peer(client, server)
+    return ("uid", sender.uid) if sender is not None else ("unknown", None)
+
+
 def tcp_peer_uid(client: tuple[str, int], server: tuple[str, int], proc_root: str = "/proc") -> int | None:
     """The uid that owns the client end of the connection client -> server; None when not found."""
     sender = tcp_peer(client, server, proc_root)

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import http.client
+import os
 import socket
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -14,6 +18,7 @@ from fleetguard.agent.metrics import MetricsState
 from fleetguard.agent.metrics_http import serve_metrics
 from fleetguard.httpserve import HttpServer, Limits
 from fleetguard.records.telemetry import Batch, GpuSample
+from fleetguard.runtime.peer import connection_owner
 
 WAIT_SECONDS = 30.0
 
@@ -117,3 +122,52 @@ def test_silent_connections_pin_no_thread_and_are_closed(state: CountingState) -
             sock.close()
     finally:
         srv.stop()
+
+
+_HOLDER = """
+import encodings.idna, os, socket, sys
+port, count = int(sys.argv[1]), int(sys.argv[2])
+os.setgroups([]); os.setgid(65534); os.setuid(65534)
+held = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(count)]
+print("held", flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
+def test_a_user_holding_every_connection_does_not_lock_the_scraper_out(state: CountingState) -> None:
+    srv = serve_metrics(
+        state, "127.0.0.1", 0, Limits(workers=1, max_connections=32, max_connections_per_owner=8)
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(srv.port), "32"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        deadline = time.monotonic() + WAIT_SECONDS
+        while srv.stats.connections_accepted < 32 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.5)  # each looked up
+        status, body = scrape(srv.port)
+        assert status == 200 and "fleetguard_" in body
+        assert srv.stats.connections_refused >= 24
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=WAIT_SECONDS)
+        srv.stop()
+
+
+def test_owners_are_local_uids_or_remote_addresses() -> None:
+    assert connection_owner(("10.1.2.3", 5000), ("10.1.2.4", 9400)) == ("address", "10.1.2.3")
+    assert connection_owner(("::ffff:10.1.2.3", 5000), ("::", 9400)) == ("address", "10.1.2.3")
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = socket.create_connection(listener.getsockname())
+        accepted, _ = listener.accept()
+        owner = connection_owner(client.getsockname(), client.getpeername())
+        client.close()
+        accepted.close()
+    assert owner == ("uid", os.geteuid())
