@@ -215,6 +215,9 @@ def check_columns(table: Table, columns: object, host: str, max_ts: float = MAX_
     rows = lengths.pop()
     if table.name == "findings":
         _check_agent_findings(columns, host, rows, where)
+    elif table.name == "actions":
+        # Which agent took an action is the batch's host (its token's), not something the row may leave open.
+        columns["host"] = [host if h is None else h for h in columns.get("host", [None] * rows)]
     if "host" in columns and any(h is not None and h != host for h in columns["host"]):
         # The batch's own host was checked against the token (403); a row naming another host is content
         # that sending again cannot fix: 400, and the agent sets the batch aside.

@@ -36,3 +36,5 @@ class ActionRecord:
     finding_id: str | None
     outcome: str  # requested | succeeded | failed | skipped
     detail: str = ""
+    # The host whose agent took it; the controller stamps its batch's (token-checked) host when this is None.
+    host: str | None = None

@@ -93,6 +93,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         _add_columns("predictions", "explanations"),
     ),
     Migration(11, "dashboard: operators' acknowledgements, silences and resolutions", create_operator_tables),
+    Migration(12, "fleet controller: the host each action was taken on", _add_columns("actions", "host")),
 )
 
 CURRENT_VERSION = MIGRATIONS[-1].version

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import duckdb
 
-from fleetguard.records.findings import Finding
+from fleetguard.records.findings import ActionRecord, Finding
 from fleetguard.shipping.wire import columns_by_table, encode
 from tests.controller.helpers import Controller, batch, metric_value, start_test_controller
 
@@ -140,3 +140,24 @@ def test_records_and_send_times_far_ahead_of_the_controllers_clock_are_400(contr
     assert controller.ship(batch("node-a", 2, ts=now + 86400)).status == 400
     assert controller.ship(batch("node-a", 3, ts=now + 60)).status == 200  # a little clock skew is fine
     assert controller.get(f"/v1/findings?since={now - 60:.0f}").doc["findings"] == []
+
+
+def test_an_action_is_stored_with_the_host_of_the_batch_and_may_not_name_another(
+    controller: Controller,
+) -> None:
+    now = time.time()
+    own = ActionRecord(now, "act-1", "restart", "job/j", "straggler/j/1", "succeeded")  # names no host
+    b = batch("node-a", 1)
+    b.tables.update(columns_by_table([own]))
+    assert controller.ship(b).status == 200
+    forged = ActionRecord(now, "act-2", "restart", "job/j", None, "succeeded", host="node-b")
+    b = batch("node-a", 2)
+    b.tables.update(columns_by_table([forged]))
+    assert controller.ship(b).status == 400
+    path = controller.config_overrides["store.path"]
+    controller.running.stop()
+    con = duckdb.connect(path, read_only=True)
+    try:
+        assert con.execute("SELECT action_id, host FROM actions").fetchall() == [("act-1", "node-a")]
+    finally:
+        con.close()
