@@ -272,6 +272,6 @@ def _int(params: dict[str, str], name: str, default: int) -> int:
     text = params.get(name)
     if text is None:
         return default
-    if not text.isdigit() or len(text) > 6:
+    if not (text.isascii() and text.isdigit()) or len(text) > 6:  # str.isdigit takes "²", int() does not
         raise HttpError(400, f"{name}: expected a positive integer")
     return int(text)

@@ -161,3 +161,12 @@ def test_an_action_is_stored_with_the_host_of_the_batch_and_may_not_name_another
         assert con.execute("SELECT action_id, host FROM actions").fetchall() == [("act-1", "node-a")]
     finally:
         con.close()
+
+
+def test_read_api_query_numbers_that_are_not_ascii_digits_or_epoch_seconds_are_400(
+    controller: Controller,
+) -> None:
+    operator = controller.tokens["operator"]
+    for query in ("limit=%C2%B2", "limit=%D9%A3", "limit=-1", "since=nan", "since=1e400", "since=-5"):
+        assert controller.get(f"/v1/findings?{query}", operator).status == 400, query
+    assert controller.get("/v1/findings?limit=3&since=0", operator).status == 200
