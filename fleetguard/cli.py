@@ -204,7 +204,7 @@ def agent(
             extensions=[runtime_extension(config, parts)] if runtime else [],
             duration_seconds=duration,
             on_ready=ready,
-            shipping=shipping,
+            sink=shipping,  # None: a local store at store.path
         )
 
 

@@ -1,4 +1,4 @@
-"""Process shell for `fleetguard agent` and `fleetguard up`: store, /metrics server, signals, summary."""
+"""Process shell for `fleetguard agent` and `fleetguard up`: sink, /metrics server, signals, summary."""
 
 from __future__ import annotations
 
@@ -11,23 +11,22 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from collectors.protocol import Collector
-from fleetguard.agent.agent import Agent, EventFolder, RoundReport, RowBuffer, Schedule
-from fleetguard.agent.buffer import WriteBuffer
-from fleetguard.agent.limits import AGENT_DUCKDB, bound_native_threads, raise_open_file_limit
+from fleetguard.agent.agent import Agent, EventFolder, RoundReport, Schedule
+from fleetguard.agent.limits import bound_native_threads, raise_open_file_limit
 from fleetguard.agent.metrics import MetricsState
 from fleetguard.agent.metrics_http import serve_metrics
+from fleetguard.agent.sink import Sink
 from fleetguard.clock import SystemClock
 from fleetguard.config import Config
 from fleetguard.httpserve import HttpServer
 from fleetguard.startup import StartupError, one_line, os_reason
-from fleetguard.store import Store, StoreError
 
 if TYPE_CHECKING:
-    from fleetguard.shipping.agent_side import Shipping
+    # Types only: an agent whose sink keeps no store (it ships to a controller) never loads DuckDB.
+    from fleetguard.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +47,9 @@ class Extension:
     # Empty key: optional, the daemon runs without it and says so.
     key: str = ""
     off_switch: str = ""
+    # For a part that reads no store (the training runtime): how it starts beside a sink that keeps none (an
+    # agent shipping to a controller). A part without it needs a store, and such a daemon refuses it.
+    start_without_store: Callable[[Agent], None] | None = None
 
 
 @dataclass
@@ -72,24 +74,29 @@ def run_daemon(
     on_ready: Callable[[int], None] | None = None,
     duration_seconds: float | None = None,
     out: TextIO = sys.stdout,
-    shipping: Shipping | None = None,
+    sink: Sink | None = None,
 ) -> DaemonResult:
     """Run until SIGTERM/SIGINT (or `duration_seconds`), then flush everything and return a summary.
 
-    With `shipping` (agent.controller_url set) rows go to its spool and on to the controller; the agent keeps
-    no store file (extensions get an empty in-memory store, for the interface only)."""
-    store = open_store(":memory:" if shipping is not None else config.store.path)
-    rejected = Path(config.store.path + ".rejected.jsonl") if config.store.path != ":memory:" else None
-    buffer: RowBuffer = shipping.buffer if shipping is not None else WriteBuffer(store, rejected)
+    Rows go to `sink` (chosen by the caller: the spool of an agent that ships to a controller, the
+    controller's ingest inside `up`), by default a local store at store.path. The daemon owns the sink from
+    here: it starts it and closes it after the final flush."""
+    bound_native_threads()  # before anything imports numpy, whose BLAS would start a pool per core
+    raise_open_file_limit()  # connections local users hold must not take the descriptors the agent needs
+    if sink is None:
+        from fleetguard.agent.local_sink import LocalStoreSink  # loads DuckDB: only for an agent keeping one
+
+        sink = LocalStoreSink.open(config.store.path)
+    buffer = sink.buffer
     metrics = MetricsState()
-    if shipping is not None:
-        metrics.extra.append(shipping.metrics)
-        shipping.start()
+    if sink.metrics is not None:
+        metrics.extra.append(sink.metrics)
     try:
         server = _serve_metrics(config, metrics)
     except BaseException:
-        store.close()
+        sink.close()
         raise
+    sink.start()
     port = server.port
     agent = Agent(
         collectors,
@@ -102,7 +109,7 @@ def run_daemon(
             flush_interval_seconds=config.agent.flush_interval_seconds,
             retention_days=config.store.retention_days,
         ),
-        apply_retention=lambda days: store.apply_retention(days),
+        apply_retention=sink.apply_retention,
         on_round=on_round,
     )
     stop = threading.Event()
@@ -120,7 +127,7 @@ def run_daemon(
     started: list[Extension] = []
     try:
         for ext in extensions:
-            if _start_extension(ext, agent, store, out):
+            if _start_extension(ext, agent, sink.store, out):
                 started.append(ext)
         if on_ready is not None:
             on_ready(port)
@@ -139,10 +146,8 @@ def run_daemon(
             except Exception as exc:
                 log.warning("stopping %s failed: %s", ext.name, exc)
         agent.shutdown()
-        if shipping is not None:
-            shipping.stop()
+        sink.close()
         server.stop()
-        store.close()
         for s, handler in previous.items():
             signal.signal(s, handler)
         os.close(read_fd)
@@ -155,27 +160,12 @@ def run_daemon(
         dropped_rows=buffer.dropped_rows,
         unstored_rows=len(buffer),
         metrics_port=port,
-        # Batches still spooled (sent at the next start) and batches dropped because the spool was full.
-        extras=shipping.summary() if shipping is not None else {},
+        # Shipping: batches still spooled (sent at the next start), dropped because the spool was full.
+        extras=sink.summary(),
     )
     out.write(json.dumps({"stopped": True, **result.__dict__}) + "\n")
     out.flush()
     return result
-
-
-def open_store(path: str) -> Store:
-    """The store for writing, or a StartupError naming store.path and why it cannot be used."""
-    bound_native_threads()  # before the store's first numpy import starts a BLAS pool per core
-    raise_open_file_limit()  # connections local users hold must not take the descriptors the agent needs
-    try:
-        return Store.open(path, limits=AGENT_DUCKDB)
-    except StoreError as exc:
-        raise StartupError(f"store.path: {one_line(str(exc))}") from exc
-    except FileExistsError as exc:  # making its directory: a file is in the way
-        raise StartupError(f"store.path {path}: {exc.filename} exists and is not a directory") from exc
-    except OSError as exc:
-        where = f" ({exc.filename})" if exc.filename and str(exc.filename) != path else ""
-        raise StartupError(f"store.path {path}: {os_reason(exc)}{where}") from exc
 
 
 def _serve_metrics(config: Config, metrics: MetricsState) -> HttpServer:
@@ -189,10 +179,15 @@ def _serve_metrics(config: Config, metrics: MetricsState) -> HttpServer:
         ) from exc
 
 
-def _start_extension(ext: Extension, agent: Agent, store: Store, out: TextIO) -> bool:
+def _start_extension(ext: Extension, agent: Agent, store: Store | None, out: TextIO) -> bool:
     """Start one extension; False if an optional one failed (noted), StartupError if a required one did."""
     try:
-        ext.start(agent, store)
+        if store is not None:
+            ext.start(agent, store)
+        elif ext.start_without_store is not None:
+            ext.start_without_store(agent)
+        else:
+            raise RuntimeError("it reads the local store, and an agent that ships to a controller keeps none")
     except Exception as exc:
         reason = os_reason(exc) if isinstance(exc, OSError) else one_line(str(exc))
         if ext.key:

@@ -20,7 +20,7 @@ import resource
 from collections.abc import MutableMapping
 from typing import Final
 
-from fleetguard.store.store import EngineLimits
+from fleetguard.store.engine_limits import EngineLimits
 
 AGENT_DUCKDB: Final = EngineLimits(threads=1, memory_limit_mib=128)
 NATIVE_POOL_VARIABLES: Final = (

@@ -3,22 +3,29 @@ agent, so the ranks on a host always have their loopback endpoint, PID watcher a
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from fleetguard.agent.agent import Agent
 from fleetguard.agent.daemon import Extension
 from fleetguard.config import Config
-from fleetguard.store import Store
+
+if TYPE_CHECKING:
+    from fleetguard.store import Store  # an agent that ships keeps none, and must not load DuckDB
 
 
 def runtime_extension(config: Config, holder: dict[str, object] | None = None) -> Extension:
     """The extension; `holder["service"]` is the running RuntimeService once started (for banners, tests)."""
     parts = holder if holder is not None else {}
 
-    def start(agent: Agent, store: Store) -> None:
+    def begin(agent: Agent) -> None:  # reads no store: it runs on an agent that ships, too
         from fleetguard.runtime.service import RuntimeService, runtime_config_from
 
         service = RuntimeService(runtime_config_from(config), agent.clock, sink=agent.submit)
         service.start()
         parts["service"] = service
+
+    def start(agent: Agent, _store: Store) -> None:
+        begin(agent)
 
     def stop() -> None:
         service = parts.get("service")
@@ -27,4 +34,5 @@ def runtime_extension(config: Config, holder: dict[str, object] | None = None) -
 
     # Required: an agent whose ranks cannot reach it must not look healthy (runtime.enabled = false opts out).
     key = f"runtime.port {config.runtime.port}"
-    return Extension("training runtime", start, stop, key=key, off_switch="runtime.enabled = false")
+    off = "runtime.enabled = false"
+    return Extension("training runtime", start, stop, key=key, off_switch=off, start_without_store=begin)

@@ -1,5 +1,8 @@
 """Shipping as the agent runs it: spool + buffer + shipper + command channel, built from the config, with
-its counters on the agent's /metrics and the controller's commands run by the host's training runtime."""
+its counters on the agent's /metrics and the controller's commands run by the host's training runtime.
+
+`Shipping` is the agent's sink (fleetguard.agent.sink) when it ships to a controller: it keeps no store, and
+nothing on this path imports DuckDB (nor numpy): on a GPU host the agent stays small."""
 
 from __future__ import annotations
 
@@ -88,6 +91,14 @@ class Shipping:
     channel: CommandChannel
     metrics: ShippingMetrics
 
+    @property
+    def store(self) -> None:
+        """No store on this host: the controller keeps the rows."""
+        return None
+
+    def apply_retention(self, days: float) -> None:
+        """The controller's store has its own retention; the spool is bounded by spool_max_bytes."""
+
     def start(self) -> None:
         self.channel.start()
         self.shipper.start()
@@ -100,7 +111,7 @@ class Shipping:
             "boot_id": self.buffer.boot_id,
         }
 
-    def stop(self) -> None:
+    def close(self) -> None:
         """After the agent's final flush: try briefly to send what is spooled (the rest stays spooled for
         the next start), then stop."""
         self.shipper.stop(drain_seconds=SHUTDOWN_DRAIN_SECONDS)

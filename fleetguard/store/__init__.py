@@ -1,6 +1,25 @@
-"""The DuckDB store: schema mirroring the records, versioned migrations, batched writes, retention, export."""
+"""The DuckDB store: schema mirroring the records, versioned migrations, batched writes, retention, export.
 
-from fleetguard.store.store import Store, StoreError, StoreLocked
+The package loads DuckDB only when `Store` (or its errors) is first asked for: the schema module and the
+record types are also what an agent that ships to a controller needs, and that agent keeps no DuckDB."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from fleetguard.store.unstorable import UnstorableRows
 
+if TYPE_CHECKING:
+    from fleetguard.store.store import Store, StoreError, StoreLocked
+
 __all__ = ["Store", "StoreError", "StoreLocked", "UnstorableRows"]
+
+_LAZY = frozenset({"Store", "StoreError", "StoreLocked"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from fleetguard.store import store
+
+        return getattr(store, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,12 +18,12 @@ import operator
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
+from fleetguard.store.engine_limits import EngineLimits as EngineLimits  # re-exported
 from fleetguard.store.migrations import CURRENT_VERSION, migrate, schema_version
 from fleetguard.store.schema import TABLE_BY_RECORD, TABLES, Column, Table, quote_ident
 from fleetguard.store.unstorable import (
@@ -38,29 +38,6 @@ log = logging.getLogger(__name__)
 
 _ROWS_VIEW = "__fleetguard_rows"
 _BATCH_VIEW = "__fleetguard_batch"
-
-
-@dataclass(frozen=True, slots=True)
-class EngineLimits:
-    """DuckDB's worker threads and memory limit (MiB) for one process."""
-
-    threads: int
-    memory_limit_mib: int
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.threads <= 1024:
-            raise ValueError(f"threads must be 1..1024, not {self.threads}")
-        if not 16 <= self.memory_limit_mib <= 1 << 20:
-            raise ValueError(f"memory_limit_mib must be 16..1048576, not {self.memory_limit_mib}")
-
-    def config(self) -> dict[str, str | bool | int | float | list[str]]:
-        """Settings for duckdb.connect: the worker pool is sized before it starts."""
-        return {"threads": self.threads, "memory_limit": f"{self.memory_limit_mib}MiB"}
-
-    def apply_after_connect(self, con: duckdb.DuckDBPyConnection) -> None:
-        """DuckDB 1.4+ also starts an async I/O pool (8 threads); an older DuckDB has none to shrink."""
-        with contextlib.suppress(duckdb.Error):
-            con.execute("SET async_threads = 1")
 
 
 class StoreError(Exception):

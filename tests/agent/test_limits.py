@@ -16,7 +16,7 @@ from fleetguard.store.store import EngineLimits, Store
 # and prints how many threads it has.
 PROBE = """
 import os, sys
-from fleetguard.agent.daemon import open_store
+from fleetguard.agent.local_sink import open_store
 from fleetguard.store import Store
 store = open_store(sys.argv[1]) if sys.argv[2] == "agent" else Store.open(sys.argv[1])
 store.connection.execute("CREATE TABLE t AS SELECT * FROM range(200000)")

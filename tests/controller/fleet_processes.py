@@ -91,8 +91,15 @@ class Fleet:
         return path
 
     def start_agent(
-        self, host: str, seed: int, duration: float, runtime: str = "enabled = false\n"
+        self,
+        host: str,
+        seed: int,
+        duration: float,
+        runtime: str = "enabled = false\n",
+        simulate: str | None = None,
     ) -> subprocess.Popen[bytes]:
+        """An agent shipping to this fleet's controller; `simulate` passes `--simulate` on the command line
+        (the config's [simulate] fleet is 1x8 either way)."""
         proc = subprocess.Popen(
             [
                 *FLEETGUARD,
@@ -101,6 +108,7 @@ class Fleet:
                 str(self.agent_config(host, seed, runtime)),
                 "--duration",
                 str(duration),
+                *(["--simulate", simulate] if simulate else []),
             ],
             stdout=subprocess.PIPE,
             stderr=(self.root / f"{host}.log").open("ab"),

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 from pathlib import Path
 
 import duckdb
 import pytest
 
 from fleetguard import client as fg
+from tests.controller.fleet_processes import Fleet, free_port, stop, summary
 from tests.integration.daemon import Daemon
 
 pytestmark = pytest.mark.integration
@@ -81,3 +83,38 @@ def test_the_agent_takes_heartbeats_from_training_ranks_and_stores_them(tmp_path
     con = duckdb.connect(str(tmp_path / "fleet.duckdb"), read_only=True)
     rows = con.execute("SELECT job_id, rank, step FROM heartbeats ORDER BY ts").fetchall()
     assert (f"job-e2e@uid{os.getuid()}", 3, 7) in rows  # jobs are keyed by owner
+
+
+def test_an_agent_that_ships_to_a_controller_keeps_no_duckdb(tmp_path: Path) -> None:
+    """`fleetguard agent --simulate 1x8` shipping to a real controller on loopback: its rows arrive, and
+    the agent's address space holds no DuckDB (nor numpy, pandas or pyarrow): its sink is the spool."""
+    fleet = Fleet(tmp_path, free_port())
+    try:
+        controller = fleet.start_controller()
+        agent = fleet.start_agent(
+            "gpu-a", seed=1, duration=120, runtime="enabled = true\nport = 0\n", simulate="1x8"
+        )
+        fleet.wait_for_hosts({"gpu-a"})
+        deadline = time.monotonic() + 60
+        while fleet.hosts()["gpu-a"]["batches"] < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)  # polling real processes, bounded by the deadline
+        maps = Path(f"/proc/{agent.pid}/maps").read_text()
+        stop(agent)
+        done = summary(agent)
+        stop(controller)
+    finally:
+        fleet.cleanup()
+    assert "/_json." in maps or "/_ssl." in maps or "/zlib" in maps  # the check does see extension modules
+    for heavy in ("duckdb", "/numpy/", "/pandas/", "/pyarrow/"):
+        assert heavy not in maps, f"the shipping agent loaded {heavy.strip('/')}"
+    assert not (tmp_path / "gpu-a-unused.duckdb").exists()
+    assert done["extras"]["unsent_batches"] == 0 and done["extras"]["committed_batches"] >= 3
+    con = duckdb.connect(str(fleet.store), read_only=True)
+    try:
+        for table, rows in done["rows_written"].items():
+            stored = con.execute(f"SELECT count(*) FROM {table} WHERE host = 'gpu-a'").fetchall()[0][0]
+            assert stored == rows, table
+        rounds = con.execute("SELECT count(DISTINCT ts) FROM gpu_samples WHERE host = 'gpu-a'").fetchall()
+        assert rounds[0][0] == done["rounds"]  # every round, the last one before SIGTERM included
+    finally:
+        con.close()
