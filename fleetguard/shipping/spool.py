@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import stat
 import struct
 import threading
 import zlib
@@ -31,6 +32,15 @@ MAGIC = b"FGS1"
 _HEADER = struct.Struct("<4sIIQ")  # magic, payload length, crc32, record id
 MAX_RECORD_BYTES = 64 << 20
 DEFAULT_SEGMENT_BYTES = 4 << 20
+
+
+# Segments and the directory are opened through no symbolic link: the agent runs as root, and a planted
+# `seg-N.log -> /etc/passwd` would otherwise be truncated (a "torn tail") or appended to.
+_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class SpoolDirError(OSError):
+    """The spool directory cannot be trusted (a link, another user's, writable by others); one line."""
 
 
 @dataclass(frozen=True)
@@ -70,7 +80,7 @@ class Spool:
         self._active: _Segment | None = None
         self._fd: int | None = None
         directory.mkdir(parents=True, exist_ok=True)
-        os.chmod(directory, 0o700)  # batches name jobs and hosts: not for other local users
+        _make_private(directory)  # batches name jobs and hosts: not for other local users
         self._load()
 
     # ---- open ---------------------------------------------------------------------------------------
@@ -89,8 +99,27 @@ class Spool:
 
     def _scan(self, first: int, path: Path, *, last: bool) -> None:
         segment = _Segment(first, path, 0, set())
-        with path.open("rb") as fh:
+        try:
+            fd = os.open(path, os.O_RDWR | _NOFOLLOW | os.O_NONBLOCK)
+        except OSError as exc:  # a link (ELOOP), a FIFO ...: not a segment this agent wrote
+            log.warning("spool %s: not a segment this agent wrote (%s); skipped", path, exc.strerror)
+            return
+        with os.fdopen(fd, "r+b") as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                log.warning("spool %s: not a regular file of this user; skipped", path)
+                return
             data = fh.read()
+            segment.size = self._records_of(first, segment, data, path)
+            if segment.size < len(data):
+                fh.truncate(segment.size)
+                os.fsync(fh.fileno())
+        self._segments[first] = segment
+        if last and segment.size < self.segment_bytes:
+            self._active = segment
+
+    def _records_of(self, first: int, segment: _Segment, data: bytes, path: Path) -> int:
+        """Index the intact records of a segment's bytes; return where the damage (if any) starts."""
         offset = 0
         while offset + _HEADER.size <= len(data):
             magic, length, crc, record_id = _HEADER.unpack_from(data, offset)
@@ -106,13 +135,7 @@ class Spool:
         if offset < len(data):
             self.stats.corrupt_tails += 1
             log.warning("spool %s: %d damaged bytes at offset %d cut off", path, len(data) - offset, offset)
-            with path.open("r+b") as fh:
-                fh.truncate(offset)
-                os.fsync(fh.fileno())
-        segment.size = offset
-        self._segments[first] = segment
-        if last and offset < self.segment_bytes:
-            self._active = segment
+        return offset
 
     # ---- the agent's side -----------------------------------------------------------------------------
 
@@ -147,7 +170,7 @@ class Spool:
             active = _Segment(record_id, path, 0, set())
             self._segments[record_id] = active
             self._active = active
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | _NOFOLLOW, 0o600)
             self._fd = fd
             dir_fd = os.open(self.directory, os.O_RDONLY)
             try:
@@ -158,7 +181,7 @@ class Spool:
 
     def _open_fd(self, segment: _Segment) -> int:
         if self._fd is None:
-            self._fd = os.open(segment.path, os.O_WRONLY | os.O_APPEND)
+            self._fd = os.open(segment.path, os.O_WRONLY | os.O_APPEND | _NOFOLLOW)
         return self._fd
 
     def _close_fd(self) -> None:
@@ -217,7 +240,7 @@ class Spool:
             segment = self._segments.get(record.segment)
             if segment is None or record.record_id not in segment.unacked:
                 return None
-            fd = os.open(segment.path, os.O_RDONLY)
+            fd = os.open(segment.path, os.O_RDONLY | _NOFOLLOW)
         try:
             return os.pread(fd, record.length, record.offset)
         finally:
@@ -240,3 +263,19 @@ class Spool:
     def close(self) -> None:
         with self._lock:
             self._close_fd()
+
+
+def _make_private(directory: Path) -> None:
+    """Make `directory` 0700, if it is this user's own directory reached through no link; else refuse it.
+    (Another user's directory would let them read every batch, and plant segments to be shipped or links.)"""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW)
+    except OSError as exc:
+        raise SpoolDirError(f"spool_dir {directory}: not a directory of its own ({exc.strerror})") from exc
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid():
+            raise SpoolDirError(f"spool_dir {directory}: owned by uid {st.st_uid}, not by this agent's user")
+        os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)

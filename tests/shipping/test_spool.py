@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
-from fleetguard.shipping.spool import Spool
+import pytest
+
+from fleetguard.shipping.spool import Spool, SpoolDirError
 
 
 def _payloads(spool: Spool) -> list[bytes]:
@@ -89,3 +93,44 @@ def test_the_spool_directory_is_private(tmp_path: Path) -> None:
     Spool(tmp_path / "spool", max_bytes=1 << 20).append(b"x")
     assert (tmp_path / "spool").stat().st_mode & 0o077 == 0
     assert all(p.stat().st_mode & 0o077 == 0 for p in (tmp_path / "spool").iterdir())
+
+
+def test_a_planted_segment_link_is_neither_truncated_nor_shipped(tmp_path: Path) -> None:
+    # A file the agent (root) must not touch, reached through a link named like a damaged segment.
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"root:x:0:0:root:/root:/bin/bash\n" * 4)
+    spool_dir = tmp_path / "spool"
+    Spool(spool_dir, max_bytes=1 << 20).close()
+    (spool_dir / "seg-0000000000000001.log").symlink_to(victim)
+    spool = Spool(spool_dir, max_bytes=1 << 20)
+    assert victim.read_bytes() == b"root:x:0:0:root:/root:/bin/bash\n" * 4
+    assert spool.oldest() is None
+
+
+def test_a_symlinked_spool_dir_is_refused(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o755)
+    (tmp_path / "spool").symlink_to(elsewhere)
+    with pytest.raises(SpoolDirError, match="not a directory of its own"):
+        Spool(tmp_path / "spool", max_bytes=1 << 20)
+    assert stat.S_IMODE(elsewhere.stat().st_mode) == 0o755  # not chmodded through the link
+
+
+def test_a_spool_dir_another_user_owns_is_refused_and_their_segments_are_not_shipped(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give files away")
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 65534, 65534)
+    with pytest.raises(SpoolDirError, match="owned by uid 65534"):
+        Spool(theirs, max_bytes=1 << 20)
+    # In the agent's own directory, a segment another user owns (planted while it was open) is skipped.
+    mine = tmp_path / "mine"
+    Spool(mine, max_bytes=1 << 20).close()
+    forged = Spool(tmp_path / "forger", max_bytes=1 << 20)
+    forged.append(b"forged batch")
+    forged.close()
+    planted = mine / "seg-0000000000000001.log"
+    planted.write_bytes(next((tmp_path / "forger").glob("seg-*.log")).read_bytes())
+    os.chown(planted, 65534, 65534)
+    assert Spool(mine, max_bytes=1 << 20).oldest() is None
