@@ -17,6 +17,7 @@ Bounded: past `max_bytes` the oldest segments are deleted, their unacked records
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import stat
@@ -149,8 +150,17 @@ class Spool:
             segment = self._writable(record_id)
             header = _HEADER.pack(MAGIC, len(payload), zlib.crc32(payload), record_id)
             fd = self._open_fd(segment)
-            os.write(fd, header + payload)
-            os.fsync(fd)
+            try:
+                _write_all(fd, header + payload)
+                os.fsync(fd)
+            except OSError:
+                # Disk full (or a file size limit): a part of the record may be on disk. Cut it off, so the
+                # next record starts where the index says and a reopen does not stop at the torn bytes in the
+                # middle (dropping every record after them).
+                self._next_id -= 1
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, segment.size)
+                raise
             self._records[record_id] = SpoolRecord(
                 record_id, segment.first_id, segment.size + _HEADER.size, len(payload)
             )
@@ -279,3 +289,13 @@ def _make_private(directory: Path) -> None:
         os.fchmod(fd, 0o700)
     finally:
         os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """os.write may write part of `data` (a nearly full disk); a short write is an error here."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:
+            raise OSError(errno.ENOSPC, "short write to the spool")
+        view = view[written:]

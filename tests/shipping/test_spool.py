@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -134,3 +136,36 @@ def test_a_spool_dir_another_user_owns_is_refused_and_their_segments_are_not_shi
     planted.write_bytes(next((tmp_path / "forger").glob("seg-*.log")).read_bytes())
     os.chown(planted, 65534, 65534)
     assert Spool(mine, max_bytes=1 << 20).oldest() is None
+
+
+_DISK_FULL = """
+import resource, signal, sys
+from pathlib import Path
+from fleetguard.shipping.spool import Spool
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit write() fails (EFBIG) or writes short
+spool = Spool(Path(sys.argv[1]), max_bytes=1 << 20)
+spool.append(b"a" * 1000)
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+resource.setrlimit(resource.RLIMIT_FSIZE, (1500, hard))  # the "disk" fills in the middle of the next record
+try:
+    spool.append(b"b" * 1000)
+except OSError:
+    print("refused")
+resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))  # space again
+spool.append(b"c" * 1000)
+spool.close()
+"""
+
+
+def test_a_record_a_full_disk_cut_short_leaves_no_torn_bytes_before_the_next(tmp_path: Path) -> None:
+    run = subprocess.run(
+        [sys.executable, "-c", _DISK_FULL, str(tmp_path / "spool")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert run.stdout.split() == ["refused"]
+    reopened = Spool(tmp_path / "spool", max_bytes=1 << 20)
+    assert reopened.stats.corrupt_tails == 0
+    assert _payloads(reopened) == [b"a" * 1000, b"c" * 1000]
