@@ -40,6 +40,9 @@ RUNTIME_TABLES: dict[str, type] = {
 }
 MAX_QUEUED_RECORDS = 500_000
 MAX_JOBS = 10_000
+# Jobs one host may open (be the first to report): one compromised host inventing job ids must not fill
+# MAX_JOBS and leave every other host's new jobs unwatched.
+MAX_JOBS_PER_HOST = 256
 JOB_IDLE_SECONDS = 600.0
 MAX_WORLD_SIZE = 1 << 20
 
@@ -53,6 +56,7 @@ class _Job:
     # One analyzer per job, ticked at the job's own watermark: a host that lags (or lies about its send
     # time) stops the clock of the jobs it runs ranks of, never the whole fleet's.
     analyzer: RuntimeAnalyzer
+    opened_by: str = ""
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,7 @@ class FleetRuntime:
         # Records naming a rank another host claimed first, or a rank outside the job's world: a host's
         # token proves which host it is, not which ranks it runs (see docs/controller.md, cross-host trust).
         self.foreign_records = 0
+        self._opened: dict[str, int] = {}  # host -> jobs it opened that are still watched
 
     def feed(self, batch: IngestBatch) -> None:
         """On the writer thread, per committed batch: queue its runtime records (bounded)."""
@@ -129,10 +134,14 @@ class FleetRuntime:
         if job is None:
             if not isinstance(record, Heartbeat) or len(self._jobs) >= MAX_JOBS:
                 return  # a job starts with a heartbeat (it carries the world size)
+            if self._opened.get(host, 0) >= MAX_JOBS_PER_HOST:
+                self.foreign_records += 1
+                return
+            self._opened[host] = self._opened.get(host, 0) + 1
             from straggler.analysis import RuntimeAnalyzer  # numpy and the detectors: loaded when needed
 
             world = max(1, min(record.world_size, MAX_WORLD_SIZE))
-            job = _Job(world, set(), {}, record.ts, RuntimeAnalyzer())
+            job = _Job(world, set(), {}, record.ts, RuntimeAnalyzer(), opened_by=host)
             self._jobs[record.job_id] = job
             # The whole job is "local" here: every rank reports, through its own host's agent.
             job.analyzer.register_job(record.job_id, world, record.ts, local_ranks=range(world))
@@ -151,6 +160,11 @@ class FleetRuntime:
         for job_id, job in list(self._jobs.items()):
             if now - job.last_ts > JOB_IDLE_SECONDS:
                 del self._jobs[job_id]
+                left = self._opened.get(job.opened_by, 0) - 1
+                if left > 0:
+                    self._opened[job.opened_by] = left
+                else:
+                    self._opened.pop(job.opened_by, None)
 
     def _fleet(self, finding: Finding) -> Finding:
         job = self._jobs.get(finding.job_id or "")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from fleetguard.controller.fleet_runtime import FleetAction, FleetRuntime
+from fleetguard.controller.fleet_runtime import MAX_JOBS_PER_HOST, FleetAction, FleetRuntime
 from fleetguard.controller.hosts import HostState
 from fleetguard.controller.validate import IngestBatch
 from fleetguard.records.runtime import Heartbeat
@@ -115,3 +115,20 @@ def test_a_host_cannot_join_another_hosts_job_to_get_its_ranks_restarted() -> No
     assert fleet.actions == []  # a one-host job: the controller queues nothing, node-a's agent acts
     assert fleet.runtime.foreign_records == 120
     assert {f.host for f in findings} <= {"node-a"}
+
+
+def test_one_host_inventing_job_ids_cannot_fill_the_job_table_for_everyone() -> None:
+    fleet = Fleet()
+    spam = [
+        Heartbeat(T0, "evil", f"fake-{i}", 0, 0, 1, 66, step=0, section="step")
+        for i in range(MAX_JOBS_PER_HOST + 50)
+    ]
+    fleet.runtime.feed(_batch("evil", 1, spam))
+    fleet.runtime.step(T0)
+    assert fleet.runtime.foreign_records == 50
+    findings = []
+    for i in range(120):
+        fleet.second(T0 + i, silent_rank=3 if i >= 60 else None)
+        fleet.sent["evil"] = T0 + i
+        findings += fleet.runtime.step(T0 + i)
+    assert [a.host for a in fleet.actions] == ["node-b"]  # the real job is still watched
