@@ -95,7 +95,15 @@ class CommandChannel:
                 elif outcome is not None and outcome not in self._acks:
                     self._acks.append(outcome)
             if not known:
-                self._write({"id": command.command_id, "state": "started", "kind": command.kind.value})
+                try:
+                    self._write({"id": command.command_id, "state": "started", "kind": command.kind.value})
+                except OSError as exc:
+                    # Not recorded, so not run (it could run twice after a crash); forgotten, so the next
+                    # delivery tries again instead of the command waiting for ever as "running".
+                    with self._lock:
+                        self._outcomes.pop(command.command_id, None)
+                    log.error("command %s not run: no journal (%s)", command.command_id, exc)
+                    continue
                 self._work.put(command)
 
     def take_acks(self) -> list[CommandAck]:

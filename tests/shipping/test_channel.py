@@ -77,3 +77,21 @@ def test_a_command_interrupted_by_a_crash_is_acked_interrupted_not_rerun(tmp_pat
     channel.deliver([CMD])
     channel.stop()
     assert recorder.runs == []
+
+
+def test_a_command_whose_journal_cannot_be_written_is_not_run_and_runs_once_later(tmp_path: Path) -> None:
+    journal = tmp_path / "commands.jsonl"
+    recorder = Recorder()
+    channel = CommandChannel(journal, recorder)
+    channel.start()
+    try:
+        journal.mkdir()  # the journal cannot be opened for writing (as on a full or read-only disk)
+        channel.deliver([CMD])
+        assert recorder.runs == [] and channel.take_acks() == []
+        journal.rmdir()
+        channel.deliver([CMD])  # delivered again with the next reply: now it runs
+        assert [a.command_id for a in _wait_acks(channel, 1)] == ["c1"]
+        channel.deliver([CMD])
+        assert recorder.runs == ["c1"]
+    finally:
+        channel.stop()
