@@ -39,6 +39,9 @@ class ActionPolicyConfig:
     # A cordon really takes a host out only when a cordon command is configured; without one it is recorded
     # as skipped, so a restart cannot leave a slow host behind.
     cordon_command_configured: bool = False
+    # The agent ships to a fleet controller, which sees a multi-node job whole: a hang of a job that spans
+    # hosts is the controller's to restart (on the culprit's host), so this agent must not restart it too.
+    controller_acts_on_multi_host_hangs: bool = False
 
     def __post_init__(self) -> None:
         if self.restart_cost_seconds < 0 or self.cooldown_seconds < 0:
@@ -160,6 +163,13 @@ def decide(finding: Finding, state: JobActionState, config: ActionPolicyConfig) 
         hang_kind = str(evidence.get("hang_kind", ""))
         if hang_kind == "collective_mismatch":
             return [plan("none", "mismatched collectives are a program bug: alert, no restart, no eviction")]
+        if config.controller_acts_on_multi_host_hangs and evidence.get("spans_hosts") is True:
+            return [
+                plan(
+                    "none",
+                    "the job spans hosts: the fleet controller, which sees them all, restarts the culprit's",
+                )
+            ]
         plans = _restart(
             plan, finding, state, config, f"hang ({hang_kind}): restart from the previous checkpoint"
         )

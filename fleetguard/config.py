@@ -49,6 +49,11 @@ class AgentConfig:
     nats_password_file: str = ""
     nats_creds_file: str = ""  # a NATS .creds file (JWT + nkey seed) instead of user and password
 
+    @property
+    def ships_to_controller(self) -> bool:
+        """The agent's data goes to a fleet controller (over HTTP or NATS) rather than a local store."""
+        return bool(self.controller_url) or self.transport == "nats"
+
 
 @dataclass(frozen=True)
 class StoreConfig:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 
 from fleetguard.records.findings import Finding
 from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
@@ -40,6 +41,7 @@ class RuntimeAnalyzer:
         # Ranks that report to this agent (or are expected to): a multi-node job's other hosts report to
         # their own agents, so they are not missing members of the world group here.
         self._local_ranks: dict[str, set[int]] = {}
+        self._world_sizes: dict[str, int] = {}
         self._hang_open: set[str] = set()
         self._group_names: dict[str, set[str]] = {}  # job -> process groups it reported progress on
         self.skipped_records = 0
@@ -59,6 +61,7 @@ class RuntimeAnalyzer:
         self.heartbeats.register_job(job_id, world_size, started_at, local)
         self.stragglers.forget_job(job_id)  # resumed steps repeat old step numbers; the slow host may be gone
         self._local_ranks[job_id] = set(local)
+        self._world_sizes[job_id] = world_size
         self._groups[job_id] = {k: tuple(v) for k, v in (process_groups or {}).items()}
         self._progress.pop(job_id, None)
         self._group_names.pop(job_id, None)
@@ -70,6 +73,7 @@ class RuntimeAnalyzer:
         self._progress.pop(job_id, None)
         self._groups.pop(job_id, None)
         self._local_ranks.pop(job_id, None)
+        self._world_sizes.pop(job_id, None)
         self._group_names.pop(job_id, None)
         self._hang_open.discard(job_id)
 
@@ -78,6 +82,7 @@ class RuntimeAnalyzer:
         if isinstance(record, Heartbeat):
             self.heartbeats.observe(record, record.ts if now is None else now)
             self._local_ranks.setdefault(record.job_id, set()).add(record.rank)
+            self._world_sizes[record.job_id] = max(self._world_sizes.get(record.job_id, 1), record.world_size)
         elif isinstance(record, StepTiming):
             self.stragglers.observe(record)
         elif isinstance(record, CollectiveProgress):
@@ -120,9 +125,16 @@ class RuntimeAnalyzer:
         for job_id, hung in hung_jobs.items():
             if job_id not in self._hang_open:
                 self._hang_open.add(job_id)
-                findings.append(hang_finding(self.localise(job_id, hung), job_id, now))
+                diag = self.localise(job_id, hung)
+                diag = replace(diag, evidence={**diag.evidence, "spans_hosts": self.spans_hosts(job_id)})
+                findings.append(hang_finding(diag, job_id, now))
         findings.extend(self.stragglers.check(now))
         return findings
+
+    def spans_hosts(self, job_id: str) -> bool:
+        """Some of the job's ranks run where this analyzer does not see them (a multi-node job watched by one
+        host's agent): a hang's culprit may be elsewhere, and whoever sees the whole job should act on it."""
+        return self._world_sizes.get(job_id, 1) > len(self._local_ranks.get(job_id, ()))
 
     def localise(self, job_id: str, hung: Sequence[Finding] = ()) -> HangDiagnosis:
         """Localise a job's hang from its latest progress. A rank whose process cannot even send heartbeats

@@ -110,6 +110,7 @@ def runtime_config_from(config: Config) -> RuntimeServiceConfig:
             "cordon_at_risk_gpu": rt.cordon_at_risk_gpu,
             "cordon_gpu_hang": rt.cordon_gpu_hang,
             "cordon_stragglers": rt.cordon_stragglers,
+            "controller_acts_on_multi_host_hangs": config.agent.ships_to_controller,
         },
     )
 

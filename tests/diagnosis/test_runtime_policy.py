@@ -280,3 +280,15 @@ def test_a_failed_restart_does_not_count_toward_a_crash_loop() -> None:
 def test_a_failed_restart_still_holds_the_cooldown() -> None:
     s = carried_out(state(), decide(finding("dead_rank", ts=1000.0), state(), CFG), 1000.0, succeeded=False)
     assert actions(decide(finding("dead_rank", ts=1005.0), s, CFG)) == ["none"]
+
+
+def test_a_hang_of_a_job_spanning_hosts_is_left_to_the_controller_when_one_is_shipped_to() -> None:
+    shipping = ActionPolicyConfig(controller_acts_on_multi_host_hangs=True)
+    spanning = finding("hang_localised", hang_kind="host_stuck", spans_hosts=True)
+    [plan] = decide(spanning, state(), shipping)
+    assert plan.action == "none" and "controller" in plan.reason
+    # a one-host job is still this agent's to restart, and without a controller every hang is
+    assert actions(
+        decide(finding("hang_localised", hang_kind="host_stuck", spans_hosts=False), state(), shipping)
+    ) == ["restart"]
+    assert actions(decide(spanning, state(), CFG)) == ["restart"]

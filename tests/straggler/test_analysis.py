@@ -240,3 +240,33 @@ def test_unknown_record_is_counted_and_skipped() -> None:
     a = RuntimeAnalyzer()
     a.observe("not a record", 0.0)  # type: ignore[arg-type]
     assert a.skipped_records == 1
+
+
+def _hang_of(a: RuntimeAnalyzer, clock: FakeClock, ranks: range, world_size: int) -> dict[str, object]:
+    """Ranks `ranks` of a job of `world_size` beat while rank ranks[0]'s step stops: the hang's evidence."""
+    found: list[Finding] = []
+    for i in range(30):
+        clock.advance(1.0)
+        for r in ranks:
+            hb = Heartbeat(
+                ts=clock.time(),
+                host="h",
+                job_id=JOB,
+                rank=r,
+                local_rank=r - ranks[0],
+                world_size=world_size,
+                pid=7 + r,
+                step=min(i, 5) if r == ranks[0] else i,
+            )
+            a.observe(hb)
+        found.extend(a.tick(clock.time()))
+    [hang] = [f for f in found if f.kind == "hang_localised"]
+    evidence = json.loads(hang.evidence_json)
+    assert isinstance(evidence, dict)
+    return evidence
+
+
+def test_a_hang_says_whether_its_job_has_ranks_this_analyzer_does_not_see() -> None:
+    # node 1 of a two-node job (ranks 2, 3 of 4) is watched here; ranks 0, 1 report to another agent
+    assert _hang_of(RuntimeAnalyzer(), FakeClock(), range(2, 4), world_size=4)["spans_hosts"] is True
+    assert _hang_of(RuntimeAnalyzer(), FakeClock(), range(4), world_size=4)["spans_hosts"] is False
