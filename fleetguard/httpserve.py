@@ -188,11 +188,16 @@ def loads_json(body: bytes, max_depth: int = Limits.max_json_depth) -> Any:
         raise JsonBodyError(f"JSON nested deeper than {max_depth} levels") from exc
     except (ValueError, UnicodeDecodeError) as exc:
         raise JsonBodyError(f"body is not JSON: {exc}") from exc
-    if _SURROGATE_ESCAPE.search(body) and not _encodable(doc):
-        # json.loads turns an unpaired "\ud800" into a str that no UTF-8 column, file or log can hold:
-        # the store would refuse the batch holding it long after the request was answered 200
+    if holds_lone_surrogate(body, doc):
         raise JsonBodyError("body is not JSON text: a \\u escape names a lone UTF-16 surrogate")
     return doc
+
+
+def holds_lone_surrogate(body: bytes, doc: object) -> bool:
+    """Whether `doc`, parsed from `body`, holds a string with an unpaired UTF-16 surrogate. json.loads turns
+    an unpaired "\\ud800" into a str that no UTF-8 column, file or log can hold: the store would refuse the
+    batch holding it long after the request was answered 200."""
+    return _SURROGATE_ESCAPE.search(body) is not None and not _encodable(doc)
 
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # only then can a string hold a lone surrogate

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from fleetguard.httpserve import holds_lone_surrogate
 from fleetguard.records.bounds import INT64_MAX, INT64_MIN, UINT64_MAX
 from fleetguard.shipping.commands import CommandAck, ack_from_json
 from fleetguard.shipping.wire import WIRE_VERSION, Columns
@@ -120,7 +121,11 @@ def parse_batch(
         raise BatchRefused(Refusal.MALFORMED, f"body is not JSON: {exc}") from exc
     if not isinstance(doc, dict):
         raise BatchRefused(Refusal.MALFORMED, "batch: expected a JSON object")
-    return check_batch(doc, authenticated_host, now=now)
+    checked = check_batch(doc, authenticated_host, now=now)
+    # The columns refuse a lone surrogate themselves; this catches one anywhere else the batch is stored.
+    if holds_lone_surrogate(raw, doc):
+        raise BatchRefused(Refusal.MALFORMED, "batch: a \\u escape names a lone UTF-16 surrogate")
+    return checked
 
 
 _KEYS = {"v", "host", "boot_id", "seq", "sent_ts", "interval_seconds", "agent_version", "tables", "acks"}

@@ -115,3 +115,9 @@ def test_times_past_the_controllers_clock_plus_an_hour_are_refused_when_it_gives
     doc["tables"]["gpu_samples"]["ts"] = [now + 86400 * 365] * len(doc["tables"]["gpu_samples"]["ts"])
     with pytest.raises(BatchRefused):
         parse_batch(json.dumps(doc).encode(), "node-a", compressed=False, now=now)
+
+
+def test_a_lone_surrogate_anywhere_in_the_batch_is_refused_before_it_reaches_the_writer() -> None:
+    # not only in a text column: a command's acknowledgement is stored too (its detail is free text)
+    ack = {"id": "cmd-1", "outcome": "done", "detail": "killed \ud800"}
+    assert _refusal(_doc(acks=[ack])) is Refusal.MALFORMED
