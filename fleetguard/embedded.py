@@ -1,4 +1,5 @@
-"""`fleetguard up`: the embedded default: agent, store, training runtime and live scoring in one process."""
+"""`fleetguard up`: the embedded default: agent, controller (one store), training runtime, live scoring,
+incidents and dashboard in one process."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from fleetguard.agent.agent import Agent
 from fleetguard.agent.daemon import Extension, run_daemon
 from fleetguard.agent.gpu_jobs import GpuJobs, RuntimePlanner, act_on_gpu_findings
 from fleetguard.agent.sources import NoSources, Sources, build_sources
+from fleetguard.clock import SystemClock
 from fleetguard.config import Config
 from fleetguard.runtime.extension import runtime_extension
 from fleetguard.status import StatusPrinter
@@ -51,9 +53,6 @@ def run_embedded(
         def describe() -> str:
             return f"{risk.describe()} | {incidents.describe()}"
 
-    from fleetguard.controller.embedded_ext import controller_extension
-
-    extensions.append(controller_extension(config))  # rollups and fleet correlation over this store
     dashboard_parts: dict[str, object] = {}
     if config.dashboard.enabled:
         from dashboard.embedded import dashboard_extension
@@ -83,6 +82,17 @@ def run_embedded(
         out.write("  stop with Ctrl-C (everything buffered is flushed first)\n")
         out.flush()
 
+    # One process, one DuckDB: the agent's rows go through the controller's ingest (checks, ledger, writer
+    # lanes, rollups, fleet correlation), with no HTTP; its commands run through the training runtime.
+    from fleetguard.controller.inprocess import InProcessController
+    from fleetguard.shipping.agent_side import runtime_runner
+
+    sink = InProcessController(
+        config,
+        SystemClock(),
+        runtime_runner(runtime_parts, config.host),
+        incidents=False,  # the incidents extension above (repairs, metrics, status line)
+    )
     run_daemon(
         config,
         sources.collectors,
@@ -92,6 +102,7 @@ def run_embedded(
         on_ready=banner,
         duration_seconds=duration_seconds,
         out=out,
+        sink=sink,
     )
     return 0
 

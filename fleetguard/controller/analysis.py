@@ -79,9 +79,10 @@ FLEET_RUNTIME_SECONDS = 1.0
 
 
 def register_analysis(
-    writer: IngestWriter, maintenance: Maintenance, config: Config
+    writer: IngestWriter, maintenance: Maintenance, config: Config, *, incidents: bool = True
 ) -> list[Callable[[], None]]:
-    """Register the controller's periodic analysis; return what to call at shutdown."""
+    """Register the controller's periodic analysis; return what to call at shutdown. `incidents=False`: the
+    caller runs incidents itself (`fleetguard up`, with its repair executor and incident metrics)."""
     ctl = config.controller
     writer.every(SILENT_CHECK_SECONDS, "silent hosts", SilentHosts(writer, ctl.silent_after_seconds))
     rollups = Rollups()
@@ -94,14 +95,14 @@ def register_analysis(
     writer.on_committed.append(runtime.feed)
     maintenance.every(FLEET_RUNTIME_SECONDS, "fleet runtime analysis", runtime)
     stops: list[Callable[[], None]] = []
-    if config.diagnosis.enabled:
+    if incidents and config.diagnosis.enabled:
         # Incidents and alerts (fleetguard.incidents): the task runs inside the writer's transaction.
         from fleetguard.incidents.controller_task import IncidentTask
 
-        incidents = IncidentTask(config)
-        writer.every(config.diagnosis.interval_seconds, "incidents", incidents)
-        incidents.start_relay(writer.store)
-        stops.append(incidents.stop_relay)
+        task = IncidentTask(config)
+        writer.every(config.diagnosis.interval_seconds, "incidents", task)
+        task.start_relay(writer.store)
+        stops.append(task.stop_relay)
     return stops
 
 
