@@ -9,7 +9,7 @@ redrawn body is in the page), p50 and p95 over --runs. Also the server-side rend
 Headless Debian chromium driven by Playwright; the dashboard served by `serve_dashboard` in this process on
 loopback, over the store opened read-only, with the clock fixed at the store's end.
 
-Usage: python bench/dashboard_render.py [--store /tmp/dbench.duckdb] [--runs 20] [--build]
+Usage: python bench/dashboard_render.py [--store /tmp/fg-dbench/dbench.duckdb] [--runs 20] [--build]
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ def measure_server(
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--store", default="/tmp/dbench.duckdb")
+    parser.add_argument("--store", default="/tmp/fg-dbench/dbench.duckdb")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--build", action="store_true", help="build the store first (minutes)")
     parser.add_argument("--only", default="", help="comma-separated page ids to measure (default: all)")

@@ -24,6 +24,7 @@ from typing import Any
 import duckdb
 
 from fleetguard.store.engine_limits import EngineLimits as EngineLimits  # re-exported
+from fleetguard.store.location import UnsafeStoreLocation, check_store_location
 from fleetguard.store.migrations import CURRENT_VERSION, migrate, schema_version
 from fleetguard.store.schema import TABLE_BY_RECORD, TABLES, Column, Table, quote_ident
 from fleetguard.store.unstorable import (
@@ -87,6 +88,11 @@ class Store:
             Path(target).parent.mkdir(parents=True, exist_ok=True)
             if read_only and not Path(target).exists():
                 raise StoreError(f"no store at {target}: run `fleetguard up` or `fleetguard agent` first")
+            if not read_only:
+                try:
+                    check_store_location(Path(target))
+                except UnsafeStoreLocation as exc:
+                    raise StoreError(str(exc)) from exc
         try:
             con = duckdb.connect(target, read_only=read_only, config=limits.config() if limits else {})
             if limits is not None:
