@@ -70,7 +70,7 @@ class CollectorsConfig:
     kmsg_path: str = "/dev/kmsg"
     kmsg_state_path: str = "var/kmsg.seq"
     nccl_logs: list[str] = field(default_factory=list)
-    # NVML fields that cost 35 us-4 ms of CPU a call (PCIe replay/throughput, violation times, NVLink) are read
+    # NVML fields costing 35 us-4 ms of CPU a call (PCIe replay/throughput, violation times, NVLink) are read
     # this often; energy is integrated from power between counter reads (collectors/gpu_sampling.py)
     nvml_slow_interval_seconds: float = 30.0
 
@@ -278,6 +278,13 @@ def _build(raw: Mapping[str, Mapping[str, Any]]) -> Config:
     return config
 
 
+def _no_nul(key: str, value: str) -> str:
+    # No path, argv word or address holds a NUL; one would pass here and fail later, at run time.
+    if "\x00" in value:
+        raise ConfigError(f"{key}: contains a NUL character")
+    return value
+
+
 def _coerce(key: str, value: Any, expected: Any) -> Any:
     from_env = isinstance(value, _EnvText)
     if expected is bool:
@@ -308,14 +315,14 @@ def _coerce(key: str, value: Any, expected: Any) -> Any:
         return number
     if expected is str:
         if isinstance(value, str):
-            return str(value)
+            return _no_nul(key, value)
         raise ConfigError(f"{key}: expected a string, got {value!r}")
     if typing.get_origin(expected) is list:
         if from_env:
             # Environment lists are whitespace-separated argv-like words.
             return value.split()
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            return list(value)
+            return [_no_nul(key, v) for v in value]
         raise ConfigError(f"{key}: expected a list of strings, got {value!r}")
     raise ConfigError(f"{key}: unsupported type {expected!r}")
 

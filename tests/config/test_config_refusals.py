@@ -97,3 +97,17 @@ def test_the_runtime_and_metrics_cannot_share_a_port() -> None:
         load_config(None, env=env)
     env["FLEETGUARD_RUNTIME_ENABLED"] = "false"
     assert load_config(None, env=env).runtime.port == 9500  # no runtime: no clash
+
+
+@pytest.mark.parametrize(
+    ("toml", "key"),
+    [
+        ('[collectors]\nkmsg_state_path = "var/kmsg\\u0000.seq"\n', "collectors.kmsg_state_path"),
+        ('[runtime]\nrestart_command = ["scancel", "\\u0000{job}"]\n', "runtime.restart_command"),
+    ],
+)
+def test_a_nul_character_in_a_path_or_command_is_refused_at_load(tmp_path: Path, toml: str, key: str) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(toml)
+    with pytest.raises(ConfigError, match=f"{key}: contains a NUL character"):
+        load_config(path, env={})
