@@ -7,9 +7,10 @@ not a counter, and is left out).
 
 Reading is the hot path (~8 ports x ~85 files every round), so files are found once per scan and each is
 kept open: a sysfs attribute read with pread() at offset 0 is produced afresh by the kernel, one syscall
-instead of open/read/close. The agent select()s on its own descriptors, which must stay below 1024, so only
-`max_open_files` are kept open; the rest are opened relative to a directory descriptor at each read. A file
-removed from sysfs (driver reload) answers ENODEV/ENOENT, which tells the caller to scan again.
+instead of open/read/close. Descriptors are a bounded resource of the agent (it also holds runtime
+connections), so only `max_open_files` are kept open; the rest are opened relative to a directory
+descriptor at each read. A file removed from sysfs (driver reload) answers ENODEV/ENOENT, which tells the
+caller to scan again.
 """
 
 from __future__ import annotations

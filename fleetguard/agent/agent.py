@@ -6,6 +6,7 @@ or shutdown's signal handling."""
 from __future__ import annotations
 
 import logging
+import math
 import os
 import select
 import threading
@@ -342,16 +343,27 @@ class Agent:
                 stop.wait(timeout)
             readable: list[int] = []
         else:
-            try:
-                readable, _, _ = select.select(wait_fds, [], [], timeout)
-            except InterruptedError:
-                return
+            readable = poll_readable(wait_fds, timeout)
         if wakeup_fd is not None and wakeup_fd in readable:
             _drain_fd(wakeup_fd)
         ready = [fds[fd] for fd in readable if fd in fds]
         ready += [c for c in backlog if c not in ready]
         if ready:
             self.read_streams(ready)
+
+
+def poll_readable(fds: list[int], timeout_seconds: float) -> list[int]:
+    """The descriptors among `fds` that are readable (or hung up: the reader sees EOF) within the timeout.
+    poll(), not select(): select() cannot take a descriptor numbered 1024 or more, and the agent raises its
+    open-file limit so that many held runtime connections cannot starve it of descriptors."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN | select.POLLPRI)
+    try:
+        events = poller.poll(math.ceil(timeout_seconds * 1000.0))
+    except InterruptedError:
+        return []
+    return [fd for fd, _ in events]
 
 
 # How long shutdown waits for a flush in progress on the writer thread (bounded by the buffer's own budget).
