@@ -210,7 +210,7 @@ def load(args: argparse.Namespace) -> None:
     tokens = add_tokens(root / "tokens.json", hosts_all)
     (root / "ctl.toml").write_text(
         f'[controller]\nlisten = "127.0.0.1:{args.port}"\ntokens_file = "{root}/tokens.json"\n'
-        f'[store]\npath = "{root}/ctl.duckdb"\n'
+        f'[store]\npath = "{root}/ctl.duckdb"\n[dashboard]\nenabled = false\n'
     )
     ctl = subprocess.Popen(
         [sys.executable, "-m", "fleetguard", "controller", "--config", str(root / "ctl.toml")],
@@ -317,7 +317,7 @@ def agent_cost(args: argparse.Namespace) -> None:
     (root / "token").chmod(0o600)
     (root / "ctl.toml").write_text(
         f'[controller]\nlisten = "127.0.0.1:{args.port}"\ntokens_file = "{root}/tokens.json"\n'
-        f'[store]\npath = "{root}/ctl.duckdb"\n'
+        f'[store]\npath = "{root}/ctl.duckdb"\n[dashboard]\nenabled = false\n'
     )
     ctl = subprocess.Popen(
         [sys.executable, "-m", "fleetguard", "controller", "--config", str(root / "ctl.toml")],

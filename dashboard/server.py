@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -75,6 +76,19 @@ class DashboardServer:
         self.thread.join(timeout=10)
 
 
+def _listen(address: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((address, port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 def serve_dashboard(
     store_reader: StoreReader,
     config: Config,
@@ -86,9 +100,13 @@ def serve_dashboard(
     """Serve the dashboard on `[dashboard] address:port` (`port` overrides; 0 = any free port)."""
     app = create_app(store_reader, config, now=now, resolver=resolver)
     address = config.dashboard.address
-    wsgi = _BoundedServer(
-        address, config.dashboard.port if port is None else port, app.server, handler=_Handler
-    )
+    listener = _listen(address, config.dashboard.port if port is None else port)
+    # Werkzeug binds by itself only to print its own lines and sys.exit() when the port is taken: it is
+    # handed a socket already listening instead, and a taken port is an OSError for the caller to name.
+    try:
+        wsgi = _BoundedServer(address, 0, app.server, handler=_Handler, fd=listener.fileno())
+    finally:
+        listener.close()  # the server holds its own duplicate of the descriptor
     thread = threading.Thread(target=wsgi.serve_forever, name="fleetguard-dashboard", daemon=True)
     thread.start()
     return DashboardServer(wsgi, thread)

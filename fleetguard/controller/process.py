@@ -47,6 +47,7 @@ class RunningController:
     stopped: bool = False
     # Ingest other than HTTP (the NATS consumer, controller.pool): stopped before the writer.
     sources: list[Callable[[], None]] = field(default_factory=list)
+    dashboard_url: str | None = None  # the operators' dashboard ([dashboard] enabled)
 
     @property
     def port(self) -> int:
@@ -119,6 +120,12 @@ def start_controller(config: Config, clock: Clock | None = None) -> RunningContr
     maintenance.start()
     server.start()
     running = RunningController(store, writer, maintenance, server, api, on_stop)
+    if config.dashboard.enabled:
+        try:
+            running.dashboard_url = _start_dashboard(config, running)
+        except BaseException:
+            running.stop()
+            raise
     if ctl.pool:
         from fleetguard.controller.nats_consumer import start_consumer
 
@@ -128,6 +135,24 @@ def start_controller(config: Config, clock: Clock | None = None) -> RunningContr
             running.stop()
             raise
     return running
+
+
+def _start_dashboard(config: Config, running: RunningController) -> str | None:
+    """Serve the dashboard from the controller's store (the fleet's single writer, so operator actions are
+    stored where the incidents are); closed before the store. Without Dash installed the controller runs on
+    and says why; a dashboard port in use is a start-up failure naming the key."""
+    try:
+        from dashboard.server import serve_dashboard
+    except ImportError as exc:
+        log.warning("dashboard off: %s is not installed (pip install 'fleetguard[dashboard]')", exc.name)
+        return None
+    try:
+        server = serve_dashboard(running.store, config)
+    except OSError as exc:
+        where = f"{config.dashboard.address}:{config.dashboard.port}"
+        raise OSError(f"dashboard.port: cannot listen on {where}: {exc.strerror or exc}") from exc
+    running.on_stop.insert(0, server.close)
+    return server.url
 
 
 def run_controller(config: Config, out: TextIO = sys.stdout, duration_seconds: float | None = None) -> None:
@@ -151,6 +176,8 @@ def run_controller(config: Config, out: TextIO = sys.stdout, duration_seconds: f
         f"fleetguard controller: {scheme}://{address}:{running.port}/ (ingest /v1/ingest, read /v1/fleet, "
         f"/metrics); store {Path(config.store.path).resolve()}\n"
     )
+    if running.dashboard_url:
+        out.write(f"  dashboard {running.dashboard_url}\n")
     out.flush()
     try:
         stop.wait(duration_seconds)

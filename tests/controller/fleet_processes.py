@@ -51,7 +51,7 @@ class Fleet:
         path = self.root / "controller.toml"
         path.write_text(
             f'[controller]\nlisten = "127.0.0.1:{self.port}"\ntokens_file = "{self.root}/tokens.json"\n'
-            f'[store]\npath = "{self.store}"\n'
+            f'[store]\npath = "{self.store}"\n[dashboard]\nenabled = false\n'
         )
         return path
 

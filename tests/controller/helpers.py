@@ -115,6 +115,7 @@ def start_test_controller(
         "controller.listen": "127.0.0.1:0",
         "controller.tokens_file": str(tokens_file),
         "controller.max_body_bytes": 256 * 1024,
+        "dashboard.enabled": False,  # tests/controller/test_controller_dashboard.py serves it
         **(extra or {}),
     }
     return Controller(start_controller(load_config(overrides=overrides)), tokens, overrides)

@@ -48,7 +48,7 @@ class PoolController:
             f'tokens_file = "{self.root}/tokens-{self.pool}.json"\n'
             f'nats_url = "{self.nats.url}"\nnats_user = "{CONTROLLER_USER}"\n'
             f'nats_password_file = "{self.nats.password_file(CONTROLLER_USER)}"\n'
-            f'[store]\npath = "{self.store}"\n'
+            f'[store]\npath = "{self.store}"\n[dashboard]\nenabled = false\n'
         )
         return path
 

@@ -104,6 +104,7 @@ def _controller(tmp_path: Path, nats: NatsServer) -> RunningController:
         "controller.listen": "127.0.0.1:0",
         "controller.tokens_file": str(tmp_path / "tokens.json"),
         "controller.pool": "red",
+        "dashboard.enabled": False,
         "controller.nats_url": nats.url,
         "controller.nats_user": CONTROLLER_USER,
         "controller.nats_password_file": str(nats.password_file(CONTROLLER_USER)),
