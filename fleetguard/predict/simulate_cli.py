@@ -23,6 +23,13 @@ def simulate_history_command(out: Path, gpus: int, days: int, seed: int) -> None
     if (out / "samples").exists() or (out / "failures.parquet").exists():
         raise click.ClickException(f"{out} already holds a history; choose an empty directory")
     spec = HistorySpec(n_gpus=gpus, n_steps=24 * days, seed=seed)
+    try:
+        _write_history(spec, out)
+    except OSError as exc:  # an unwritable or missing OUT is the operator's to fix: one line, no traceback
+        raise click.ClickException(f"cannot write the history to {out}: {exc.strerror or exc}") from None
+
+
+def _write_history(spec: HistorySpec, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     samples, failures, rows = write_parquet(spec, out)
     truth = simulate_failures(spec)
@@ -39,7 +46,8 @@ def simulate_history_command(out: Path, gpus: int, days: int, seed: int) -> None
         out / "truth.parquet",
     )
     click.echo(
-        f"wrote {rows} samples of {gpus} GPUs over {days} days to {samples}, {len(truth.ts)} failures to "
-        f"{failures} (ground truth with precursor patterns: {out / 'truth.parquet'})"
+        f"wrote {rows} samples of {spec.n_gpus} GPUs over {spec.n_steps // 24} days to {samples}, "
+        f"{len(truth.ts)} failures to {failures} "
+        f"(ground truth with precursor patterns: {out / 'truth.parquet'})"
     )
     click.echo(f"next: fleetguard evaluate --samples {samples} --failures {failures}")

@@ -205,3 +205,18 @@ def test_evaluate_derives_settings_and_says_so(small_history: History) -> None:
     result = CliRunner().invoke(evaluate_command, [*_inputs(small_history), "--models", "logistic", "--json"])
     assert result.exit_code == 0, result.output
     assert "days of daily data: using --horizon 7d --train-window" in result.output
+
+
+def test_simulate_history_into_a_path_that_cannot_be_a_directory_is_one_line(tmp_path: Path) -> None:
+    from fleetguard.predict.simulate_cli import simulate_history_command
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory\n")
+    result = CliRunner().invoke(
+        simulate_history_command, [str(blocker / "out"), "--gpus", "10", "--days", "20"]
+    )
+    assert result.exit_code == 1, result.output
+    assert result.exception is not None and isinstance(result.exception, SystemExit)
+    assert result.output.strip().splitlines() == [
+        f"Error: cannot write the history to {blocker / 'out'}: Not a directory"
+    ]
