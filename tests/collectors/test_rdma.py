@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -31,6 +33,7 @@ from tests.fixtures.sysfs.ib_tree import (
 HOST = "gpu-node-017"
 T0 = 1_700_000_000.0
 running_as_root = os.geteuid() == 0
+NOBODY = 65534
 
 
 def counter(batch: Batch, name: str, device: str = "mlx5_0") -> NicCounterSample:
@@ -198,14 +201,44 @@ def test_a_counter_that_turns_to_garbage_and_back_is_measured_across_the_gap(tmp
     assert counter(collector.collect(T0 + 2), "symbol_error").delta == 6
 
 
-@pytest.mark.skipif(running_as_root, reason="root reads a chmod 000 file anyway")
-def test_an_unreadable_counter_file_is_counted_as_permission_denied(tmp_path: Path) -> None:
-    (port, *_) = h100_host(tmp_path)
-    (port / "counters" / "symbol_error").chmod(0)
-    collector = RdmaCollector(HOST, sysfs_root=str(tmp_path))
-    batch = collector.collect(T0)
-    assert not [c for c in batch.nic_counters if c.device == "mlx5_0" and c.counter == "symbol_error"]
-    assert collector.problems() == {"permission_denied": 1}
+def _collect_as_nobody(sysfs_root: Path) -> tuple[list[tuple[str, str]], dict[str, int]]:
+    """One collection round in a forked child that, when we are root (as in CI), first drops to uid 65534:
+    root reads a chmod 000 file anyway, so only another user meets the kernel's refusal."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        status = 1
+        try:
+            os.close(read_end)
+            if running_as_root:
+                os.setgroups([])
+                os.setgid(NOBODY)
+                os.setuid(NOBODY)
+            collector = RdmaCollector(HOST, sysfs_root=str(sysfs_root))
+            rows = [(c.device, c.counter) for c in collector.collect(T0).nic_counters]
+            os.write(write_end, json.dumps([rows, collector.problems()]).encode())
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as answer:
+        out = answer.read()
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    rows, problems = json.loads(out)
+    return [(device, name) for device, name in rows], problems
+
+
+def test_an_unreadable_counter_file_is_counted_as_permission_denied() -> None:
+    # Not tmp_path: pytest's base folder is 0700 to root, so uid 65534 could not reach anything under it.
+    with tempfile.TemporaryDirectory(dir="/tmp") as folder:
+        root = Path(folder)
+        root.chmod(0o755)
+        (port, *_) = h100_host(root)
+        (port / "counters" / "symbol_error").chmod(0)
+        rows, problems = _collect_as_nobody(root)
+    assert ("mlx5_0", "symbol_error") not in rows
+    assert ("mlx5_0", "port_rcv_data") in rows  # the refusal cost one counter, not the port
+    assert problems == {"permission_denied": 1}
 
 
 def test_a_read_refused_by_permissions_is_counted_each_round(
