@@ -148,9 +148,10 @@ def test_a_user_holding_every_connection_does_not_lock_the_scraper_out(state: Co
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         deadline = time.monotonic() + WAIT_SECONDS
-        while srv.stats.connections_accepted < 32 and time.monotonic() < deadline:
+        # each connection reached the server and was looked up (on a worker thread): poll, not a fixed
+        # sleep, so a loaded machine is only slower, not a failure
+        while srv.stats.connections_refused < 24 and time.monotonic() < deadline:
             time.sleep(0.02)
-        time.sleep(0.5)  # each looked up
         status, body = scrape(srv.port)
         assert status == 200 and "fleetguard_" in body
         assert srv.stats.connections_refused >= 24
