@@ -413,6 +413,14 @@ class HttpServer:
             writer.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await self._serve_connection(reader, writer)
+        except asyncio.CancelledError:
+            # The loop is tearing down. Python 3.11's stream callback calls exception() on a cancelled
+            # connection task, which logs the CancelledError at ERROR: end the task quietly instead.
+            writer.transport.abort()
+
+    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn_id = next(self._ids)
         self.stats.connections_accepted += 1
         if len(self._writers) >= self.limits.max_connections or self._stopping:

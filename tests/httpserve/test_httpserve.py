@@ -411,3 +411,23 @@ def test_a_lone_surrogate_escape_is_not_json_text(body: bytes) -> None:
 
 def test_paired_surrogates_and_escaped_backslashes_are_fine() -> None:
     assert loads_json(b'["\\ud83d\\ude00", "\\\\ud800"]') == ["\U0001f600", "\\ud800"]
+
+
+def test_stopping_with_connections_still_open_logs_no_error(
+    make_server: Callable[..., HttpServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    # Clients that were answered "Connection: close" but never close their end keep the server lingering
+    # on them: stopping cancels those connection tasks, which Python 3.11's asyncio logs at ERROR unless the
+    # server ends them itself.
+    server = make_server(shutdown_grace_seconds=0.1)
+    clients = []
+    for _ in range(8):
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=WAIT_SECONDS)
+        sock.sendall(b"GET /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200 OK")
+        clients.append(sock)
+    with caplog.at_level(logging.DEBUG):
+        server.stop()
+    for sock in clients:
+        sock.close()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
