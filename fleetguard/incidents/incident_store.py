@@ -3,8 +3,9 @@ alerts written in ONE transaction, so an incident change and its outbox rows exi
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import duckdb
@@ -81,6 +82,20 @@ class IncidentStore:
         # False when the caller already holds a transaction on `con` (the controller's writer tasks).
         self.own_transactions = own_transactions
 
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """All or nothing: its own transaction, or none when the caller already holds one."""
+        if not self.own_transactions:
+            yield
+            return
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            yield
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+        self.con.execute("COMMIT")
+
     def restore(self, now: float, history_seconds: float) -> RestoredState:
         rows = self.con.execute(
             f"SELECT {_select_incident()} FROM incidents WHERE state <> 'closed'"
@@ -126,9 +141,7 @@ class IncidentStore:
         now: float,
     ) -> None:
         """One transaction: incidents, actions, openings, evidence, outbox rows and the breaker's state."""
-        if self.own_transactions:
-            self.con.execute("BEGIN TRANSACTION")
-        try:
+        with self._transaction():
             for change in changes:
                 self.con.execute(_UPSERT_INCIDENT, _incident_params(change.incident, now))
                 for entry in change.actions:
@@ -156,12 +169,6 @@ class IncidentStore:
                 f"INSERT OR REPLACE INTO breaker_state VALUES (1, ?, {_T}, ?, {_T})",
                 [breaker.tripped, breaker.tripped_at, breaker.reason, now],
             )
-            if self.own_transactions:
-                self.con.execute("COMMIT")
-        except BaseException:
-            if self.own_transactions:
-                self.con.execute("ROLLBACK")
-            raise
 
     def prune(self, cutoff: float) -> None:
         """Forget what ended before `cutoff`: closed incidents with their evidence and ledger, finished
@@ -177,17 +184,9 @@ class IncidentStore:
             f"DELETE FROM alert_outbox WHERE status <> 'pending' AND created_at < {t}",
             f"DELETE FROM alert_deliveries WHERE ts < {t}",
         )
-        if self.own_transactions:
-            self.con.execute("BEGIN TRANSACTION")
-        try:
+        with self._transaction():
             for sql in statements:
                 self.con.execute(sql, [cutoff])
-            if self.own_transactions:
-                self.con.execute("COMMIT")
-        except BaseException:
-            if self.own_transactions:
-                self.con.execute("ROLLBACK")
-            raise
 
 
 def _select_incident() -> str:

@@ -3,13 +3,17 @@ dedup that survives a restart, the feed that reads what the agent stored."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from diagnosis.incident import ActionOutcome
 from diagnosis.model import RepairAction
 from diagnosis.rules import Signals
 from fleetguard.alerts.settings import WebhookConfig, WebhookKind
 from fleetguard.incidents.feed import StoreFeed
+from fleetguard.incidents.incident_store import EvidenceRow, IncidentStore
 from fleetguard.incidents.policy_files import load_policy
 from fleetguard.incidents.repairs import RepairExecutor
 from fleetguard.incidents.service import IncidentService
@@ -106,3 +110,24 @@ def test_pruning_forgets_closed_incidents_and_finished_alerts_but_keeps_open_one
         ("old", "xid:79"),  # closed only in the last round: within the retention
     ]
     assert con.execute("SELECT count(*) FROM alert_outbox").fetchall() == [(1,)]
+
+
+def test_a_round_that_fails_half_way_leaves_nothing_behind(store: Store) -> None:
+    service = open_service(store, T0)
+    changes = service.engine.observe(Signals(events=[xid(79, T0)]), T0 + 1)
+    assert changes
+
+    def evidence_that_breaks() -> Iterator[EvidenceRow]:
+        raise OSError("the disk went away while the evidence was written")
+        yield  # a generator: persist has already written the incidents when this runs
+
+    with pytest.raises(OSError, match="disk went away"):
+        IncidentStore(store.cursor()).persist(
+            changes, evidence_that_breaks(), (), service.engine.breaker.state, T0
+        )
+    con = store.connection
+    assert con.execute("SELECT count(*) FROM incidents").fetchall() == [(0,)]
+    assert con.execute("SELECT count(*) FROM incident_actions").fetchall() == [(0,)]
+    # the connection is usable again: the failed transaction was rolled back, not left open
+    IncidentStore(store.cursor()).persist(changes, (), (), service.engine.breaker.state, T0)
+    assert con.execute("SELECT count(*) FROM incidents").fetchall() == [(1,)]
