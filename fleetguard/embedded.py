@@ -7,7 +7,7 @@ import logging
 import sys
 import threading
 from pathlib import Path
-from typing import TextIO, cast
+from typing import TYPE_CHECKING, TextIO, cast
 
 from fleetguard.agent.agent import Agent
 from fleetguard.agent.daemon import Extension, run_daemon
@@ -18,6 +18,9 @@ from fleetguard.config import Config
 from fleetguard.runtime.extension import runtime_extension
 from fleetguard.status import StatusPrinter
 from fleetguard.store import Store
+
+if TYPE_CHECKING:
+    import duckdb
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +134,7 @@ def _scoring_extension(
     stop_event = threading.Event()
     gpu_jobs = GpuJobs(sources.collectors)
     threads: list[threading.Thread] = []
+    cursors: list[duckdb.DuckDBPyConnection] = []
 
     def start(agent: Agent, store: Store) -> None:
         def loop() -> None:
@@ -151,12 +155,17 @@ def _scoring_extension(
             # Reads only: writes stay on the agent thread, which flushes every flush interval, so scoring sees
             # data at most that old.
             cursor = store.cursor()
+            cursors.append(cursor)
             while not stop_event.is_set():
                 try:
                     predictions = scorer.score(cursor, agent.clock.time())
                 except Exception as exc:
+                    if stop_event.is_set():
+                        break  # interrupted by stop()
                     log.warning("scoring failed: %s", exc)
                     predictions = []
+                if stop_event.is_set():
+                    break  # scored after the final flush began: nothing may be submitted now
                 if predictions:
                     agent.metrics.set_predictions(predictions)
                     findings = at_risk_findings(predictions, config.predictor.risk_threshold)
@@ -181,7 +190,16 @@ def _scoring_extension(
 
     def stop() -> None:
         stop_event.set()
+        for cursor in cursors:
+            cursor.interrupt()  # a query in progress ends now rather than after the store is closed
         for thread in threads:
-            thread.join(timeout=10)
+            # Wait out a demo model still training (native code, ~15 s): a thread still inside XGBoost or
+            # DuckDB when the interpreter exits aborts the process.
+            thread.join(timeout=SCORING_STOP_SECONDS)
+            if thread.is_alive():
+                log.warning("live scoring did not stop within %.0f s", SCORING_STOP_SECONDS)
 
     return Extension("live scoring", start, stop)
+
+
+SCORING_STOP_SECONDS = 120.0
