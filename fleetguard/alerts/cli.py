@@ -49,7 +49,7 @@ def alerts_replay(config_path: str | None, store_path: str | None, endpoint: str
 
     config = load(config_path, **{"store.path": store_path})
     try:
-        store = Store.open(config.store.path)
+        store = Store.open(config.store.path, must_exist=True)
     except StoreLocked:
         leave(config.store.path, Request.ALERTS_REPLAY, {"endpoint": endpoint, "at": time.time()})
         click.echo("the store is in use: the running fleetguard queues the dead letters again within a round")

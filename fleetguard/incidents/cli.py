@@ -206,7 +206,7 @@ def breaker_reset(config_path: str | None, store_path: str | None, process_backl
 
     config = load(config_path, **{"store.path": store_path})
     try:
-        store = Store.open(config.store.path)
+        store = Store.open(config.store.path, must_exist=True)
     except StoreLocked:
         leave(
             config.store.path, Request.BREAKER_RESET, {"process_backlog": process_backlog, "at": time.time()}

@@ -75,6 +75,7 @@ class Store:
         path: str | Path,
         *,
         read_only: bool = False,
+        must_exist: bool = False,
         schema_version_target: int = CURRENT_VERSION,
         limits: EngineLimits | None = None,
     ) -> Store:
@@ -82,12 +83,13 @@ class Store:
 
         `limits` bounds DuckDB's worker threads and memory for this process (a database opened once per
         process: they hold for every cursor); by default DuckDB starts a worker per core and may use 80% of
-        RAM, right for a controller, not for an agent beside a training job."""
+        RAM, right for a controller, not for an agent beside a training job. `must_exist` for an operator's
+        command that changes a store (a typo must not leave a fresh, empty one behind)."""
         target = str(path)
         if target != ":memory:":
-            Path(target).parent.mkdir(parents=True, exist_ok=True)
-            if read_only and not Path(target).exists():
+            if (read_only or must_exist) and not Path(target).exists():
                 raise StoreError(f"no store at {target}: run `fleetguard up` or `fleetguard agent` first")
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
             if not read_only:
                 try:
                     check_store_location(Path(target))

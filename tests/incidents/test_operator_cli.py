@@ -72,3 +72,14 @@ def test_a_held_store_gets_a_request_file_instead(tmp_path: Path) -> None:
         assert request_path(str(path), Request.BREAKER_RESET).exists()
     finally:
         holder.communicate("\n", timeout=30)
+
+
+def test_changing_commands_on_a_mistyped_store_refuse_instead_of_creating_one(tmp_path: Path) -> None:
+    typo = tmp_path / "no-such-dir" / "stroe.duckdb"
+    for args in (["breaker", "reset"], ["alerts", "replay"]):
+        result = CliRunner().invoke(cli, [*args, "--store", str(typo)])
+        assert result.exit_code == 1, (args, result.output)
+        assert result.output.strip().splitlines() == [
+            f"Error: no store at {typo}: run `fleetguard up` or `fleetguard agent` first"
+        ]
+    assert not typo.parent.exists()  # not even its folder is left behind
