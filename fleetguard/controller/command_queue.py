@@ -14,6 +14,7 @@ import duckdb
 from fleetguard.shipping.commands import CommandAck, CommandKind, HostCommand
 
 MAX_PENDING_PER_HOST = 64
+MAX_HOSTS_WITH_PENDING = 16_384  # 8x the 2,048 hosts one controller is built for
 
 
 class CommandRefused(Exception):
@@ -42,6 +43,10 @@ class CommandBook:
         return list(self.pending.get(host, ()))
 
     def prepare(self, host: str, kind: CommandKind, job_id: str | None, reason: str) -> HostCommand:
+        if host not in self.pending and len(self.pending) >= MAX_HOSTS_WITH_PENDING:
+            # a host may be named before it first ships (a cordon queued ahead), but invented names must
+            # not grow the queue without bound
+            raise CommandRefused(f"{MAX_HOSTS_WITH_PENDING} hosts have unacknowledged commands already")
         if len(self.pending.get(host, ())) >= MAX_PENDING_PER_HOST:
             raise CommandRefused(f"host {host} has {MAX_PENDING_PER_HOST} unacknowledged commands already")
         return HostCommand(uuid.uuid4().hex, kind, job_id, reason)

@@ -82,5 +82,7 @@ def retention(days: float) -> Task:
         cutoff = f"make_timestamp(CAST(round({now - days * 86400.0} * 1000000) AS BIGINT))"
         for table in TABLES:
             cursor.execute(f"DELETE FROM {table} WHERE ts < {cutoff}")
+        # commands are kept while unacknowledged (they are still being delivered), then as long as records
+        cursor.execute(f"DELETE FROM host_commands WHERE acked_ts IS NOT NULL AND acked_ts < {cutoff}")
 
     return run
