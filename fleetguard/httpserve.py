@@ -289,6 +289,7 @@ def _error_response(exc: HttpError) -> Response:
 
 _LINGER_SECONDS = 1.0
 _MAX_REFUSED_LINGERING = 256  # refused connections waiting for their client to read the 503
+OWNER_LOOKUP_THREADS = 2  # a lookup is one netlink round trip (or a /proc read where netlink is missing)
 
 # ---- the server ----------------------------------------------------------------------------------------
 
@@ -321,6 +322,9 @@ class HttpServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._executor = concurrent.futures.ThreadPoolExecutor(self.limits.workers, f"{name}-worker")
+        # Who holds a new connection is looked up on threads of its own: behind handlers that wait (on a
+        # slow analysis, say) the lookups of new connections would queue until they time out.
+        self._owner_executor = concurrent.futures.ThreadPoolExecutor(OWNER_LOOKUP_THREADS, f"{name}-owner")
         self._writers: dict[int, tuple[asyncio.StreamWriter, bool]] = {}  # id -> (writer, busy)
         self._ids = itertools.count(1)
         self._stopping = False
@@ -359,6 +363,7 @@ class HttpServer:
             thread.join(timeout=5)
         self._sock.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self._owner_executor.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> HttpServer:
         self.start()
@@ -459,7 +464,7 @@ class HttpServer:
         try:
             async with asyncio.timeout(self.limits.request_timeout_seconds):
                 loop = asyncio.get_running_loop()
-                return await loop.run_in_executor(self._executor, self._owner_of, connection)
+                return await loop.run_in_executor(self._owner_executor, self._owner_of, connection)
         except TimeoutError:
             log.warning("%s: looking up who holds a connection took too long", self._name)
             return None
