@@ -221,7 +221,7 @@ def run(args: argparse.Namespace) -> None:
         f'[controller]\nlisten = "127.0.0.1:0"\ntokens_file = "{root}/tokens.json"\npool = "{POOL}"\n'
         f'nats_url = "nats://127.0.0.1:{nats_port}"\nnats_user = "controller"\n'
         f'nats_password_file = "{root}/controller.password"\n[store]\npath = "{root}/controller.duckdb"\n'
-        '[dashboard]\nenabled = false\n'
+        "[dashboard]\nenabled = false\n"
     )
     commits_path = root / "commits.json"
     time.sleep(0.5)
