@@ -7,7 +7,10 @@ from __future__ import annotations
 import io
 import logging
 import os
+import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -138,10 +141,37 @@ def stored_heartbeats(store: Path) -> set[tuple[str, int]]:
     return {(job.partition("@")[0], step) for job, step in rows}  # the runtime adds @uid<owner>
 
 
+ISOLATED = "FG_TEST_ISOLATED"  # not FLEETGUARD_*: the config refuses variables it does not know
+
+
+def ran_in_a_fresh_interpreter(request: pytest.FixtureRequest) -> bool:
+    """Run this test again in a fresh Python and report whether it did (the caller then returns).
+
+    The daemon runs in the test process, which at this point of the suite holds whatever earlier tests left
+    running there (their threads compete for the GIL): the 0.5 s report timeout of the clients measured that,
+    not the runtime. A fresh interpreter holds only this test's daemon."""
+    if os.environ.get(ISOLATED):
+        return False
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", request.node.nodeid]
+    result = subprocess.run(
+        argv,
+        cwd=request.config.rootpath,
+        env={**os.environ, ISOLATED: "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+    assert re.search(r"\b1 passed\b", result.stdout), result.stdout[-2000:]
+    return True
+
+
 @pytest.mark.parametrize("slow", [False, True], ids=["runtime", "runtime-with-slow-analysis"])
 def test_reports_acknowledged_while_stopping_are_all_stored(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, slow: bool
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, slow: bool, request: pytest.FixtureRequest
 ) -> None:
+    if ran_in_a_fresh_interpreter(request):
+        return
     store = tmp_path / "fleet.duckdb"
     config = daemon_config(store)
     parts: dict[str, object] = {}
