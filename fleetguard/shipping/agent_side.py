@@ -182,7 +182,14 @@ class ShippingMetrics(PromCollector):
             value=s.dropped,
         )
         yield CounterMetricFamily(
-            "fleetguard_spool_corrupt_tails", "Damaged spool tails cut off at start", value=s.corrupt_tails
+            "fleetguard_spool_corrupt_tails",
+            "Records cut short by a crash mid-write, cut off at start",
+            value=s.corrupt_tails,
+        )
+        yield CounterMetricFamily(
+            "fleetguard_spool_records_corrupt",
+            "Damaged spool records skipped (each run of damaged bytes at start, or a record at send)",
+            value=s.corrupt_records,
         )
         yield CounterMetricFamily(
             "fleetguard_shipper_batches_committed", "Batches the controller committed", value=sh.committed
