@@ -5,7 +5,10 @@ goes through the same checks as an HTTP ingest body (validate.parse_batch, with 
 subject, which NATS permissions let only that host publish to) and the same writer, and is acked only once
 its group is committed. So a controller killed between commit and ack gets the message again, and the
 ingest ledger answers "duplicate": stored once. A batch refused for its content is terminated (never
-redelivered); a batch the writer cannot take now (queue full, store failing) is nak'ed with a delay.
+redelivered); a batch the writer cannot take now (queue full, store failing) is nak'ed with a delay. A
+message whose Nats-Msg-Id is not its publisher's (subject/boot_id/seq of this batch) is refused: the
+stream's duplicate detection spans all subjects, so such an id is one host's try at having another host's
+batch dropped as a duplicate.
 
 The stream is created if missing (work-queue retention: a message leaves once acked; discard new when full,
 so a full stream pushes back to the agents' spools instead of losing the oldest batches; its size is bounded
@@ -25,7 +28,13 @@ from fleetguard.controller.ingest import IngestWriter, Pending
 from fleetguard.controller.stats import ControllerStats
 from fleetguard.controller.validate import BatchRefused, Refusal, parse_batch
 from fleetguard.shipping.nats_connect import NatsLogin, connect, make_login
-from fleetguard.shipping.nats_subjects import SUBJECT_ROOT, host_from_subject, pool_filter
+from fleetguard.shipping.nats_subjects import (
+    MSG_ID_HEADER,
+    SUBJECT_ROOT,
+    host_from_subject,
+    msg_id_is_publishers,
+    pool_filter,
+)
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -180,6 +189,13 @@ class NatsConsumer:
                 if host is None:
                     raise BatchRefused(Refusal.WRONG_HOST, f"subject {msg.subject[:200]!r} names no host")
                 batch = parse_batch(msg.data, host, compressed=True, now=time.time())
+                mid = msg.headers.get(MSG_ID_HEADER) if msg.headers else None
+                if not msg_id_is_publishers(mid, msg.subject, host, batch.boot_id, batch.seq):
+                    # Stored, this id would have the stream drop another host's batch as its duplicate.
+                    raise BatchRefused(
+                        Refusal.WRONG_HOST,
+                        f"message id {str(mid)[:200]!r} is not {msg.subject[:200]}'s for this batch",
+                    )
                 submitted.append((msg, self.writer.submit(batch)))
             except BatchRefused as exc:
                 await self._refused(msg, exc)

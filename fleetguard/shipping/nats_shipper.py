@@ -1,11 +1,15 @@
 """The agent's shipper through NATS JetStream: publishes each spooled batch to fleetguard.<pool>.<host> and
 deletes it from the spool only once JetStream acknowledged storing it (docs/scale-out.md).
 
-The message id is host/boot_id/seq, so a batch published again (its ack was lost, the agent restarted with
-it still spooled) inside the stream's duplicate window is dropped by the server, and after it by the
-controller's ledger. Order and backoff are the HTTP shipper's: the newest batch first when one is new, then
-the backlog oldest first; failures back off exponentially with full jitter. A batch too large for the
-server's max_payload can never be published: it is dropped and counted, like a 413 over HTTP.
+The message id is subject/boot_id/seq, so a batch published again (its ack was lost, the agent restarted
+with it still spooled) is stored once by the controller's ledger. A batch leaves the spool only on an ack
+that stored *this* publish: the stream's duplicate detection spans every subject, so a "duplicate" answer
+may mean another host published a message under this id first; the batch is then published again under a
+random retry id, and the ledger (keyed by the subject's host) keeps it once if the first copy was ours.
+
+Order and backoff are the HTTP shipper's: the newest batch first when one is new, then the backlog oldest
+first; failures back off exponentially with full jitter. A batch too large for the server's max_payload can
+never be published: it is dropped and counted, like a 413 over HTTP.
 
 Commands back to hosts travel only in HTTP ingest replies; a host on NATS gets none (its local actions
 still run).
@@ -19,6 +23,7 @@ import json
 import logging
 import random
 import re
+import secrets
 import threading
 import time
 import zlib
@@ -189,7 +194,7 @@ class NatsShipper:
         if body is None:
             return 0.0
         try:
-            host, boot_id, seq = batch_key(body)
+            _, boot_id, seq = batch_key(body)
         except ValueError as exc:
             log.error("spooled batch %d is unreadable (%s); dropped", record.record_id, exc)
             self.stats.dropped_refused += 1
@@ -200,8 +205,22 @@ class NatsShipper:
                 self.subject,
                 body,
                 timeout=PUBLISH_TIMEOUT_SECONDS,
-                headers={MSG_ID_HEADER: msg_id(host, boot_id, seq)},
+                headers={MSG_ID_HEADER: msg_id(self.subject, boot_id, seq)},
             )
+            if ack.duplicate:
+                # The stream holds a message with this id, but whose? Our own earlier publish whose ack was
+                # lost, or another host's forged one (the stream's dedup spans every subject). Either way
+                # the batch is not proven stored: publish it again under an id nobody else can know. The
+                # controller's ledger, keyed by the subject's host, stores it once if it was ours.
+                self.stats.duplicates += 1
+                ack = await self._js.publish(
+                    self.subject,
+                    body,
+                    timeout=PUBLISH_TIMEOUT_SECONDS,
+                    headers={MSG_ID_HEADER: msg_id(self.subject, boot_id, seq, secrets.token_hex(16))},
+                )
+                if ack.duplicate:
+                    raise nats.js.errors.Error(description="a fresh message id was answered duplicate")
         except nats.errors.MaxPayloadError as exc:
             log.error("batch %d is larger than the NATS server takes (%s); dropped", record.record_id, exc)
             self.stats.dropped_refused += 1
@@ -218,8 +237,6 @@ class NatsShipper:
             return self._backoff()
         self.stats.sent += 1
         self.stats.committed += 1
-        if ack.duplicate:
-            self.stats.duplicates += 1
         self.stats.last_success_ts = self.clock()
         self._failures = 0
         self.spool.ack(record.record_id)
