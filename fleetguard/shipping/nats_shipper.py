@@ -11,8 +11,11 @@ Order and backoff are the HTTP shipper's: the newest batch first when one is new
 first; failures back off exponentially with full jitter. A batch too large for the server's max_payload can
 never be published: it is dropped and counted, like a 413 over HTTP.
 
-Commands back to hosts travel only in HTTP ingest replies; a host on NATS gets none (its local actions
-still run).
+Commands from the controller: with a command channel, the shipper also pulls this host's durable consumer
+`cmd-<host>` on the pool's command stream (fleetguard.controller.nats_commands), hands each command to the
+channel (which journals it before it runs, and never runs a journaled id again) and only then acks it to
+JetStream; the outcome goes back in a batch, as over HTTP. Until the controller has a command for this host
+its consumer does not exist, and the pull is retried every COMMAND_RETRY_SECONDS.
 """
 
 from __future__ import annotations
@@ -31,8 +34,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from fleetguard.shipping.channel import CommandChannel
+from fleetguard.shipping.commands import command_from_json
 from fleetguard.shipping.nats_connect import NatsLogin, NatsSettingsError, connect, make_login
-from fleetguard.shipping.nats_subjects import MSG_ID_HEADER, msg_id, subject_for
+from fleetguard.shipping.nats_subjects import (
+    MSG_ID_HEADER,
+    command_consumer,
+    command_stream,
+    msg_id,
+    subject_for,
+)
 from fleetguard.shipping.shipper import BACKOFF_BASE_SECONDS, BACKOFF_CAP_SECONDS, ShipperStats
 from fleetguard.shipping.spool import Spool, SpoolRecord
 
@@ -46,6 +56,9 @@ log = logging.getLogger(__name__)
 
 PUBLISH_TIMEOUT_SECONDS = 10.0
 IDLE_WAIT_SECONDS = 1.0
+COMMAND_FETCH = 16
+COMMAND_WAIT_SECONDS = 5.0  # a pull waits this long for a command (the next one starts right after)
+COMMAND_RETRY_SECONDS = 5.0  # no consumer yet (no command ever queued for this host), or NATS down
 # The wire format writes v, host, boot_id, seq first (fleetguard.shipping.wire); this much text holds them.
 _KEY_PREFIX_BYTES = 2048
 _KEY = re.compile(rb'^\{"v":1,"host":("(?:[^"\\]|\\.)*"),"boot_id":("(?:[^"\\]|\\.)*"),"seq":(\d+)[,}]')
@@ -81,7 +94,10 @@ class NatsShipper:
         self.login = login
         self.subject = subject_for(pool, host)
         self.host = host
+        self.pool = pool
         self.channel = channel
+        self.commands_received = 0
+        self.commands_malformed = 0
         self.clock = clock
         self.stats = ShipperStats()
         self.connected = False
@@ -126,13 +142,62 @@ class NatsShipper:
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
+        commands: asyncio.Task[None] | None = None
         try:
             while not self._stop.is_set():
                 delay = await self._step()
+                if commands is None and self._js is not None and self.channel is not None:
+                    commands = asyncio.create_task(self._pull_commands(self._js, self.channel))
                 if delay > 0 and not self._stop.is_set():
                     await self._sleep(delay)
         finally:
+            if commands is not None:
+                commands.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await commands
             await self._disconnect()
+
+    async def _pull_commands(self, js: JetStreamContext, channel: CommandChannel) -> None:
+        """This host's commands, from its own consumer, into the channel's journal; acked to JetStream only
+        once journaled (a crash before the ack redelivers it, and the journal answers it, not run again)."""
+        import nats.errors
+
+        sub = None
+        failing = False
+        while not self._stop.is_set():
+            try:
+                if sub is None:
+                    sub = await js.pull_subscribe_bind(
+                        durable=command_consumer(self.host), stream=command_stream(self.pool)
+                    )
+                try:
+                    msgs = await sub.fetch(COMMAND_FETCH, timeout=COMMAND_WAIT_SECONDS)
+                except nats.errors.TimeoutError:
+                    failing = False
+                    continue
+                failing = False
+                for msg in msgs:
+                    try:
+                        command = command_from_json(json.loads(msg.data))
+                    except (ValueError, RecursionError) as exc:  # json.JSONDecodeError too
+                        self.commands_malformed += 1
+                        log.warning("a command from NATS is unusable (%s); dropped", exc)
+                        await msg.term()
+                        continue
+                    channel.deliver([command])
+                    self.commands_received += 1
+                    await msg.ack()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # no consumer yet, no permission, NATS down: try again later
+                if not failing:
+                    log.info("no controller commands from NATS for now (%s: %s)", type(exc).__name__, exc)
+                failing = True
+                if sub is not None:
+                    with contextlib.suppress(Exception):
+                        await sub.unsubscribe()
+                    sub = None
+                await asyncio.sleep(COMMAND_RETRY_SECONDS)
 
     async def _sleep(self, seconds: float) -> None:
         assert self._wake is not None

@@ -51,6 +51,24 @@ def host_from_subject(subject: str, pool: str) -> str | None:
         return None
 
 
+def command_subject(pool: str, host: str) -> str:
+    """Where the controller publishes `host`'s commands: four tokens, so no host's batch subject (three)
+    is ever one, and the ingest stream (`fleetguard.*.*`) does not capture them."""
+    return f"{SUBJECT_ROOT}.{pool}.cmd.{host_token(host)}"
+
+
+def command_stream(pool: str) -> str:
+    """The JetStream stream holding a pool's commands (created by its controller)."""
+    return f"FLEETGUARD_CMD_{pool}"
+
+
+def command_consumer(host: str) -> str:
+    """The durable consumer, one per host, that the host pulls its commands from. NATS permissions let a
+    host's user pull from and ack on this consumer only (docs/scale-out.md), so it reads no other host's
+    commands. `%` is not special in consumer names; `.` `*` `>` (escaped by host_token) are."""
+    return f"cmd-{host_token(host)}"
+
+
 def msg_id(subject: str, boot_id: str, seq: int, retry: str = "") -> str:
     """JetStream drops a message whose id it has seen inside the stream's duplicate window, whoever published
     it; so the id starts with the publisher's subject (the controller refuses one that names another) and a
