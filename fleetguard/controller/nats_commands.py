@@ -57,6 +57,7 @@ class CommandPublisher:
         self.nats_hosts: set[str] = set()
         self._published: dict[str, tuple[float, int]] = {}  # pending command id -> (when, copies)
         self._consumers: set[str] = set()  # hosts whose consumer exists, as far as this connection knows
+        self._failing: set[str] = set()  # hosts whose last publish failed (said once, not every poll)
         self.published = 0
         self.errors = 0
 
@@ -94,24 +95,39 @@ class CommandPublisher:
         for host, commands in pending.items():
             if host not in self.nats_hosts:
                 continue
-            for command in commands:
-                last, copies = self._published.get(command.command_id, (None, 0))
-                if last is not None and now - last < REPUBLISH_SECONDS:
-                    continue
-                if host not in self._consumers:
-                    await ensure_host_consumer(js, self.pool, host)
-                    self._consumers.add(host)
-                await js.publish(
-                    command_subject(self.pool, host),
-                    json.dumps(command.to_json()).encode(),
-                    timeout=PUBLISH_TIMEOUT_SECONDS,
-                    stream=command_stream(self.pool),
-                    # per copy: the stream drops a re-publish of this copy (a lost ack), not the next copy
-                    headers={MSG_ID_HEADER: f"{command.command_id}/{copies}"},
-                )
-                self._published[command.command_id] = (now, copies + 1)
-                self.published += 1
-                sent += 1
+            try:
+                sent += await self._publish_host(js, host, commands, now)
+            except Exception as exc:  # this host's consumer or publish failed: the others still go
+                self.errors += 1
+                if host not in self._failing:
+                    log.warning("commands for %s not published over NATS: %s", host[:200], exc)
+                self._failing.add(host)
+            else:
+                self._failing.discard(host)
+        return sent
+
+    async def _publish_host(
+        self, js: JetStreamContext, host: str, commands: list[HostCommand], now: float
+    ) -> int:
+        sent = 0
+        for command in commands:
+            last, copies = self._published.get(command.command_id, (None, 0))
+            if last is not None and now - last < REPUBLISH_SECONDS:
+                continue
+            if host not in self._consumers:
+                await ensure_host_consumer(js, self.pool, host)
+                self._consumers.add(host)
+            await js.publish(
+                command_subject(self.pool, host),
+                json.dumps(command.to_json()).encode(),
+                timeout=PUBLISH_TIMEOUT_SECONDS,
+                stream=command_stream(self.pool),
+                # per copy: the stream drops a re-publish of this copy (a lost ack), not the next copy
+                headers={MSG_ID_HEADER: f"{command.command_id}/{copies}"},
+            )
+            self._published[command.command_id] = (now, copies + 1)
+            self.published += 1
+            sent += 1
         return sent
 
 

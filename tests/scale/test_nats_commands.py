@@ -221,3 +221,49 @@ def test_a_queued_restart_reaches_a_nats_agent_once_across_a_redelivery_and_an_a
     assert (row["outcome"], row["detail"]) == ("done", "restarted job-7")
     assert recorder.runs == [command_id]  # run once, in all
     assert asyncio.run(_stream_messages(nats)) == 0  # acked by a1's consumer: gone from the stream
+
+
+def test_an_outcome_lost_with_the_agent_is_answered_from_the_journal_when_the_command_comes_again(
+    tmp_path: Path,
+    nats: NatsServer,
+    controller: tuple[RunningController, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The agent ran the command and acked it to JetStream, then died before its outcome was shipped: the
+    controller publishes the still-pending command again, and the restarted agent's journal answers it."""
+    monkeypatch.setattr(nats_commands, "REPUBLISH_SECONDS", 1.0)  # 5 minutes in production
+    running, operator = controller
+    consumer = _consumer(running)
+    _wait(lambda: consumer.stats.connected)
+    asyncio.run(
+        _publish(nats, "a1", encode(batch("a1", 1, boot_id="b")), msg_id(subject_for(POOL, "a1"), "b", 1))
+    )
+    _wait(lambda: "a1" in consumer.commands.nats_hosts)
+    queued = _api(running, operator, "/v1/commands", {"host": "a1", "kind": "checkpoint", "job_id": "j"})
+    assert isinstance(queued, dict)
+    command_id = str(queued["command"]["id"])
+
+    recorder = Recorder()
+    spool_dir = tmp_path / "a1-spool"
+    for life in (1, 2):
+        spool = Spool(spool_dir, max_bytes=1 << 20)
+        channel = CommandChannel(spool_dir / "commands.jsonl", recorder)
+        shipper = NatsShipper(spool, _login(nats, "a1"), POOL, "a1", channel=channel, clock=time.monotonic)
+        buffer = SpoolBuffer(spool, "a1", 1.0, channel=channel, on_appended=shipper.wake)
+        channel.start()
+        shipper.start()
+        try:
+            if life == 1:
+                _wait(lambda: recorder.runs == [command_id])  # then it dies: nothing flushed
+            else:
+                _wait(
+                    lambda: _command_row(running, operator, command_id)["acked_ts"] is not None,
+                    step=buffer.flush,
+                )
+        finally:
+            shipper.stop()
+            channel.stop()
+            spool.close()
+    assert recorder.runs == [command_id]
+    assert _command_row(running, operator, command_id)["outcome"] == "done"
+    assert consumer.commands.published >= 2
