@@ -209,6 +209,11 @@ class ShippingMetrics(PromCollector):
             value=sh.dropped_refused,
         )
         yield CounterMetricFamily(
+            "fleetguard_shipper_bad_commands",
+            "Commands from the controller that could not be read (skipped, not run)",
+            value=sh.bad_commands,
+        )
+        yield CounterMetricFamily(
             "fleetguard_shipper_compacted_rows",
             "NIC rows not shipped because nothing moved since the last shipped one",
             value=self.buffer.compactor.skipped,

@@ -97,7 +97,6 @@ class NatsShipper:
         self.pool = pool
         self.channel = channel
         self.commands_received = 0
-        self.commands_malformed = 0
         self.clock = clock
         self.stats = ShipperStats()
         self.connected = False
@@ -180,7 +179,7 @@ class NatsShipper:
                     try:
                         command = command_from_json(json.loads(msg.data))
                     except (ValueError, RecursionError) as exc:  # json.JSONDecodeError too
-                        self.commands_malformed += 1
+                        self.stats.bad_commands += 1
                         log.warning("a command from NATS is unusable (%s); dropped", exc)
                         await msg.term()
                         continue

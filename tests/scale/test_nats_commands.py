@@ -19,13 +19,14 @@ from fleetguard.controller.nats_consumer import NatsConsumer
 from fleetguard.controller.process import RunningController, start_controller
 from fleetguard.controller.tokens import Role, add_token
 from fleetguard.shipping.channel import CommandChannel
-from fleetguard.shipping.commands import CommandOutcome, HostCommand, command_from_json
+from fleetguard.shipping.commands import CommandKind, CommandOutcome, HostCommand, command_from_json
 from fleetguard.shipping.nats_connect import NatsLogin, connect
 from fleetguard.shipping.nats_shipper import NatsShipper
 from fleetguard.shipping.nats_subjects import (
     MSG_ID_HEADER,
     command_consumer,
     command_stream,
+    command_subject,
     msg_id,
     subject_for,
 )
@@ -267,3 +268,41 @@ def test_an_outcome_lost_with_the_agent_is_answered_from_the_journal_when_the_co
     assert recorder.runs == [command_id]
     assert _command_row(running, operator, command_id)["outcome"] == "done"
     assert consumer.commands.published >= 2
+
+
+async def _queue_raw(nats: NatsServer, bodies: list[bytes]) -> None:
+    """As the controller's NATS user: the command stream, a1's consumer, and `bodies` on a1's subject."""
+    nc = await connect(_login(nats, CONTROLLER_USER), "test controller")
+    try:
+        js = nc.jetstream()
+        await nats_commands.ensure_command_stream(js, POOL)
+        await nats_commands.ensure_host_consumer(js, POOL, "a1")
+        for i, body in enumerate(bodies):
+            await js.publish(command_subject(POOL, "a1"), body, headers={MSG_ID_HEADER: f"raw-{i}"})
+    finally:
+        await nc.close()
+
+
+def test_an_unreadable_command_is_skipped_and_counted_and_the_next_one_runs(
+    tmp_path: Path, nats: NatsServer
+) -> None:
+    good = HostCommand("c-good", CommandKind.CHECKPOINT, "j", "test")
+    asyncio.run(
+        _queue_raw(
+            nats, [b"{not json", b'{"id": "x", "kind": "format-disk"}', json.dumps(good.to_json()).encode()]
+        )
+    )
+    recorder = Recorder()
+    spool = Spool(tmp_path / "spool", max_bytes=1 << 20)
+    channel = CommandChannel(tmp_path / "spool" / "commands.jsonl", recorder)
+    shipper = NatsShipper(spool, _login(nats, "a1"), POOL, "a1", channel=channel, clock=time.monotonic)
+    channel.start()
+    shipper.start()
+    try:
+        _wait(lambda: recorder.runs == ["c-good"])
+        assert shipper.stats.bad_commands == 2
+    finally:
+        shipper.stop()
+        channel.stop()
+        spool.close()
+    assert asyncio.run(_stream_messages(nats)) == 0  # the bad ones terminated, the good one acked
