@@ -53,7 +53,7 @@ class SpoolRecord:
     segment: int  # the segment's first record id (its name)
     offset: int  # of the payload
     length: int
-    crc: int = 0  # of the payload (checked again when it is read)
+    crc: int  # of the payload (checked again when it is read)
 
 
 @dataclass
