@@ -59,6 +59,7 @@ IDLE_WAIT_SECONDS = 1.0
 COMMAND_FETCH = 16
 COMMAND_WAIT_SECONDS = 5.0  # a pull waits this long for a command (the next one starts right after)
 COMMAND_RETRY_SECONDS = 5.0  # no consumer yet (no command ever queued for this host), or NATS down
+MAX_ERRORS_SAID = 64
 # The wire format writes v, host, boot_id, seq first (fleetguard.shipping.wire); this much text holds them.
 _KEY_PREFIX_BYTES = 2048
 _KEY = re.compile(rb'^\{"v":1,"host":("(?:[^"\\]|\\.)*"),"boot_id":("(?:[^"\\]|\\.)*"),"seq":(\d+)[,}]')
@@ -97,6 +98,7 @@ class NatsShipper:
         self.pool = pool
         self.channel = channel
         self.commands_received = 0
+        self._said: set[str] = set()  # server errors logged already
         self.clock = clock
         self.stats = ShipperStats()
         self.connected = False
@@ -238,7 +240,13 @@ class NatsShipper:
             if not self.connected:
                 self.stats.errors += 1
             log.debug("NATS: %s", exc)
+        elif str(exc) in self._said:
+            log.debug("NATS: %s", exc)
         else:
+            # Each distinct error once: a server whose permissions predate command delivery refuses every
+            # command pull (one each COMMAND_WAIT_SECONDS), and the operator needs one line, not a stream.
+            if len(self._said) < MAX_ERRORS_SAID:
+                self._said.add(str(exc))
             log.warning("NATS: %s", exc)
 
     def next_record(self) -> SpoolRecord | None:
