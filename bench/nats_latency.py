@@ -158,7 +158,7 @@ async def nats_phase_async(url: str, password: str, text: str, hosts: list[str],
                     subject_for(POOL, host),
                     body(text, host, seq, flushed),
                     timeout=30,
-                    headers={MSG_ID_HEADER: msg_id(host, "boot", seq)},
+                    headers={MSG_ID_HEADER: msg_id(subject_for(POOL, host), "boot", seq)},
                 )
                 acked += 1
                 duplicates += int(bool(ack.duplicate))

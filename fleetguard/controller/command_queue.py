@@ -7,7 +7,8 @@ Executed once: the agent records a command id before running it and never runs a
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, field
 
 import duckdb
 
@@ -15,6 +16,7 @@ from fleetguard.shipping.commands import CommandAck, CommandKind, HostCommand
 
 MAX_PENDING_PER_HOST = 64
 MAX_HOSTS_WITH_PENDING = 16_384  # 8x the 2,048 hosts one controller is built for
+MAX_RECENTLY_ACKED = 4096  # ids acked lately, so a repeated ack (a redelivered command) is not "unknown"
 
 
 class CommandRefused(Exception):
@@ -26,6 +28,7 @@ class CommandBook:
     """Unacknowledged commands per host, in memory; the store's `host_commands` is the durable copy."""
 
     pending: dict[str, list[HostCommand]]
+    recently_acked: OrderedDict[tuple[str, str], None] = field(default_factory=OrderedDict)
 
     @classmethod
     def load(cls, con: duckdb.DuckDBPyConnection) -> CommandBook:
@@ -54,12 +57,29 @@ class CommandBook:
     def queued(self, host: str, command: HostCommand) -> None:
         self.pending.setdefault(host, []).append(command)
 
-    def acked(self, host: str, ids: set[str]) -> None:
-        left = [c for c in self.pending.get(host, []) if c.command_id not in ids]
+    def acked(self, host: str, ids: set[str]) -> AckTally:
+        """Mark `host`'s commands `ids` acknowledged; how many were pending, acked before, or unknown (not
+        this host's command at all: a stale or forged id, counted so, and acknowledging nothing)."""
+        mine = self.pending.get(host, [])
+        matched = {c.command_id for c in mine} & ids
+        again = {i for i in ids - matched if (host, i) in self.recently_acked}
+        left = [c for c in mine if c.command_id not in ids]
         if left:
             self.pending[host] = left
         else:
             self.pending.pop(host, None)
+        for command_id in matched:
+            self.recently_acked[(host, command_id)] = None
+        while len(self.recently_acked) > MAX_RECENTLY_ACKED:
+            self.recently_acked.popitem(last=False)
+        return AckTally(len(matched), len(again), len(ids) - len(matched) - len(again))
+
+
+@dataclass(frozen=True)
+class AckTally:
+    acked: int  # pending until now
+    repeated: int  # acked before (the command was delivered again before the first ack was committed)
+    unknown: int  # no command of this host's that this controller knows of
 
 
 def insert_command(con: duckdb.DuckDBPyConnection, host: str, command: HostCommand, now: float) -> None:

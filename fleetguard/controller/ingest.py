@@ -179,6 +179,11 @@ class IngestWriter:
         self.call(enqueue)
         return queued[0]
 
+    def pending_commands(self) -> dict[str, list[HostCommand]]:
+        """A copy of the unacknowledged commands per host (for delivery off the ingest path: NATS hosts)."""
+        with self._state:
+            return {host: list(commands) for host, commands in self.commands.pending.items()}
+
     # ---- the writer thread ----------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -412,8 +417,10 @@ class IngestWriter:
                 b = p.batch
                 self.ledger.add(b.host, b.boot_id, b.seq)
                 if b.acks:
-                    self.commands.acked(b.host, {a.command_id for a in b.acks})
-                    stats.commands_acked += len(b.acks)
+                    tally = self.commands.acked(b.host, {a.command_id for a in b.acks})
+                    stats.commands_acked += tally.acked
+                    stats.commands_acked_again += tally.repeated
+                    stats.commands_ack_unknown += tally.unknown
                 for name, columns in b.tables.items():
                     n = len(next(iter(columns.values())))
                     stats.rows_committed[name] = stats.rows_committed.get(name, 0) + n

@@ -5,7 +5,12 @@ goes through the same checks as an HTTP ingest body (validate.parse_batch, with 
 subject, which NATS permissions let only that host publish to) and the same writer, and is acked only once
 its group is committed. So a controller killed between commit and ack gets the message again, and the
 ingest ledger answers "duplicate": stored once. A batch refused for its content is terminated (never
-redelivered); a batch the writer cannot take now (queue full, store failing) is nak'ed with a delay.
+redelivered); a batch the writer cannot take now (queue full, store failing) is nak'ed with a delay. A
+message whose Nats-Msg-Id is not its publisher's (subject/boot_id/seq of this batch) is refused: the
+stream's duplicate detection spans all subjects, so such an id is one host's try at having another host's
+batch dropped as a duplicate.
+
+On the same connection, the pool's hosts get their commands (fleetguard.controller.nats_commands).
 
 The stream is created if missing (work-queue retention: a message leaves once acked; discard new when full,
 so a full stream pushes back to the agents' spools instead of losing the oldest batches; its size is bounded
@@ -15,6 +20,7 @@ by the servers' JetStream storage limit).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -22,10 +28,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fleetguard.controller.ingest import IngestWriter, Pending
+from fleetguard.controller.nats_commands import CommandPublisher
 from fleetguard.controller.stats import ControllerStats
 from fleetguard.controller.validate import BatchRefused, Refusal, parse_batch
 from fleetguard.shipping.nats_connect import NatsLogin, connect, make_login
-from fleetguard.shipping.nats_subjects import SUBJECT_ROOT, host_from_subject, pool_filter
+from fleetguard.shipping.nats_subjects import (
+    MSG_ID_HEADER,
+    SUBJECT_ROOT,
+    host_from_subject,
+    msg_id_is_publishers,
+    pool_filter,
+)
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -66,6 +79,7 @@ class NatsConsumer:
     def __init__(
         self, login: NatsLogin, pool: str, stream: str, writer: IngestWriter, stats: ControllerStats
     ):
+        self.commands = CommandPublisher(pool, writer.pending_commands)
         self.login = login
         self.pool = pool
         self.stream = stream
@@ -89,7 +103,11 @@ class NatsConsumer:
             "terminated": s.terminated,
             "naked": s.naked,
         }
+        commands = "fleetguard_controller_nats_commands_published_total"
         return [
+            f"# HELP {commands} Commands published to this pool's hosts' command subjects.",
+            f"# TYPE {commands} counter",
+            f'{commands}{{pool="{self.pool}"}} {self.commands.published}',
             f"# HELP {name} JetStream messages of this controller's pool, by what became of them.",
             f"# TYPE {name} counter",
             *(f'{name}{{pool="{self.pool}",outcome="{k}"}} {v}' for k, v in outcomes.items()),
@@ -149,6 +167,7 @@ class NatsConsumer:
         )
         self.stats.connected = True
         log.info("ingesting pool %s from NATS stream %s", self.pool, self.stream)
+        commands = asyncio.create_task(self.commands.run(js, self._stop.is_set))
         # Groups waiting for their commit while the next pull goes on (as HTTP workers do): a slow commit
         # does not hold back the pull of what arrived meanwhile, which then joins the next commit.
         in_flight: set[asyncio.Task[None]] = set()
@@ -165,6 +184,9 @@ class NatsConsumer:
                 in_flight.add(asyncio.create_task(self.handle(msgs)))
                 in_flight = {t for t in in_flight if not t.done()}
         finally:
+            commands.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await commands
             if in_flight:
                 await asyncio.wait(in_flight)
 
@@ -180,6 +202,14 @@ class NatsConsumer:
                 if host is None:
                     raise BatchRefused(Refusal.WRONG_HOST, f"subject {msg.subject[:200]!r} names no host")
                 batch = parse_batch(msg.data, host, compressed=True, now=time.time())
+                self.commands.saw(host)
+                mid = msg.headers.get(MSG_ID_HEADER) if msg.headers else None
+                if not msg_id_is_publishers(mid, msg.subject, host, batch.boot_id, batch.seq):
+                    # Stored, this id would have the stream drop another host's batch as its duplicate.
+                    raise BatchRefused(
+                        Refusal.WRONG_HOST,
+                        f"message id {str(mid)[:200]!r} is not {msg.subject[:200]}'s for this batch",
+                    )
                 submitted.append((msg, self.writer.submit(batch)))
             except BatchRefused as exc:
                 await self._refused(msg, exc)

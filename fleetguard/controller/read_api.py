@@ -60,8 +60,19 @@ def fleet(
     }
 
 
-def host_list(hosts: list[HostState], now: float, silent_after: float) -> dict[str, Any]:
-    return {"hosts": [to_json(h, now, silent_after) for h in sorted(hosts, key=lambda h: h.host)]}
+def host_list(
+    hosts: list[HostState], now: float, silent_after: float, *, boot_ids: bool = True
+) -> dict[str, Any]:
+    return {"hosts": [_host(h, now, silent_after, boot_ids) for h in sorted(hosts, key=lambda h: h.host)]}
+
+
+def _host(state: HostState, now: float, silent_after: float, boot_ids: bool) -> dict[str, object]:
+    """A host's state; its boot id only for operators: with a host's boot id, another host could forge the
+    message ids of that host's batches (see fleetguard.shipping.nats_subjects.msg_id)."""
+    doc = to_json(state, now, silent_after)
+    if not boot_ids:
+        doc.pop("boot_id", None)
+    return doc
 
 
 _GPU_FIELDS = (
@@ -73,7 +84,12 @@ _GPU_FIELDS = (
 
 
 def host_detail(
-    cur: duckdb.DuckDBPyConnection, state: HostState, now: float, silent_after: float
+    cur: duckdb.DuckDBPyConnection,
+    state: HostState,
+    now: float,
+    silent_after: float,
+    *,
+    boot_ids: bool = True,
 ) -> dict[str, Any]:
     # Only the last few intervals are scanned: the zone maps on ts skip everything older.
     window = max(60.0, 10 * state.interval_seconds)
@@ -98,11 +114,11 @@ def host_detail(
         [state.host],
     )
     return {
-        "host": to_json(state, now, silent_after),
+        "host": _host(state, now, silent_after, boot_ids),
         "gpus": gpus,
         "nics": nics,
         "events": events,
-        "findings": findings(cur, now - RECENT_SECONDS, 50, host=state.host)["findings"],
+        "findings": findings(cur, now - RECENT_SECONDS, 50, host=state.host, boot_ids=boot_ids)["findings"],
     }
 
 
@@ -119,7 +135,12 @@ def jobs(cur: duckdb.DuckDBPyConnection, now: float) -> dict[str, Any]:
 
 
 def findings(
-    cur: duckdb.DuckDBPyConnection, since: float, limit: int, host: str | None = None
+    cur: duckdb.DuckDBPyConnection,
+    since: float,
+    limit: int,
+    host: str | None = None,
+    *,
+    boot_ids: bool = True,
 ) -> dict[str, Any]:
     where, params = f"ts >= {_AT}", list[object]([since])
     if host is not None:
@@ -136,6 +157,8 @@ def findings(
             row["evidence"] = json.loads(text) if isinstance(text, str) else {}
         except ValueError:
             row["evidence"] = {"text": text}
+        if not boot_ids and isinstance(row["evidence"], dict):
+            row["evidence"].pop("boot_id", None)  # host_silent's: for operators only, as in host_list
     return {"findings": rows}
 
 

@@ -191,7 +191,13 @@ class ControllerApi:
     def hosts(self, request: Request) -> Response:
         self._require_reader(request)
         return Response.json(
-            200, read_api.host_list(self.writer.host_states(), self.clock.time(), self._silent)
+            200,
+            read_api.host_list(
+                self.writer.host_states(),
+                self.clock.time(),
+                self._silent,
+                boot_ids=self._is_operator(request),
+            ),
         )
 
     def host(self, request: Request) -> Response:
@@ -201,7 +207,10 @@ class ControllerApi:
         if state is None:
             raise HttpError(404, f"no host {name[:100]!r} has shipped to this controller")
         return Response.json(
-            200, read_api.host_detail(self._cursor(), state, self.clock.time(), self._silent)
+            200,
+            read_api.host_detail(
+                self._cursor(), state, self.clock.time(), self._silent, boot_ids=self._is_operator(request)
+            ),
         )
 
     def jobs(self, request: Request) -> Response:
@@ -213,7 +222,10 @@ class ControllerApi:
         params = _query(request)
         now = self.clock.time()
         since = _float(params, "since", now - read_api.RECENT_SECONDS)
-        return Response.json(200, read_api.findings(self._cursor(), since, _int(params, "limit", 1000)))
+        doc = read_api.findings(
+            self._cursor(), since, _int(params, "limit", 1000), boot_ids=self._is_operator(request)
+        )
+        return Response.json(200, doc)
 
     def metrics(self, request: Request) -> Response:
         self.stats.queue_depth = self.writer.queue_depth
@@ -237,6 +249,11 @@ class ControllerApi:
         if identity.role is not Role.OPERATOR:
             self.stats.refuse(Refusal.WRONG_HOST.value)
             raise HttpError(403, "an agent token cannot do this; use an operator token")
+
+    def _is_operator(self, request: Request) -> bool:
+        """Agents' boot ids go only to operators (a host that knew another's could forge its message ids)."""
+        identity = self._identify(request)
+        return identity is not None and identity.role is Role.OPERATOR
 
     def _require_reader(self, request: Request) -> None:
         if self.settings.read_needs_token:

@@ -24,6 +24,8 @@ class ControllerStats:
     commands_queued: int = 0
     commands_delivered: int = 0
     commands_acked: int = 0
+    commands_acked_again: int = 0  # an ack of a command acked before
+    commands_ack_unknown: int = 0  # an ack naming no command of its host's: acknowledges nothing
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
     lock: threading.Lock = field(default_factory=threading.Lock)
     # More exposition lines from other ingest sources (the NATS consumer), appended as they render them.
@@ -104,11 +106,13 @@ def render(stats: ControllerStats, hosts: list[HostState], now: float, silent_af
     metric(
         "fleetguard_controller_commands_total",
         "counter",
-        "Host commands, by stage.",
+        "Host commands, by stage (acks naming no command of their host's are ack_unknown, not acked).",
         [
             ('{stage="queued"}', stats.commands_queued),
             ('{stage="delivered"}', stats.commands_delivered),
             ('{stage="acked"}', stats.commands_acked),
+            ('{stage="acked_again"}', stats.commands_acked_again),
+            ('{stage="ack_unknown"}', stats.commands_ack_unknown),
         ],
     )
     silent = [h for h in hosts if h.is_silent(now, silent_after)]

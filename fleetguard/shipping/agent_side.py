@@ -182,7 +182,14 @@ class ShippingMetrics(PromCollector):
             value=s.dropped,
         )
         yield CounterMetricFamily(
-            "fleetguard_spool_corrupt_tails", "Damaged spool tails cut off at start", value=s.corrupt_tails
+            "fleetguard_spool_corrupt_tails",
+            "Records cut short by a crash mid-write, cut off at start",
+            value=s.corrupt_tails,
+        )
+        yield CounterMetricFamily(
+            "fleetguard_spool_records_corrupt",
+            "Damaged spool records skipped (each run of damaged bytes at start, or a record at send)",
+            value=s.corrupt_records,
         )
         yield CounterMetricFamily(
             "fleetguard_shipper_batches_committed", "Batches the controller committed", value=sh.committed
@@ -200,6 +207,11 @@ class ShippingMetrics(PromCollector):
             "fleetguard_shipper_dropped_refused",
             "Batches the controller refused for their content (400/413): dropped",
             value=sh.dropped_refused,
+        )
+        yield CounterMetricFamily(
+            "fleetguard_shipper_bad_commands",
+            "Commands from the controller that could not be read (skipped, not run)",
+            value=sh.bad_commands,
         )
         yield CounterMetricFamily(
             "fleetguard_shipper_compacted_rows",

@@ -4,6 +4,10 @@ Executed once: a command's id is written (fsynced) to `commands.jsonl` in the sp
 and its outcome after; an id found there is never run again. A command found started but not finished after
 a crash is acked `interrupted`, not re-run. A command delivered again (its ack was lost, or not yet
 committed) is answered from the file with its recorded outcome.
+
+Bounded: the file is rewritten (to a temporary file, fsynced, renamed over it) once it holds more than
+2 x MAX_REMEMBERED lines, keeping one line per remembered id; the oldest finished ids are forgotten first,
+long after their acks were committed (the controller stops delivering a command once its ack is).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ log = logging.getLogger(__name__)
 
 Runner = Callable[[HostCommand], tuple[CommandOutcome, str]]
 MAX_REMEMBERED = 10_000
+_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC  # the agent runs as root: no planted link is written through
 
 
 class CommandChannel:
@@ -33,7 +38,10 @@ class CommandChannel:
         self._acks: list[CommandAck] = []
         self._work: queue.Queue[HostCommand | None] = queue.Queue()
         self._thread: threading.Thread | None = None
+        self._file_lock = threading.Lock()
+        self._lines = 0  # in the journal file
         self.executed = 0
+        self.compactions = 0
         self._load()
 
     def _load(self) -> None:
@@ -41,6 +49,7 @@ class CommandChannel:
             lines = self.journal.read_text(encoding="utf-8").splitlines()
         except FileNotFoundError:
             return
+        self._lines = len(lines)
         for line in lines[-2 * MAX_REMEMBERED :]:
             try:
                 doc = json.loads(line)
@@ -68,12 +77,52 @@ class CommandChannel:
                 self._acks.append(ack)
 
     def _write(self, doc: dict[str, object]) -> None:
-        fd = os.open(self.journal, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with self._file_lock:
+            fd = os.open(self.journal, os.O_WRONLY | os.O_CREAT | os.O_APPEND | _NOFOLLOW, 0o600)
+            try:
+                os.write(fd, (json.dumps(doc) + "\n").encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            self._lines += 1
+            if self._lines > 2 * MAX_REMEMBERED:
+                self._compact()
+
+    def _compact(self) -> None:
+        """Rewrite the journal with one line per remembered id, the most recent MAX_REMEMBERED finished ones
+        and every running one (never forgotten: it would be run again). Atomic: a crash leaves the old file
+        or the new one."""
+        with self._lock:
+            entries = list(self._outcomes.items())
+        finished = [(i, a) for i, a in entries if a is not None][-MAX_REMEMBERED:]
+        keep = {i for i, _ in finished} | {i for i, a in entries if a is None}
+        lines = []
+        for command_id, ack in entries:
+            if command_id not in keep:
+                continue
+            if ack is None:
+                lines.append({"id": command_id, "state": "started"})
+            else:
+                doc = {"id": command_id, "state": "finished", "outcome": ack.outcome.value}
+                lines.append({**doc, "detail": ack.detail})
+        temporary = self.journal.with_name(self.journal.name + ".tmp")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW, 0o600)
         try:
-            os.write(fd, (json.dumps(doc) + "\n").encode())
+            os.write(fd, "".join(json.dumps(doc) + "\n" for doc in lines).encode())
             os.fsync(fd)
         finally:
             os.close(fd)
+        os.replace(temporary, self.journal)
+        dir_fd = os.open(self.journal.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dir_fd)  # the rename is durable
+        finally:
+            os.close(dir_fd)
+        with self._lock:
+            for command_id in [i for i, _ in entries if i not in keep]:
+                self._outcomes.pop(command_id, None)
+        self._lines = len(lines)
+        self.compactions += 1
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="fleetguard-commands", daemon=True)

@@ -1,14 +1,21 @@
 """The agent's shipper through NATS JetStream: publishes each spooled batch to fleetguard.<pool>.<host> and
 deletes it from the spool only once JetStream acknowledged storing it (docs/scale-out.md).
 
-The message id is host/boot_id/seq, so a batch published again (its ack was lost, the agent restarted with
-it still spooled) inside the stream's duplicate window is dropped by the server, and after it by the
-controller's ledger. Order and backoff are the HTTP shipper's: the newest batch first when one is new, then
-the backlog oldest first; failures back off exponentially with full jitter. A batch too large for the
-server's max_payload can never be published: it is dropped and counted, like a 413 over HTTP.
+The message id is subject/boot_id/seq, so a batch published again (its ack was lost, the agent restarted
+with it still spooled) is stored once by the controller's ledger. A batch leaves the spool only on an ack
+that stored *this* publish: the stream's duplicate detection spans every subject, so a "duplicate" answer
+may mean another host published a message under this id first; the batch is then published again under a
+random retry id, and the ledger (keyed by the subject's host) keeps it once if the first copy was ours.
 
-Commands back to hosts travel only in HTTP ingest replies; a host on NATS gets none (its local actions
-still run).
+Order and backoff are the HTTP shipper's: the newest batch first when one is new, then the backlog oldest
+first; failures back off exponentially with full jitter. A batch too large for the server's max_payload can
+never be published: it is dropped and counted, like a 413 over HTTP.
+
+Commands from the controller: with a command channel, the shipper also pulls this host's durable consumer
+`cmd-<host>` on the pool's command stream (fleetguard.controller.nats_commands), hands each command to the
+channel (which journals it before it runs, and never runs a journaled id again) and only then acks it to
+JetStream; the outcome goes back in a batch, as over HTTP. Until the controller has a command for this host
+its consumer does not exist, and the pull is retried every COMMAND_RETRY_SECONDS.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import json
 import logging
 import random
 import re
+import secrets
 import threading
 import time
 import zlib
@@ -26,8 +34,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from fleetguard.shipping.channel import CommandChannel
+from fleetguard.shipping.commands import command_from_json
 from fleetguard.shipping.nats_connect import NatsLogin, NatsSettingsError, connect, make_login
-from fleetguard.shipping.nats_subjects import MSG_ID_HEADER, msg_id, subject_for
+from fleetguard.shipping.nats_subjects import (
+    MSG_ID_HEADER,
+    command_consumer,
+    command_stream,
+    msg_id,
+    subject_for,
+)
 from fleetguard.shipping.shipper import BACKOFF_BASE_SECONDS, BACKOFF_CAP_SECONDS, ShipperStats
 from fleetguard.shipping.spool import Spool, SpoolRecord
 
@@ -41,6 +56,10 @@ log = logging.getLogger(__name__)
 
 PUBLISH_TIMEOUT_SECONDS = 10.0
 IDLE_WAIT_SECONDS = 1.0
+COMMAND_FETCH = 16
+COMMAND_WAIT_SECONDS = 5.0  # a pull waits this long for a command (the next one starts right after)
+COMMAND_RETRY_SECONDS = 5.0  # no consumer yet (no command ever queued for this host), or NATS down
+MAX_ERRORS_SAID = 64
 # The wire format writes v, host, boot_id, seq first (fleetguard.shipping.wire); this much text holds them.
 _KEY_PREFIX_BYTES = 2048
 _KEY = re.compile(rb'^\{"v":1,"host":("(?:[^"\\]|\\.)*"),"boot_id":("(?:[^"\\]|\\.)*"),"seq":(\d+)[,}]')
@@ -76,7 +95,10 @@ class NatsShipper:
         self.login = login
         self.subject = subject_for(pool, host)
         self.host = host
+        self.pool = pool
         self.channel = channel
+        self.commands_received = 0
+        self._said: set[str] = set()  # server errors logged already
         self.clock = clock
         self.stats = ShipperStats()
         self.connected = False
@@ -121,13 +143,62 @@ class NatsShipper:
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
+        commands: asyncio.Task[None] | None = None
         try:
             while not self._stop.is_set():
                 delay = await self._step()
+                if commands is None and self._js is not None and self.channel is not None:
+                    commands = asyncio.create_task(self._pull_commands(self._js, self.channel))
                 if delay > 0 and not self._stop.is_set():
                     await self._sleep(delay)
         finally:
+            if commands is not None:
+                commands.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await commands
             await self._disconnect()
+
+    async def _pull_commands(self, js: JetStreamContext, channel: CommandChannel) -> None:
+        """This host's commands, from its own consumer, into the channel's journal; acked to JetStream only
+        once journaled (a crash before the ack redelivers it, and the journal answers it, not run again)."""
+        import nats.errors
+
+        sub = None
+        failing = False
+        while not self._stop.is_set():
+            try:
+                if sub is None:
+                    sub = await js.pull_subscribe_bind(
+                        durable=command_consumer(self.host), stream=command_stream(self.pool)
+                    )
+                try:
+                    msgs = await sub.fetch(COMMAND_FETCH, timeout=COMMAND_WAIT_SECONDS)
+                except nats.errors.TimeoutError:
+                    failing = False
+                    continue
+                failing = False
+                for msg in msgs:
+                    try:
+                        command = command_from_json(json.loads(msg.data))
+                    except (ValueError, RecursionError) as exc:  # json.JSONDecodeError too
+                        self.stats.bad_commands += 1
+                        log.warning("a command from NATS is unusable (%s); dropped", exc)
+                        await msg.term()
+                        continue
+                    channel.deliver([command])
+                    self.commands_received += 1
+                    await msg.ack()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # no consumer yet, no permission, NATS down: try again later
+                if not failing:
+                    log.info("no controller commands from NATS for now (%s: %s)", type(exc).__name__, exc)
+                failing = True
+                if sub is not None:
+                    with contextlib.suppress(Exception):
+                        await sub.unsubscribe()
+                    sub = None
+                await asyncio.sleep(COMMAND_RETRY_SECONDS)
 
     async def _sleep(self, seconds: float) -> None:
         assert self._wake is not None
@@ -169,7 +240,13 @@ class NatsShipper:
             if not self.connected:
                 self.stats.errors += 1
             log.debug("NATS: %s", exc)
+        elif str(exc) in self._said:
+            log.debug("NATS: %s", exc)
         else:
+            # Each distinct error once: a server whose permissions predate command delivery refuses every
+            # command pull (one each COMMAND_WAIT_SECONDS), and the operator needs one line, not a stream.
+            if len(self._said) < MAX_ERRORS_SAID:
+                self._said.add(str(exc))
             log.warning("NATS: %s", exc)
 
     def next_record(self) -> SpoolRecord | None:
@@ -189,7 +266,7 @@ class NatsShipper:
         if body is None:
             return 0.0
         try:
-            host, boot_id, seq = batch_key(body)
+            _, boot_id, seq = batch_key(body)
         except ValueError as exc:
             log.error("spooled batch %d is unreadable (%s); dropped", record.record_id, exc)
             self.stats.dropped_refused += 1
@@ -200,8 +277,22 @@ class NatsShipper:
                 self.subject,
                 body,
                 timeout=PUBLISH_TIMEOUT_SECONDS,
-                headers={MSG_ID_HEADER: msg_id(host, boot_id, seq)},
+                headers={MSG_ID_HEADER: msg_id(self.subject, boot_id, seq)},
             )
+            if ack.duplicate:
+                # The stream holds a message with this id, but whose? Our own earlier publish whose ack was
+                # lost, or another host's forged one (the stream's dedup spans every subject). Either way
+                # the batch is not proven stored: publish it again under an id nobody else can know. The
+                # controller's ledger, keyed by the subject's host, stores it once if it was ours.
+                self.stats.duplicates += 1
+                ack = await self._js.publish(
+                    self.subject,
+                    body,
+                    timeout=PUBLISH_TIMEOUT_SECONDS,
+                    headers={MSG_ID_HEADER: msg_id(self.subject, boot_id, seq, secrets.token_hex(16))},
+                )
+                if ack.duplicate:
+                    raise nats.js.errors.Error(description="a fresh message id was answered duplicate")
         except nats.errors.MaxPayloadError as exc:
             log.error("batch %d is larger than the NATS server takes (%s); dropped", record.record_id, exc)
             self.stats.dropped_refused += 1
@@ -218,8 +309,6 @@ class NatsShipper:
             return self._backoff()
         self.stats.sent += 1
         self.stats.committed += 1
-        if ack.duplicate:
-            self.stats.duplicates += 1
         self.stats.last_success_ts = self.clock()
         self._failures = 0
         self.spool.ack(record.record_id)

@@ -51,9 +51,47 @@ def host_from_subject(subject: str, pool: str) -> str | None:
         return None
 
 
-def msg_id(host: str, boot_id: str, seq: int) -> str:
-    """JetStream drops a message whose id it has seen inside the stream's duplicate window."""
-    return f"{host}/{boot_id}/{seq}"
+def command_subject(pool: str, host: str) -> str:
+    """Where the controller publishes `host`'s commands: four tokens, so no host's batch subject (three)
+    is ever one, and the ingest stream (`fleetguard.*.*`) does not capture them."""
+    return f"{SUBJECT_ROOT}.{pool}.cmd.{host_token(host)}"
+
+
+def command_stream(pool: str) -> str:
+    """The JetStream stream holding a pool's commands (created by its controller)."""
+    return f"FLEETGUARD_CMD_{pool}"
+
+
+def command_consumer(host: str) -> str:
+    """The durable consumer, one per host, that the host pulls its commands from. NATS permissions let a
+    host's user pull from and ack on this consumer only (docs/scale-out.md), so it reads no other host's
+    commands. `%` is not special in consumer names; `.` `*` `>` (escaped by host_token) are."""
+    return f"cmd-{host_token(host)}"
+
+
+def msg_id(subject: str, boot_id: str, seq: int, retry: str = "") -> str:
+    """JetStream drops a message whose id it has seen inside the stream's duplicate window, whoever published
+    it; so the id starts with the publisher's subject (the controller refuses one that names another) and a
+    publish whose answer is "duplicate" is made again under a `retry` nonce nobody else can know
+    (fleetguard.shipping.nats_shipper)."""
+    base = f"{subject}/{boot_id}/{seq}"
+    return f"{base}/{retry}" if retry else base
+
+
+_RETRY = re.compile(r"[0-9a-f]{1,64}")
+
+
+def msg_id_is_publishers(mid: str | None, subject: str, host: str, boot_id: str, seq: int) -> bool:
+    """Whether a message's id is one its publisher (the host its subject names) may use for this batch: the
+    batch's own subject/boot_id/seq (with a retry nonce or not), or host/boot_id/seq as earlier agents
+    wrote it. Any other id could suppress another publisher's batch in the stream's duplicate window."""
+    if mid is None:
+        return True  # no id: the stream deduplicates nothing on it
+    base = msg_id(subject, boot_id, seq)
+    if mid == base or mid == f"{host}/{boot_id}/{seq}":
+        return True
+    head, _, retry = mid.rpartition("/")
+    return head == base and _RETRY.fullmatch(retry) is not None
 
 
 def split_urls(urls: str) -> list[str]:

@@ -1,11 +1,15 @@
 """The agent's on-disk spool: every batch is appended here, durable, before anything is sent.
 
-Append-only segment files `seg-<first record id>.log` in `spool_dir`; each record is a header (magic, payload
-length, CRC-32 of the payload, record id) and the payload (the batch's request body, already compressed).
+Append-only segment files `seg-<first record id>.log` in `spool_dir`; each record is one checksummed frame
+(fleetguard.shipping.spool_frames: magic, length, record id, payload CRC, header CRC) and the payload (the
+batch's request body, already compressed).
 
 Durability: `append` writes the record and fsyncs the segment before it returns (once per flush interval,
 5 s by default), and the directory on a new segment; so an acknowledged-to-the-agent batch survives a power
-cut. A torn or corrupt tail (a crash mid-write) is cut off at open.
+cut. Damage loses only what it touched: a record that does not check is skipped and counted
+(`fleetguard_spool_records_corrupt_total`), and reading resyncs at the next frame that checks, so every record
+after it is still sent. A torn tail (a crash mid-write) is cut off at open, and so are damaged bytes after
+the last good frame; nothing that checks is ever cut. A payload is checked again when it is read for sending.
 
 Deletion: a record is acked once the controller committed it; a segment is deleted when every record in it
 is acked. Acks are not persisted: after a restart the unacked-in-memory records of surviving segments are
@@ -21,17 +25,16 @@ import errno
 import logging
 import os
 import stat
-import struct
 import threading
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from fleetguard.shipping.spool_frames import MAX_RECORD_BYTES, V2_HEADER_BYTES, encode_frame, scan_segment
+from fleetguard.store.location import UnsafeStoreLocation, check_parents
+
 log = logging.getLogger(__name__)
 
-MAGIC = b"FGS1"
-_HEADER = struct.Struct("<4sIIQ")  # magic, payload length, crc32, record id
-MAX_RECORD_BYTES = 64 << 20
 DEFAULT_SEGMENT_BYTES = 4 << 20
 
 
@@ -50,6 +53,7 @@ class SpoolRecord:
     segment: int  # the segment's first record id (its name)
     offset: int  # of the payload
     length: int
+    crc: int  # of the payload (checked again when it is read)
 
 
 @dataclass
@@ -65,7 +69,8 @@ class SpoolStats:
     appended: int = 0
     acked: int = 0
     dropped: int = 0  # unacked records deleted because the spool was full
-    corrupt_tails: int = 0  # torn or damaged data cut off at open
+    corrupt_tails: int = 0  # torn tails (a crash mid-write) cut off at open
+    corrupt_records: int = 0  # damaged records skipped (at open: runs of damaged bytes; at read: a record)
 
 
 class Spool:
@@ -120,23 +125,27 @@ class Spool:
             self._active = segment
 
     def _records_of(self, first: int, segment: _Segment, data: bytes, path: Path) -> int:
-        """Index the intact records of a segment's bytes; return where the damage (if any) starts."""
-        offset = 0
-        while offset + _HEADER.size <= len(data):
-            magic, length, crc, record_id = _HEADER.unpack_from(data, offset)
-            start, end = offset + _HEADER.size, offset + _HEADER.size + length
-            if magic != MAGIC or length > MAX_RECORD_BYTES or end > len(data):
-                break
-            if zlib.crc32(data[start:end]) != crc:
-                break
-            self._records[record_id] = SpoolRecord(record_id, first, start, length)
-            segment.unacked.add(record_id)
-            self._next_id = max(self._next_id, record_id + 1)
-            offset = end
-        if offset < len(data):
+        """Index the good records of a segment's bytes; return where the good data ends (what follows it
+        holds no record that checks)."""
+        scan = scan_segment(data)
+        for frame in scan.frames:
+            self._records[frame.record_id] = SpoolRecord(
+                frame.record_id, first, frame.offset, frame.length, frame.crc
+            )
+            segment.unacked.add(frame.record_id)
+            self._next_id = max(self._next_id, frame.record_id + 1)
+        if scan.torn_tail:
             self.stats.corrupt_tails += 1
-            log.warning("spool %s: %d damaged bytes at offset %d cut off", path, len(data) - offset, offset)
-        return offset
+            log.warning("spool %s: a record cut short at %d (a crash mid-write) cut off", path, scan.end)
+        if scan.damaged:
+            self.stats.corrupt_records += scan.damaged
+            log.error(
+                "spool %s: %d damaged run(s) of bytes skipped; the %d records that check are kept",
+                path,
+                scan.damaged,
+                len(scan.frames),
+            )
+        return scan.end
 
     # ---- the agent's side -----------------------------------------------------------------------------
 
@@ -148,7 +157,7 @@ class Spool:
             record_id = self._next_id
             self._next_id += 1
             segment = self._writable(record_id)
-            header = _HEADER.pack(MAGIC, len(payload), zlib.crc32(payload), record_id)
+            header = encode_frame(record_id, payload)
             fd = self._open_fd(segment)
             try:
                 _write_all(fd, header + payload)
@@ -162,9 +171,9 @@ class Spool:
                     os.ftruncate(fd, segment.size)
                 raise
             self._records[record_id] = SpoolRecord(
-                record_id, segment.first_id, segment.size + _HEADER.size, len(payload)
+                record_id, segment.first_id, segment.size + V2_HEADER_BYTES, len(payload), zlib.crc32(payload)
             )
-            segment.size += _HEADER.size + len(payload)
+            segment.size += V2_HEADER_BYTES + len(payload)
             segment.unacked.add(record_id)
             self.stats.appended += 1
             self._enforce_limit()
@@ -245,30 +254,43 @@ class Spool:
             return self._records[max(self._records)] if self._records else None
 
     def read(self, record: SpoolRecord) -> bytes | None:
-        """The payload, or None if its segment was dropped meanwhile."""
+        """The payload, or None if its segment was dropped meanwhile or the record was damaged on disk since
+        it was written (then it is dropped and counted: sending it would only be refused)."""
         with self._lock:
             segment = self._segments.get(record.segment)
             if segment is None or record.record_id not in segment.unacked:
                 return None
             fd = os.open(segment.path, os.O_RDONLY | _NOFOLLOW)
         try:
-            return os.pread(fd, record.length, record.offset)
+            data = os.pread(fd, record.length, record.offset)
         finally:
             os.close(fd)
+        if len(data) == record.length and zlib.crc32(data) == record.crc:
+            return data
+        log.error("spool %s: record %d was damaged on disk; dropped", self.directory, record.record_id)
+        with self._lock:
+            self.stats.corrupt_records += 1
+            self._forget(record.record_id)
+        return None
 
     def ack(self, record_id: int) -> None:
         """The controller committed this record (or refused it for good): it need not be sent again."""
         with self._lock:
-            record = self._records.pop(record_id, None)
-            if record is None:
-                return
-            self.stats.acked += 1
-            segment = self._segments.get(record.segment)
-            if segment is None:
-                return
-            segment.unacked.discard(record_id)
-            if not segment.unacked and segment is not self._active:
-                self._delete(segment)
+            if self._forget(record_id):
+                self.stats.acked += 1
+
+    def _forget(self, record_id: int) -> bool:
+        """Drop a record from the index (and its segment once nothing in it is left); False if unknown."""
+        record = self._records.pop(record_id, None)
+        if record is None:
+            return False
+        segment = self._segments.get(record.segment)
+        if segment is None:
+            return True
+        segment.unacked.discard(record_id)
+        if not segment.unacked and segment is not self._active:
+            self._delete(segment)
+        return True
 
     def close(self) -> None:
         with self._lock:
@@ -276,8 +298,13 @@ class Spool:
 
 
 def _make_private(directory: Path) -> None:
-    """Make `directory` 0700, if it is this user's own directory reached through no link; else refuse it.
-    (Another user's directory would let them read every batch, and plant segments to be shipped or links.)"""
+    """Make `directory` 0700, if it is this user's own directory reached through no link and no directory
+    above it can be changed by another user; else refuse it. (Another user's directory would let them read
+    every batch, and plant segments to be shipped or links; a parent of theirs, swap the whole directory.)"""
+    try:
+        check_parents(directory, "spool_dir")
+    except UnsafeStoreLocation as exc:
+        raise SpoolDirError(str(exc)) from exc
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW)
     except OSError as exc:

@@ -32,16 +32,26 @@ def check_store_location(path: Path) -> None:
             f"store directory {directory} is writable by other users (mode {stat.S_IMODE(st.st_mode):o}): "
             "use a directory only this user can write"
         )
+    check_parents(directory, "store directory")
+    for candidate in (path, path.with_name(path.name + ".wal")):
+        if candidate.is_symlink():
+            raise UnsafeStoreLocation(
+                f"store file {candidate} is a symbolic link: refusing to write through it"
+            )
+
+
+def check_parents(directory: Path, what: str) -> None:
+    """Refuse `directory` when a directory above it could be renamed by another user (owned by one, or
+    writable by others without the sticky bit, as OpenSSH's StrictModes checks): they could swap the whole
+    tree for one of theirs. `what` names the setting in the one-line message. The one check for every
+    directory root writes (the store's, the agent's spool)."""
+    directory = directory.absolute()
+    me = os.geteuid()
     for ancestor in directory.parents:
         st = os.stat(ancestor)
         shared = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX
         if st.st_uid not in (me, 0) or shared:
             raise UnsafeStoreLocation(
-                f"store directory {directory}: {ancestor} above it can be changed by another user "
+                f"{what} {directory}: {ancestor} above it can be changed by another user "
                 f"(uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):o})"
-            )
-    for candidate in (path, path.with_name(path.name + ".wal")):
-        if candidate.is_symlink():
-            raise UnsafeStoreLocation(
-                f"store file {candidate} is a symbolic link: refusing to write through it"
             )

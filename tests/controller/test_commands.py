@@ -112,3 +112,31 @@ def test_a_host_only_acknowledges_its_own_commands(controller: Controller) -> No
         == 200
     )
     assert [c["id"] for c in controller.ship(batch("node-a", 1)).doc["commands"]] == [command_id]
+
+
+def test_acks_for_unknown_ids_are_counted_as_such_and_acknowledge_nothing(controller: Controller) -> None:
+    from fleetguard.shipping.commands import CommandAck
+    from tests.controller.helpers import metric_value
+
+    mine = _queue(controller, "node-a")
+    theirs = _queue(controller, "node-b")
+    done = CommandOutcome.DONE
+    stray = batch("node-a", 1)
+    # an id nobody queued, and node-b's command acked by node-a: neither is node-a's
+    stray.acks = [CommandAck("no-such-command", done, ""), CommandAck(theirs, done, "")]
+    assert controller.ship(stray).status == 200
+    first = batch("node-a", 2)
+    first.acks = [CommandAck(mine, done, "ok")]
+    assert controller.ship(first).status == 200
+    again = batch("node-a", 3)  # the command was delivered again before the first ack was committed
+    again.acks = [CommandAck(mine, done, "ok")]
+    assert controller.ship(again).status == 200
+    metrics = controller.metrics()
+    stage = 'fleetguard_controller_commands_total{stage="%s"}'
+    assert metric_value(metrics, stage % "acked") == 1
+    assert metric_value(metrics, stage % "acked_again") == 1
+    assert metric_value(metrics, stage % "ack_unknown") == 2
+    listed = {c["command_id"]: c for c in controller.get("/v1/commands").doc["commands"]}
+    assert listed[theirs]["acked_ts"] is None  # still pending for node-b
+    assert [c["id"] for c in controller.ship(batch("node-b", 1)).doc["commands"]] == [theirs]
+    assert listed[mine]["outcome"] == "done"

@@ -1,5 +1,6 @@
 """A real nats-server with JetStream on loopback for the scale tests: a random port, a temporary store
-directory, one NATS user per host (publish only on its own subject) and one for the controllers."""
+directory, one NATS user per host (publish only on its own subject, pull only its own command consumer) and
+one for the controllers."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetguard.shipping.nats_subjects import host_token, subject_for
+from fleetguard.shipping.nats_subjects import command_consumer, command_stream, host_token, subject_for
 
 NATS_SERVER = shutil.which("nats-server") or "/usr/sbin/nats-server"
 CONTROLLER_USER = "controller"
@@ -61,7 +62,7 @@ class NatsServer:
                 "user": CONTROLLER_USER,
                 "password": self.passwords[CONTROLLER_USER],
                 "permissions": {
-                    "publish": ["$JS.API.>", "$JS.ACK.>"],
+                    "publish": ["$JS.API.>", "$JS.ACK.>", "fleetguard.*.cmd.*"],
                     "subscribe": ["_INBOX.>"],
                 },
             }
@@ -72,7 +73,12 @@ class NatsServer:
                     "user": host,
                     "password": self.passwords[host],
                     "permissions": {
-                        "publish": [subject_for(pool, host)],
+                        # its own subject; pulling from and acking on its own command consumer only
+                        "publish": [
+                            subject_for(pool, host),
+                            f"$JS.API.CONSUMER.MSG.NEXT.{command_stream(pool)}.{command_consumer(host)}",
+                            f"$JS.ACK.{command_stream(pool)}.{command_consumer(host)}.>",
+                        ],
                         "subscribe": [f"_INBOX.{host_token(host)}.>"],
                     },
                 }

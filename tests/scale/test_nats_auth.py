@@ -17,7 +17,9 @@ from fleetguard.config import load_config
 from fleetguard.controller.nats_consumer import NatsConsumer, ensure_stream
 from fleetguard.controller.process import RunningController, start_controller
 from fleetguard.shipping.nats_connect import NatsLogin, connect
+from fleetguard.shipping.nats_shipper import NatsShipper
 from fleetguard.shipping.nats_subjects import MSG_ID_HEADER, msg_id, subject_for
+from fleetguard.shipping.spool import Spool
 from fleetguard.shipping.wire import encode
 from tests.controller.helpers import batch
 from tests.scale.natsd import CONTROLLER_USER, NatsServer, require_nats_server
@@ -78,7 +80,13 @@ def test_a_host_cannot_publish_to_another_hosts_subject(nats: NatsServer) -> Non
     assert asyncio.run(_stream_messages(nats)) == 0
     forged = batch("a2", 1)
     acked, errors = asyncio.run(
-        _publish_as(nats, "a1", subject_for("red", "a2"), encode(forged), msg_id("a2", "boot-1", 1))
+        _publish_as(
+            nats,
+            "a1",
+            subject_for("red", "a2"),
+            encode(forged),
+            msg_id(subject_for("red", "a2"), "boot-1", 1),
+        )
     )
     assert not acked
     assert any("permissions violation for publish" in e.lower() for e in errors), errors
@@ -86,13 +94,17 @@ def test_a_host_cannot_publish_to_another_hosts_subject(nats: NatsServer) -> Non
 
     own = batch("a1", 1)
     acked, errors = asyncio.run(
-        _publish_as(nats, "a1", subject_for("red", "a1"), encode(own), msg_id("a1", "boot-1", 1))
+        _publish_as(
+            nats, "a1", subject_for("red", "a1"), encode(own), msg_id(subject_for("red", "a1"), "boot-1", 1)
+        )
     )
     assert acked and not errors
     assert asyncio.run(_stream_messages(nats)) == 1
     # The same message id again inside the duplicate window: the server keeps one.
     acked, _ = asyncio.run(
-        _publish_as(nats, "a1", subject_for("red", "a1"), encode(own), msg_id("a1", "boot-1", 1))
+        _publish_as(
+            nats, "a1", subject_for("red", "a1"), encode(own), msg_id(subject_for("red", "a1"), "boot-1", 1)
+        )
     )
     assert acked
     assert asyncio.run(_stream_messages(nats)) == 1
@@ -139,7 +151,7 @@ def test_published_batches_go_through_the_ingest_checks(tmp_path: Path, nats: Na
         for body, mid in (
             (encode(lying), "a1/lie/1"),
             (b"not gzip at all", "a1/garbage/1"),
-            (encode(good), msg_id("a1", "boot-1", 1)),
+            (encode(good), msg_id(subject_for("red", "a1"), "boot-1", 1)),
         ):
             acked, _ = asyncio.run(_publish_as(nats, "a1", subject_for("red", "a1"), body, mid))
             assert acked
@@ -164,3 +176,85 @@ def test_published_batches_go_through_the_ingest_checks(tmp_path: Path, nats: Na
         con.close()
     # Terminated messages are gone for good; nothing is left to redeliver.
     assert asyncio.run(_stream_messages(nats)) == 0
+
+
+def test_a_forged_message_id_cannot_make_another_hosts_batch_a_duplicate(
+    tmp_path: Path, nats: NatsServer
+) -> None:
+    """Attack #3 of issue 16: a2, allowed to publish only on its own subject, publishes first under the ids
+    a1's batch will carry (a1/boot/seq as earlier agents wrote them, and subject/boot/seq as now). The
+    stream's dedup spans subjects, so JetStream answers a1's real publish "duplicate": a1 must publish it
+    again under a fresh id, delete it from its spool only then, and the controller must store it; a2's
+    forged messages are refused."""
+    running = _controller(tmp_path, nats)
+    consumer = _consumer(running)
+    shipper: NatsShipper | None = None
+    try:
+        _wait(lambda: consumer.stats.connected)
+        victim = batch("a1", 1, boot_id="boot-A")
+        a1_subject = subject_for("red", "a1")
+        for forged_id in (msg_id(a1_subject, "boot-A", 1), "a1/boot-A/1"):
+            acked, errors = asyncio.run(
+                _publish_as(nats, "a2", subject_for("red", "a2"), encode(batch("a2", 1)), forged_id)
+            )
+            assert acked and not errors  # its own subject: the server stores it
+        _wait(lambda: consumer.stats.terminated == 2)
+        assert running.writer.stats.refused == {"wrong_host": 2}
+
+        spool = Spool(tmp_path / "a1-spool", max_bytes=1 << 20)
+        spool.append(encode(victim))
+        shipper = NatsShipper(spool, _login(nats, "a1", "a1"), "red", "a1", clock=time.monotonic)
+        shipper.start()
+        _wait(lambda: spool.pending() == 0)
+        assert shipper.stats.duplicates == 1  # the first answer was "duplicate": not trusted
+        _wait(lambda: consumer.stats.acked == 1)
+    finally:
+        if shipper is not None:
+            shipper.stop()
+        running.stop()
+    con = duckdb.connect(str(tmp_path / "controller.duckdb"), read_only=True)
+    try:
+        hosts = {str(h) for (h,) in con.execute("SELECT DISTINCT host FROM gpu_samples").fetchall()}
+        assert hosts == {"a1"}  # a1's batch stored; nothing of a2's forged messages
+        ledger = con.execute("SELECT host, boot_id, seq_lo, seq_hi FROM ingest_ledger").fetchall()
+        assert ledger == [("a1", "boot-A", 1, 1)]
+    finally:
+        con.close()
+
+
+def test_a_lost_ack_republished_is_still_stored_once(tmp_path: Path, nats: NatsServer) -> None:
+    """The agent's own earlier copy answered "duplicate" (its ack was lost): published again under a retry
+    id, it reaches the controller twice and the ledger stores it once."""
+    running = _controller(tmp_path, nats)
+    consumer = _consumer(running)
+    shipper: NatsShipper | None = None
+    try:
+        _wait(lambda: consumer.stats.connected)
+        own = batch("a1", 1, boot_id="boot-A")
+        acked, _ = asyncio.run(
+            _publish_as(
+                nats,
+                "a1",
+                subject_for("red", "a1"),
+                encode(own),
+                msg_id(subject_for("red", "a1"), "boot-A", 1),
+            )
+        )
+        assert acked
+        spool = Spool(tmp_path / "a1-spool", max_bytes=1 << 20)
+        spool.append(encode(own))  # still spooled: the first publish's ack never reached the agent
+        shipper = NatsShipper(spool, _login(nats, "a1", "a1"), "red", "a1", clock=time.monotonic)
+        shipper.start()
+        _wait(lambda: spool.pending() == 0)
+        _wait(lambda: consumer.stats.acked == 2)
+        assert shipper.stats.duplicates == 1
+    finally:
+        if shipper is not None:
+            shipper.stop()
+        running.stop()
+    con = duckdb.connect(str(tmp_path / "controller.duckdb"), read_only=True)
+    try:
+        row = con.execute("SELECT count(*) FROM gpu_samples").fetchone()
+        assert row is not None and row[0] == len(own.tables["gpu_samples"]["host"])  # stored once
+    finally:
+        con.close()

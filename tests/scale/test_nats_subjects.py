@@ -8,7 +8,13 @@ from hypothesis import strategies as st
 
 from fleetguard.config import ConfigError, load_config
 from fleetguard.shipping.nats_shipper import batch_key
-from fleetguard.shipping.nats_subjects import host_from_subject, host_token, subject_for
+from fleetguard.shipping.nats_subjects import (
+    host_from_subject,
+    host_token,
+    msg_id,
+    msg_id_is_publishers,
+    subject_for,
+)
 from fleetguard.shipping.wire import encode
 from tests.controller.helpers import batch
 
@@ -65,3 +71,19 @@ def test_usable_nats_settings_load() -> None:
         }
     )
     assert config.agent.transport == "nats"
+
+
+def test_a_message_id_is_its_publishers_only_when_it_names_its_subject_and_batch() -> None:
+    a1, a2 = subject_for("red", "a1"), subject_for("red", "a2")
+    ok = msg_id_is_publishers
+    assert ok(msg_id(a1, "boot", 7), a1, "a1", "boot", 7)
+    assert ok(msg_id(a1, "boot", 7, "0123abcd"), a1, "a1", "boot", 7)  # a retry after "duplicate"
+    assert ok("a1/boot/7", a1, "a1", "boot", 7)  # as earlier agents wrote it
+    assert ok(None, a1, "a1", "boot", 7)
+    # a2's subject carrying ids that would suppress a1's batch in the stream's duplicate window
+    assert not ok(msg_id(a1, "boot", 7), a2, "a2", "boot", 7)
+    assert not ok("a1/boot/7", a2, "a2", "boot", 7)
+    # its own subject, another batch's id (a later seq, another incarnation), or a retry that is not a nonce
+    assert not ok(msg_id(a1, "boot", 8), a1, "a1", "boot", 7)
+    assert not ok(msg_id(a1, "other", 7), a1, "a1", "boot", 7)
+    assert not ok(msg_id(a1, "boot", 7) + "/x/y", a1, "a1", "boot", 7)

@@ -5,6 +5,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
+import fleetguard.shipping.channel as channel_module
 from fleetguard.shipping.channel import CommandChannel
 from fleetguard.shipping.commands import CommandAck, CommandKind, CommandOutcome, HostCommand
 
@@ -95,3 +98,33 @@ def test_a_command_whose_journal_cannot_be_written_is_not_run_and_runs_once_late
         assert recorder.runs == ["c1"]
     finally:
         channel.stop()
+
+
+def test_the_journal_stays_bounded_and_remembers_the_recent_commands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(channel_module, "MAX_REMEMBERED", 5)
+    journal = tmp_path / "commands.jsonl"
+    recorder = Recorder()
+    channel = CommandChannel(journal, recorder)
+    channel.start()
+    try:
+        for i in range(40):
+            channel.deliver([HostCommand(f"c{i}", CommandKind.CORDON, None, "test")])
+            assert len(_wait_acks(channel, 1)) == 1
+            assert len(journal.read_text().splitlines()) <= 2 * 5 + 1
+        assert channel.compactions > 0
+        channel.deliver([HostCommand("c39", CommandKind.CORDON, None, "again")])  # recent: answered, not run
+    finally:
+        channel.stop()
+    assert recorder.runs == [f"c{i}" for i in range(40)]
+    reopened_runs = Recorder()
+    reopened = CommandChannel(journal, reopened_runs)
+    reopened.start()
+    try:
+        reopened.deliver([HostCommand(f"c{i}", CommandKind.CORDON, None, "again") for i in range(35, 40)])
+        assert {a.command_id for a in _wait_acks(reopened, 5)} == {f"c{i}" for i in range(35, 40)}
+    finally:
+        reopened.stop()
+    assert reopened_runs.runs == []  # every remembered id survived the rewrites
+    assert not journal.with_name("commands.jsonl.tmp").exists()
