@@ -115,6 +115,7 @@ class BreakerPolicy:
         RepairAction.RESET_GPU,
         RepairAction.REBOOT_NODE,
         RepairAction.DRAIN,
+        RepairAction.DOWN,
         RepairAction.RESTART_APP,
     )
 

@@ -217,7 +217,10 @@ def breaker_reset(config_path: str | None, store_path: str | None, process_backl
         raise click.ClickException(str(exc)) from exc
     with store:
         service = IncidentService.open(
-            store.cursor(), _policy(config), time.time(), executor=RepairExecutor(config.diagnosis)
+            store.cursor(),
+            _policy(config),
+            time.time(),
+            executor=RepairExecutor(config.diagnosis, slurm=config.actions.slurm),
         )
         service.reset_breaker(time.time(), process_backlog)
     click.echo("breaker closed" + (" and the held repairs requested" if process_backlog else ""))
