@@ -272,7 +272,7 @@ def collect(
     config_path: str | None,
 ) -> None:
     """Show what this host reports: one round of every collector."""
-    from fleetguard.agent.sources import collect_once
+    from fleetguard.agent.sources import collect_once, render_collect
 
     overrides: dict[str, Any] = {"collectors.sysfs_root": sysfs_root, "simulate.fleet": simulate}
     if no_nvml:
@@ -282,8 +282,7 @@ def collect(
     if as_json:
         click.echo(json.dumps(report, indent=2, default=str))
         return
-    for name, info in report["collectors"].items():
-        click.echo(f"{name:10s} {info}")
+    click.echo(render_collect(report))
 
 
 @cli.command()

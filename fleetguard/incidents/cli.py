@@ -170,10 +170,11 @@ def _print_replay(
         if summary is None:
             continue
         click.echo(f"{label}: {summary['incidents']} incidents ({summary['openings']} openings)")
-        click.echo(f"  by fault    {summary['incidents_by_fault']}")
-        click.echo(f"  actions     {summary['actions']}")
-        click.echo(f"  alerts      {summary['alerts']}")
-        click.echo(f"  breaker trips {summary['breaker_trips']}")
+        click.echo(f"  by fault       {_counts(summary['incidents_by_fault'])}")
+        click.echo(f"  by severity    {_counts(summary['incidents_by_severity'])}")
+        click.echo(f"  actions        {_counts(summary['actions'])}")
+        click.echo(f"  alerts         {_counts(summary['alerts'])}")
+        click.echo(f"  breaker trips  {summary['breaker_trips']}")
     if b is not None:
         diff = compare(a, b)
         click.echo(f"incidents only with the current policy: {len(diff.only_in_a)}")
@@ -182,6 +183,11 @@ def _print_replay(
         click.echo(f"incidents only with --policy: {len(diff.only_in_b)}")
         for key in diff.only_in_b[:20]:
             click.echo(f"  + {key}")
+
+
+def _counts(counts: dict[str, int]) -> str:
+    """`a 3, b 1` for a person (a dict's repr is for programs: --json has those)."""
+    return ", ".join(f"{key} {n}" for key, n in counts.items()) or "none"
 
 
 # ---- breaker ----------------------------------------------------------------------------------------------
