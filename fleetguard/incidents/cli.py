@@ -32,21 +32,21 @@ def _policy(config: Config, path: str | None = None) -> Policy:
 EX_USAGE = 64  # sysexits.h: a health checker must not read a typo as "critical" (2)
 
 
-class _HealthCheckUsageError(click.UsageError):
+class HealthCheckUsageError(click.UsageError):
     exit_code = EX_USAGE
 
 
-class _HealthCheckCommand(click.Command):
+class HealthCheckCommand(click.Command):
     """A command whose exit codes are a health check's: a usage error exits 64, never 2 (critical)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         try:
             return super().parse_args(ctx, args)
         except click.UsageError as exc:
-            raise _HealthCheckUsageError(exc.format_message(), exc.ctx) from exc
+            raise HealthCheckUsageError(exc.format_message(), exc.ctx) from exc
 
 
-@click.command("scan", cls=_HealthCheckCommand)
+@click.command("scan", cls=HealthCheckCommand)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--kmsg-file", type=click.Path(dir_okay=False, exists=True), help="A saved kernel log to read.")
 @click.option("--sysfs-root", help="Root of the sysfs tree for InfiniBand ports (default /sys).")

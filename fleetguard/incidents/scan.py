@@ -81,10 +81,10 @@ def scan(
     except NoSources as exc:
         return ScanReport(config.host, ScanStatus.UNKNOWN, [], [str(exc)])
     required = required_sources(config, kmsg_file)
-    batch, checked, failed = _collect(sources.collectors, time.time())
+    batch, checked, failed = collect_round(sources.collectors, time.time())
     if interval_seconds > 0 and checked:
         time.sleep(interval_seconds)
-        second, _, _ = _collect(sources.collectors, time.time())
+        second, _, _ = collect_round(sources.collectors, time.time())
         batch.gpu_samples.extend(second.gpu_samples)
         batch.nic_counters = second.nic_counters  # with deltas and rates against the first reading
         batch.events.extend(second.events)
@@ -104,7 +104,7 @@ def required_sources(config: Config, kmsg_file: str | None) -> dict[str, set[str
     return required
 
 
-def _collect(collectors: list[Any], now: float) -> tuple[Batch, list[str], list[str]]:
+def collect_round(collectors: list[Any], now: float) -> tuple[Batch, list[str], list[str]]:
     batch, checked, failed = Batch(), [], []
     for collector in collectors:
         try:
