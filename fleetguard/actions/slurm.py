@@ -155,6 +155,21 @@ class SlurmNodes:
             return SlurmResult(SlurmOutcome.FAILED, node, f"scontrol update: {_tail(result)}")
         return self._confirm(node, lambda s: wanted in s.states and s.reason == reason, wanted, down)
 
+    def annotate(self, node: str, incident_id: str, summary: str) -> SlurmResult:
+        """Rewrite the reason of a node fleetguard took out for `incident_id` (why it is still out); any
+        other node is left as it is."""
+        try:
+            before = self.state(node)
+        except SlurmError as exc:
+            return SlurmResult(SlurmOutcome.FAILED, node, str(exc))
+        if not before.out_of_service or before.incident_id() != incident_id:
+            return SlurmResult(SlurmOutcome.NOT_OURS, node, f"not out for {incident_id}: left alone", before)
+        reason = drain_reason(incident_id, summary)
+        result = self._scontrol("update", f"NodeName={node}", f"Reason={reason}")
+        if not result.ok:
+            return SlurmResult(SlurmOutcome.FAILED, node, f"scontrol update: {_tail(result)}")
+        return self._confirm(node, lambda s: s.reason == reason, "REASON", False)
+
     def resume(self, node: str, incident_id: str | None = None) -> SlurmResult:
         """Return a node fleetguard took out (for `incident_id`, when given) to service; never anyone
         else's."""
@@ -183,6 +198,8 @@ class SlurmNodes:
             return SlurmResult(SlurmOutcome.FAILED, node, f"{wanted} sent, node reads {states}", after)
         if wanted == "RESUME":
             return SlurmResult(SlurmOutcome.RESUMED, node, "resumed", after)
+        if wanted == "REASON":
+            return SlurmResult(SlurmOutcome.ALREADY, node, f"reason: {after.reason}", after)
         outcome = SlurmOutcome.DOWNED if down else SlurmOutcome.DRAINED
         jobs = " (running jobs finish first)" if after.jobs_running else ""
         return SlurmResult(outcome, node, f"{wanted}: {after.reason}{jobs}", after)

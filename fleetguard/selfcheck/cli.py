@@ -57,50 +57,17 @@ def selfcheck_command(
     """Health fields, a compute and memory test per GPU, an all-reduce among the host's GPUs (NCCL; gloo on
     CPU) and NIC ports steady across the tests. Exit 0 passed, 1 passed with warnings, 2 failed, 3 unknown
     (a required source could not be read, or a check could not run), 64 usage error."""
-    from fleetguard.agent.sources import NoSources, build_sources
-    from fleetguard.incidents.scan import ScanStatus, required_sources
+    from fleetguard.incidents.scan import ScanStatus
     from fleetguard.selfcheck.report import render
-    from fleetguard.selfcheck.run import run_selfcheck
+    from fleetguard.selfcheck.run import selfcheck_host
 
-    selection = gpus
-    overrides: dict[str, Any] = {
-        "collectors.sysfs_root": sysfs_root,
-        "collectors.kmsg_state_path": "",
-        "simulate.fleet": simulate,
-    }
-    if selection == "none":
-        overrides["collectors.nvml"] = False
+    overrides: dict[str, Any] = {"collectors.sysfs_root": sysfs_root, "simulate.fleet": simulate}
     try:
         config = load(config_path, **overrides)
         policy = _policy(config)
-        sources = build_sources(config, kmsg_file=kmsg_file)
     except click.ClickException as exc:
         click.echo(f"UNKNOWN: {exc.format_message()}", err=True)
         sys.exit(int(ScanStatus.UNKNOWN))
-    except NoSources as exc:
-        click.echo(f"UNKNOWN: {exc}", err=True)
-        sys.exit(int(ScanStatus.UNKNOWN))
-    opened = {c.name for c in sources.collectors}
-    required = {} if sources.simulated else required_sources(config, kmsg_file)
-    missing = [name for name, names in required.items() if not names & opened]
-    if selection == "all":
-        indices = list(range(sources.gpus if sources.simulated else _nvml_gpus(sources)))
-    elif selection == "none":
-        indices = []
-    else:
-        indices = [int(part) for part in selection.split(",")]
-    deadline = timeout if timeout is not None else policy.selfcheck.timeout_seconds
-    try:
-        report = run_selfcheck(
-            config.host, sources, policy, gpus=indices, missing=missing, timeout_seconds=deadline
-        )
-    finally:
-        for collector in sources.collectors:
-            collector.close()
+    report = selfcheck_host(config, policy, gpus=gpus, kmsg_file=kmsg_file, timeout_seconds=timeout)
     click.echo(json.dumps(report.as_json(), indent=2) if as_json else render(report))
     sys.exit(int(report.status))
-
-
-def _nvml_gpus(sources: Any) -> int:
-    nvml = next((c for c in sources.collectors if c.name == "nvml"), None)
-    return len(getattr(nvml, "gpu_indices", []) or [])
