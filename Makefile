@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-runtime
 DEVSTAMP := $(VENV)/.installed-dev
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-APT_PACKAGES := prometheus prometheus-alertmanager chromium nats-server
+APT_PACKAGES := prometheus prometheus-alertmanager chromium nats-server slurm-wlm munge
 
 .PHONY: demo test lint typecheck rules unit system-deps bench clean
 
@@ -23,7 +23,7 @@ $(DEVSTAMP): $(STAMP)
 	touch $@
 
 system-deps:
-	@command -v promtool >/dev/null && command -v prometheus-alertmanager >/dev/null && command -v chromium >/dev/null && command -v nats-server >/dev/null || { $(SUDO) apt-get update -qq && \
+	@command -v promtool >/dev/null && command -v prometheus-alertmanager >/dev/null && command -v chromium >/dev/null && command -v nats-server >/dev/null && command -v slurmctld >/dev/null && command -v munged >/dev/null || { $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(APT_PACKAGES); }
 
 demo: $(STAMP)

@@ -31,7 +31,8 @@ class RepairAction(StrEnum):
     RESTART_APP = "restart_app"
     RESET_GPU = "reset_gpu"
     REBOOT_NODE = "reboot_node"
-    DRAIN = "drain"
+    DRAIN = "drain"  # take no new work; running jobs finish (Slurm: State=DRAIN)
+    DOWN = "down"  # out of service now, running jobs are killed (Slurm: State=DOWN): only where a policy says
     INSPECT = "inspect"
 
     @property

@@ -115,8 +115,27 @@ class BreakerPolicy:
         RepairAction.RESET_GPU,
         RepairAction.REBOOT_NODE,
         RepairAction.DRAIN,
+        RepairAction.DOWN,
         RepairAction.RESTART_APP,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class SelfcheckPolicy:
+    """What `fleetguard selfcheck` requires of a host before it takes work again."""
+
+    # All-reduce among the host's GPUs, NCCL bus bandwidth (the nccl-tests definition). An NVLink H100
+    # host reaches several hundred GB/s on large messages; PCIe-only hosts tens: set it to your hardware.
+    min_nccl_busbw_gbps: float = 40.0
+    # The same code path on CPU through gloo (hosts without GPUs, CI): it only proves the path works.
+    min_gloo_busbw_gbps: float = 0.01
+    allreduce_mib: float = 64.0  # message size (gloo uses an eighth of it)
+    allreduce_iterations: int = 5
+    compute_matrix_size: int = 2048  # an n x n fp32 matmul per GPU, checked against a float64 reference
+    compute_relative_tolerance: float = 1e-3
+    memory_test_mib: float = 1024.0  # written with a pattern and read back per GPU
+    nic_error_increase_max: int = 0  # error counters (the policy's counter rules) may rise this much
+    timeout_seconds: float = 120.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +151,7 @@ class Policy:
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
     burst_seconds: float = 180.0  # repeats closer than this are one burst (one occurrence toward min_count)
+    selfcheck: SelfcheckPolicy = field(default_factory=SelfcheckPolicy)
 
     def xid_rule(self, xid: int) -> XidRule:
         return self.xid.get(xid) or XidRule(

@@ -23,6 +23,7 @@ from diagnosis.policy import (
     GpuRules,
     Lifecycle,
     Policy,
+    SelfcheckPolicy,
     XidRule,
 )
 
@@ -40,6 +41,7 @@ _TOP_KEYS = frozenset(
         "cancellations",
         "escalation",
         "breaker",
+        "selfcheck",
     }
 )
 _XID_KEYS = frozenset(
@@ -103,7 +105,21 @@ def build_policy(catalog: Iterable[XidEntry], document: Mapping[str, Any], where
         lifecycle=_dataclass(Lifecycle(), _table(document, "lifecycle", where), f"{where}.lifecycle"),
         breaker=_breaker(_table(document, "breaker", where), f"{where}.breaker"),
         burst_seconds=_number(document, "burst_seconds", where, 180.0),
+        selfcheck=_selfcheck(_table(document, "selfcheck", where), f"{where}.selfcheck"),
     )
+
+
+def _selfcheck(table: Mapping[str, Any], where: str) -> SelfcheckPolicy:
+    policy = _dataclass(SelfcheckPolicy(), table, where)
+    for name in ("min_nccl_busbw_gbps", "min_gloo_busbw_gbps", "nic_error_increase_max"):
+        if getattr(policy, name) < 0:
+            raise PolicyError(f"{where}.{name}: must be >= 0")
+    for name in ("allreduce_mib", "memory_test_mib", "compute_relative_tolerance", "timeout_seconds"):
+        if not 0 < getattr(policy, name) < 1e6:
+            raise PolicyError(f"{where}.{name}: must be > 0")
+    if not 1 <= policy.allreduce_iterations <= 1000 or not 16 <= policy.compute_matrix_size <= 65536:
+        raise PolicyError(f"{where}: allreduce_iterations within 1-1000, compute_matrix_size within 16-65536")
+    return policy
 
 
 def _catalog_rule(entry: XidEntry) -> XidRule:

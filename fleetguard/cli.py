@@ -76,6 +76,7 @@ _OUR_PACKAGES = frozenset({"fleetguard", "collectors", "predictor", "diagnosis",
         "predict": "fleetguard.predict.cli:predict_command",
         "simulate-history": "fleetguard.predict.simulate_cli:simulate_history_command",
         "scan": "fleetguard.incidents.cli:scan_command",
+        "selfcheck": "fleetguard.selfcheck.cli:selfcheck_command",
         "policy": "fleetguard.incidents.cli:policy_group",
         "breaker": "fleetguard.incidents.cli:breaker_group",
         "alerts": "fleetguard.alerts.cli:alerts_group",
@@ -122,7 +123,11 @@ def startup_errors() -> Iterator[None]:
 
 
 def _daemon_overrides(
-    store_path: str | None, metrics_port: int | None, simulate: str | None, no_faults: bool
+    store_path: str | None,
+    metrics_port: int | None,
+    simulate: str | None,
+    no_faults: bool,
+    no_nvml: bool = False,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {
         "store.path": store_path,
@@ -131,6 +136,8 @@ def _daemon_overrides(
     }
     if no_faults:
         out["simulate.faults"] = False
+    if no_nvml:
+        out["collectors.nvml"] = False
     return out
 
 
@@ -142,6 +149,8 @@ def daemon_options(fn: Any) -> Any:
         help="Sample a simulated fleet, e.g. 2x8, instead of this host's hardware.",
     )(fn)
     fn = click.option("--no-faults", is_flag=True, help="With --simulate: no scripted faults.")(fn)
+    # The advice NVML prints when it cannot start names this flag: every command that samples accepts it.
+    fn = click.option("--no-nvml", is_flag=True, help="Do not query NVML (collectors.nvml = false).")(fn)
     fn = click.option(
         "--metrics-port", type=int, help="Port of /metrics (agent.metrics_port; 0 = any free)."
     )(fn)
@@ -159,6 +168,7 @@ def agent(
     store_path: str | None,
     simulate: str | None,
     no_faults: bool,
+    no_nvml: bool,
     metrics_port: int | None,
     duration: float | None,
     no_runtime: bool,
@@ -169,7 +179,7 @@ def agent(
     from fleetguard.agent.sources import NoSources, build_sources
     from fleetguard.runtime.extension import runtime_extension
 
-    config = load(config_path, **_daemon_overrides(store_path, metrics_port, simulate, no_faults))
+    config = load(config_path, **_daemon_overrides(store_path, metrics_port, simulate, no_faults, no_nvml))
     try:
         sources = build_sources(config)
     except NoSources as exc:
@@ -222,6 +232,7 @@ def up(
     store_path: str | None,
     simulate: str | None,
     no_faults: bool,
+    no_nvml: bool,
     metrics_port: int | None,
     duration: float | None,
     no_runtime: bool,
@@ -232,7 +243,7 @@ def up(
     process."""
     from fleetguard.embedded import run_embedded
 
-    overrides = _daemon_overrides(store_path, metrics_port, simulate, no_faults)
+    overrides = _daemon_overrides(store_path, metrics_port, simulate, no_faults, no_nvml)
     config = load(config_path, **overrides, **{"dashboard.port": dashboard_port})
     with startup_errors():
         code = run_embedded(config, duration_seconds=duration, runtime=not no_runtime, predict=not no_predict)
@@ -262,7 +273,7 @@ def collect(
     config_path: str | None,
 ) -> None:
     """Show what this host reports: one round of every collector."""
-    from fleetguard.agent.sources import collect_once
+    from fleetguard.agent.sources import collect_once, render_collect
 
     overrides: dict[str, Any] = {"collectors.sysfs_root": sysfs_root, "simulate.fleet": simulate}
     if no_nvml:
@@ -272,8 +283,7 @@ def collect(
     if as_json:
         click.echo(json.dumps(report, indent=2, default=str))
         return
-    for name, info in report["collectors"].items():
-        click.echo(f"{name:10s} {info}")
+    click.echo(render_collect(report))
 
 
 @cli.command()

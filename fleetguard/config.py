@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fleetguard.actions.settings import ActionsConfig, parse_actions
 from fleetguard.alerts.settings import AlertsConfig, parse_alerts
 from fleetguard.incidents.settings import DiagnosisConfig, PolicyOverrides, parse_policy_section
 
@@ -171,6 +172,7 @@ class Config:
     controller: ControllerConfig = field(default_factory=ControllerConfig)
     diagnosis: DiagnosisConfig = field(default_factory=DiagnosisConfig)
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    actions: ActionsConfig = field(default_factory=ActionsConfig)
     policy: PolicyOverrides = field(default_factory=PolicyOverrides)
 
     @property
@@ -249,7 +251,11 @@ def _env_key(name: str) -> str:
     return f"{section}.{key}"
 
 
-_TABLE_SECTIONS: dict[str, Any] = {"alerts": parse_alerts, "policy": parse_policy_section}
+_TABLE_SECTIONS: dict[str, Any] = {
+    "alerts": parse_alerts,
+    "actions": parse_actions,
+    "policy": parse_policy_section,
+}
 
 
 def _build(raw: Mapping[str, Mapping[str, Any]]) -> Config:

@@ -102,9 +102,17 @@ def run_as_for(owner_uid: int | None) -> RunAs | None:
     return RunAs.user(owner_uid)
 
 
-def run_argv(argv: Sequence[str], timeout_seconds: float, run_as: RunAs | None = None) -> CommandResult:
+def run_argv(
+    argv: Sequence[str],
+    timeout_seconds: float,
+    run_as: RunAs | None = None,
+    extra_env: Mapping[str, str] | None = None,
+) -> CommandResult:
     """Run `argv` (no shell), capture at most the last 2 kB of output for the action record; with `run_as`,
-    as that user (in `/`, with its reset environment)."""
+    as that user (in `/`, with its reset environment); `extra_env` is added to the environment."""
+    env = None if run_as is None else dict(run_as.env)
+    if extra_env:
+        env = {**(os.environ if env is None else env), **extra_env}
     try:
         done = subprocess.run(
             list(argv),
@@ -116,7 +124,7 @@ def run_argv(argv: Sequence[str], timeout_seconds: float, run_as: RunAs | None =
             user=None if run_as is None else run_as.uid,
             group=None if run_as is None else run_as.gid,
             extra_groups=None if run_as is None else [],
-            env=None if run_as is None else dict(run_as.env),
+            env=env,
             cwd=None if run_as is None else "/",
         )
     except FileNotFoundError as exc:

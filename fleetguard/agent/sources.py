@@ -197,3 +197,26 @@ def collect_once(config: Config, *, kmsg_file: str | None = None) -> dict[str, A
         }
         collector.close()
     return report
+
+
+def render_collect(report: dict[str, Any]) -> str:
+    """`collect --once` for a person: one row per collector under a header, then what could not be read."""
+    if "error" in report:
+        return f"{report['host']}: nothing collected: {report['error']}"
+    header = (
+        f"{'collector':16s} {'gpu samples':>11s} {'nic samples':>11s} {'counters':>8s} {'events':>6s}  notes"
+    )
+    lines = [f"{report['host']}: one round{' (simulated)' if report.get('simulated') else ''}", header]
+    for name, info in report["collectors"].items():
+        if "error" in info:
+            lines.append(f"{name:16s} {'-':>11s} {'-':>11s} {'-':>8s} {'-':>6s}  failed: {info['error']}")
+            continue
+        problems = ", ".join(f"{k} x{v}" for k, v in sorted(info["problems"].items()))
+        lines.append(
+            f"{name:16s} {info['gpu_samples']:>11d} {info['nic_samples']:>11d} {info['nic_counters']:>8d} "
+            f"{info['events']:>6d}  {problems}".rstrip()
+        )
+    lines.extend(f"unavailable: {note}" for note in report["unavailable"])
+    if report.get("xid_source"):
+        lines.append(f"XIDs from: {report['xid_source']}")
+    return "\n".join(lines)

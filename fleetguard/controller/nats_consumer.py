@@ -113,8 +113,14 @@ class NatsConsumer:
             *(f'{name}{{pool="{self.pool}",outcome="{k}"}} {v}' for k, v in outcomes.items()),
             "# HELP fleetguard_controller_nats_connected 1 while the pool's consumer is connected.",
             "# TYPE fleetguard_controller_nats_connected gauge",
-            f'fleetguard_controller_nats_connected{{pool="{self.pool}"}} {int(s.connected)}',
+            f'fleetguard_controller_nats_connected{{pool="{self.pool}"}} {int(self.connected())}',
         ]
+
+    def connected(self) -> bool:
+        """Read from the client at scrape time: nats-py reconnects on its own while `fetch` only times out,
+        so a flag set once after subscribing stayed 1 with the server gone."""
+        nc = self._nc
+        return self.stats.connected and nc is not None and bool(nc.is_connected)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="fleetguard-nats-consumer", daemon=True)
@@ -139,7 +145,9 @@ class NatsConsumer:
                 self.stats.connected = False
                 delay = RECONNECT_BACKOFF_SECONDS[min(attempt, len(RECONNECT_BACKOFF_SECONDS) - 1)]
                 if attempt == 0:
-                    log.warning("NATS ingest for pool %s: %s; retrying", self.pool, exc)
+                    # Some NATS errors carry no text (a timeout): name the error then, never an empty reason.
+                    reason = str(exc) or type(exc).__name__
+                    log.warning("NATS ingest for pool %s: %s; retrying", self.pool, reason)
                 attempt += 1
                 await asyncio.sleep(delay)
             finally:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import bisect
 import threading
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fleetguard.controller.hosts import HostState
 
-LATENCY_WINDOW = 10_000  # the last this-many ingest requests make the latency quantiles
+# Ingest latency is a histogram, not precomputed quantiles: quantiles cannot be aggregated across controllers
+# or over time, buckets can (histogram_quantile over rate(..._bucket)). Upper bounds in seconds, around the
+# 250 ms ingest target.
+LATENCY_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 @dataclass
@@ -26,7 +29,10 @@ class ControllerStats:
     commands_acked: int = 0
     commands_acked_again: int = 0  # an ack of a command acked before
     commands_ack_unknown: int = 0  # an ack naming no command of its host's: acknowledges nothing
-    latencies: deque[float] = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
+    # Per bucket (the last one is +Inf): requests whose latency fell at or below that bound and above the one
+    # before; cumulated when rendered.
+    latency_counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
+    latency_sum: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock)
     # More exposition lines from other ingest sources (the NATS consumer), appended as they render them.
     extra: list[Callable[[], list[str]]] = field(default_factory=list)
@@ -36,15 +42,20 @@ class ControllerStats:
             self.refused[reason] = self.refused.get(reason, 0) + 1
 
     def observe_latency(self, seconds: float) -> None:
+        index = bisect.bisect_left(LATENCY_BUCKETS, seconds)
         with self.lock:
-            self.latencies.append(seconds)
+            self.latency_counts[index] += 1
+            self.latency_sum += seconds
 
-    def latency_quantile(self, q: float) -> float:
+    def latency_histogram(self) -> tuple[list[tuple[str, int]], float, int]:
+        """Cumulative (le, count) pairs ending with +Inf, the sum and the count."""
         with self.lock:
-            values = sorted(self.latencies)
-        if not values:
-            return 0.0
-        return values[min(len(values) - 1, int(q * len(values)))]
+            counts, total = list(self.latency_counts), self.latency_sum
+        cumulative, running = [], 0
+        for bound, n in zip([*(f"{b:g}" for b in LATENCY_BUCKETS), "+Inf"], counts, strict=True):
+            running += n
+            cumulative.append((bound, running))
+        return cumulative, total, running
 
 
 def _label(value: str) -> str:
@@ -91,11 +102,16 @@ def render(stats: ControllerStats, hosts: list[HostState], now: float, silent_af
         [("_sum", stats.commit_seconds_sum), ("_count", stats.commits)],
     )
 
+    buckets, latency_sum, latency_count = stats.latency_histogram()
     metric(
         "fleetguard_controller_ingest_latency_seconds",
-        "gauge",
-        "Ingest request latency (received to committed) over the last requests, by quantile.",
-        [(f'{{quantile="{q}"}}', stats.latency_quantile(q)) for q in (0.5, 0.99)],
+        "histogram",
+        "Ingest request latency, received to committed.",
+        [
+            *((f'_bucket{{le="{le}"}}', n) for le, n in buckets),
+            ("_sum", latency_sum),
+            ("_count", latency_count),
+        ],
     )
     metric(
         "fleetguard_controller_queue_batches",

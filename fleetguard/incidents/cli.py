@@ -29,8 +29,24 @@ def _policy(config: Config, path: str | None = None) -> Policy:
 
 # ---- scan -------------------------------------------------------------------------------------------------
 
+EX_USAGE = 64  # sysexits.h: a health checker must not read a typo as "critical" (2)
 
-@click.command("scan")
+
+class HealthCheckUsageError(click.UsageError):
+    exit_code = EX_USAGE
+
+
+class HealthCheckCommand(click.Command):
+    """A command whose exit codes are a health check's: a usage error exits 64, never 2 (critical)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            raise HealthCheckUsageError(exc.format_message(), exc.ctx) from exc
+
+
+@click.command("scan", cls=HealthCheckCommand)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--kmsg-file", type=click.Path(dir_okay=False, exists=True), help="A saved kernel log to read.")
 @click.option("--sysfs-root", help="Root of the sysfs tree for InfiniBand ports (default /sys).")
@@ -47,7 +63,9 @@ def scan_command(
     interval: float,
     config_path: str | None,
 ) -> None:
-    """This host through the diagnosis policy: exit 0 healthy, 1 warning, 2 critical, 3 unknown."""
+    """This host through the diagnosis policy: exit 0 healthy, 1 warning, 2 critical, 3 unknown (a required
+    source such as the NVIDIA driver or the kernel log could not be read; --no-nvml on hosts without GPUs),
+    64 usage error. Fit for Slurm's HealthCheckProgram and prolog/epilog."""
     from fleetguard.incidents.scan import ScanStatus, render, scan
 
     overrides: dict[str, Any] = {"collectors.sysfs_root": sysfs_root, "collectors.kmsg_state_path": ""}
@@ -152,10 +170,11 @@ def _print_replay(
         if summary is None:
             continue
         click.echo(f"{label}: {summary['incidents']} incidents ({summary['openings']} openings)")
-        click.echo(f"  by fault    {summary['incidents_by_fault']}")
-        click.echo(f"  actions     {summary['actions']}")
-        click.echo(f"  alerts      {summary['alerts']}")
-        click.echo(f"  breaker trips {summary['breaker_trips']}")
+        click.echo(f"  by fault       {_counts(summary['incidents_by_fault'])}")
+        click.echo(f"  by severity    {_counts(summary['incidents_by_severity'])}")
+        click.echo(f"  actions        {_counts(summary['actions'])}")
+        click.echo(f"  alerts         {_counts(summary['alerts'])}")
+        click.echo(f"  breaker trips  {summary['breaker_trips']}")
     if b is not None:
         diff = compare(a, b)
         click.echo(f"incidents only with the current policy: {len(diff.only_in_a)}")
@@ -164,6 +183,11 @@ def _print_replay(
         click.echo(f"incidents only with --policy: {len(diff.only_in_b)}")
         for key in diff.only_in_b[:20]:
             click.echo(f"  + {key}")
+
+
+def _counts(counts: dict[str, int]) -> str:
+    """`a 3, b 1` for a person (a dict's repr is for programs: --json has those)."""
+    return ", ".join(f"{key} {n}" for key, n in counts.items()) or "none"
 
 
 # ---- breaker ----------------------------------------------------------------------------------------------
@@ -217,7 +241,10 @@ def breaker_reset(config_path: str | None, store_path: str | None, process_backl
         raise click.ClickException(str(exc)) from exc
     with store:
         service = IncidentService.open(
-            store.cursor(), _policy(config), time.time(), executor=RepairExecutor(config.diagnosis)
+            store.cursor(),
+            _policy(config),
+            time.time(),
+            executor=RepairExecutor(config.diagnosis, slurm=config.actions.slurm),
         )
         service.reset_breaker(time.time(), process_backlog)
     click.echo("breaker closed" + (" and the held repairs requested" if process_backlog else ""))

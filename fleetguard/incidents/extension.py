@@ -44,7 +44,11 @@ def incidents_extension(config: Config, summary: IncidentSummary | None = None) 
         now = clock.time()
         webhooks = config.alerts.webhooks if config.alerts.enabled else ()
         service = IncidentService.open(
-            store.cursor(), policy, now, webhooks=webhooks, executor=RepairExecutor(config.diagnosis)
+            store.cursor(),
+            policy,
+            now,
+            webhooks=webhooks,
+            executor=RepairExecutor(config.diagnosis, slurm=config.actions.slurm),
         )
         # Events are stored up to the agent's dedup window late: read that far back on the first round too.
         overlap = config.agent.event_dedup_window_seconds + 2 * config.agent.flush_interval_seconds

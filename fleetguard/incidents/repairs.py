@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 from diagnosis.incident import ActionEntry, ActionOutcome
 from diagnosis.model import IncidentKey, RepairAction
+from fleetguard.actions.settings import SlurmConfig
+from fleetguard.actions.slurm import SlurmNodes, SlurmOutcome
 from fleetguard.incidents.settings import DiagnosisConfig
 
 Runner = Callable[[Sequence[str], float], tuple[int, str]]
@@ -30,8 +32,12 @@ def run_argv(argv: Sequence[str], timeout_seconds: float) -> tuple[int, str]:
 class RepairExecutor:
     config: DiagnosisConfig
     run: Runner = run_argv
+    # Drain and down go to Slurm when [actions.slurm] is on (instead of diagnosis.drain_command).
+    slurm: SlurmConfig | None = None
 
-    def carry_out(self, entry: ActionEntry, key: IncidentKey) -> tuple[ActionOutcome, str]:
+    def carry_out(self, entry: ActionEntry, key: IncidentKey, summary: str = "") -> tuple[ActionOutcome, str]:
+        if entry.action in (RepairAction.DRAIN, RepairAction.DOWN) and self.slurm and self.slurm.enabled:
+            return self._slurm(entry, key, summary)
         if entry.action is RepairAction.RESTART_APP:
             return ActionOutcome.SKIPPED, "the training runtime restarts jobs itself (see the actions table)"
         if entry.action is RepairAction.INSPECT:
@@ -44,6 +50,18 @@ class RepairExecutor:
         if code == 0:
             return ActionOutcome.SUCCEEDED, output.strip()[-200:]
         return ActionOutcome.FAILED, f"exit {code}: {output.strip()}"[-400:]
+
+    def _slurm(self, entry: ActionEntry, key: IncidentKey, summary: str) -> tuple[ActionOutcome, str]:
+        assert self.slurm is not None
+        nodes = SlurmNodes(self.slurm.scontrol, self.slurm.slurm_conf, self.slurm.timeout_seconds)
+        node = self.slurm.node_for(key.host)
+        result = nodes.take_out(
+            node, entry.incident_id, summary or key.text(), down=entry.action is RepairAction.DOWN
+        )
+        detail = f"slurm node {node}: {result.detail}"[-400:]
+        if result.outcome is SlurmOutcome.OTHERS:
+            return ActionOutcome.SKIPPED, detail
+        return (ActionOutcome.SUCCEEDED if result.outcome.ok else ActionOutcome.FAILED), detail
 
     def _command(self, action: RepairAction) -> list[str]:
         if action is RepairAction.RESET_GPU:

@@ -88,7 +88,7 @@ class IncidentService:
             for entry in change.actions:
                 if entry.outcome is not ActionOutcome.REQUESTED or entry.finished_at is not None:
                     continue
-                outcome, detail = self.executor.carry_out(entry, change.incident.key)
+                outcome, detail = self.executor.carry_out(entry, change.incident.key, change.incident.summary)
                 finished.extend(self.engine.action_finished(entry.action_id, outcome, detail, now))
         if finished:
             self.store.persist(

@@ -361,3 +361,17 @@ def test_each_gpu_names_its_training_process() -> None:
     assert len(processes) == 8
     by_uuid = {p.uuid: p.pids for h in fleet.hosts for g in h.gpus for p in processes if p.uuid == g.uuid}
     assert by_uuid == {g.uuid: (g.pid,) for h in fleet.hosts for g in h.gpus}
+
+
+def test_collect_once_prints_a_table_for_a_person_not_dict_reprs() -> None:
+    from click.testing import CliRunner
+
+    from fleetguard.cli import cli
+
+    result = CliRunner().invoke(cli, ["collect", "--once", "--simulate", "1x2"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[1].split()[:3] == ["collector", "gpu", "samples"]
+    gpu_row = next(line for line in lines if line.startswith("simulated_gpu"))
+    assert gpu_row.split()[1] == "2"
+    assert "{" not in result.output and "'" not in result.output, result.output

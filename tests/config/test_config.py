@@ -136,3 +136,19 @@ def test_the_stop_command_reaches_the_runtime_service() -> None:
 
     config = load_config(None, env={"FLEETGUARD_RUNTIME_STOP_COMMAND": "scancel {job}"})
     assert runtime_config_from(config).stop_command == ("scancel", "{job}")
+
+
+def test_the_slurm_section_is_checked_with_errors_naming_the_key(tmp_path: Path) -> None:
+    from fleetguard.config import ConfigError
+
+    text = '[actions.slurm]\nenabled = true\nnodes = { "gpu-a.example.com" = "gpu-a" }\n'
+    ok = load_config(write(tmp_path, text), env={}).actions.slurm
+    assert ok.enabled and ok.node_for("gpu-a.example.com") == "gpu-a" and ok.node_for("gpu-b.x.y") == "gpu-b"
+    for text, key in (
+        ("[actions.slurm]\nenable = true\n", "actions.slurm.enable"),
+        ("[actions.slurm]\ntimeout_seconds = 1e9\n", "actions.slurm.timeout_seconds"),
+        ('[actions.slurm]\nnodes = { a = "x=y" }\n', "actions.slurm.nodes"),
+        ("[actions]\nkubernetes = {}\n", "actions.kubernetes"),
+    ):
+        with pytest.raises(ConfigError, match=key):
+            load_config(write(tmp_path, text), env={})

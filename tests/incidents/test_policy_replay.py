@@ -82,3 +82,6 @@ def test_the_human_summary_names_both_policies(tmp_path: Path, month: Path) -> N
     result = CliRunner().invoke(cli, ["policy", "replay", "--store", str(store_path), "--policy", str(other)])
     assert result.exit_code == 0, result.output
     assert "days in" in result.output and "incidents only with the current policy" in result.output
+    # For a person, not a program: no dict or list reprs (--json has the structure).
+    assert "{" not in result.output and "[" not in result.output, result.output
+    assert "by fault" in result.output and "nic:symbol_error" in result.output

@@ -72,3 +72,55 @@ def test_an_invalid_policy_is_unknown_with_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["scan", "--no-nvml", "--config", str(config)])
     assert result.exit_code == 3
     assert "policy.xid.31.min_count" in result.output
+
+
+def test_a_gpu_host_whose_driver_cannot_be_read_is_unknown_not_healthy(tmp_path: Path) -> None:
+    # No NVIDIA driver on this machine: NVML cannot load. Without --no-nvml the GPUs are required.
+    config = tmp_path / "c.toml"
+    config.write_text("[collectors]\nkmsg = false\n")
+    log = tmp_path / "k.txt"
+    log.write_text("[    0.000000] Linux version 6.8.0\n")
+    result = CliRunner().invoke(
+        cli, ["scan", "--config", str(config), "--kmsg-file", str(log), "--sysfs-root", str(tmp_path)]
+    )
+    assert result.exit_code == 3, result.output
+    assert "UNKNOWN" in result.output and "nvml: required but could not be read" in result.output
+    assert "--no-nvml" in result.output
+
+
+def test_a_driverless_host_reports_the_missing_source_in_json(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text("[collectors]\nkmsg = false\n")
+    log = tmp_path / "k.txt"
+    log.write_text("[    0.000000] Linux version 6.8.0\n")
+    args = ["--json", "--config", str(config), "--kmsg-file", str(log), "--sysfs-root", str(tmp_path)]
+    result = CliRunner().invoke(cli, ["scan", *args])
+    report = json.loads(result.output)
+    assert (result.exit_code, report["status"], report["missing_required"]) == (3, "unknown", ["nvml"])
+
+
+def test_a_critical_fault_is_critical_even_when_a_required_source_is_missing(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text("[collectors]\nkmsg = false\n")
+    result = CliRunner().invoke(
+        cli, ["scan", "--config", str(config), "--kmsg-file", str(KMSG / "dmesg_iso.txt")]
+    )
+    assert result.exit_code == 2, result.output
+
+
+def test_a_kernel_log_that_cannot_be_read_is_unknown(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(f'[collectors]\nkmsg = true\nkmsg_path = "{tmp_path / "no-such-kmsg"}"\n')
+    write_port(tmp_path / "sys", "mlx5_0")
+    result = CliRunner().invoke(
+        cli, ["scan", "--no-nvml", "--config", str(config), "--sysfs-root", str(tmp_path / "sys")]
+    )
+    assert result.exit_code == 3, result.output
+    assert "kernel log: required but could not be read" in result.output
+
+
+def test_a_usage_error_exits_64_not_critical(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["scan", "--no-such-flag"])
+    assert result.exit_code == 64 and "--no-such-flag" in result.output
+    result = CliRunner().invoke(cli, ["scan", "--interval", "-5"])
+    assert result.exit_code == 64 and "--interval" in result.output

@@ -1,0 +1,106 @@
+"""A self-check's results: one line per check, an overall status with `scan`'s exit codes, findings."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from fleetguard.incidents.scan import ScanStatus
+from fleetguard.records.findings import Finding
+
+
+class CheckState(StrEnum):
+    PASSED = "passed"
+    WARNING = "warning"  # passed, with something to look at (a throttled GPU)
+    FAILED = "failed"
+    SKIPPED = "skipped"  # does not apply here (no GPU, PyTorch not installed): says why
+    UNKNOWN = "unknown"  # should have run and could not (no driver, timed out before an answer)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    check: str  # "health", "compute", "memory", "allreduce", "nic"
+    component: str  # "gpu:0", "port:mlx5_0/1", "host"
+    state: CheckState
+    detail: str
+    evidence: Mapping[str, float | int | str] = field(default_factory=dict)
+
+
+@dataclass
+class SelfcheckReport:
+    host: str
+    results: list[CheckResult]
+    started: float
+    finished: float
+
+    @property
+    def status(self) -> ScanStatus:
+        states = {r.state for r in self.results}
+        if CheckState.FAILED in states:
+            return ScanStatus.CRITICAL
+        if CheckState.UNKNOWN in states or not self.results:
+            return ScanStatus.UNKNOWN
+        return ScanStatus.WARNING if CheckState.WARNING in states else ScanStatus.HEALTHY
+
+    @property
+    def passed(self) -> bool:
+        """Fit to take work: nothing failed and nothing that should have run is unknown."""
+        return self.status in (ScanStatus.HEALTHY, ScanStatus.WARNING)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "status": self.status.name.lower(),
+            "exit_code": int(self.status),
+            "passed": self.passed,
+            "seconds": round(self.finished - self.started, 3),
+            "checks": [
+                {
+                    "check": r.check,
+                    "component": r.component,
+                    "state": r.state.value,
+                    "detail": r.detail,
+                    "evidence": dict(r.evidence),
+                }
+                for r in self.results
+            ],
+        }
+
+    def findings(self) -> list[Finding]:
+        """One `selfcheck_failed` finding per failed check, its evidence as the finding's."""
+        out = []
+        for r in self.results:
+            if r.state is not CheckState.FAILED:
+                continue
+            out.append(
+                Finding(
+                    ts=self.finished,
+                    # One id per host, check, component and run: a re-run is a new finding.
+                    finding_id=f"selfcheck:{self.host}:{r.check}:{r.component}:{self.started:.3f}",
+                    kind="selfcheck_failed",
+                    severity="critical",
+                    subject=f"{self.host}/{r.component}",
+                    summary=f"self-check {r.check} failed on {r.component}: {r.detail}"[:500],
+                    host=self.host,
+                    evidence_json=json.dumps(
+                        {"check": r.check, "component": r.component, **dict(r.evidence)}, default=str
+                    ),
+                )
+            )
+        return out
+
+
+def render(report: SelfcheckReport) -> str:
+    took = report.finished - report.started
+    lines = [f"{report.host}: {report.status.name} ({len(report.results)} checks in {took:.1f} s)"]
+    for r in report.results:
+        lines.append(f"  {r.state.value:8s} {r.check:10s} {r.component:18s} {r.detail}")
+    return "\n".join(lines)
+
+
+def now() -> float:
+    return time.time()

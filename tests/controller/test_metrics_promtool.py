@@ -1,0 +1,24 @@
+"""The controller's /metrics, scraped from a live controller after real ingest, passes `promtool check
+metrics`, and its ingest latency is a histogram Prometheus can aggregate."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+from tests.controller.helpers import Controller, batch, metric_value
+
+
+def test_the_controller_metrics_pass_promtool_with_latency_as_a_histogram(controller: Controller) -> None:
+    for seq in (1, 2, 3):
+        assert controller.ship(batch("node-a", seq)).status == 200
+    text = controller.metrics()
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is missing: `make test` installs Debian's prometheus package"
+    checked = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "# TYPE fleetguard_controller_ingest_latency_seconds histogram" in text
+    assert 'quantile="' not in text
+    assert metric_value(text, "fleetguard_controller_ingest_latency_seconds_count") == 3
+    assert metric_value(text, 'fleetguard_controller_ingest_latency_seconds_bucket{le="+Inf"}') == 3
+    assert metric_value(text, "fleetguard_controller_ingest_latency_seconds_sum") > 0

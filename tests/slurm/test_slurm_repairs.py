@@ -1,0 +1,72 @@
+"""The incident service drains through a real Slurm: a fatal XID's incident id lands in the node's reason,
+a node somebody else drained is left alone, and an unreachable slurmctld is a failed action that says so."""
+
+from __future__ import annotations
+
+import pytest
+
+from diagnosis.rules import Signals
+from fleetguard.actions.settings import SlurmConfig
+from fleetguard.actions.slurm import SlurmNodes
+from fleetguard.incidents.policy_files import load_policy
+from fleetguard.incidents.repairs import RepairExecutor
+from fleetguard.incidents.service import IncidentService
+from fleetguard.incidents.settings import DiagnosisConfig
+from fleetguard.store import Store
+from tests.diagnosis.records import T0, xid
+from tests.slurm.cluster import NODE, SlurmCluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+# The shipped policy reboots a node on XID 79; this site drains it through Slurm instead.
+POLICY = {"xid": {"79": {"action": "drain"}}}
+
+
+def _service(store: Store, slurm: SlurmCluster, timeout: float = 15) -> IncidentService:
+    config = SlurmConfig(
+        enabled=True, slurm_conf=str(slurm.conf), nodes={"node1": NODE}, timeout_seconds=timeout
+    )
+    executor = RepairExecutor(DiagnosisConfig(), slurm=config)
+    return IncidentService.open(store.cursor(), load_policy(None, POLICY), T0, executor=executor)
+
+
+def _resume(slurm: SlurmCluster) -> None:
+    slurm.scontrol("update", f"NodeName={NODE}", "State=RESUME")
+
+
+def test_a_fatal_xid_drains_the_node_with_the_incident_id_in_the_reason(
+    store: Store, slurm: SlurmCluster
+) -> None:
+    service = _service(store, slurm)
+    try:
+        service.round(Signals(events=[xid(79, T0)]), T0 + 1)
+        (incident_id,) = store.connection.execute("SELECT incident_id FROM incidents").fetchone() or ("",)
+        rows = store.connection.execute("SELECT action, outcome, detail FROM incident_actions").fetchall()
+        assert [(a, o) for a, o, _ in rows] == [("drain", "succeeded")], rows
+        assert f"slurm node {NODE}: DRAIN: fleetguard {incident_id}:" in rows[0][2]
+        state = SlurmNodes(slurm_conf=str(slurm.conf)).state(NODE)
+        assert "DRAIN" in state.states and state.incident_id() == incident_id
+        assert "79" in state.reason
+    finally:
+        _resume(slurm)
+
+
+def test_a_node_drained_by_a_person_is_not_taken_over(store: Store, slurm: SlurmCluster) -> None:
+    slurm.scontrol("update", f"NodeName={NODE}", "State=DRAIN", "Reason=cable swap (bob)")
+    try:
+        _service(store, slurm).round(Signals(events=[xid(79, T0)]), T0 + 1)
+        rows = store.connection.execute("SELECT outcome, detail FROM incident_actions").fetchall()
+        assert rows[0][0] == "skipped" and "cable swap (bob)" in rows[0][1]
+        assert SlurmNodes(slurm_conf=str(slurm.conf)).state(NODE).reason == "cable swap (bob)"
+    finally:
+        _resume(slurm)
+
+
+def test_slurm_unreachable_is_a_failed_action_that_names_scontrol(store: Store, slurm: SlurmCluster) -> None:
+    slurm.stop_controller()
+    try:
+        _service(store, slurm, timeout=5).round(Signals(events=[xid(79, T0)]), T0 + 1)
+        rows = store.connection.execute("SELECT outcome, detail FROM incident_actions").fetchall()
+        assert rows[0][0] == "failed" and "scontrol" in rows[0][1], rows
+    finally:
+        slurm.start_controller()
