@@ -11,6 +11,7 @@ rank (tests only).
 
 from __future__ import annotations
 
+import contextlib
 import argparse
 import json
 import os
@@ -40,6 +41,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--heartbeat-seconds", type=float, default=1.0)
     p.add_argument("--slow-rank", type=int, default=-1, help="fault injection: this rank sleeps every step")
     p.add_argument("--slow-seconds", type=float, default=0.0)
+    p.add_argument(
+        "--skip-collective-rank",
+        type=int,
+        default=-1,
+        help="fault injection: from --skip-collective-step on, this rank issues no collective (a program bug "
+        "such as a wrong `if rank ...` around them): its peers wait for it forever while it trains on alone",
+    )
+    p.add_argument("--skip-collective-step", type=int, default=-1)
+    p.add_argument(
+        "--no-collective-reports", action="store_true", help="report heartbeats, steps and sections only"
+    )
     p.add_argument(
         "--fault-attempt", type=int, default=0, help="inject faults only in this torchrun restart attempt"
     )
@@ -148,7 +160,10 @@ def main(argv: list[str] | None = None) -> int:
         fg.checkpoint_done(resumed)
     events.emit("resume", step=start, checkpoint=resumed)
 
-    slow = args.slow_seconds if (rank == args.slow_rank and attempt == args.fault_attempt) else 0.0
+    faulty = attempt == args.fault_attempt
+    slow = args.slow_seconds if (rank == args.slow_rank and faulty) else 0.0
+    skip_from = args.skip_collective_step if (rank == args.skip_collective_rank and faulty) else None
+    report = fg.collective if not args.no_collective_reports else None
     flags = torch.zeros(2)
     generator = torch.Generator().manual_seed(1000 + rank)
     stopped = False
@@ -159,7 +174,12 @@ def main(argv: list[str] | None = None) -> int:
         # Every rank must checkpoint (or stop) at the same step: agree with one tiny all_reduce.
         flags[0] = float(fg.checkpoint_requested())
         flags[1] = float(fg.stop_requested())
-        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        skipping = skip_from is not None and step >= skip_from
+        if skipping:
+            if step == skip_from:
+                events.emit("skipped_collective", step=step)
+        else:
+            dist.all_reduce(flags, op=dist.ReduceOp.MAX)
         if flags[1] > 0:
             stopped = True
             events.emit("stop", step=step)
@@ -172,13 +192,19 @@ def main(argv: list[str] | None = None) -> int:
             events.emit("checkpoint", step=step, requested=bool(flags[0] > 0))
         x = torch.randn(32, args.hidden, generator=generator)
         y = x.sum(dim=1, keepdim=True)
-        with fg.section("compute"):
+        # DDP reads whether to sync gradients at forward time: a rank that skips collectives runs both
+        # forward and backward under no_sync
+        local_only = model.no_sync() if skipping else contextlib.nullcontext()
+        with fg.section("compute"), local_only:
             loss = nn.functional.mse_loss(model(x), y)
             time.sleep(args.step_seconds + slow)  # stands in for the GPU work of a real step
-        fg.collective("world", enqueued=step, started=step, completed=step - 1, op="gloo:all_reduce")
+        if report is not None:
+            report("world", enqueued=step, started=step, completed=step - 1, op="gloo:all_reduce")
         opt.zero_grad()
-        loss.backward()  # DDP's gradient all_reduce runs here
-        fg.collective("world", enqueued=step, started=step, completed=step, op="gloo:all_reduce")
+        with model.no_sync() if skipping else contextlib.nullcontext():
+            loss.backward()  # DDP's gradient all_reduce runs here (not under no_sync)
+        if report is not None:
+            report("world", enqueued=step, started=step, completed=step, op="gloo:all_reduce")
         opt.step()
         events.emit("step", step=step)
     fg.step_end(last)

@@ -16,6 +16,7 @@ from fleetguard.records.findings import Finding
 from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
 from straggler.hang import COLLECTIVE_MISMATCH, HOST_STUCK, HangDiagnosis, hang_finding, localise_hang
 from straggler.heartbeat import DEFAULT_SECTION, HeartbeatConfig, HeartbeatMonitor
+from straggler.positions import AHEAD, RankPosition, position_outliers
 from straggler.scoring import StragglerConfig, StragglerDetector
 
 RuntimeRecord = Heartbeat | StepTiming | CollectiveProgress
@@ -26,6 +27,8 @@ HEARTBEAT_ONLY = "heartbeat_only"
 # Process groups kept per job: names come from the ranks; a job with more is a job sending junk, and its
 # further groups are skipped (counted) rather than growing the table.
 MAX_GROUPS_PER_JOB = 64
+# Timed sections remembered per rank for its current step (names come from the ranks).
+MAX_SECTIONS_PER_STEP = 32
 
 
 class RuntimeAnalyzer:
@@ -44,6 +47,8 @@ class RuntimeAnalyzer:
         self._world_sizes: dict[str, int] = {}
         self._hang_open: set[str] = set()
         self._group_names: dict[str, set[str]] = {}  # job -> process groups it reported progress on
+        # job -> rank -> (step, timed sections finished in it): where a rank stands within its step
+        self._sections_done: dict[str, dict[int, tuple[int, frozenset[str]]]] = {}
         self.skipped_records = 0
 
     def register_job(
@@ -65,6 +70,7 @@ class RuntimeAnalyzer:
         self._groups[job_id] = {k: tuple(v) for k, v in (process_groups or {}).items()}
         self._progress.pop(job_id, None)
         self._group_names.pop(job_id, None)
+        self._sections_done.pop(job_id, None)
         self._hang_open.discard(job_id)
 
     def forget_job(self, job_id: str) -> None:
@@ -75,6 +81,7 @@ class RuntimeAnalyzer:
         self._local_ranks.pop(job_id, None)
         self._world_sizes.pop(job_id, None)
         self._group_names.pop(job_id, None)
+        self._sections_done.pop(job_id, None)
         self._hang_open.discard(job_id)
 
     def observe(self, record: RuntimeRecord, now: float | None = None) -> None:
@@ -85,10 +92,19 @@ class RuntimeAnalyzer:
             self._world_sizes[record.job_id] = max(self._world_sizes.get(record.job_id, 1), record.world_size)
         elif isinstance(record, StepTiming):
             self.stragglers.observe(record)
+            self._observe_section(record)
         elif isinstance(record, CollectiveProgress):
             self._observe_progress(record)
         else:
             self.skipped_records += 1
+
+    def _observe_section(self, record: StepTiming) -> None:
+        ranks = self._sections_done.setdefault(record.job_id, {})
+        step, done = ranks.get(record.rank, (record.step, frozenset()))
+        if record.step > step:
+            step, done = record.step, frozenset()
+        if record.step == step and len(done) < MAX_SECTIONS_PER_STEP:
+            ranks[record.rank] = (step, done | {record.section})
 
     def _observe_progress(self, record: CollectiveProgress) -> None:
         groups = self._group_names.setdefault(record.job_id, set())
@@ -160,17 +176,38 @@ class RuntimeAnalyzer:
         if diag is not None:
             evidence["progress_diagnosis"] = {"kind": diag.kind, "suspect_ranks": list(diag.suspect_ranks)}
         sections = self.heartbeats.sections(job_id)
-        odd = [] if silent or diag is not None else section_outliers(sections)
+        # Positions first: a rank still stepping past its stopped peers is not "inside a section of its own"
+        # because it happens to be in one when sampled.
+        verdict = None if silent or diag is not None else position_outliers(self.positions(job_id))
+        odd = [] if silent or diag is not None or verdict is not None else section_outliers(sections)
         if odd:
             # no collective progress to go by, but one rank is inside a section of its own (compute) while
             # the rest wait at the step's collective: the odd one holds the others up
             evidence["sections"] = {str(r): sections[r] for r in sorted(sections)}
             evidence["localised_by"] = "sections"
-        suspects = silent or odd or hung_ranks
+        if verdict is not None:
+            evidence["localised_by"] = "positions"
+            evidence["positions"] = verdict.positions
+            evidence["reasoning"] = verdict.reasoning
+        placed = list(verdict.suspects) if verdict is not None else []
+        suspects = silent or odd or placed or hung_ranks
         hosts = {f.rank: f.host for f in hung if f.rank in suspects and f.host is not None}
+        hosts |= {r: h for r, h in self.heartbeats.hosts(job_id).items() if r in placed}
         evidence["suspect_hosts"] = {str(r): hosts[r] for r in sorted(hosts)}
-        kind = HOST_STUCK if silent or odd else HEARTBEAT_ONLY
+        if verdict is not None and verdict.direction == AHEAD:
+            kind = COLLECTIVE_MISMATCH  # a program that skipped a collective: no hardware to evict
+        else:
+            kind = HOST_STUCK if silent or odd or verdict is not None else HEARTBEAT_ONLY
         return HangDiagnosis(kind, "heartbeat", tuple(suspects), evidence, False)
+
+    def positions(self, job_id: str) -> dict[int, RankPosition]:
+        """Where each live rank of a job stands: its step, the timed sections it finished in it, hung."""
+        done = self._sections_done.get(job_id, {})
+        out = {}
+        for rank, (step, moved, hung) in self.heartbeats.steps(job_id).items():
+            section_step, sections = done.get(rank, (step, frozenset()))
+            out[rank] = RankPosition(step, sections if section_step == step else frozenset(), moved, hung)
+        return out
 
     def _members(self, job_id: str) -> dict[str, tuple[int, ...]]:
         members = dict(self._groups.get(job_id, {}))

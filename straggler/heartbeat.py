@@ -420,6 +420,23 @@ class HeartbeatMonitor:
         hung = {i for i, r in job.ranks.items() if r.hung_since is not None}
         return sorted(hung | job.startup_reported)
 
+    def steps(self, job_id: str) -> dict[int, tuple[int, float | None, bool]]:
+        """(last step, when it last moved, flagged hung) of each live rank of a job that began a step."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            return {}
+        hung = set(self.hung_ranks(job_id))
+        return {
+            i: (r.step, r.last_progress_at, i in hung)
+            for i, r in job.ranks.items()
+            if r.step is not None and r.last_seen is not None and not r.finished and r.dead_since is None
+        }
+
+    def hosts(self, job_id: str) -> dict[int, str]:
+        """The host each rank of a job reported from."""
+        job = self._jobs.get(job_id)
+        return {} if job is None else {i: r.host for i, r in job.ranks.items() if r.host is not None}
+
     def sections(self, job_id: str) -> dict[int, str]:
         """The section each live rank of a job last reported (finished and dead ranks left out)."""
         job = self._jobs.get(job_id)

@@ -71,3 +71,32 @@ def test_a_healthy_run_raises_no_finding(tmp_path: Path) -> None:
     finally:
         job.stop()
         runtime.stop()
+
+
+@pytest.mark.timeout(480)
+def test_a_rank_that_skips_its_collectives_is_named_without_collective_reports(tmp_path: Path) -> None:
+    """The job reports heartbeats, steps and sections only (no fg.collective). From step 15 rank 2 issues no
+    collective (a wrong condition around them): its peers wait in the step's all_reduce while it trains on.
+    The hang is placed on rank 2 from where the ranks stand, as a program bug (alert, no restart)."""
+    runtime = Runtime()
+    endpoint = runtime.start()
+    skip = ["--skip-collective-rank=2", "--skip-collective-step=15", "--no-collective-reports"]
+    # No periodic checkpoint: its barrier would stop rank 2 too, inside a section of its own (placed by
+    # sections, tested elsewhere); here rank 2 trains on alone.
+    job = TorchrunJob(tmp_path, endpoint, step_seconds=0.1, max_restarts=0, ckpt_every=0, extra=skip)
+    try:
+        wait_until(lambda: job.events("skipped_collective"), 120, "rank 2 to skip its collectives")
+        # How soon depends on the stall timeout the ranks' step times taught (long on a loaded machine):
+        # detection latency is the benchmarks' to measure, placement is this test's.
+        [seen] = wait_until(lambda: runtime.findings("hang_localised"), 240, "the hang to be localised")
+        finding = seen.record
+        evidence = json.loads(finding.evidence_json)
+        assert (finding.rank, evidence["suspect_ranks"], evidence["localised_by"]) == (2, [2], "positions"), evidence
+        assert evidence["hang_kind"] == "collective_mismatch" and evidence["evict_hardware"] is False
+        assert "rank 2" in evidence["reasoning"]
+        actions = [s.record for s in runtime.actions() if s.record.finding_id == finding.finding_id]
+        assert [a.action for a in actions] == ["none"]
+        assert not [s for s in runtime.findings() if s.record.kind == "dead_rank"]
+    finally:
+        job.stop()
+        runtime.stop()
