@@ -33,7 +33,7 @@ from fleetguard.controller.validate import IngestBatch
 from fleetguard.records.findings import Finding
 from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
 from fleetguard.shipping.commands import CommandKind
-from straggler.membership import HostClaim, Membership, decide_membership
+from straggler.membership import JobClaims
 
 if TYPE_CHECKING:
     from straggler.analysis import RuntimeAnalyzer
@@ -63,13 +63,13 @@ class _Job:
     # time) stops the clock of the jobs it runs ranks of, never the whole fleet's.
     analyzer: RuntimeAnalyzer
     opened_by: str = ""
-    claims: dict[str, HostClaim] = field(default_factory=dict)  # host -> what it reported of the job
-    membership: Membership = field(default_factory=lambda: Membership({}, 1))
+    # What each host reported of the job, and so whose records count (straggler.membership)
+    claims: JobClaims = field(default_factory=lambda: JobClaims(MAX_HOSTS_PER_JOB))
 
     @property
     def hosts(self) -> frozenset[str]:
         """The hosts whose records count (they own ranks): the job's clock waits for them."""
-        return self.membership.hosts
+        return self.claims.hosts
 
 
 @dataclass(frozen=True)
@@ -159,10 +159,14 @@ class FleetRuntime:
 
             job = _Job(record.ts, RuntimeAnalyzer(), opened_by=host)
             self._jobs[record.job_id] = job
+            world = _world(record)
+            # The whole world is expected to report, through its hosts' agents; until other claims say
+            # otherwise, the first heartbeat's world is the job's.
+            job.analyzer.register_job(record.job_id, world, record.ts, local_ranks=range(world))
         if isinstance(record, Heartbeat) and not self._claim(job, host, record):
             self.foreign_records += 1
             return
-        if job.membership.owners.get(record.rank) != host:
+        if job.claims.owner(record.rank) != host:
             # Another host runs the whole job, or the rank is contested, or this host never claimed it with
             # a heartbeat: its records decide nothing.
             self.foreign_records += 1
@@ -173,28 +177,16 @@ class FleetRuntime:
     def _claim(self, job: _Job, host: str, hb: Heartbeat) -> bool:
         """Note what `host` says of the job (bounded); when that changes whose records count, the job's
         analysis starts afresh under the new membership. False for a claim that cannot be held."""
-        claim = job.claims.get(host)
-        world = max(1, min(hb.world_size, MAX_WORLD_SIZE))
-        if claim is None:
-            if len(job.claims) >= MAX_HOSTS_PER_JOB:
-                return False
-            claim = job.claims[host] = HostClaim(world)
-        if not 0 <= hb.rank < max(claim.world_size, world):
-            return False
-        if hb.rank in claim.ranks and world <= claim.world_size:
-            return True
-        claim.world_size = max(claim.world_size, world)
-        claim.ranks.add(hb.rank)
-        before = job.membership
-        after = job.membership = decide_membership(job.claims)
-        if _reassigned(before, after):
+        held, reassigned = job.claims.claim(host, hb.rank, _world(hb))
+        if reassigned:
             # Records fed under the old owners (a host that spoke first about a rank it does not run) must
-            # not linger in the detectors: the job is watched afresh; learned timeouts are kept.
-            # A contested rank is not expected to report: no host's word about it counts, so its silence is
-            # not a hang of the job.
-            expected = (r for r in range(after.world_size) if r not in after.contested)
-            job.analyzer.register_job(hb.job_id, after.world_size, hb.ts, local_ranks=expected)
-        return True
+            # not linger in the detectors: the job is watched afresh; learned timeouts are kept. A contested
+            # rank is not expected to report: no host's word about it counts, so its silence is no hang.
+            claims = job.claims
+            world, contested = claims.world_size, claims.contested
+            expected = (r for r in range(world) if r not in contested)
+            job.analyzer.register_job(hb.job_id, world, hb.ts, local_ranks=expected)
+        return held
 
     def _forget_idle(self, now: float) -> None:
         for job_id, job in list(self._jobs.items()):
@@ -210,7 +202,7 @@ class FleetRuntime:
         job = self._jobs.get(finding.job_id or "")
         host = finding.host
         if job is not None and finding.rank is not None:
-            host = job.membership.owners.get(finding.rank, host)
+            host = job.claims.owner(finding.rank) or host
         out = replace(finding, finding_id=f"fleet:{finding.finding_id}", host=host)
         if (
             out.kind != "hang_localised"
@@ -218,11 +210,11 @@ class FleetRuntime:
             or host is None
             or out.job_id is None
             or self._act is None
-            or len(job.claims) < 2
+            or len(job.claims.by_host) < 2
         ):
             return out  # a job only one host reports: that host's agent acts on it
         evidence = json.loads(out.evidence_json)
-        membership = job.membership
+        membership = job.claims.membership()
         if membership.corroborated_multi_host and host in membership.hosts:
             # A hang across hosts: only the controller sees which host holds the culprit; that host's agent
             # restarts its part of the job (the others' agents see only ranks waiting in a collective).
@@ -236,11 +228,5 @@ class FleetRuntime:
         return replace(out, evidence_json=json.dumps(evidence, sort_keys=True, default=str))
 
 
-def _reassigned(before: Membership, after: Membership) -> bool:
-    """The first owners, a rank that counted for one host now counting for another or none, or another
-    world: the analysis must start (again) from the new membership."""
-    if not before.owners:
-        return bool(after.owners)
-    if before.world_size != after.world_size:
-        return True
-    return any(after.owners.get(rank) != host for rank, host in before.owners.items())
+def _world(hb: Heartbeat) -> int:
+    return max(1, min(hb.world_size, MAX_WORLD_SIZE))
