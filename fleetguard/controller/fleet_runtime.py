@@ -114,6 +114,21 @@ class FleetRuntime:
         self.withheld_restarts = 0
         self._opened: dict[str, int] = {}  # host -> jobs it opened that are still watched
 
+    def exposition(self) -> list[str]:
+        """This analysis's counters for the controller's /metrics."""
+        foreign = "fleetguard_controller_runtime_foreign_records_total"
+        withheld = "fleetguard_controller_runtime_restarts_withheld_total"
+        return [
+            f"# HELP {foreign} Runtime records dropped: about a rank the sending host does not own (another "
+            "host runs the whole job, or the rank is contested) or outside its world.",
+            f"# TYPE {foreign} counter",
+            f"{foreign} {self.foreign_records}",
+            f"# HELP {withheld} Restarts across hosts the analysis asked for and the controller withheld "
+            "(the job's membership was not corroborated).",
+            f"# TYPE {withheld} counter",
+            f"{withheld} {self.withheld_restarts}",
+        ]
+
     def feed(self, batch: IngestBatch) -> None:
         """On the writer thread, per committed batch: queue its runtime records (bounded)."""
         records = [(batch.host, r) for r in records_of(batch)]

@@ -13,7 +13,7 @@ import pytest
 
 from fleetguard.records.runtime import CollectiveProgress, Heartbeat
 from fleetguard.shipping.wire import OutgoingBatch, columns_by_table
-from tests.controller.helpers import Controller, start_test_controller
+from tests.controller.helpers import Controller, metric_value, start_test_controller
 
 HOSTS = ("node-a", "node-b", "evil")
 
@@ -78,3 +78,5 @@ def test_a_host_claiming_another_hosts_job_first_gets_no_restart_queued_for_it(
     assert [(c["kind"], c["job_id"]) for c in node_b] == [("restart", "job-9@uid0")]
     assert _commands(controller, "node-a") == []  # job-7 is node-a's alone, whatever evil claimed
     assert _commands(controller, "evil") == []
+    # evil's records were dropped as foreign, and counted where an operator sees them
+    assert metric_value(controller.metrics(), "fleetguard_controller_runtime_foreign_records_total") >= 150
