@@ -10,6 +10,9 @@ reports back whether each restart succeeded.
   rank still slow after its restart is acted on again only if its host can be cordoned (the default restart
   brings it back on the same GPU), otherwise it is left to a person;
 - at-risk GPU: checkpoint (then restart without the node and cordon it, if configured);
+- a host action (cordon) needs host evidence (diagnosis.host_evidence: a fault the agent saw itself on the
+  suspect's GPU) for a finding the ranks' reports raised: a hang or a straggler only ranks report restarts
+  that job alone (as its owner), whatever `cordon_gpu_hang` / `cordon_stragglers` say;
 - no restart within a cooldown of the last (one fault, one restart): the plan says when the cooldown ends so
   a fault that is still there then is planned again; a crash loop (checkpoint step not advanced over N
   successful restarts, or without checkpoints N restarts within a window) stops instead of restarting again.
@@ -21,9 +24,13 @@ import json
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from diagnosis.host_evidence import NO_HOST_EVIDENCE, HostEvidence
 from fleetguard.records.findings import Finding
 
 ACTIONS = ("checkpoint", "restart", "cordon", "stop_crash_loop", "none")
+# Findings the agent raises from its own signals (GPU risk scored from NVML): host evidence themselves.
+# Every other runtime finding comes from what ranks report, which any local user can make say anything.
+HOST_FINDING_KINDS = frozenset({"at_risk_gpu"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,10 +49,15 @@ class ActionPolicyConfig:
     # The agent ships to a fleet controller, which sees a multi-node job whole: a hang of a job that spans
     # hosts is the controller's to restart (on the culprit's host), so this agent must not restart it too.
     controller_acts_on_multi_host_hangs: bool = False
+    # How far before a finding a host fault still bears on it (a GPU that failed, then a hang detected once
+    # the heartbeat timeouts ran out).
+    host_evidence_window_seconds: float = 1800.0
 
     def __post_init__(self) -> None:
         if self.restart_cost_seconds < 0 or self.cooldown_seconds < 0:
             raise ValueError("restart_cost_seconds and cooldown_seconds must be >= 0")
+        if not 0 < self.host_evidence_window_seconds < float("inf"):
+            raise ValueError("host_evidence_window_seconds must be positive and finite")
         if self.max_restarts_without_progress < 1:
             raise ValueError("max_restarts_without_progress must be >= 1")
         if self.crash_loop_window_seconds <= 0:
@@ -133,8 +145,14 @@ class ActionPlan:
             raise ValueError(f"unknown action {self.action!r}; expected one of {ACTIONS}")
 
 
-def decide(finding: Finding, state: JobActionState, config: ActionPolicyConfig) -> list[ActionPlan]:
-    """The plans for one finding, in execution order; a `none` plan says why nothing is done."""
+def decide(
+    finding: Finding,
+    state: JobActionState,
+    config: ActionPolicyConfig,
+    host: HostEvidence = NO_HOST_EVIDENCE,
+) -> list[ActionPlan]:
+    """The plans for one finding, in execution order; a `none` plan says why nothing is done. `host`: the
+    faults the agent itself saw that bear on the finding (what a cordon needs besides the ranks' word)."""
     job = finding.job_id or state.job_id
     target = f"job/{job}"
     kind = finding.kind
@@ -179,14 +197,11 @@ def decide(finding: Finding, state: JobActionState, config: ActionPolicyConfig) 
             and finding.host
             and plans[0].action == "restart"
         ):
-            plans.append(
-                plan(
-                    "cordon",
-                    "GPU stream blocked on this host",
-                    target=f"host/{finding.host}",
-                    host=finding.host,
-                )
-            )
+            if _host_backed(finding, host):
+                why = f"GPU stream blocked on this host, and the host saw {host.describe()}"
+                plans.append(plan("cordon", why, target=f"host/{finding.host}", host=finding.host))
+            else:
+                plans.append(_no_cordon(plan, finding.host, "this hang"))
         return plans
 
     if kind == "straggler":
@@ -199,7 +214,8 @@ def decide(finding: Finding, state: JobActionState, config: ActionPolicyConfig) 
                     f"{config.restart_cost_seconds:.0f} s a restart costs",
                 )
             ]
-        can_exclude = config.cordon_stragglers and config.cordon_command_configured and bool(finding.host)
+        cordon = config.cordon_stragglers and _host_backed(finding, host)
+        can_exclude = cordon and config.cordon_command_configured and bool(finding.host)
         earlier = _straggler_restart_of(state, finding.rank)
         if earlier is not None and not can_exclude:
             return [
@@ -208,17 +224,15 @@ def decide(finding: Finding, state: JobActionState, config: ActionPolicyConfig) 
                     f"rank {finding.rank} is a straggler again after the restart at {earlier.ts:.0f}: the "
                     f"restart did not help (it runs on the same GPU again) and its host "
                     f"{finding.host or 'unknown'} cannot be cordoned (runtime.cordon_stragglers and "
-                    f"runtime.cordon_command); a person must look",
+                    f"runtime.cordon_command, and a fault the host itself saw); a person must look",
                 )
             ]
-        return _checkpoint_then_restart(
-            plan,
-            finding,
-            state,
-            config,
-            f"straggler cost {lost:.0f} s > restart cost",
-            config.cordon_stragglers,
+        plans = _checkpoint_then_restart(
+            plan, finding, state, config, f"straggler cost {lost:.0f} s > restart cost", cordon
         )
+        if config.cordon_stragglers and not cordon and finding.host and plans[-1].action == "restart":
+            plans.append(_no_cordon(plan, finding.host, "this straggler"))
+        return plans
 
     if kind == "at_risk_gpu":
         if not config.cordon_at_risk_gpu:
@@ -228,6 +242,22 @@ def decide(finding: Finding, state: JobActionState, config: ActionPolicyConfig) 
         return _checkpoint_then_restart(plan, finding, state, config, "GPU at risk", True)
 
     return [plan("none", f"no runtime action for {kind} findings")]
+
+
+def _host_backed(finding: Finding, host: HostEvidence) -> bool:
+    """A host action may follow: the finding is the host's own, or the host saw a fault that bears on it."""
+    return finding.kind in HOST_FINDING_KINDS or host.corroborates
+
+
+def _no_cordon(plan: _Plan, host_name: str, what: str) -> ActionPlan:
+    return plan(
+        "none",
+        f"not cordoning {host_name}: only the job's ranks report {what}, and what ranks report never makes "
+        "the agent act on the host; a cordon needs a fault the host saw itself on the suspect's GPU (a "
+        "hardware XID, a GPU off the bus or lost) or an operator",
+        target=f"host/{host_name}",
+        host=host_name,
+    )
 
 
 def apply_plans(state: JobActionState, plans: list[ActionPlan], now: float) -> JobActionState:

@@ -16,6 +16,7 @@ from fleetguard.records.findings import Finding
 from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
 from straggler.hang import COLLECTIVE_MISMATCH, HOST_STUCK, HangDiagnosis, hang_finding, localise_hang
 from straggler.heartbeat import DEFAULT_SECTION, HeartbeatConfig, HeartbeatMonitor
+from straggler.plausibility import COLLECTIVE_LIMITS, STEP_LIMITS, ahead_of_time
 from straggler.positions import AHEAD, RankPosition, position_outliers
 from straggler.scoring import StragglerConfig, StragglerDetector
 
@@ -49,7 +50,10 @@ class RuntimeAnalyzer:
         self._group_names: dict[str, set[str]] = {}  # job -> process groups it reported progress on
         # job -> rank -> (step, timed sections finished in it): where a rank stands within its step
         self._sections_done: dict[str, dict[int, tuple[int, frozenset[str]]]] = {}
+        # job -> rank -> (pid, step, ts) of its last heartbeat with a step: a step may not run ahead of time
+        self._steps: dict[str, dict[int, tuple[int, int, float]]] = {}
         self.skipped_records = 0
+        self.implausible_records = 0  # counters that ran ahead of time (straggler.plausibility): left out
 
     def register_job(
         self,
@@ -71,6 +75,7 @@ class RuntimeAnalyzer:
         self._progress.pop(job_id, None)
         self._group_names.pop(job_id, None)
         self._sections_done.pop(job_id, None)
+        self._steps.pop(job_id, None)
         self._hang_open.discard(job_id)
 
     def forget_job(self, job_id: str) -> None:
@@ -82,11 +87,15 @@ class RuntimeAnalyzer:
         self._world_sizes.pop(job_id, None)
         self._group_names.pop(job_id, None)
         self._sections_done.pop(job_id, None)
+        self._steps.pop(job_id, None)
         self._hang_open.discard(job_id)
 
     def observe(self, record: RuntimeRecord, now: float | None = None) -> None:
         """Take one record; `now` (receive time) defaults to the record's own timestamp."""
         if isinstance(record, Heartbeat):
+            if not self._plausible_step(record):
+                self.implausible_records += 1
+                return
             self.heartbeats.observe(record, record.ts if now is None else now)
             self._local_ranks.setdefault(record.job_id, set()).add(record.rank)
             self._world_sizes[record.job_id] = max(self._world_sizes.get(record.job_id, 1), record.world_size)
@@ -116,8 +125,27 @@ class RuntimeAnalyzer:
         key = (record.process_group, record.rank)
         job = self._progress.setdefault(record.job_id, {})
         old = job.get(key)
+        if old is not None and ahead_of_time(
+            old.last_enqueued, old.ts, record.last_enqueued, record.ts, COLLECTIVE_LIMITS
+        ):
+            self.implausible_records += 1
+            return
         if old is None or record.ts >= old.ts:
             job[key] = record
+
+    def _plausible_step(self, hb: Heartbeat) -> bool:
+        """False for a step that ran ahead of time since this process's previous heartbeat (a new process,
+        a restarted rank resuming from a checkpoint, starts afresh)."""
+        if hb.step is None:
+            return True
+        steps = self._steps.setdefault(hb.job_id, {})
+        previous = steps.get(hb.rank)
+        if previous is not None and previous[0] == hb.pid:
+            _, step, ts = previous
+            if ahead_of_time(step, ts, hb.step, hb.ts, STEP_LIMITS):
+                return False
+        steps[hb.rank] = (hb.pid, hb.step, hb.ts)
+        return True
 
     def process_exited(
         self,

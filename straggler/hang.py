@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from fleetguard.records.findings import Finding
 from fleetguard.records.runtime import CollectiveProgress
+from straggler.plausibility import COLLECTIVE_LIMITS, implausible_among
 
 HOST_STUCK = "host_stuck"
 GPU_STREAM_BLOCKED = "gpu_stream_blocked"
@@ -47,13 +48,16 @@ def localise_hang(
 ) -> HangDiagnosis | None:
     """The root-cause group and its suspects, or None when no group is blocked. `members` names each group's
     ranks so a missing report can be seen; without it a group's members are the ranks that reported on it.
-    Of several reports for one (group, rank), the latest (by ts) counts."""
+    Of several reports for one (group, rank), the latest (by ts) counts; a report whose counters run ahead of
+    its group's by orders of magnitude (straggler.plausibility) is left out, so its rank is a missing member
+    (a suspect itself) rather than the reason every other rank looks stuck."""
     latest: dict[str, dict[int, CollectiveProgress]] = {}
     for p in progress:
         group = latest.setdefault(p.process_group, {})
         old = group.get(p.rank)
         if old is None or p.ts >= old.ts:
             group[p.rank] = p
+    implausible = _drop_implausible(latest)
     names = set(latest) | set(members or {})
     blocked = [
         b
@@ -67,6 +71,8 @@ def localise_hang(
     hosts = {r: p.host for g in latest.values() for r, p in g.items() if r in root.suspects}
     evidence["suspect_hosts"] = {str(r): hosts[r] for r in sorted(hosts)}
     evidence["blocked_groups"] = {b.group: {"kind": b.kind, "suspects": list(b.suspects)} for b in blocked}
+    if implausible:
+        evidence["implausible_ranks"] = implausible
     return HangDiagnosis(
         kind=root.kind,
         process_group=root.group,
@@ -74,6 +80,19 @@ def localise_hang(
         evidence=evidence,
         evict_hardware=root.kind == GPU_STREAM_BLOCKED,
     )
+
+
+def _drop_implausible(latest: dict[str, dict[int, CollectiveProgress]]) -> dict[str, list[int]]:
+    """Remove (in place) each group's reports whose counters are implausibly far ahead; {group: ranks}."""
+    dropped: dict[str, list[int]] = {}
+    for name, reports in latest.items():
+        counters = {r: max(p.last_enqueued, p.last_started, p.last_completed) for r, p in reports.items()}
+        ahead = implausible_among(counters, COLLECTIVE_LIMITS)
+        if ahead:
+            dropped[name] = sorted(ahead)
+            for rank in ahead:
+                del reports[rank]
+    return dropped
 
 
 def _classify(

@@ -81,7 +81,8 @@ class ActionExecutor:
         return record
 
     def _target(self, request: ActionRequest) -> str:
-        if request.action == "cordon":
+        # a `none` that names a host is a host action the policy refused (a cordon without host evidence)
+        if request.action == "cordon" or (request.action == "none" and request.host):
             return f"host/{request.host or self.config.host}"
         return f"job/{request.job_id}@{self.config.host}"
 

@@ -140,6 +140,9 @@ class Agent:
         self._writer: _Writer | None = None
         self._backlogged = [c for c in self.collectors if isinstance(c, Backlogged)]
         self._stream_seconds_left = self.schedule.stream_seconds
+        # Parts of the process that need the events as they are read (the training runtime's host evidence),
+        # before repeats are folded: called on the sampling thread, so each must be quick and not raise.
+        self.event_taps: list[Callable[[Sequence[Event]], None]] = []
         for c in self.collectors:
             metrics.set_collector_up(c.name, True)
 
@@ -238,6 +241,12 @@ class Agent:
 
     def _ingest(self, batch: Batch, now: float, force_drain: bool = False) -> None:
         self.metrics.observe(batch)
+        if batch.events:
+            for tap in self.event_taps:
+                try:
+                    tap(batch.events)
+                except Exception:
+                    log.exception("an event tap failed; sampling goes on")
         for e in batch.events:
             if e.kind == EventKind.GPU_LOST and e.gpu_index is not None:
                 self.metrics.forget_gpu(e.host, e.gpu_index)

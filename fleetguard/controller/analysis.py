@@ -93,6 +93,7 @@ def register_analysis(
     maintenance.every(CORRELATION_SECONDS, "fleet correlation", correlation)
     runtime = FleetRuntime(writer.host_states, act=lambda a: _queue_action(writer, a))
     writer.on_committed.append(runtime.feed)
+    writer.stats.extra.append(runtime.exposition)
     maintenance.every(FLEET_RUNTIME_SECONDS, "fleet runtime analysis", runtime)
     stops: list[Callable[[], None]] = []
     if incidents and config.diagnosis.enabled:

@@ -6,6 +6,12 @@ The detectors are clock-free; they tick at the job's watermark: the oldest send 
 runs on, up to which every one of them has shipped. So shipping delay (a flush interval) never looks like a
 hang, and a host gone silent stops its jobs' clock instead of making all its ranks "hung" (host_silent says
 that). Findings get a `fleet:` id prefix: the agents' own findings about their local ranks are kept too.
+
+Whose records count: a host's records are claims about the ranks it runs (its token proves only its name).
+Each rank's owner is decided from every host's claims together (straggler.membership): a host that reports a
+job's whole world runs it alone, whatever another host claims; a rank two hosts claim is no one's. Only a
+job whose membership is corroborated (several hosts, disjoint ranks, one world size) lets the controller act
+on one host because of another host's records.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import duckdb
@@ -27,6 +33,7 @@ from fleetguard.controller.validate import IngestBatch
 from fleetguard.records.findings import Finding
 from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
 from fleetguard.shipping.commands import CommandKind
+from straggler.membership import JobClaims
 
 if TYPE_CHECKING:
     from straggler.analysis import RuntimeAnalyzer
@@ -45,18 +52,24 @@ MAX_JOBS = 10_000
 MAX_JOBS_PER_HOST = 256
 JOB_IDLE_SECONDS = 600.0
 MAX_WORLD_SIZE = 1 << 20
+# Hosts one job's claims are kept for: a real job spans at most a few thousand hosts.
+MAX_HOSTS_PER_JOB = 8192
 
 
 @dataclass
 class _Job:
-    world_size: int
-    hosts: set[str]
-    rank_hosts: dict[int, str]
     last_ts: float
     # One analyzer per job, ticked at the job's own watermark: a host that lags (or lies about its send
     # time) stops the clock of the jobs it runs ranks of, never the whole fleet's.
     analyzer: RuntimeAnalyzer
     opened_by: str = ""
+    # What each host reported of the job, and so whose records count (straggler.membership)
+    claims: JobClaims = field(default_factory=lambda: JobClaims(MAX_HOSTS_PER_JOB))
+
+    @property
+    def hosts(self) -> frozenset[str]:
+        """The hosts whose records count (they own ranks): the job's clock waits for them."""
+        return self.claims.hosts
 
 
 @dataclass(frozen=True)
@@ -92,10 +105,29 @@ class FleetRuntime:
         self._lock = threading.Lock()
         self._jobs: dict[str, _Job] = {}
         self.dropped_records = 0
-        # Records naming a rank another host claimed first, or a rank outside the job's world: a host's
-        # token proves which host it is, not which ranks it runs (see docs/controller.md, cross-host trust).
+        # Records about a rank this host does not own (another host runs the whole job, or the rank is
+        # contested), or outside the world: a host's token proves which host it is, not which ranks it runs
+        # (see docs/controller.md, cross-host trust).
         self.foreign_records = 0
+        # Restarts the analysis asked for and the controller withheld: the job's membership is not
+        # corroborated (one host's records must not decide an action on another).
+        self.withheld_restarts = 0
         self._opened: dict[str, int] = {}  # host -> jobs it opened that are still watched
+
+    def exposition(self) -> list[str]:
+        """This analysis's counters for the controller's /metrics."""
+        foreign = "fleetguard_controller_runtime_foreign_records_total"
+        withheld = "fleetguard_controller_runtime_restarts_withheld_total"
+        return [
+            f"# HELP {foreign} Runtime records dropped: about a rank the sending host does not own (another "
+            "host runs the whole job, or the rank is contested) or outside its world.",
+            f"# TYPE {foreign} counter",
+            f"{foreign} {self.foreign_records}",
+            f"# HELP {withheld} Restarts across hosts the analysis asked for and the controller withheld "
+            "(the job's membership was not corroborated).",
+            f"# TYPE {withheld} counter",
+            f"{withheld} {self.withheld_restarts}",
+        ]
 
     def feed(self, batch: IngestBatch) -> None:
         """On the writer thread, per committed batch: queue its runtime records (bounded)."""
@@ -140,21 +172,36 @@ class FleetRuntime:
             self._opened[host] = self._opened.get(host, 0) + 1
             from straggler.analysis import RuntimeAnalyzer  # numpy and the detectors: loaded when needed
 
-            world = max(1, min(record.world_size, MAX_WORLD_SIZE))
-            job = _Job(world, set(), {}, record.ts, RuntimeAnalyzer(), opened_by=host)
+            job = _Job(record.ts, RuntimeAnalyzer(), opened_by=host)
             self._jobs[record.job_id] = job
-            # The whole job is "local" here: every rank reports, through its own host's agent.
+            world = _world(record)
+            # The whole world is expected to report, through its hosts' agents; until other claims say
+            # otherwise, the first heartbeat's world is the job's.
             job.analyzer.register_job(record.job_id, world, record.ts, local_ranks=range(world))
-        # A rank belongs to the host that reported it first (pinned): another host's records about it are
-        # dropped, so a compromised host cannot join a job it does not run, move a rank's blame (and the
-        # restart that follows) onto another host, or turn a one-host job into a "multi-host" one.
-        owner = job.rank_hosts.setdefault(record.rank, host) if 0 <= record.rank < job.world_size else None
-        if owner != host:
+        if isinstance(record, Heartbeat) and not self._claim(job, host, record):
             self.foreign_records += 1
             return
-        job.hosts.add(host)
+        if job.claims.owner(record.rank) != host:
+            # Another host runs the whole job, or the rank is contested, or this host never claimed it with
+            # a heartbeat: its records decide nothing.
+            self.foreign_records += 1
+            return
         job.last_ts = max(job.last_ts, record.ts)
         job.analyzer.observe(record)
+
+    def _claim(self, job: _Job, host: str, hb: Heartbeat) -> bool:
+        """Note what `host` says of the job (bounded); when that changes whose records count, the job's
+        analysis starts afresh under the new membership. False for a claim that cannot be held."""
+        held, reassigned = job.claims.claim(host, hb.rank, _world(hb))
+        if reassigned:
+            # Records fed under the old owners (a host that spoke first about a rank it does not run) must
+            # not linger in the detectors: the job is watched afresh; learned timeouts are kept. A contested
+            # rank is not expected to report: no host's word about it counts, so its silence is no hang.
+            claims = job.claims
+            world, contested = claims.world_size, claims.contested
+            expected = (r for r in range(world) if r not in contested)
+            job.analyzer.register_job(hb.job_id, world, hb.ts, local_ranks=expected)
+        return held
 
     def _forget_idle(self, now: float) -> None:
         for job_id, job in list(self._jobs.items()):
@@ -170,20 +217,31 @@ class FleetRuntime:
         job = self._jobs.get(finding.job_id or "")
         host = finding.host
         if job is not None and finding.rank is not None:
-            host = job.rank_hosts.get(finding.rank, host)
+            host = job.claims.owner(finding.rank) or host
         out = replace(finding, finding_id=f"fleet:{finding.finding_id}", host=host)
         if (
-            out.kind == "hang_localised"
-            and job is not None
-            and len(job.hosts) > 1
-            and host is not None
-            and out.job_id is not None
-            and self._act is not None
+            out.kind != "hang_localised"
+            or job is None
+            or host is None
+            or out.job_id is None
+            or self._act is None
+            or len(job.claims.by_host) < 2
         ):
+            return out  # a job only one host reports: that host's agent acts on it
+        evidence = json.loads(out.evidence_json)
+        membership = job.claims.membership()
+        if membership.corroborated_multi_host and host in membership.hosts:
             # A hang across hosts: only the controller sees which host holds the culprit; that host's agent
             # restarts its part of the job (the others' agents see only ranks waiting in a collective).
             self._act(FleetAction(host, CommandKind.RESTART, out.job_id, f"{out.summary} (fleet analysis)"))
-            evidence = json.loads(out.evidence_json)
             evidence["restart_requested_of"] = host
-            out = replace(out, evidence_json=json.dumps(evidence, sort_keys=True, default=str))
-        return out
+        else:
+            self.withheld_restarts += 1
+            evidence["restart_withheld"] = membership.why_not_corroborated()
+            log.warning("job %s: no fleet restart: %s", out.job_id, evidence["restart_withheld"])
+        evidence["membership_hosts"] = sorted(membership.hosts)
+        return replace(out, evidence_json=json.dumps(evidence, sort_keys=True, default=str))
+
+
+def _world(hb: Heartbeat) -> int:
+    return max(1, min(hb.world_size, MAX_WORLD_SIZE))

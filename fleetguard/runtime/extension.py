@@ -18,9 +18,15 @@ def runtime_extension(config: Config, holder: dict[str, object] | None = None) -
     parts = holder if holder is not None else {}
 
     def begin(agent: Agent) -> None:  # reads no store: it runs on an agent that ships, too
+        from fleetguard.runtime.host_signals import HostSignals
         from fleetguard.runtime.service import RuntimeService, runtime_config_from
 
-        service = RuntimeService(runtime_config_from(config), agent.clock, sink=agent.submit)
+        # The agent's own kernel-log and NVML faults: what a host action (cordon) needs besides ranks' word.
+        signals = HostSignals.of(agent.collectors)
+        agent.event_taps.append(signals.observe)
+        service = RuntimeService(
+            runtime_config_from(config), agent.clock, sink=agent.submit, host_signals=signals
+        )
         service.start()
         parts["service"] = service
 

@@ -33,13 +33,16 @@ from fleetguard.runtime.ranks import JobInfo, RankRegistry, RuntimeLimits
 from fleetguard.runtime.server import RuntimeServer, Stopping, require_loopback
 
 if TYPE_CHECKING:
+    from diagnosis.host_evidence import HostEvidence
     from diagnosis.runtime_policy import ActionPolicyConfig, JobActionState
     from fleetguard.config import Config
+    from fleetguard.runtime.host_signals import HostSignals
 
 log = logging.getLogger(__name__)
 
 Sink = Callable[[Sequence[object]], None]
 RuntimeRecord = Heartbeat | StepTiming | CollectiveProgress
+HOST_EVIDENCE_LAG_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,7 @@ class RuntimeService:
         *,
         analyzer: Analyzer | None = None,
         planner: Planner | None = None,
+        host_signals: HostSignals | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -191,7 +195,10 @@ class RuntimeService:
         self.commands = CommandQueue()
         self.ranks = RankRegistry(config.limits)
         self.analyzer = analyzer if analyzer is not None else _default_analyzer(config)
-        self.planner = planner if planner is not None else PolicyPlanner(config)
+        # The agent's own hardware faults; None: no host evidence at all, so no host action on ranks' word.
+        self.host_signals = host_signals
+        self._evidence_window_seconds = policy_config(config).host_evidence_window_seconds
+        self.planner = planner if planner is not None else PolicyPlanner(config, self.host_evidence)
         self.executor = ActionExecutor(
             ExecutorConfig(
                 host=config.host,
@@ -345,6 +352,22 @@ class RuntimeService:
                     self._actions.put((finding, requests))
         self.flush()
         return findings
+
+    def host_evidence(self, finding: Finding, job: JobInfo | None) -> HostEvidence:
+        """The faults the agent saw itself that bear on a finding: on the GPUs of its suspect ranks' own
+        (trusted) processes, within the policy's window before it."""
+        from diagnosis.host_evidence import NO_HOST_EVIDENCE, suspect_ranks
+
+        if self.host_signals is None or job is None:
+            return NO_HOST_EVIDENCE
+        pids = [
+            info.process.pid
+            for rank in suspect_ranks(finding)
+            if (info := job.ranks.get(rank)) is not None and info.process is not None
+        ]
+        window = self._evidence_window_seconds
+        # a fault logged a little after the hang was found (the driver's own watchdog) still bears on it
+        return self.host_signals.evidence(pids, finding.ts - window, finding.ts + HOST_EVIDENCE_LAG_SECONDS)
 
     def plan_findings(self, findings: Sequence[Finding]) -> int:
         """Findings raised outside the runtime that name a job of this host (an at-risk GPU, named by
@@ -545,10 +568,15 @@ class PolicyPlanner:
     and their outcomes, latest complete checkpoint as the ranks report it), remembers findings put off by the
     restart cooldown, and turns ActionPlans into ActionRequests."""
 
-    def __init__(self, config: RuntimeServiceConfig) -> None:
+    def __init__(
+        self,
+        config: RuntimeServiceConfig,
+        host_evidence: Callable[[Finding, JobInfo | None], HostEvidence] | None = None,
+    ) -> None:
         from diagnosis.runtime_policy import JobActionState
 
         self.policy_config = policy_config(config)
+        self._host_evidence = host_evidence
         self._new_state = JobActionState
         self._states: dict[str, JobActionState] = {}
         self._deferred: dict[tuple[str, str], _Deferred] = {}  # (job, finding kind) -> the latest put off
@@ -560,14 +588,16 @@ class PolicyPlanner:
             return self._states.get(job_id) or self._new_state(job_id)
 
     def __call__(self, finding: Finding, job: JobInfo | None) -> list[ActionRequest]:
+        from diagnosis.host_evidence import NO_HOST_EVIDENCE
         from diagnosis.runtime_policy import apply_plans, decide
 
         job_id = finding.job_id or "unknown"
+        host = self._host_evidence(finding, job) if self._host_evidence is not None else NO_HOST_EVIDENCE
         with self._lock:
             state = self._states.get(job_id) or self._new_state(job_id)
             if job is not None and job.checkpoint_step is not None:
                 state = state.with_checkpoint(job.checkpoint_step)
-            plans = decide(finding, state, self.policy_config)
+            plans = decide(finding, state, self.policy_config, host)
             self._states[job_id] = apply_plans(state, plans, finding.ts)
             retry_at = next((p.retry_at for p in plans if p.retry_at is not None), None)
             if retry_at is not None and job is not None:

@@ -7,7 +7,7 @@ import json
 from fleetguard.controller.fleet_runtime import MAX_JOBS_PER_HOST, FleetAction, FleetRuntime
 from fleetguard.controller.hosts import HostState
 from fleetguard.controller.validate import IngestBatch
-from fleetguard.records.runtime import Heartbeat
+from fleetguard.records.runtime import CollectiveProgress, Heartbeat
 from fleetguard.shipping.commands import CommandKind
 from fleetguard.shipping.wire import columns_by_table
 
@@ -132,3 +132,85 @@ def test_one_host_inventing_job_ids_cannot_fill_the_job_table_for_everyone() -> 
         fleet.sent["evil"] = T0 + i
         findings += fleet.runtime.step(T0 + i)
     assert [a.host for a in fleet.actions] == ["node-b"]  # the real job is still watched
+
+
+def _progress(t: float, host: str, rank: int, seq: int) -> CollectiveProgress:
+    return CollectiveProgress(t, host, "job-7", rank, "world", seq, seq, seq)
+
+
+def _runtime_batch(host: str, seq: int, records: list[object]) -> IngestBatch:
+    ts = max(float(getattr(r, "ts", T0)) for r in records)
+    return IngestBatch(host, "boot", seq, ts, 1.0, "t", columns_by_table(records))
+
+
+def test_a_host_that_claims_a_rank_first_cannot_get_another_hosts_single_host_job_restarted() -> None:
+    # Attack #1 of issue 16: evil ships a heartbeat for job-7 (rank 0 of 4) before node-a, whose job it is,
+    # then freezes its rank's step and reports collective counters far past everyone's.
+    fleet = Fleet()
+    fleet.runtime.feed(
+        _runtime_batch("evil", 1, [Heartbeat(T0 - 1, "evil", "job-7", 0, 0, 4, 66, step=0, section="step")])
+    )
+    fleet.runtime.step(T0 - 1)
+    findings = []
+    for i in range(240):
+        t = T0 + i
+        records: list[object] = []
+        for r in range(4):
+            records.append(Heartbeat(t, "node-a", "job-7", r, r, 4, 1000 + r, step=i, section="step"))
+            records.append(_progress(t, "node-a", r, i))
+        fleet.runtime.feed(_runtime_batch("node-a", i + 1, records))
+        # in step with node-a for a minute, then frozen, with counters far past everyone's
+        forged = [
+            Heartbeat(t, "evil", "job-7", 0, 0, 4, 66, step=min(i, 60), section="step"),
+            _progress(t, "evil", 0, i if i < 60 else 10**15),
+        ]
+        fleet.runtime.feed(_runtime_batch("evil", i + 2, forged))
+        fleet.sent.update({"node-a": t, "evil": t})
+        findings += fleet.runtime.step(t)
+    assert fleet.actions == []
+    assert findings == []  # node-a's healthy job is healthy; evil's records decided nothing
+    assert fleet.runtime.foreign_records >= 2 * 240
+
+
+def test_a_rank_claimed_by_two_hosts_withholds_the_fleet_restart_and_says_why() -> None:
+    # A real two-host job (node-a: 0, 1; node-b: 2, 3) and a third host claiming rank 1: whose rank 1 is
+    # cannot be told, so no host's records may decide a restart on another; the finding says so.
+    fleet = Fleet()
+    fleet.runtime.feed(
+        _batch("evil", 1, [Heartbeat(T0, "evil", "job-7", 1, 1, 4, 66, step=0, section="step")])
+    )
+    findings = []
+    for i in range(120):
+        fleet.second(T0 + i, silent_rank=3 if i >= 60 else None)
+        fleet.sent["evil"] = T0 + i
+        findings += fleet.runtime.step(T0 + i)
+    assert fleet.actions == []
+    assert fleet.runtime.withheld_restarts == 1
+    [localised] = [f for f in findings if f.kind == "hang_localised"]
+    assert "claimed by more than one host" in json.loads(localised.evidence_json)["restart_withheld"]
+
+
+def test_a_host_reporting_counters_far_ahead_of_its_peers_is_blamed_itself() -> None:
+    # A corroborated two-host job where node-b reports rank 2's collectives orders of magnitude past the
+    # others' (to make node-a's ranks look behind): those reports run ahead of time and are left out, so
+    # rank 2 is the one behind and the restart goes to node-b, never to node-a.
+    fleet = Fleet()
+    findings = []
+    for i in range(120):
+        t = T0 + i
+        for host, ranks in RANKS.items():
+            records: list[object] = []
+            for r in ranks:
+                step = i if not (r == 2 and i >= 60) else 60
+                records.append(Heartbeat(t, host, "job-7", r, r % 2, 4, 1000 + r, step=step, section="step"))
+                seq = 10**15 if (r == 2 and i >= 60) else i
+                records.append(_progress(t, host, r, seq))
+            fleet.seq += 1
+            fleet.runtime.feed(_runtime_batch(host, fleet.seq, records))
+            fleet.sent[host] = t
+        findings += fleet.runtime.step(t)
+    [localised] = [f for f in findings if f.kind == "hang_localised"]
+    evidence = json.loads(localised.evidence_json)
+    assert evidence["suspect_ranks"] == [2]
+    assert evidence["progress"]["2"][0] < 10**15
+    assert [a.host for a in fleet.actions] == ["node-b"]

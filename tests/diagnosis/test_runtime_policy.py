@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from diagnosis.host_evidence import HostEvidence, HostFault
 from diagnosis.runtime_policy import (
     ActionPlan,
     ActionPolicyConfig,
@@ -18,6 +19,8 @@ from fleetguard.records.findings import Finding
 
 JOB = "job-1"
 CFG = ActionPolicyConfig(restart_cost_seconds=300.0, cooldown_seconds=120.0)
+# An XID 48 (double-bit ECC) the agent read from its own kernel log on the suspect's GPU.
+XID_ON_ITS_GPU = HostEvidence((HostFault(990.0, "xid", "kmsg", 48, 0, "0000:3b:00.0", 4242),))
 
 
 def finding(
@@ -84,13 +87,28 @@ def test_collective_mismatch_is_alerted_not_restarted_or_evicted() -> None:
     assert "program bug" in plans[0].reason
 
 
-def test_blocked_gpu_stream_cordons_the_host_when_configured() -> None:
+def test_blocked_gpu_stream_with_a_host_fault_on_its_gpu_cordons_the_host_when_configured() -> None:
     cfg = ActionPolicyConfig(cordon_gpu_hang=True)
     plans = decide(
-        finding("hang_localised", hang_kind="gpu_stream_blocked", evict_hardware=True), state(), cfg
+        finding("hang_localised", hang_kind="gpu_stream_blocked", evict_hardware=True),
+        state(),
+        cfg,
+        XID_ON_ITS_GPU,
     )
     assert actions(plans) == ["restart", "cordon"]
     assert plans[1].target == "host/h3"
+    assert "XID 48 on 0000:3b:00.0 (kmsg)" in plans[1].reason
+
+
+def test_a_blocked_gpu_stream_only_ranks_report_restarts_the_job_and_never_cordons() -> None:
+    # Attack #2 of issue 16: any local user can report two ranks, one "enqueued, not started".
+    cfg = ActionPolicyConfig(cordon_gpu_hang=True, cordon_command_configured=True)
+    plans = decide(
+        finding("hang_localised", hang_kind="gpu_stream_blocked", evict_hardware=True), state(), cfg
+    )
+    assert actions(plans) == ["restart", "none"]
+    assert plans[1].target == "host/h3"
+    assert "only the job's ranks report" in plans[1].reason
 
 
 def test_blocked_gpu_stream_does_not_cordon_by_default() -> None:
@@ -112,13 +130,21 @@ def test_straggler_costing_more_than_a_restart_checkpoints_then_restarts_without
     assert plans[1].host == "h3"
 
 
-def test_straggler_restart_cordons_its_host_when_configured() -> None:
+def test_straggler_restart_cordons_its_host_when_configured_and_the_host_saw_a_fault() -> None:
     cfg = ActionPolicyConfig(restart_cost_seconds=300.0, cordon_stragglers=True)
-    assert actions(decide(finding("straggler", lost_seconds=400.0), state(), cfg)) == [
+    assert actions(decide(finding("straggler", lost_seconds=400.0), state(), cfg, XID_ON_ITS_GPU)) == [
         "checkpoint",
         "restart",
         "cordon",
     ]
+
+
+def test_a_straggler_only_its_ranks_report_is_restarted_and_its_host_is_not_cordoned() -> None:
+    cfg = ActionPolicyConfig(restart_cost_seconds=300.0, cordon_stragglers=True)
+    plans = decide(finding("straggler", lost_seconds=400.0), state(), cfg)
+    assert actions(plans) == ["checkpoint", "restart", "none"]
+    assert "same hosts" in plans[1].reason
+    assert "not cordoning h3" in plans[2].reason
 
 
 def test_at_risk_gpu_checkpoints() -> None:
@@ -244,8 +270,18 @@ def test_a_straggler_slow_again_is_restarted_and_cordoned_when_its_host_can_be_c
     s = carried_out(
         state(), decide(finding("straggler", ts=1000.0, lost_seconds=400.0), state(), cfg), 1000.0
     )
-    plans = decide(finding("straggler", ts=2000.0, lost_seconds=400.0), s, cfg)
+    plans = decide(finding("straggler", ts=2000.0, lost_seconds=400.0), s, cfg, XID_ON_ITS_GPU)
     assert actions(plans) == ["checkpoint", "restart", "cordon"]
+
+
+def test_a_straggler_slow_again_without_host_evidence_is_left_to_a_person_even_with_cordon_on() -> None:
+    cfg = ActionPolicyConfig(cordon_stragglers=True, cordon_command_configured=True)
+    s = carried_out(
+        state(), decide(finding("straggler", ts=1000.0, lost_seconds=400.0), state(), cfg), 1000.0
+    )
+    plans = decide(finding("straggler", ts=2000.0, lost_seconds=400.0), s, cfg)
+    assert actions(plans) == ["none"]
+    assert "a person must look" in plans[0].reason
 
 
 def test_a_failed_straggler_restart_may_be_tried_again() -> None:

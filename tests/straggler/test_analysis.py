@@ -270,3 +270,20 @@ def test_a_hang_says_whether_its_job_has_ranks_this_analyzer_does_not_see() -> N
     # node 1 of a two-node job (ranks 2, 3 of 4) is watched here; ranks 0, 1 report to another agent
     assert _hang_of(RuntimeAnalyzer(), FakeClock(), range(2, 4), world_size=4)["spans_hosts"] is True
     assert _hang_of(RuntimeAnalyzer(), FakeClock(), range(4), world_size=4)["spans_hosts"] is False
+
+
+def test_a_collective_counter_running_ahead_of_time_is_left_out_and_counted() -> None:
+    analyzer = RuntimeAnalyzer()
+    analyzer.register_job("j", 2, 0.0, local_ranks=range(2))
+    analyzer.observe(CollectiveProgress(10.0, "h", "j", 0, "world", 100, 100, 100))
+    analyzer.observe(CollectiveProgress(11.0, "h", "j", 0, "world", 10**15, 10**15, 10**15))
+    assert analyzer.implausible_records == 1
+
+
+def test_a_step_running_ahead_of_time_in_one_process_is_left_out_but_a_new_process_starts_afresh() -> None:
+    analyzer = RuntimeAnalyzer()
+    analyzer.observe(Heartbeat(10.0, "h", "j", 0, 0, 1, 100, step=5))
+    analyzer.observe(Heartbeat(11.0, "h", "j", 0, 0, 1, 100, step=10**12))
+    assert analyzer.implausible_records == 1
+    analyzer.observe(Heartbeat(12.0, "h", "j", 0, 0, 1, 200, step=50_000))  # resumed from a checkpoint
+    assert analyzer.implausible_records == 1

@@ -168,3 +168,12 @@ def test_flight_recorder_dumps_with_one_rank_missing_name_it() -> None:
     ]
     d = diag(progress, members={"0": [0, 1, 2, 3]})
     assert (d.kind, d.suspect_ranks) == ("host_stuck", (2,))
+
+
+def test_a_report_far_ahead_of_its_group_is_left_out_and_its_rank_is_the_missing_member() -> None:
+    # One rank claims a sequence number orders of magnitude past the others', which would make every other
+    # rank "behind" (host stuck): its report is no evidence, so it is the missing member instead.
+    progress = [cp(0, 10**15, 10**15, 10**15), cp(1, 1000, 1000, 999), cp(2, 1000, 1000, 999)]
+    d = diag(progress, {"0": [0, 1, 2]})
+    assert (d.kind, d.suspect_ranks) == ("host_stuck", (0,))
+    assert d.evidence["implausible_ranks"] == {"0": [0]}
