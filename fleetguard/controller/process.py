@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import signal
 import ssl
 import sys
@@ -22,6 +23,7 @@ from fleetguard.controller.server import ApiSettings, ControllerApi, is_loopback
 from fleetguard.controller.stats import ControllerStats
 from fleetguard.controller.tokens import TokenBook
 from fleetguard.httpserve import HttpServer, Limits
+from fleetguard.secret_files import SecretFileError, open_secret_file
 from fleetguard.store import Store
 
 log = logging.getLogger(__name__)
@@ -77,10 +79,18 @@ def tls_context(cert: str, key: str) -> ssl.SSLContext:
     """The server side of HTTPS (controller.tls_cert / tls_key); OSError naming the files if unusable."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
+    # The key goes through the one secret-file reader; OpenSSL then loads that same checked descriptor
+    # (/proc/self/fd), never the path again, so a file swapped after the check is not the one used.
     try:
-        context.load_cert_chain(cert, key)
+        fd = open_secret_file("controller.tls_key", key)
+    except SecretFileError as exc:
+        raise OSError(str(exc)) from exc
+    try:
+        context.load_cert_chain(cert, f"/proc/self/fd/{fd}")
     except (OSError, ssl.SSLError) as exc:
         raise OSError(f"controller.tls_cert {cert} / tls_key {key}: {exc}") from exc
+    finally:
+        os.close(fd)
     return context
 
 
