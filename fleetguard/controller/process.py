@@ -19,7 +19,7 @@ from fleetguard.clock import Clock, SystemClock
 from fleetguard.config import Config
 from fleetguard.controller.ingest import IngestWriter
 from fleetguard.controller.maintenance import Maintenance
-from fleetguard.controller.server import ApiSettings, ControllerApi, is_loopback
+from fleetguard.controller.server import ApiSettings, ControllerApi, reads_need_token
 from fleetguard.controller.stats import ControllerStats
 from fleetguard.controller.tokens import TokenBook
 from fleetguard.httpserve import HttpServer, Limits
@@ -117,7 +117,7 @@ def start_controller(config: Config, clock: Clock | None = None) -> RunningContr
             stats,
             clock,
             ApiSettings(
-                read_needs_token=not is_loopback(address), silent_after_seconds=ctl.silent_after_seconds
+                read_needs_token=reads_need_token(address), silent_after_seconds=ctl.silent_after_seconds
             ),
         )
         limits = Limits(workers=WORKERS, max_body_bytes=ctl.max_body_bytes, request_timeout_seconds=30.0)
