@@ -23,6 +23,7 @@ from fleetguard.controller.server import ApiSettings, ControllerApi, reads_need_
 from fleetguard.controller.stats import ControllerStats
 from fleetguard.controller.tokens import TokenBook
 from fleetguard.httpserve import HttpServer, Limits
+from fleetguard.sd_notify import Notifier
 from fleetguard.secret_files import SecretFileError, open_secret_file
 from fleetguard.store import Store
 
@@ -189,9 +190,16 @@ def run_controller(config: Config, out: TextIO = sys.stdout, duration_seconds: f
     if running.dashboard_url:
         out.write(f"  dashboard {running.dashboard_url}\n")
     out.flush()
+    # Type=notify: started once it serves. No watchdog: no single loop whose progress would vouch for it.
+    systemd = Notifier.from_environment()
+    if systemd is not None:
+        systemd.ready(f"serving on port {running.port}")
     try:
         stop.wait(duration_seconds)
     finally:
+        if systemd is not None:
+            systemd.stopping()
+            systemd.close()
         running.stop()
         for s, handler in previous.items():
             signal.signal(s, handler)
