@@ -84,6 +84,8 @@ def test_the_agent_is_watched_and_keeps_only_the_capabilities_it_uses() -> None:
     }
     assert agent["UMask"] == ["0077"] and agent["NoNewPrivileges"] == ["true"]
     assert agent["SystemCallFilter"][0] == "@system-service"
+    # @privileged is filtered out, but running a command as the job's owner needs setuid/setgid/setgroups.
+    assert "@setuid" in agent["SystemCallFilter"][-1].split()
     families = set(agent["RestrictAddressFamilies"][0].split())
     assert families == {"AF_UNIX", "AF_INET", "AF_INET6", "AF_NETLINK"}
 
