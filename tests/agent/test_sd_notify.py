@@ -3,7 +3,6 @@ WATCHDOG=1 only while its sampling loop completes rounds, STOPPING=1 on SIGTERM.
 
 from __future__ import annotations
 
-import itertools
 import os
 import signal
 import socket
@@ -66,14 +65,16 @@ def test_a_real_agent_says_ready_pings_while_sampling_and_says_stopping(
         first = receive(sock, time.monotonic() + 30)
         assert first is not None and first[1].splitlines()[0] == "READY=1"
         assert f"/metrics on port {daemon.port}" in first[1]
-        pings: list[float] = []
-        deadline = time.monotonic() + 30
-        while len(pings) < 4 and (got := receive(sock, deadline)) is not None:
-            assert got[1] == "WATCHDOG=1"
-            pings.append(got[0])
-        assert len(pings) == 4
-        gaps = [b - a for a, b in itertools.pairwise(pings)]
-        assert min(gaps) >= 0.4  # rate-bounded (rounds come every 0.1 s), not one datagram per round
+        # Pings for a 4 s window: some, while rounds run every 0.1 s, but at most one per 0.5 s (counted
+        # over the window: under load two datagrams may be read back to back).
+        pings = []
+        window_end = time.monotonic() + 4.0
+        while (got := receive(sock, window_end)) is not None:
+            pings.append(got[1])
+        rounds = daemon.metrics()["fleetguard_agent_rounds_total"]
+        assert set(pings) == {"WATCHDOG=1"}
+        assert 2 <= len(pings) <= 4.0 / 0.5 + 2
+        assert len(pings) < rounds  # not one per round
         daemon.proc.send_signal(signal.SIGTERM)
         messages = []
         while (got := receive(sock, time.monotonic() + 30)) is not None and got[1] != "STOPPING=1":
