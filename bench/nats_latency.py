@@ -207,6 +207,7 @@ def run(args: argparse.Namespace) -> None:
     nats_port = free_port()
     passwords = {"controller": os.urandom(12).hex(), "hosts": os.urandom(12).hex()}
     (root / "controller.password").write_text(passwords["controller"])
+    (root / "controller.password").chmod(0o600)
     nats_server = shutil.which("nats-server") or "/usr/sbin/nats-server"
     natsd = subprocess.Popen(
         [nats_server, "-c", str(nats_config(root, nats_port, passwords))],

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import hmac
-from pathlib import Path
 from typing import Final
+
+from fleetguard.secret_files import SecretFileError, read_secret_text
 
 MIN_TOKEN_CHARS: Final = 16
 
@@ -18,10 +19,10 @@ def read_operator_token(path: str) -> str | None:
     if not path:
         return None
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TokenFileError(f"dashboard.operator_token_file {path}: cannot read it: {exc}") from exc
-    token = text.strip().splitlines()[0].strip() if text.strip() else ""
+        text = read_secret_text("dashboard.operator_token_file", path, 4096)
+    except SecretFileError as exc:
+        raise TokenFileError(str(exc)) from exc
+    token = text.splitlines()[0].strip()
     if len(token) < MIN_TOKEN_CHARS:
         raise TokenFileError(
             f"dashboard.operator_token_file {path}: the token must be at least {MIN_TOKEN_CHARS} characters"

@@ -22,6 +22,7 @@ from fleetguard.agent.sink import Sink
 from fleetguard.clock import SystemClock
 from fleetguard.config import Config
 from fleetguard.httpserve import HttpServer
+from fleetguard.sd_notify import Notifier, WatchdogPinger, slow_rounds_warning
 from fleetguard.startup import StartupError, one_line, os_reason
 
 if TYPE_CHECKING:
@@ -88,6 +89,8 @@ def run_daemon(
 
         sink = LocalStoreSink.open(config.store.path)
     buffer = sink.buffer
+    systemd = Notifier.from_environment()
+    on_round = _with_watchdog(systemd, config, on_round)
     metrics = MetricsState()
     if sink.metrics is not None:
         metrics.extra.append(sink.metrics)
@@ -131,11 +134,15 @@ def run_daemon(
                 started.append(ext)
         if on_ready is not None:
             on_ready(port)
+        if systemd is not None:
+            systemd.ready(f"sampling; /metrics on port {port}")
         if timer is not None:
             timer.daemon = True
             timer.start()
         agent.run(stop, wakeup_fd=read_fd)
     finally:
+        if systemd is not None:
+            systemd.stopping()  # the final flush may take TimeoutStopSec; not a hang
         if timer is not None:
             timer.cancel()
         # Order matters: every extension stops accepting and hands over what it acknowledged, then the
@@ -152,6 +159,8 @@ def run_daemon(
             signal.signal(s, handler)
         os.close(read_fd)
         os.close(write_fd)
+        if systemd is not None:
+            systemd.close()
     result = DaemonResult(
         rounds=metrics.stats.rounds,
         rows_written=dict(buffer.rows_written),
@@ -166,6 +175,26 @@ def run_daemon(
     out.write(json.dumps({"stopped": True, **result.__dict__}) + "\n")
     out.flush()
     return result
+
+
+def _with_watchdog(
+    systemd: Notifier | None, config: Config, on_round: Callable[[RoundReport], None] | None
+) -> Callable[[RoundReport], None] | None:
+    """`on_round`, plus a watchdog ping after each sampling round when systemd asked for one (WatchdogSec):
+    only a loop that completes rounds keeps the agent from being restarted."""
+    if systemd is None or systemd.watchdog_seconds is None:
+        return on_round
+    warning = slow_rounds_warning(systemd.watchdog_seconds, config.agent.sample_interval_seconds)
+    if warning:
+        log.warning("%s", warning)
+    pinger = WatchdogPinger(systemd)
+
+    def round_done(report: RoundReport) -> None:
+        pinger.on_round()
+        if on_round is not None:
+            on_round(report)
+
+    return round_done
 
 
 def _serve_metrics(config: Config, metrics: MetricsState) -> HttpServer:

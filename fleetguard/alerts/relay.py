@@ -64,6 +64,17 @@ class AlertRelay:
         self._next_resend = 0.0
         self._held_until: float | None = None  # monotonic time an endpoint's rate next lets a due alert go
         self._wake = threading.Event()
+        self._warn_unusable_secrets()
+
+    def _warn_unusable_secrets(self) -> None:
+        """Say at start-up, once per webhook, when its secret file is refused; its alerts wait (retrying)
+        until the file is fixed, so an operator reads the fix now rather than after the first page is lost."""
+        for hook in self.config.webhooks:
+            if hook.secret_file:
+                try:
+                    read_secret_text(hook.secret_file, hook.secret_key)
+                except SecretError as exc:
+                    log.error("webhook %s will not be sent: %s", hook.name, exc)
 
     def wake(self) -> None:
         """New outbox rows: look now rather than at the next poll."""
@@ -173,11 +184,11 @@ class AlertRelay:
     def _request(self, hook: WebhookConfig, alert: DueAlert, timestamp: int) -> tuple[bytes, dict[str, str]]:
         body = alert.body_json.encode()
         if hook.kind is WebhookKind.GENERIC:
-            key = signing_key(read_secret_text(hook.secret_file))
+            key = signing_key(read_secret_text(hook.secret_file, hook.secret_key))
             return body, signed_headers(key, alert.alert_id, timestamp, body)
         if hook.kind is WebhookKind.PAGERDUTY:
             document = json.loads(alert.body_json)
-            document["routing_key"] = read_secret_text(hook.secret_file)
+            document["routing_key"] = read_secret_text(hook.secret_file, hook.secret_key)
             return json.dumps(document, separators=(",", ":")).encode(), {}
         return body, {}
 

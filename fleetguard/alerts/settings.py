@@ -40,6 +40,11 @@ class WebhookConfig:
     min_severity: Severity = Severity.WARNING
     rate_per_second: float = 1.0  # Slack takes about one message a second per webhook
     timeout_seconds: float = 15.0
+    config_key: str = ""  # "alerts.webhooks[0]": where refusals about this hook point the operator
+
+    @property
+    def secret_key(self) -> str:
+        return f"{self.config_key or f'alerts.webhooks[name={self.name}]'}.secret_file"
 
 
 @dataclass(frozen=True)
@@ -120,6 +125,7 @@ def _webhook(item: Any, where: str) -> WebhookConfig:
         min_severity=severity,
         rate_per_second=_number(item, "rate_per_second", where, 1.0, 0.001, 1000.0),
         timeout_seconds=_number(item, "timeout_seconds", where, 15.0, 0.1, 120.0),
+        config_key=where,
     )
 
 

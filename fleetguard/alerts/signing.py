@@ -5,7 +5,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-from pathlib import Path
+
+from fleetguard import secret_files
 
 SECRET_PREFIX = "whsec_"  # noqa: S105 - the format's prefix, not a secret
 MAX_SECRET_FILE_BYTES = 4096
@@ -15,22 +16,13 @@ class SecretError(Exception):
     """The secret file is missing, unreadable or malformed; the message names the file."""
 
 
-def read_secret_text(path: str) -> str:
-    source = Path(path)
+def read_secret_text(path: str, key: str = "alerts.webhooks[].secret_file") -> str:
+    """The secret in `path`, read through the project's one secret-file reader (no link, this user's or
+    root's, closed to group/other); `key` names the setting in the refusal."""
     try:
-        with source.open("rb") as fh:
-            data = fh.read(MAX_SECRET_FILE_BYTES + 1)
-    except OSError as exc:
-        raise SecretError(f"cannot read secret file {path}: {exc.strerror or exc}") from exc
-    if len(data) > MAX_SECRET_FILE_BYTES:
-        raise SecretError(f"secret file {path} is larger than {MAX_SECRET_FILE_BYTES} bytes")
-    try:
-        text = data.decode("ascii").strip()
-    except UnicodeDecodeError as exc:
-        raise SecretError(f"secret file {path} is not ASCII text") from exc
-    if not text:
-        raise SecretError(f"secret file {path} is empty")
-    return text
+        return secret_files.read_secret_text(key, path, MAX_SECRET_FILE_BYTES)
+    except secret_files.SecretFileError as exc:
+        raise SecretError(str(exc)) from exc
 
 
 def signing_key(secret: str) -> bytes:

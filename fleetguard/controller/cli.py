@@ -94,7 +94,8 @@ def status_command(
 
             status = fetch_fleet(fleet_urls, Path(token_path) if token_path else None)
         else:
-            status = fetch_status(base, Path(token_path) if token_path else None)
+            key = "--token-file" if token_file else "agent.controller_token_file"
+            status = fetch_status(base, Path(token_path) if token_path else None, key)
     except StatusError as exc:
         raise click.ClickException(str(exc)) from exc
     if as_json:

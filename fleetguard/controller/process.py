@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import signal
 import ssl
 import sys
@@ -18,10 +19,12 @@ from fleetguard.clock import Clock, SystemClock
 from fleetguard.config import Config
 from fleetguard.controller.ingest import IngestWriter
 from fleetguard.controller.maintenance import Maintenance
-from fleetguard.controller.server import ApiSettings, ControllerApi, is_loopback
+from fleetguard.controller.server import ApiSettings, ControllerApi, reads_need_token
 from fleetguard.controller.stats import ControllerStats
 from fleetguard.controller.tokens import TokenBook
 from fleetguard.httpserve import HttpServer, Limits
+from fleetguard.sd_notify import Notifier
+from fleetguard.secret_files import SecretFileError, open_secret_file
 from fleetguard.store import Store
 
 log = logging.getLogger(__name__)
@@ -77,10 +80,18 @@ def tls_context(cert: str, key: str) -> ssl.SSLContext:
     """The server side of HTTPS (controller.tls_cert / tls_key); OSError naming the files if unusable."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
+    # The key goes through the one secret-file reader; OpenSSL then loads that same checked descriptor
+    # (/proc/self/fd), never the path again, so a file swapped after the check is not the one used.
     try:
-        context.load_cert_chain(cert, key)
+        fd = open_secret_file("controller.tls_key", key)
+    except SecretFileError as exc:
+        raise OSError(str(exc)) from exc
+    try:
+        context.load_cert_chain(cert, f"/proc/self/fd/{fd}")
     except (OSError, ssl.SSLError) as exc:
         raise OSError(f"controller.tls_cert {cert} / tls_key {key}: {exc}") from exc
+    finally:
+        os.close(fd)
     return context
 
 
@@ -107,7 +118,7 @@ def start_controller(config: Config, clock: Clock | None = None) -> RunningContr
             stats,
             clock,
             ApiSettings(
-                read_needs_token=not is_loopback(address), silent_after_seconds=ctl.silent_after_seconds
+                read_needs_token=reads_need_token(address), silent_after_seconds=ctl.silent_after_seconds
             ),
         )
         limits = Limits(workers=WORKERS, max_body_bytes=ctl.max_body_bytes, request_timeout_seconds=30.0)
@@ -179,9 +190,16 @@ def run_controller(config: Config, out: TextIO = sys.stdout, duration_seconds: f
     if running.dashboard_url:
         out.write(f"  dashboard {running.dashboard_url}\n")
     out.flush()
+    # Type=notify: started once it serves. No watchdog: no single loop whose progress would vouch for it.
+    systemd = Notifier.from_environment()
+    if systemd is not None:
+        systemd.ready(f"serving on port {running.port}")
     try:
         stop.wait(duration_seconds)
     finally:
+        if systemd is not None:
+            systemd.stopping()
+            systemd.close()
         running.stop()
         for s, handler in previous.items():
             signal.signal(s, handler)

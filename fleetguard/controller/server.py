@@ -32,8 +32,14 @@ MAX_CONCURRENT_PARSES = 2
 
 @dataclass(frozen=True)
 class ApiSettings:
-    read_needs_token: bool  # False when the controller listens on loopback only
+    read_needs_token: bool  # reads_need_token(listen address): False on loopback only
     silent_after_seconds: float = 0.0
+
+
+def reads_need_token(address: str) -> bool:
+    """Whether GET /v1/... and /metrics need an operator token: on any address but loopback, where every
+    client is another user of this host or beyond it, reads are the fleet's layout and are authenticated."""
+    return not is_loopback(address)
 
 
 def is_loopback(address: str) -> bool:
@@ -228,6 +234,8 @@ class ControllerApi:
         return Response.json(200, doc)
 
     def metrics(self, request: Request) -> Response:
+        # Host names, job and silence states: as much a read of the fleet as /v1/hosts, so the same rule.
+        self._require_reader(request)
         self.stats.queue_depth = self.writer.queue_depth
         body = render(self.stats, self.writer.host_states(), self.clock.time(), self._silent)
         return Response(200, body, "text/plain; version=0.0.4; charset=utf-8")

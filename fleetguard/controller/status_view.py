@@ -9,6 +9,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from fleetguard.secret_files import SecretFileError, read_secret_text
+
 
 class StatusError(Exception):
     """The controller cannot be read; one line saying why."""
@@ -27,15 +29,20 @@ def _get(base: str, path: str, token: str | None) -> Any:
         raise StatusError(f"cannot read controller {base}: {exc}") from exc
 
 
-def fetch_status(base: str, token_file: Path | None) -> dict[str, Any]:
+def read_client_token(token_file: Path, key: str = "--token-file") -> str:
+    """An operator's or agent's token for the read API, through the one secret-file reader."""
+    try:
+        return read_secret_text(key, token_file, 4096)
+    except SecretFileError as exc:
+        raise StatusError(str(exc)) from exc
+
+
+def fetch_status(base: str, token_file: Path | None, setting: str = "--token-file") -> dict[str, Any]:
     if not base.startswith(("http://", "https://")):
         raise StatusError(f"controller URL {base!r}: must start with http:// or https://")
     token = None
     if token_file is not None:
-        try:
-            token = token_file.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise StatusError(f"token file {token_file}: {exc}") from exc
+        token = read_client_token(token_file, setting)
     return {
         "fleet": _get(base, "/v1/fleet", token),
         "hosts": _get(base, "/v1/hosts", token)["hosts"],

@@ -9,21 +9,22 @@ restart.
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import hmac
 import json
 import os
 import secrets
-import stat
 import threading
 import time
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from fleetguard import secret_files
+
 FILE_VERSION = 1
 MAX_FILE_BYTES = 64 << 20  # ~300,000 tokens; a file past this is not one `controller token` wrote
+KEY = "controller.tokens_file"
 OPERATOR = "*"  # the "host" of an operator token: may read everything and queue commands, never ingest
 
 
@@ -51,39 +52,23 @@ def new_token() -> str:
 
 
 def _read_text(path: Path) -> str:
-    """The file's text, if it is one this controller can trust: a regular file reached through no symbolic
-    link, owned by this user (or root), that no other user can write. Whoever can write the tokens file can
-    mint a token for any host, so a planted link or a group/world-writable file is refused, not believed."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    """The file's text, through the project's one secret-file reader: a regular file reached through no
+    symbolic link, owned by this user (or root), closed to other users. Whoever can write the tokens file can
+    mint a token for any host, so a planted link or a file other users can open is refused, not believed."""
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise TokenFileError(f"tokens file {path}: not a regular file")
-        if st.st_uid not in (os.geteuid(), 0):
-            raise TokenFileError(f"tokens file {path}: owned by uid {st.st_uid}, not by this user")
-        if st.st_mode & 0o022:
-            raise TokenFileError(
-                f"tokens file {path}: writable by other users (mode {stat.S_IMODE(st.st_mode):o}); chmod 600"
-            )
-        with os.fdopen(fd, "r", encoding="utf-8") as fh:
-            fd = -1
-            return fh.read(MAX_FILE_BYTES + 1)
-    finally:
-        if fd >= 0:
-            os.close(fd)
+        data = secret_files.read_secret_bytes(KEY, path, MAX_FILE_BYTES)
+    except secret_files.SecretFileError as exc:
+        raise TokenFileError(str(exc)) from exc
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TokenFileError(f"{KEY}: {path} is not UTF-8 text") from exc
 
 
 def _read(path: Path) -> list[dict[str, object]]:
-    try:
-        text = _read_text(path)
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return []
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise TokenFileError(f"tokens file {path}: is a symbolic link; refused") from exc
-        raise TokenFileError(f"tokens file {path}: cannot be read: {exc}") from exc
-    if len(text) > MAX_FILE_BYTES:
-        raise TokenFileError(f"tokens file {path}: larger than {MAX_FILE_BYTES} bytes")
+    text = _read_text(path)
     try:
         doc = json.loads(text)
     except (ValueError, RecursionError) as exc:

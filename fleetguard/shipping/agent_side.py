@@ -7,7 +7,6 @@ nothing on this path imports DuckDB (nor numpy): on a GPU host the agent stays s
 from __future__ import annotations
 
 import logging
-import stat
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector as PromCollector
 
 from fleetguard.config import Config
+from fleetguard.secret_files import SecretFileError, read_secret_text
 from fleetguard.shipping.channel import CommandChannel, Runner
 from fleetguard.shipping.commands import CommandKind, CommandOutcome, HostCommand
 from fleetguard.shipping.nats_shipper import NatsShipper, open_nats_shipper
@@ -120,18 +120,15 @@ class Shipping:
 
 
 def read_token(path_text: str) -> str:
+    key = "agent.controller_token_file"
     if not path_text:
-        raise ShippingError("agent.controller_token_file: required with agent.controller_url")
-    path = Path(path_text)
+        raise ShippingError(f"{key}: required with agent.controller_url")
     try:
-        st = path.stat()
-        token = path.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise ShippingError(f"agent.controller_token_file {path}: {exc.strerror or exc}") from exc
-    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        log.warning("agent.controller_token_file %s is readable by other users: chmod 600 it", path)
-    if not token or len(token) > 512 or not token.isascii() or not token.isprintable():
-        raise ShippingError(f"agent.controller_token_file {path}: does not hold a token")
+        token = read_secret_text(key, path_text, 4096)
+    except SecretFileError as exc:
+        raise ShippingError(str(exc)) from exc
+    if len(token) > 512 or not token.isprintable():
+        raise ShippingError(f"{key} {path_text}: does not hold a token")
     return token
 
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import stat
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fleetguard.secret_files import SecretFileError, read_secret_text
 from fleetguard.shipping.nats_subjects import host_token, split_urls
 
 if TYPE_CHECKING:
@@ -25,6 +24,7 @@ RECONNECT_WAIT_SECONDS = 1
 # Publishes made while disconnected wait in nats-py's buffer; a batch stays spooled until acked anyway, so a
 # small buffer is enough and bounds memory during an outage.
 PENDING_BYTES = 8 << 20
+MAX_CREDS_BYTES = 64 << 10  # a user JWT and an nkey seed are a few KiB
 
 
 class NatsSettingsError(Exception):
@@ -36,36 +36,45 @@ class NatsLogin:
     urls: list[str]
     user: str = ""
     password: str = field(default="", repr=False)
-    creds_file: str = ""
+    creds: str = field(default="", repr=False)  # the creds file's text, read through the secret reader
     # Replies (publish acks) come to subjects under this prefix; a host may subscribe only under its own.
     inbox_prefix: str = "_INBOX"
 
 
-def read_secret(key: str, path_text: str) -> str:
-    path = Path(path_text)
+def read_secret(key: str, path_text: str, max_bytes: int = 4096) -> str:
     try:
-        st = path.stat()
-        secret = path.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise NatsSettingsError(f"{key} {path}: {exc.strerror or exc}") from exc
-    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        log.warning("%s %s is readable by other users: chmod 600 it", key, path)
-    if not secret or len(secret) > 1024 or not secret.isascii() or not secret.isprintable():
-        raise NatsSettingsError(f"{key} {path}: does not hold a password")
+        return read_secret_text(key, path_text, max_bytes)
+    except SecretFileError as exc:
+        raise NatsSettingsError(str(exc)) from exc
+
+
+def read_password(key: str, path_text: str) -> str:
+    secret = read_secret(key, path_text)
+    if len(secret) > 1024 or not secret.isprintable():
+        raise NatsSettingsError(f"{key} {path_text}: does not hold a password")
     return secret
+
+
+def read_creds(key: str, path_text: str) -> str:
+    """A NATS creds file's text (read here, checked, and handed to nats-py as content, not as a path it
+    would open itself, through a link or after a swap). nats-py loops for ever on a creds text without a
+    user JWT, so both sections are required here."""
+    creds = read_secret(key, path_text, MAX_CREDS_BYTES)
+    if "BEGIN NATS USER JWT" not in creds or "BEGIN USER NKEY SEED" not in creds:
+        raise NatsSettingsError(f"{key} {path_text}: not a NATS creds file (no user JWT and nkey seed)")
+    return creds
 
 
 def make_login(
     section: str, urls: str, user: str, password_file: str, creds_file: str, inbox_owner: str = ""
 ) -> NatsLogin:
     """From a config section's nats_* keys; `inbox_owner` (a host) narrows the reply subjects to its own."""
-    password = read_secret(f"{section}.nats_password_file", password_file) if password_file else ""
-    if creds_file and not Path(creds_file).is_file():
-        raise NatsSettingsError(f"{section}.nats_creds_file {creds_file}: no such file")
+    password = read_password(f"{section}.nats_password_file", password_file) if password_file else ""
+    creds = read_creds(f"{section}.nats_creds_file", creds_file) if creds_file else ""
     if password and not user:
         raise NatsSettingsError(f"{section}.nats_user: required with nats_password_file")
     prefix = f"_INBOX.{host_token(inbox_owner)}" if inbox_owner else "_INBOX"
-    return NatsLogin(split_urls(urls), user, password, creds_file, prefix)
+    return NatsLogin(split_urls(urls), user, password, creds, prefix)
 
 
 async def connect(
@@ -79,6 +88,7 @@ async def connect(
     Losing and regaining it are logged once each (`while_down` says what happens meanwhile), not every
     reconnect attempt."""
     import nats
+    from nats.aio.client import RawCredentials
 
     down = False
     client: list[Client] = []
@@ -99,8 +109,8 @@ async def connect(
         log.warning("NATS connection back (%s)", name)
 
     options: dict[str, object] = {}
-    if login.creds_file:
-        options["user_credentials"] = login.creds_file
+    if login.creds:
+        options["user_credentials"] = RawCredentials(login.creds)
     elif login.user:
         options["user"] = login.user
         options["password"] = login.password

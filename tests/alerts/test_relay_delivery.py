@@ -25,6 +25,7 @@ SCHEDULE = (0.0, 5.0, 30.0, 60.0, 120.0)
 def secret_file(tmp_path: Path) -> str:
     path = tmp_path / "secret"
     path.write_text(SECRET + "\n")
+    path.chmod(0o600)
     return str(path)
 
 

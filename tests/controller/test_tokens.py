@@ -55,7 +55,7 @@ def test_a_tokens_file_other_users_can_write_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "tokens.json"
     add_token(path, "node-a")
     path.chmod(0o666)
-    with pytest.raises(TokenFileError, match="writable by other users"):
+    with pytest.raises(TokenFileError, match="readable by others"):
         TokenBook(path)
 
 
@@ -77,5 +77,5 @@ def test_a_tokens_file_owned_by_another_user_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "tokens.json"
     add_token(path, "node-a")
     os.chown(path, 65534, 65534)
-    with pytest.raises(TokenFileError, match="owned by uid 65534"):
+    with pytest.raises(TokenFileError, match="belongs to uid 65534"):
         TokenBook(path)
