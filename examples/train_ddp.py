@@ -11,8 +11,8 @@ rank (tests only).
 
 from __future__ import annotations
 
-import contextlib
 import argparse
+import contextlib
 import json
 import os
 import sys

@@ -91,7 +91,8 @@ def test_a_rank_that_skips_its_collectives_is_named_without_collective_reports(t
         [seen] = wait_until(lambda: runtime.findings("hang_localised"), 240, "the hang to be localised")
         finding = seen.record
         evidence = json.loads(finding.evidence_json)
-        assert (finding.rank, evidence["suspect_ranks"], evidence["localised_by"]) == (2, [2], "positions"), evidence
+        placed = (finding.rank, evidence["suspect_ranks"], evidence["localised_by"])
+        assert placed == (2, [2], "positions"), evidence
         assert evidence["hang_kind"] == "collective_mismatch" and evidence["evict_hardware"] is False
         assert "rank 2" in evidence["reasoning"]
         actions = [s.record for s in runtime.actions() if s.record.finding_id == finding.finding_id]
