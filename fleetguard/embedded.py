@@ -56,6 +56,10 @@ def run_embedded(
         def describe() -> str:
             return f"{risk.describe()} | {incidents.describe()}"
 
+    if config.actions.slurm.enabled and config.actions.slurm.resume:
+        from fleetguard.actions.slurm_task import slurm_return_extension
+
+        extensions.append(slurm_return_extension(config))
     dashboard_parts: dict[str, object] = {}
     if config.dashboard.enabled:
         from dashboard.embedded import dashboard_extension

@@ -1,0 +1,58 @@
+"""The way back to service as a running task of `fleetguard up`: every `RETURN_INTERVAL_SECONDS` the local
+node is reconciled (`NodeReturner`): a node fleetguard drained resumes once its incident resolved, nothing
+else holds the host and a self-check passes. Each new step is logged once."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from fleetguard.actions.slurm_return import NodeReturner, ReturnStep
+from fleetguard.agent.agent import Agent
+from fleetguard.agent.daemon import Extension
+from fleetguard.config import Config
+from fleetguard.incidents.policy_files import load_policy
+from fleetguard.selfcheck.report import SelfcheckReport
+from fleetguard.selfcheck.run import selfcheck_host
+from fleetguard.store import Store
+
+log = logging.getLogger(__name__)
+
+RETURN_INTERVAL_SECONDS = 30.0
+
+
+def slurm_return_extension(config: Config, interval_seconds: float = RETURN_INTERVAL_SECONDS) -> Extension:
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+
+    def selfcheck() -> SelfcheckReport:
+        policy = load_policy(config.diagnosis.policy_file or None, config.policy.tables)
+        return selfcheck_host(config, policy)
+
+    def start(_agent: Agent, store: Store) -> None:
+        returner = NodeReturner(config.actions.slurm, selfcheck)
+
+        def loop() -> None:
+            cursor = store.cursor()
+            said: tuple[ReturnStep, str] | None = None
+            while not stop.wait(interval_seconds):
+                try:
+                    result = returner.reconcile(cursor, config.host)
+                except Exception as exc:  # one bad pass must not end the loop
+                    log.warning("slurm: returning %s to service failed: %s", config.host, exc)
+                    continue
+                if result.step is not ReturnStep.IN_SERVICE and (result.step, result.detail) != said:
+                    log.warning("slurm node %s: %s: %s", result.node, result.step.value, result.detail)
+                said = (result.step, result.detail)
+
+        thread = threading.Thread(target=loop, name="fleetguard-slurm-return", daemon=True)
+        threads.append(thread)
+        thread.start()
+
+    def stop_all() -> None:
+        stop.set()
+        for thread in threads:
+            # A self-check in progress finishes within its own deadline (its children are killed there).
+            thread.join(timeout=config.actions.slurm.timeout_seconds * 4 + 180)
+
+    return Extension("slurm return", start, stop_all)

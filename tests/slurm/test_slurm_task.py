@@ -1,0 +1,51 @@
+"""The return task as `fleetguard up` runs it: on a real store and a real Slurm, a node fleetguard drained
+for an incident that has resolved comes back after a real self-check (a simulated host: gloo on CPU)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from diagnosis.rules import Signals
+from fleetguard.actions.settings import SlurmConfig
+from fleetguard.actions.slurm import SlurmNodes
+from fleetguard.actions.slurm_task import slurm_return_extension
+from fleetguard.config import load_config
+from fleetguard.incidents.policy_files import load_policy
+from fleetguard.incidents.repairs import RepairExecutor
+from fleetguard.incidents.service import IncidentService
+from fleetguard.incidents.settings import DiagnosisConfig
+from fleetguard.store import Store
+from tests.diagnosis.records import T0, xid
+from tests.slurm.cluster import NODE, SlurmCluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+
+def test_the_task_resumes_the_node_after_its_incident_resolved_and_the_selfcheck_passed(
+    store: Store, slurm: SlurmCluster
+) -> None:
+    slurm_table = {"enabled": True, "slurm_conf": str(slurm.conf), "nodes": {"node1": NODE}}
+    config = load_config(
+        env={},
+        overrides={"agent.host": "node1", "simulate.fleet": "1x2", "actions.slurm": slurm_table},
+    )
+    executor = RepairExecutor(DiagnosisConfig(), slurm=SlurmConfig(**{**slurm_table, "timeout_seconds": 15}))
+    policy = load_policy(None, {"xid": {"79": {"action": "drain"}}})
+    service = IncidentService.open(store.cursor(), policy, T0, executor=executor)
+    service.round(Signals(events=[xid(79, T0)]), T0 + 1)
+    nodes = SlurmNodes(slurm_conf=str(slurm.conf))
+    incident = nodes.state(NODE).incident_id()
+    assert incident is not None
+    assert service.resolve(incident, T0 + 60)
+    task = slurm_return_extension(config, interval_seconds=0.5)
+    task.start(None, store)  # type: ignore[arg-type]  # the task reads only the store
+    try:
+        deadline = time.monotonic() + 200
+        while nodes.state(NODE).out_of_service and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not nodes.state(NODE).out_of_service
+    finally:
+        task.stop()
+        slurm.scontrol("update", f"NodeName={NODE}", "State=RESUME")
