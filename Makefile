@@ -17,9 +17,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[predictor,dashboard]'
 	touch $@
 
+# The tests' PyTorch is the CPU build, pinned with its local version so that pip can never pick the multi-GB
+# CUDA build instead: found in pip's find-links where the machine has it, else from PyTorch's CPU index
+# (make test TORCH_INDEX=https://download.pytorch.org/whl/cpu).
+TORCH       := torch==2.13.0+cpu
+TORCH_INDEX ?=
+
 $(DEVSTAMP): $(STAMP)
-	# torch 2.13.0 CPU: pip takes the wheel already on this machine's disk; never a bare 'torch' (CUDA build).
-	$(BIN)/pip install -q -e '.[predictor,dashboard,scale,dev]' 'torch==2.13.0'
+	@echo "installing the test tools and $(TORCH) (the CPU build of PyTorch, about 200 MB; no CUDA libraries)"
+	$(BIN)/pip install -q -e '.[predictor,dashboard,scale,dev]' '$(TORCH)' $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 	touch $@
 
 system-deps:

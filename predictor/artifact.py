@@ -51,11 +51,16 @@ class LoadedModel:
 
 def library_versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
+    # XGBoost comes as `xgboost` (GPU build) or `xgboost-cpu`: the same library, recorded under one name.
+    names = {"xgboost": ("xgboost", "xgboost-cpu")}
     for lib in ("fleetguard", "duckdb", "numpy", "scikit-learn", "xgboost", "pyarrow"):
-        try:
-            out[lib] = metadata.version(lib)
-        except metadata.PackageNotFoundError:
-            out[lib] = "not installed"
+        out[lib] = "not installed"
+        for dist in names.get(lib, (lib,)):
+            try:
+                out[lib] = metadata.version(dist)
+                break
+            except metadata.PackageNotFoundError:
+                continue
     return out
 
 
