@@ -11,16 +11,14 @@ are tracked per owner uid, so one user's flood cannot crowd out another's dumps 
 from __future__ import annotations
 
 import os
+import re
 import stat
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Protocol
+from typing import Final, NamedTuple, Protocol
 
-from collectors.flight_recorder import rank_from_path
-
-MAX_ENTRIES_PER_SCAN: Final = 4096  # directory entries read per call (a tick): a few ms
+MAX_ENTRIES_PER_SCAN: Final = 1024  # directory entries read per call (a tick): an lstat at most each
 MAX_FILES_PER_OWNER: Final = 1024  # dump files tracked per uid (a host runs far fewer ranks)
 MAX_OWNERS: Final = 256  # uids tracked; a dump of one more is skipped as over the cap
 # A change within this long of a pass's start may carry the same mtime as the one that pass saw (coarse
@@ -28,8 +26,7 @@ MAX_OWNERS: Final = 256  # uids tracked; a dump of one more is skipped as over t
 RACY_SECONDS: Final = 2.0
 
 
-@dataclass(frozen=True)
-class DumpFile:
+class DumpFile(NamedTuple):  # a tuple: one is made for every dump-named entry of a flood
     name: str
     rank: int
     uid: int
@@ -60,6 +57,7 @@ class DumpDirScanner:
     ) -> None:
         self.directory = Path(directory)
         self.prefix = prefix
+        self._pattern = re.compile(re.escape(prefix) + r"(\d{1,9})")  # as collectors' rank_from_path
         self.max_entries = max_entries
         self.max_files_per_owner = max_files_per_owner
         self._clock_ns = clock_ns
@@ -85,7 +83,7 @@ class DumpDirScanner:
                 self._finish_pass()
                 break
             self.entries_read += 1
-            seen = self._file(entry.name)
+            seen = self._file(entry.name, entry)
             if seen is not None:
                 found.append(seen)
         return found
@@ -149,12 +147,14 @@ class DumpDirScanner:
         if entries is not None:
             entries.close()
 
-    def _file(self, name: str) -> DumpFile | None:
-        rank = rank_from_path(name, self.prefix)
-        if rank is None:
+    def _file(self, name: str, entry: os.DirEntry[str] | None = None) -> DumpFile | None:
+        match = self._pattern.fullmatch(name)
+        if match is None:
             return None
+        rank = int(match.group(1))
         try:
-            info = os.lstat(self.directory / name)
+            # the entry's own lstat joins its path in C: this runs for every dump-named entry of a flood
+            info = entry.stat(follow_symlinks=False) if entry is not None else os.lstat(self.directory / name)
         except OSError:
             return None  # removed between listing and looking
         version = (info.st_mtime_ns, info.st_size)

@@ -9,6 +9,7 @@ worker (`dump_reader`); `poll` queues what is new and returns what has been read
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import Counter
 from pathlib import Path
@@ -81,9 +82,9 @@ class DumpWatcher:
         self.scanner.close()
 
     def _consider(self, file: DumpFile, job_id: str, owner: int | None) -> None:
-        path = self.directory / file.name
         if self._seen.get(file.name) == file.version:
             return
+        path = os.path.join(self.directory, file.name)
         if self.scanner.passes_completed == 0 and file.version[0] < self._started_ns:
             self._remember(file.name, file.version)  # met late by the first pass: an earlier job's
             return
@@ -97,7 +98,7 @@ class DumpWatcher:
             # root's jobs too: the directory is often /tmp, and a forged dump steers hang localisation
             why = f"{path}: written by uid {file.uid}, not by the job's owner {owner}"
             self._refuse(file, DumpRefusal.WRONG_OWNER, why)
-        elif self.reader.submit(DumpRequest(path, self.host, job_id, file.rank, owner)):
+        elif self.reader.submit(DumpRequest(Path(path), self.host, job_id, file.rank, owner)):
             self._remember(file.name, file.version)
         else:
             self.refused[DumpRefusal.QUEUE_FULL] += 1  # not remembered: queued again on a later poll
@@ -105,7 +106,7 @@ class DumpWatcher:
     def _refuse(self, file: DumpFile, reason: DumpRefusal, why: str) -> None:
         self._remember(file.name, file.version)  # counted once per version, not once per poll
         self.refused[reason] += 1
-        self._note(str(self.directory / file.name), why)
+        self._note(os.path.join(self.directory, file.name), why)
 
     def _collect(self, outcomes: list[DumpOutcome]) -> list[CollectiveProgress]:
         out: list[CollectiveProgress] = []
