@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import ipaddress
 import itertools
 import json
@@ -491,7 +492,9 @@ class HttpServer:
 
     async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, why: str) -> None:
         self.stats.connections_refused += 1
-        writer.write(encode_response(_error_response(HttpError(503, why)), False))
+        refusal = _error_response(HttpError(503, why))
+        # a client that honours it (the agents' shippers do) comes back when a connection may be free
+        writer.write(encode_response(dataclasses.replace(refusal, headers=(("Retry-After", "1"),)), False))
         if self._refused_lingering >= _MAX_REFUSED_LINGERING:
             writer.transport.abort()  # a flood: no socket may outstay its refusal
             return

@@ -77,4 +77,5 @@ def test_one_address_beyond_its_share_is_refused_while_another_is_served(
     assert poll(lambda: stats.connections_accepted >= MAX_CONNECTIONS_PER_ADDRESS)
     refused = get_fleet(port, "127.0.0.1", sockets)
     assert refused.startswith(b"HTTP/1.1 503 ") and b"too many connections from this address" in refused
+    assert b"\r\nRetry-After: 1\r\n" in refused  # the shippers come back in a second, not at once
     assert get_fleet(port, "127.0.0.2", sockets).startswith(b"HTTP/1.1 200 ")
