@@ -24,7 +24,6 @@ from fleetguard.runtime.trust import job_owner
 log = logging.getLogger(__name__)
 
 MAX_ERRORS = 256
-MAX_SEEN = 8192  # file versions remembered (read or refused); the scanner tracks at most this order per owner
 
 
 class DumpWatcher:
@@ -57,10 +56,12 @@ class DumpWatcher:
         # remembered, not read, so they cannot be credited to whichever job runs now. A directory too large
         # to list in one call finishes its first pass on later polls: what that pass meets written before
         # the watcher started is remembered the same way.
-        self._seen: dict[str, tuple[int, int]] = {}
+        # Kept per owner uid, each at most the files the scanner tracks for it: one user's flood can never
+        # push out what another's dumps were, which would have them read (and credited) twice.
+        self._seen: dict[int, dict[str, tuple[int, int]]] = {}
         self._started_ns = time.time_ns()
         for file in self.scanner.scan():
-            self._remember(file.name, file.version)
+            self._remember(file)
 
     def poll(self, job_id: str) -> list[CollectiveProgress]:
         """New dumps credited to `job_id` (a job key): only files its owner wrote (root's jobs: root's), so
@@ -82,11 +83,11 @@ class DumpWatcher:
         self.scanner.close()
 
     def _consider(self, file: DumpFile, job_id: str, owner: int | None) -> None:
-        if self._seen.get(file.name) == file.version:
+        if self._seen.get(file.uid, {}).get(file.name) == file.version:
             return
         path = os.path.join(self.directory, file.name)
         if self.scanner.passes_completed == 0 and file.version[0] < self._started_ns:
-            self._remember(file.name, file.version)  # met late by the first pass: an earlier job's
+            self._remember(file)  # met late by the first pass: an earlier job's
             return
         if not file.regular:
             # a link could point the agent (often root) at a file the dump's writer may not read
@@ -99,12 +100,12 @@ class DumpWatcher:
             why = f"{path}: written by uid {file.uid}, not by the job's owner {owner}"
             self._refuse(file, DumpRefusal.WRONG_OWNER, why)
         elif self.reader.submit(DumpRequest(Path(path), self.host, job_id, file.rank, owner)):
-            self._remember(file.name, file.version)
+            self._remember(file)
         else:
             self.refused[DumpRefusal.QUEUE_FULL] += 1  # not remembered: queued again on a later poll
 
     def _refuse(self, file: DumpFile, reason: DumpRefusal, why: str) -> None:
-        self._remember(file.name, file.version)  # counted once per version, not once per poll
+        self._remember(file)  # counted once per version (over the cap: once per listing), not per poll
         self.refused[reason] += 1
         self._note(os.path.join(self.directory, file.name), why)
 
@@ -119,11 +120,14 @@ class DumpWatcher:
             out.extend(outcome.progress)
         return out
 
-    def _remember(self, name: str, version: tuple[int, int]) -> None:
-        self._seen.pop(name, None)
-        while len(self._seen) >= MAX_SEEN:
-            del self._seen[next(iter(self._seen))]
-        self._seen[name] = version
+    def _remember(self, file: DumpFile) -> None:
+        if file.over_cap:
+            return  # not tracked by the scanner (so met again only at its next listing): not kept either
+        seen = self._seen.setdefault(file.uid, {})
+        seen.pop(file.name, None)
+        while len(seen) >= self.scanner.max_files_per_owner:
+            del seen[next(iter(seen))]
+        seen[file.name] = file.version
 
     def _note(self, key: str, why: str) -> None:
         self.errors.pop(key, None)

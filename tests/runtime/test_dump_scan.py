@@ -118,5 +118,12 @@ def test_another_users_flood_neither_slows_each_poll_nor_hides_the_owners_dump(t
         assert watcher.wait_idle(60)
         progress += watcher.poll(job)
         assert {p.rank for p in progress} == {2}
+        # another full listing of the flood: the owner's dump is remembered, not read (and credited) again
+        os.utime(tmp_path, (time.time() - 30, time.time() - 30))
+        again = []
+        while watcher.scanner.passes_completed < 4:
+            again += watcher.poll(job)
+        assert watcher.wait_idle(60)
+        assert again + watcher.poll(job) == []
     finally:
         watcher.close()
