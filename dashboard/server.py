@@ -38,6 +38,8 @@ DASHBOARD_LIMITS: Final = Limits(
     head_timeout_seconds=HEAD_TIMEOUT_SECONDS,
     request_timeout_seconds=30.0,
     idle_timeout_seconds=60.0,
+    # the plotly bundle is ~4.5 MB: a browser on a slow VPN link needs more than the API's 10 s to read it
+    write_timeout_seconds=120.0,
 )
 
 
