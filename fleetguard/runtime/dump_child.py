@@ -10,7 +10,7 @@ Wire format (one line on stdout)::
 
     {"ok": true, "groups": [{"process_group": "0", "last_enqueued": 5, "last_started": 5,
                              "last_completed": 4, "op": "nccl:all_reduce", "size": 1024}, ...],
-     "problems": {"value_out_of_range": 1}}
+     "problems": {"value_out_of_range": 1}, "reader_uid": 65534}
     {"ok": false, "reason": "memory_limit" | "too_large" | "unreadable", "message": "..."}
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import sys
 from collections import Counter
@@ -74,7 +75,8 @@ def summary_of(dump: dict[str, Any]) -> dict[str, Any]:
         }
         for p in progress
     ]
-    return {"ok": True, "groups": groups, "problems": dict(problems.most_common(MAX_PROBLEM_KINDS))}
+    problem_counts = dict(problems.most_common(MAX_PROBLEM_KINDS))
+    return {"ok": True, "groups": groups, "problems": problem_counts, "reader_uid": os.getuid()}
 
 
 def progress_from_summary(
@@ -98,6 +100,15 @@ def progress_from_summary(
             if isinstance(kind, str) and len(kind) <= 32 and _bigint(count) and count > 0:
                 problems[kind] += count
     return [_group(g, host=host, job_id=job_id, rank=rank, ts=ts) for g in doc["groups"]]
+
+
+def reader_uid_of(text: bytes) -> int | None:
+    """The uid the child ran as, from its answer (None when it does not say)."""
+    try:
+        uid = json.loads(text[:MAX_SUMMARY_BYTES]).get("reader_uid")
+    except (ValueError, AttributeError):
+        return None
+    return uid if isinstance(uid, int) and not isinstance(uid, bool) and 0 <= uid < 1 << 32 else None
 
 
 def refusal_of(text: bytes) -> tuple[DumpRefusal, str] | None:

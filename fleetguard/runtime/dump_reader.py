@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import pwd
 import stat
 import subprocess
 import sys
@@ -24,12 +25,19 @@ from typing import Final
 
 from collectors.flight_recorder import MAX_DUMP_BYTES
 from fleetguard.records.runtime import CollectiveProgress
-from fleetguard.runtime.dump_child import DumpRefusal, SummaryError, progress_from_summary, refusal_of
+from fleetguard.runtime.dump_child import (
+    DumpRefusal,
+    SummaryError,
+    progress_from_summary,
+    reader_uid_of,
+    refusal_of,
+)
 
 log = logging.getLogger(__name__)
 
 CHILD_MODULE: Final = "fleetguard.runtime.dump_child"
 _POLL_SECONDS: Final = 0.1  # how often a waiting worker looks at its stop flag
+NOGROUP: Final = 65534
 _PACKAGE_ROOT: Final = str(Path(__file__).resolve().parents[2])  # where `fleetguard` and `collectors` live
 
 
@@ -61,6 +69,7 @@ class DumpOutcome:
     refusal: DumpRefusal | None = None
     message: str = ""
     problems: Counter[str] = field(default_factory=Counter)
+    reader_uid: int | None = None  # the uid the child that read it ran as
 
 
 def read_dump_isolated(
@@ -82,13 +91,66 @@ def read_dump_isolated(
             why = f"{info.st_size} bytes, over the {limits.max_bytes}-byte limit for a dump"
             return _refused(request, DumpRefusal.TOO_LARGE, why)
         # stamped with when the dump was written: older than a live report, it never overrides one
-        return _run_child(request, fd, info.st_mtime_ns / 1e9, limits, stop or threading.Event())
+        return _run_child(request, fd, info.st_mtime_ns / 1e9, limits, stop or threading.Event(), info.st_uid)
     finally:
         os.close(fd)
 
 
+def _child_identity(writer_uid: int) -> tuple[int, int] | None:
+    """(uid, gid) the child drops to: a root agent reads a user's dump as that user, so a flaw in the
+    unpickler that the dump's bytes could exploit gains its writer nothing; None: run as the agent."""
+    if os.geteuid() != 0 or writer_uid == 0:
+        return None
+    try:
+        gid = pwd.getpwuid(writer_uid).pw_gid
+    except KeyError:
+        gid = NOGROUP  # a uid without a passwd entry (a container's): no group of anyone's
+    return writer_uid, gid
+
+
+def _spawn(
+    argv: list[str], fd: int, env: dict[str, str], identity: tuple[int, int] | None
+) -> subprocess.Popen[bytes]:
+    """Start the child on `fd` (its stdin: it needs no right to the file's path), as `identity` where the
+    interpreter may be run by that user, else as the agent (said once)."""
+    global _warned_no_drop
+    try:
+        return subprocess.Popen(
+            argv,
+            stdin=fd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd="/",
+            env=env,
+            close_fds=True,
+            user=identity[0] if identity else None,
+            group=identity[1] if identity else None,
+            extra_groups=[] if identity else None,
+        )
+    except PermissionError as exc:
+        if identity is None:
+            raise
+        if not _warned_no_drop:
+            _warned_no_drop = True
+            log.warning(
+                "flight-recorder dumps are read as the agent, not their writers: uid %d cannot run %s (%s)",
+                identity[0],
+                argv[0],
+                exc.strerror or exc,
+            )
+        return _spawn(argv, fd, env, None)
+
+
+_warned_no_drop = False
+
+
 def _run_child(
-    request: DumpRequest, fd: int, written: float, limits: DumpLimits, stop: threading.Event
+    request: DumpRequest,
+    fd: int,
+    written: float,
+    limits: DumpLimits,
+    stop: threading.Event,
+    writer_uid: int,
 ) -> DumpOutcome:
     argv = [
         sys.executable,
@@ -101,9 +163,7 @@ def _run_child(
     ]
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": _PACKAGE_ROOT, "PYTHONDONTWRITEBYTECODE": "1"}
     try:
-        child = subprocess.Popen(
-            argv, stdin=fd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/", env=env, close_fds=True
-        )
+        child = _spawn(argv, fd, env, _child_identity(writer_uid))
     except OSError as exc:
         return _refused(request, DumpRefusal.CHILD_FAILED, f"cannot start the reader: {exc}")
     deadline = time.monotonic() + limits.wall_seconds
@@ -134,7 +194,7 @@ def _outcome(
     refused = refusal_of(out)
     if refused is not None:
         return _refused(request, *refused)
-    outcome = DumpOutcome(request)
+    outcome = DumpOutcome(request, reader_uid=reader_uid_of(out))
     try:
         outcome.progress = progress_from_summary(
             out,

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
@@ -14,7 +16,7 @@ import pytest
 
 from fleetguard.records.runtime import CollectiveProgress
 from fleetguard.runtime.dump_child import DumpRefusal
-from fleetguard.runtime.dump_reader import DumpLimits
+from fleetguard.runtime.dump_reader import DumpLimits, DumpRequest, read_dump_isolated
 from fleetguard.runtime.dump_watcher import MAX_ERRORS, DumpWatcher
 from fleetguard.runtime.trust import job_key
 
@@ -179,3 +181,26 @@ def test_a_dump_over_the_size_limit_is_refused_unread(tmp_path: Path, watch: Wat
     shutil.copy(REAL_DUMP, tmp_path / "nccl_trace_rank_0")
     assert read(watcher, "job-a") == []
     assert watcher.refused == {DumpRefusal.TOO_LARGE: 1}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to own a file as another user")
+def test_a_root_agent_reads_a_users_dump_as_that_user(tmp_path: Path) -> None:
+    # a flaw in the unpickler that a dump's bytes could exploit gains the dump's writer nothing
+    theirs, ours = tmp_path / "nccl_trace_rank_0", tmp_path / "nccl_trace_rank_1"
+    shutil.copy(REAL_DUMP, theirs)
+    shutil.copy(REAL_DUMP, ours)
+    os.chown(theirs, 65534, 65534)
+    as_user = read_dump_isolated(DumpRequest(theirs, "node1", "job-a", 0, 65534), DumpLimits())
+    as_root = read_dump_isolated(DumpRequest(ours, "node1", "job-b", 1, 0), DumpLimits())
+    assert as_root.refusal is None and as_root.progress and as_root.reader_uid == 0
+    assert as_user.refusal is None and as_user.progress
+    # where uid 65534 may run this interpreter (not from a venv under root's 0700 home), it ran as 65534
+    assert as_user.reader_uid == (65534 if _runnable_by(65534) else 0)
+
+
+def _runnable_by(uid: int) -> bool:
+    try:
+        done = subprocess.run([sys.executable, "-c", ""], user=uid, group=uid, extra_groups=[], timeout=60)
+    except PermissionError:
+        return False
+    return done.returncode == 0
