@@ -1,8 +1,10 @@
-"""A hardened HTTP/1.1 server for fleetguard's endpoints: runtime reports, /metrics, the controller's API.
+"""A hardened HTTP/1.1 server for fleetguard's endpoints: runtime reports, /metrics, the controller's API,
+the dashboard (through `fleetguard.wsgi_adapter`).
 
 One asyncio loop on one thread reads every connection; a fixed pool of worker threads runs the handler for
 complete requests only. So a slow or silent client (slowloris) holds no thread, only a small buffer until its
-deadline closes it; a request's head and body must arrive within `Limits.request_timeout_seconds` and a
+deadline closes it; a request's head and body must arrive within `Limits.request_timeout_seconds`, a new
+connection's head within `Limits.head_timeout_seconds` of its accept however slowly it trickles in, and a
 kept-alive connection may sit idle for `Limits.idle_timeout_seconds`. Bodies above `Limits.max_body_bytes`
 are answered 413 unread; JSON nested deeper than `Limits.max_json_depth` is a 400, never a RecursionError.
 Each response is written with one send on a TCP_NODELAY socket, so a keep-alive round trip does not wait
@@ -29,7 +31,9 @@ blocks (the /metrics one answers with bytes it already holds). `ssl_context=` se
 `request.connection.memo` keeps per-connection facts a handler looks up once (a sender's uid): a
 connection's requests are handled one at a time, in order. `owner_of=` names who holds a new connection (run
 on a worker once, before its first request; it may fill `memo`), and `Limits.max_connections_per_owner` caps
-each owner's share.
+each owner's share. `Limits.max_connections_per_address` caps each client address's share at accept (an
+IPv6 client's /64 is one address). A connection beyond any share is answered 503 with Retry-After and
+closed while the others are served.
 """
 
 from __future__ import annotations
