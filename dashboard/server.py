@@ -1,92 +1,68 @@
-"""`serve_dashboard`: the app on a threaded WSGI server in a background thread, stopped by `close()`."""
+"""`serve_dashboard`: the Dash app served by fleetguard's own asyncio server (`fleetguard.httpserve`)
+through a WSGI adapter, stopped by `close()`.
+
+Werkzeug's threaded server held a thread per connection from its first byte: 40 clients sending one header
+byte every 20 s held all of its slots and every `GET /` was refused. Here connections are read on one loop
+with a deadline for the whole request head, a share per client address and per local user, and only
+complete requests reach the app, on a fixed pool of worker threads."""
 
 from __future__ import annotations
 
-import logging
-import socket
-import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any, Final
-
-from werkzeug.serving import BaseWSGIServer, ThreadedWSGIServer, WSGIRequestHandler
+from typing import Final
 
 from dashboard.app import create_app
 from dashboard.context import StoreReader
 from dashboard.operator import Resolver
 from fleetguard.config import Config
+from fleetguard.httpserve import Connection, HttpServer, Limits
+from fleetguard.runtime.peer import connection_owner
+from fleetguard.wsgi_adapter import wsgi_handler
 
-log = logging.getLogger(__name__)
-
-MAX_CONNECTIONS: Final = 32  # served at once; more are closed at once rather than queued without bound
-READ_TIMEOUT_SECONDS: Final = 30.0  # a client that sends nothing for this long is dropped
-
-
-class _Handler(WSGIRequestHandler):
-    timeout = (
-        READ_TIMEOUT_SECONDS  # socketserver sets it on the connection: a silent client cannot pin a thread
-    )
-
-    def log_request(self, *args: Any, **kwargs: Any) -> None:
-        """The pages poll: a line per request would flood the daemon's log."""
-
-
-class _BoundedServer(ThreadedWSGIServer):
-    """Werkzeug's threaded server with a bound on connections served at once (a thread each)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
+WORKERS: Final = 8  # requests the app runs at once (each a few store reads); more wait on the loop
+# A browser opens up to 6 connections per site and keeps them alive; a share of 128 per address leaves room
+# for many tabs and the tests, while one client holding connections cannot take the 512 there are. On
+# loopback one local user can use any 127.x address, so each local user (and remote address) also has a
+# share, of 256.
+MAX_CONNECTIONS: Final = 512
+MAX_CONNECTIONS_PER_ADDRESS: Final = 128
+MAX_CONNECTIONS_PER_OWNER: Final = 256
+HEAD_TIMEOUT_SECONDS: Final = 10.0  # from accept to the end of the request head, however slowly it comes
+DASHBOARD_LIMITS: Final = Limits(
+    workers=WORKERS,
+    max_connections=MAX_CONNECTIONS,
+    max_connections_per_owner=MAX_CONNECTIONS_PER_OWNER,
+    max_connections_per_address=MAX_CONNECTIONS_PER_ADDRESS,
+    max_body_bytes=4 * 1024 * 1024,  # a callback request carries the inputs and state of a page
+    head_timeout_seconds=HEAD_TIMEOUT_SECONDS,
+    request_timeout_seconds=30.0,
+    idle_timeout_seconds=60.0,
+    # the plotly bundle is ~4.5 MB: a browser on a slow VPN link needs more than the API's 10 s to read it
+    write_timeout_seconds=120.0,
+)
 
 
 @dataclass
 class DashboardServer:
-    server: BaseWSGIServer
-    thread: threading.Thread
+    server: HttpServer
 
     @property
     def port(self) -> int:
-        return int(self.server.server_address[1])
+        return self.server.port
 
     @property
     def url(self) -> str:
-        host = str(self.server.server_address[0])
+        host = self.server.address
         shown = f"[{host}]" if ":" in host else host
         return f"http://{shown}:{self.port}/"
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=10)
+        self.server.stop()
 
 
-def _listen(address: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((address, port))
-        sock.listen(128)
-    except OSError:
-        sock.close()
-        raise
-    return sock
+def _owner(connection: Connection) -> Hashable:
+    return connection_owner(connection.peer, connection.local)
 
 
 def serve_dashboard(
@@ -96,17 +72,19 @@ def serve_dashboard(
     port: int | None = None,
     now: Callable[[], float] | None = None,
     resolver: Resolver | None = None,
+    limits: Limits = DASHBOARD_LIMITS,
 ) -> DashboardServer:
-    """Serve the dashboard on `[dashboard] address:port` (`port` overrides; 0 = any free port)."""
+    """Serve the dashboard on `[dashboard] address:port` (`port` overrides; 0 = any free port). A port that
+    cannot be listened on is a BindError (an OSError naming address and port)."""
     app = create_app(store_reader, config, now=now, resolver=resolver)
     address = config.dashboard.address
-    listener = _listen(address, config.dashboard.port if port is None else port)
-    # Werkzeug binds by itself only to print its own lines and sys.exit() when the port is taken: it is
-    # handed a socket already listening instead, and a taken port is an OSError for the caller to name.
-    try:
-        wsgi = _BoundedServer(address, 0, app.server, handler=_Handler, fd=listener.fileno())
-    finally:
-        listener.close()  # the server holds its own duplicate of the descriptor
-    thread = threading.Thread(target=wsgi.serve_forever, name="fleetguard-dashboard", daemon=True)
-    thread.start()
-    return DashboardServer(wsgi, thread)
+    server = HttpServer(
+        wsgi_handler(app.server),
+        address,
+        config.dashboard.port if port is None else port,
+        limits,
+        name="fleetguard-dashboard",
+        owner_of=_owner,
+    )
+    server.start()
+    return DashboardServer(server)

@@ -1,8 +1,10 @@
-"""A hardened HTTP/1.1 server for fleetguard's endpoints: runtime reports, /metrics, the controller's API.
+"""A hardened HTTP/1.1 server for fleetguard's endpoints: runtime reports, /metrics, the controller's API,
+the dashboard (through `fleetguard.wsgi_adapter`).
 
 One asyncio loop on one thread reads every connection; a fixed pool of worker threads runs the handler for
 complete requests only. So a slow or silent client (slowloris) holds no thread, only a small buffer until its
-deadline closes it; a request's head and body must arrive within `Limits.request_timeout_seconds` and a
+deadline closes it; a request's head and body must arrive within `Limits.request_timeout_seconds`, a new
+connection's head within `Limits.head_timeout_seconds` of its accept however slowly it trickles in, and a
 kept-alive connection may sit idle for `Limits.idle_timeout_seconds`. Bodies above `Limits.max_body_bytes`
 are answered 413 unread; JSON nested deeper than `Limits.max_json_depth` is a 400, never a RecursionError.
 Each response is written with one send on a TCP_NODELAY socket, so a keep-alive round trip does not wait
@@ -29,13 +31,17 @@ blocks (the /metrics one answers with bytes it already holds). `ssl_context=` se
 `request.connection.memo` keeps per-connection facts a handler looks up once (a sender's uid): a
 connection's requests are handled one at a time, in order. `owner_of=` names who holds a new connection (run
 on a worker once, before its first request; it may fill `memo`), and `Limits.max_connections_per_owner` caps
-each owner's share.
+each owner's share. `Limits.max_connections_per_address` caps each client address's share at accept (an
+IPv6 client's /64 is one address). A connection beyond any share is answered 503 with Retry-After and
+closed while the others are served.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
+import ipaddress
 import itertools
 import json
 import logging
@@ -59,10 +65,17 @@ class Limits:
     # Beyond this many from one owner (HttpServer's `owner_of`: a local sender's uid) likewise, so that one
     # user holding connections cannot take every one there is. None: no per-owner cap.
     max_connections_per_owner: int | None = None
+    # Beyond this many from one client address (an IPv6 client's /64) likewise, checked at accept with no
+    # lookup: a network peer holding half-open connections cannot take every slot. None: no per-address cap.
+    max_connections_per_address: int | None = None
     max_header_bytes: int = 16 * 1024
     max_headers: int = 100
     max_body_bytes: int = 1 << 20
     request_timeout_seconds: float = 10.0  # from a request's first byte to its last
+    # From a new connection's accept (a kept-alive one's next first byte) to the end of the request head,
+    # however the bytes trickle in: a client sending one byte every few seconds is cut off. None: as
+    # request_timeout_seconds (the body then has the rest of the request's deadline).
+    head_timeout_seconds: float | None = None
     idle_timeout_seconds: float = 120.0  # a kept-alive connection without a new request
     write_timeout_seconds: float = 10.0  # a client that does not read its answer
     max_json_depth: int = 64
@@ -150,7 +163,7 @@ class HttpStats:
     """Counts since start, updated on the server's loop thread (read them anywhere; they only grow)."""
 
     connections_accepted: int = 0
-    connections_refused: int = 0  # over max_connections or an owner's max_connections_per_owner
+    connections_refused: int = 0  # over max_connections, an owner's or an address's share
     requests: int = 0
     timeouts: int = 0  # connections closed for being too slow (head, body or answer)
     bad_requests: int = 0  # malformed, too large, unsupported
@@ -311,6 +324,7 @@ class HttpServer:
         self.limits = limits or Limits()
         self._owner_of = owner_of
         self._per_owner: dict[Hashable, int] = {}  # owner -> connections held (loop thread only)
+        self._per_address: dict[str, int] = {}  # client address key -> connections held (loop thread only)
         self.stats = HttpStats()
         self._handler = handler
         self._name = name
@@ -431,7 +445,14 @@ class HttpServer:
         if len(self._writers) >= self.limits.max_connections or self._stopping:
             await self._refuse(reader, writer, "too many connections")
             return
+        accepted = asyncio.get_running_loop().time()
         connection = Connection(conn_id, _address(writer, "peername"), _address(writer, "sockname"))
+        address = address_key(connection.peer[0])
+        share = self.limits.max_connections_per_address
+        if share is not None and self._per_address.get(address, 0) >= share:
+            await self._refuse(reader, writer, "too many connections from this address")
+            return
+        self._per_address[address] = self._per_address.get(address, 0) + 1
         self._writers[conn_id] = (writer, False)
         owner: Hashable = None
         counted = False
@@ -445,10 +466,11 @@ class HttpServer:
                     return
                 self._per_owner[owner] = self._per_owner.get(owner, 0) + 1
                 counted = True
-            await self._converse(reader, writer, connection)
+            await self._converse(reader, writer, connection, accepted)
         except (ConnectionError, OSError):
             pass  # the peer went away: nothing to answer
         finally:
+            _release(self._per_address, address)
             if counted:
                 left = self._per_owner[owner] - 1
                 if left:
@@ -474,7 +496,9 @@ class HttpServer:
 
     async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, why: str) -> None:
         self.stats.connections_refused += 1
-        writer.write(encode_response(_error_response(HttpError(503, why)), False))
+        refusal = _error_response(HttpError(503, why))
+        # a client that honours it (the agents' shippers do) comes back when a connection may be free
+        writer.write(encode_response(dataclasses.replace(refusal, headers=(("Retry-After", "1"),)), False))
         if self._refused_lingering >= _MAX_REFUSED_LINGERING:
             writer.transport.abort()  # a flood: no socket may outstay its refusal
             return
@@ -485,34 +509,54 @@ class HttpServer:
             self._refused_lingering -= 1
 
     async def _converse(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, connection: Connection
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        connection: Connection,
+        accepted: float,
     ) -> None:
+        loop = asyncio.get_running_loop()
+        head_seconds = self.limits.head_timeout_seconds or self.limits.request_timeout_seconds
         fresh = True
         while not self._stopping:
-            # A new connection must say something soon; a kept-alive one may wait for its next request.
-            idle = self.limits.request_timeout_seconds if fresh else self.limits.idle_timeout_seconds
+            # A new connection must send its whole head within the head deadline from accept; a kept-alive
+            # one may wait for its next request.
+            idle_until = accepted + head_seconds if fresh else loop.time() + self.limits.idle_timeout_seconds
             try:
-                async with asyncio.timeout(idle):
+                async with asyncio.timeout_at(idle_until):
                     first = await reader.read(1)
             except TimeoutError:
                 self.stats.timeouts += int(fresh)
                 return
             if not first:
                 return  # the client closed its side
+            started = loop.time()
+            head_until = min(
+                (accepted if fresh else started) + head_seconds, started + self.limits.request_timeout_seconds
+            )
             self._writers[connection.id] = (writer, True)
-            keep_alive = await self._exchange(first, reader, writer, connection)
+            keep_alive = await self._exchange(first, reader, writer, connection, (head_until, started))
             self._writers[connection.id] = (writer, False)
             if not keep_alive:
                 return
             fresh = False
 
     async def _exchange(
-        self, first: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, connection: Connection
+        self,
+        first: bytes,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        connection: Connection,
+        deadlines: tuple[float, float],
     ) -> bool:
-        """Read one request, answer it; whether the connection stays open."""
+        """Read one request (its head by `deadlines[0]`, all of it within request_timeout_seconds of its
+        first byte at `deadlines[1]`), answer it; whether the connection stays open."""
+        head_until, started = deadlines
         try:
-            async with asyncio.timeout(self.limits.request_timeout_seconds):
-                head, body = await self._read_request(first, reader, writer)
+            async with asyncio.timeout_at(head_until):
+                head = await self._read_head(first, reader)
+            async with asyncio.timeout_at(started + self.limits.request_timeout_seconds):
+                body = await self._read_body(head, reader, writer)
         except TimeoutError:
             self.stats.timeouts += 1
             return False
@@ -535,18 +579,19 @@ class HttpServer:
         await self._write(writer, encode_response(response, keep_alive, head_only=head.method == "HEAD"))
         return keep_alive
 
-    async def _read_request(
-        self, first: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> tuple[_Head, bytes]:
+    async def _read_head(self, first: bytes, reader: asyncio.StreamReader) -> _Head:
         raw = (first + await reader.readuntil(b"\r\n\r\n")).lstrip(b"\r\n")
         if len(raw) > self.limits.max_header_bytes:
             raise HttpError(431, "request head too large")
-        head = _parse_head(raw[:-4], self.limits.max_headers)
+        return _parse_head(raw[:-4], self.limits.max_headers)
+
+    async def _read_body(
+        self, head: _Head, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bytes:
         length = _content_length(head, self.limits.max_body_bytes)
         if length and head.headers.get("expect", "").lower() == "100-continue":
             writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        body = await reader.readexactly(length) if length else b""
-        return head, body
+        return await reader.readexactly(length) if length else b""
 
     async def _answer(self, request: Request) -> Response:
         if self._inline:
@@ -590,6 +635,29 @@ async def _linger_close(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
         pass
     finally:
         writer.close()
+
+
+def address_key(host: str) -> str:
+    """Whose share a connection from `host` counts against: the address itself, but an IPv6 client's /64
+    (one host can use any address of its prefix) and an IPv4-mapped one's IPv4 address."""
+    try:
+        ip = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return host
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        if not ip.is_loopback:
+            return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
+
+
+def _release(counts: dict[str, int], key: str) -> None:
+    left = counts.get(key, 0) - 1
+    if left > 0:
+        counts[key] = left
+    else:
+        counts.pop(key, None)
 
 
 def _listen(address: str, port: int, backlog: int) -> socket.socket:

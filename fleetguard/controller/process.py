@@ -32,6 +32,11 @@ log = logging.getLogger(__name__)
 # Workers mostly wait for their group to commit, so many of them cost memory, not CPU; and every batch in
 # flight can join the next group, so their number caps the group size and with it ingest throughput.
 WORKERS = 512
+# Per-client bounds (4,200 half-open connections from one client once held all 4,096): one address (an IPv6
+# client's /64) holds at most a quarter of the connections, room for a load generator's 512 on loopback,
+# and a request head must be in within 10 s of the accept however slowly its bytes come.
+MAX_CONNECTIONS_PER_ADDRESS = 1024
+HEAD_TIMEOUT_SECONDS = 10.0
 # DuckDB checkpoints when the WAL reaches this; a checkpoint stalls commits. The default (16 MB) is reached
 # every few seconds at 2,000 hosts, each stall ~0.3 s; larger means rarer stalls for the same total work.
 CHECKPOINT_THRESHOLD = "256MB"
@@ -121,7 +126,13 @@ def start_controller(config: Config, clock: Clock | None = None) -> RunningContr
                 read_needs_token=reads_need_token(address), silent_after_seconds=ctl.silent_after_seconds
             ),
         )
-        limits = Limits(workers=WORKERS, max_body_bytes=ctl.max_body_bytes, request_timeout_seconds=30.0)
+        limits = Limits(
+            workers=WORKERS,
+            max_body_bytes=ctl.max_body_bytes,
+            request_timeout_seconds=30.0,  # a large batch on a slow link
+            head_timeout_seconds=HEAD_TIMEOUT_SECONDS,
+            max_connections_per_address=MAX_CONNECTIONS_PER_ADDRESS,
+        )
         tls = tls_context(ctl.tls_cert, ctl.tls_key) if ctl.tls_cert else None
         server = HttpServer(api, address, port, limits, name="fleetguard-controller", ssl_context=tls)
     except BaseException:

@@ -256,6 +256,8 @@ class RuntimeService:
         for thread in self._threads:
             thread.join(timeout=self.config.restart_grace_seconds + 10)
         self.watcher.stop()
+        if self._dumps is not None:
+            self._dumps.close()
         self.flush(final=True)
 
     # ---- inputs (called from server / watcher threads; public for tests) ----
@@ -401,6 +403,11 @@ class RuntimeService:
     @property
     def _idle_seconds(self) -> float:
         return self.config.limits.job_idle_seconds
+
+    def wait_for_dumps(self, timeout_seconds: float) -> bool:
+        """Wait until every flight-recorder dump queued by a tick has been read (the next tick takes the
+        records); whether that happened in time."""
+        return self._dumps is None or self._dumps.wait_idle(timeout_seconds)
 
     def _read_dumps(self) -> None:
         """New flight-recorder dumps -> collective progress for hang localisation. A dump does not say which

@@ -520,7 +520,9 @@ def test_flight_recorder_dumps_feed_hang_localisation_while_one_job_runs(ranks, 
     service = make_service(clock, sink, flight_recorder_dir=str(tmp_path))
     report(service, clock, 0, ranks[0].pid, step=5)
     shutil.copy(dump, tmp_path / "nccl_trace_rank_0")
-    service.tick_once()
+    service.tick_once()  # queues the dump: a child reads it off the tick
+    assert service.wait_for_dumps(60)
+    service.tick_once()  # picks up what it read
     from_dumps = [c for c in sink.of(CollectiveProgress) if c.source == "flight_recorder"]
     assert from_dumps and {(c.job_id, c.rank) for c in from_dumps} == {(JOB, 0)}
     service.stop()
