@@ -1,9 +1,40 @@
-"""Fixtures shared across the test folders."""
+"""Fixtures shared across the test folders, and the suite's leak check.
+
+The leak check (enforced for every test; nothing opts out):
+
+A test fails at teardown ("ERROR at teardown") if, once its fixtures are torn down and after a grace of
+``LEAK_GRACE_S`` for things that are finishing, it leaves behind
+
+- a thread (daemon or not) that was not running before its setup began;
+- a process descended from the pytest process (direct or indirect: pytest is made a child subreaper, so a
+  daemonised grandchild whose parent exited is still counted), including a zombie nobody reaped and a
+  stopped (SIGSTOP) process.
+
+So: stop and join every thread and server you start, wait for every child you spawn (``proc.wait()`` after
+``kill()``), and for a process you SIGSTOP send SIGCONT, kill and wait in a ``finally`` or fixture teardown.
+Resources made by a module-, class-, package- or session-scoped fixture are checked when that fixture is torn
+down, not after every test that uses it; threads such a resource starts later, while a test runs (a server's
+per-request thread), belong to that test and must end with it. The report names each leak: thread name, the
+test or fixture that started it and the code that called ``Thread.start``; process pid, state and command line.
+Leaked processes are killed and reaped after they are reported, so one leak does not spill into later tests.
+The only exceptions are the commented entries in ``_ALLOWED_THREADS``/``_ALLOWED_PROCESSES``: process-wide
+singletons a library starts once and never stops.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import pytest
 
@@ -16,3 +47,277 @@ def store(tmp_path: Path) -> Iterator[Store]:
     s = Store.open(tmp_path / "fleet.duckdb")
     yield s
     s.close()
+
+
+# --------------------------------------------------------------------------------------------------------
+# Leak check
+# --------------------------------------------------------------------------------------------------------
+
+# Long enough for a thread told to stop to notice and exit, short enough that a real leak costs little.
+LEAK_GRACE_S = 2.0
+_POLL_S = 0.02
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+@dataclass(eq=False)
+class _Owner:
+    """Who is accountable for what starts while it is current: a test, or a wider-scoped fixture."""
+
+    label: str
+    threads: weakref.WeakSet[threading.Thread] = field(default_factory=weakref.WeakSet)
+    processes: set[_ProcId] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class _ProcId:
+    """A process by pid and start time, so a reused pid is not mistaken for the process it replaced."""
+
+    pid: int
+    start_ticks: int
+
+
+@dataclass(frozen=True)
+class _ProcInfo:
+    ident: _ProcId
+    ppid: int
+    state: str
+    comm: str
+
+
+@dataclass(frozen=True)
+class _Origin:
+    owner_label: str
+    where: str
+
+
+# Threads a library starts once per process and never stops; a name prefix and why it is allowed.
+_ALLOWED_THREADS: tuple[tuple[str, str], ...] = ()
+
+# Processes a library starts once per process and never stops; a command-line fragment and why.
+_ALLOWED_PROCESSES: tuple[tuple[str, str], ...] = ()
+
+# Frames that only pass a Thread.start call along: the threading module, this file, pytest and pluggy.
+_NOT_CALLERS = (threading.__file__, __file__, "/_pytest/", "/pluggy/")
+
+_origins: weakref.WeakKeyDictionary[threading.Thread, _Origin] = weakref.WeakKeyDictionary()
+_owner_stack: list[_Owner] = []
+_fixture_owners: dict[int, _Owner] = {}  # id(FixtureDef) -> owner, while that fixture is set up
+_finalized: list[_Owner] = []  # fixtures torn down since the last check
+_baselines: dict[str, tuple[set[threading.Thread], set[_ProcId]]] = {}
+_original_start: Callable[[threading.Thread], None] = threading.Thread.start
+
+
+def _caller_summary(frame: FrameType | None, depth: int = 4) -> str:
+    """A few frames of where Thread.start was called from, skipping the threading module's own frames."""
+    parts: list[str] = []
+    while frame is not None and len(parts) < depth:
+        code = frame.f_code
+        if not any(skip in code.co_filename for skip in _NOT_CALLERS):
+            parts.append(f"{_short_path(code.co_filename)}:{frame.f_lineno} in {code.co_name}")
+        frame = frame.f_back
+    return " <- ".join(parts) or "unknown"
+
+
+def _short_path(path: str) -> str:
+    for marker in ("/site-packages/", "/lib/python3"):
+        if marker in path:
+            return path.split(marker, 1)[1]
+    try:
+        return str(Path(path).relative_to(Path.cwd()))
+    except ValueError:
+        return path
+
+
+def _recording_start(self: threading.Thread) -> None:
+    owner = _owner_stack[-1] if _owner_stack else None
+    _origins[self] = _Origin(owner.label if owner else "outside any test", _caller_summary(sys._getframe(1)))
+    if owner is not None:
+        owner.threads.add(self)
+    _original_start(self)
+
+
+threading.Thread.start = _recording_start  # type: ignore[method-assign]
+
+
+def _read_proc(pid: str) -> _ProcInfo | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes().decode(errors="replace")
+    except OSError:
+        return None
+    comm = raw[raw.index("(") + 1 : raw.rindex(")")]
+    rest = raw[raw.rindex(")") + 2 :].split()
+    return _ProcInfo(_ProcId(int(pid), int(rest[19])), int(rest[1]), rest[0], comm)
+
+
+def _descendants() -> dict[_ProcId, _ProcInfo]:
+    """Every process whose ancestry leads to this one, by a scan of /proc."""
+    children: dict[int, list[_ProcInfo]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            info = _read_proc(name)
+            if info is not None:
+                children.setdefault(info.ppid, []).append(info)
+    found: dict[_ProcId, _ProcInfo] = {}
+    todo = [os.getpid()]
+    while todo:
+        for info in children.get(todo.pop(), []):
+            if info.ident not in found:
+                found[info.ident] = info
+                todo.append(info.ident.pid)
+    return found
+
+
+def _cmdline(info: _ProcInfo) -> str:
+    try:
+        raw = Path(f"/proc/{info.ident.pid}/cmdline").read_bytes()
+    except OSError:
+        raw = b""
+    return raw.replace(b"\0", b" ").decode(errors="replace").strip() or f"[{info.comm}]"
+
+
+def _thread_allowed(thread: threading.Thread) -> bool:
+    return thread is threading.main_thread() or any(thread.name.startswith(p) for p, _ in _ALLOWED_THREADS)
+
+
+def _process_allowed(info: _ProcInfo) -> bool:
+    cmdline = _cmdline(info)
+    return any(fragment in cmdline for fragment, _ in _ALLOWED_PROCESSES)
+
+
+def _held_by_live_fixtures() -> tuple[set[threading.Thread], set[_ProcId]]:
+    threads: set[threading.Thread] = set()
+    procs: set[_ProcId] = set()
+    for owner in _fixture_owners.values():
+        threads.update(owner.threads)
+        procs.update(owner.processes)
+    return threads, procs
+
+
+def _wait_for_threads(threads: set[threading.Thread], deadline: float) -> list[threading.Thread]:
+    for thread in threads:
+        if not isinstance(thread, threading._DummyThread):  # type: ignore[attr-defined]
+            thread.join(max(0.0, deadline - time.monotonic()))
+    return sorted((t for t in threads if t.is_alive()), key=lambda t: t.name)
+
+
+def _wait_for_processes(procs: set[_ProcId], deadline: float) -> list[_ProcInfo]:
+    while True:
+        alive = {k: v for k, v in _descendants().items() if k in procs}
+        # A zombie whose parent is pytest never goes by itself; anything else may still be exiting.
+        finishing = [i for i in alive.values() if not (i.state == "Z" and i.ppid == os.getpid())]
+        if not finishing or time.monotonic() >= deadline:
+            return sorted(alive.values(), key=lambda i: i.ident.pid)
+        time.sleep(_POLL_S)
+
+
+def _describe_thread(thread: threading.Thread) -> str:
+    origin = _origins.get(thread)
+    started = f"started by {origin.owner_label} at {origin.where}" if origin else "not started via Thread.start"
+    return f"thread {thread.name!r} (daemon={thread.daemon}) {started}"
+
+
+def _describe_process(info: _ProcInfo) -> str:
+    state = {"T": "STOPPED (send SIGCONT, kill, wait)", "t": "traced", "Z": "zombie (never waited for)"}
+    return f"process {info.ident.pid} state {info.state} {state.get(info.state, '')}: {_cmdline(info)}".rstrip()
+
+
+def _kill_and_reap(leaked: list[_ProcInfo]) -> None:
+    """Stop leaked processes from spilling into later tests: kill them and reap those that are ours."""
+    for info in leaked:
+        try:
+            os.kill(info.ident.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + LEAK_GRACE_S
+    pending = {i.ident.pid for i in leaked}
+    while pending and time.monotonic() < deadline:
+        for pid in list(pending):
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:  # not our child (its own parent reaps it) or reaped already
+                done = pid
+            if done:
+                pending.discard(pid)
+        if pending:
+            time.sleep(_POLL_S)
+
+
+def _leak_report(nodeid: str) -> str | None:
+    """Compare with the test's baseline, after its teardown; None when it left nothing behind."""
+    base_threads, base_procs = _baselines.pop(nodeid, (set(), set()))
+    held_threads, held_procs = _held_by_live_fixtures()
+    finished_fixtures, _finalized[:] = list(_finalized), []
+    threads = {t for t in threading.enumerate() if t not in base_threads and t not in held_threads}
+    procs = {p for p in _descendants() if p not in base_procs and p not in held_procs}
+    for owner in finished_fixtures:
+        threads.update(t for t in owner.threads if t.is_alive())
+        procs.update(owner.processes)
+    threads = {t for t in threads if not _thread_allowed(t)}
+    deadline = time.monotonic() + LEAK_GRACE_S
+    leaked_threads = _wait_for_threads(threads, deadline)
+    leaked_procs = [i for i in _wait_for_processes(procs, deadline) if not _process_allowed(i)]
+    if not leaked_threads and not leaked_procs:
+        return None
+    lines = [_describe_thread(t) for t in leaked_threads] + [_describe_process(i) for i in leaked_procs]
+    _kill_and_reap(leaked_procs)
+    return (
+        f"leak check: {nodeid} (or a fixture it tore down) left {len(leaked_threads)} thread(s) and "
+        f"{len(leaked_procs)} process(es) behind {LEAK_GRACE_S:g} s after teardown; stop/join/reap what you "
+        "start (see tests/conftest.py):\n  " + "\n  ".join(lines)
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Orphaned grandchildren are re-parented to pytest instead of init, so a daemonised process a test left
+    # behind is still found (and reaped) here.
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> Iterator[Any]:
+    if fixturedef.scope == "function":
+        return (yield)
+    owner = _Owner(f"fixture {fixturedef.argname!r} ({fixturedef.scope} scope)")
+    before = set(_descendants())
+    _owner_stack.append(owner)
+    try:
+        return (yield)
+    finally:
+        _owner_stack.remove(owner)
+        _, held_procs = _held_by_live_fixtures()
+        owner.processes = set(_descendants()) - before - held_procs
+        _fixture_owners[id(fixturedef)] = owner
+
+
+def pytest_fixture_post_finalizer(fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> None:
+    owner = _fixture_owners.pop(id(fixturedef), None)
+    if owner is not None:
+        _finalized.append(owner)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    _baselines[item.nodeid] = (set(threading.enumerate()), set(_descendants()))
+    _owner_stack.append(_Owner(f"test {item.nodeid}"))
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    try:
+        result = yield
+    except BaseException as exc:
+        report = _end_of_test(item)
+        if report:
+            exc.add_note(report)
+        raise
+    report = _end_of_test(item)
+    if report:
+        pytest.fail(report, pytrace=False)
+    return result
+
+
+def _end_of_test(item: pytest.Item) -> str | None:
+    _owner_stack[:] = [o for o in _owner_stack if o.label != f"test {item.nodeid}"]
+    return _leak_report(item.nodeid)
