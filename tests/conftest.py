@@ -15,7 +15,8 @@ So: stop and join every thread and server you start, wait for every child you sp
 Resources made by a module-, class-, package- or session-scoped fixture are checked when that fixture is torn
 down, not after every test that uses it; threads such a resource starts later, while a test runs (a server's
 per-request thread), belong to that test and must end with it. The report names each leak: thread name, the
-test or fixture that started it and the code that called ``Thread.start``; process pid, state and command line.
+test or fixture that started it and the code that called ``Thread.start``; process pid, state and command
+line.
 Leaked processes are killed and reaped after they are reported, so one leak does not spill into later tests.
 The only exceptions are the commented entries in ``_ALLOWED_THREADS``/``_ALLOWED_PROCESSES``: process-wide
 singletons a library starts once and never stops.
@@ -23,6 +24,7 @@ singletons a library starts once and never stops.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -212,22 +214,23 @@ def _wait_for_processes(procs: set[_ProcId], deadline: float) -> list[_ProcInfo]
 
 def _describe_thread(thread: threading.Thread) -> str:
     origin = _origins.get(thread)
-    started = f"started by {origin.owner_label} at {origin.where}" if origin else "not started via Thread.start"
+    if origin is None:
+        return f"thread {thread.name!r} (daemon={thread.daemon}) not started via Thread.start"
+    started = f"started by {origin.owner_label} at {origin.where}"
     return f"thread {thread.name!r} (daemon={thread.daemon}) {started}"
 
 
 def _describe_process(info: _ProcInfo) -> str:
     state = {"T": "STOPPED (send SIGCONT, kill, wait)", "t": "traced", "Z": "zombie (never waited for)"}
-    return f"process {info.ident.pid} state {info.state} {state.get(info.state, '')}: {_cmdline(info)}".rstrip()
+    described = f"{info.state} {state.get(info.state, '')}".rstrip()
+    return f"process {info.ident.pid} state {described}: {_cmdline(info)}"
 
 
 def _kill_and_reap(leaked: list[_ProcInfo]) -> None:
     """Stop leaked processes from spilling into later tests: kill them and reap those that are ours."""
     for info in leaked:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(info.ident.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     deadline = time.monotonic() + LEAK_GRACE_S
     pending = {i.ident.pid for i in leaked}
     while pending and time.monotonic() < deadline:

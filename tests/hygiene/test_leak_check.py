@@ -54,7 +54,8 @@ def test_a_thread_left_running_fails_the_test_naming_the_thread_and_where_it_sta
     assert result.returncode == 1, result.stdout
     assert _outcome(result) == "2 passed, 1 error"
     assert "ERROR at teardown of test_leaks_a_thread" in result.stdout
-    assert "thread 'forgotten-worker' (daemon=True) started by test test_case.py::test_leaks_a_thread" in result.stdout
+    named = "thread 'forgotten-worker' (daemon=True) started by test test_case.py::test_leaks_a_thread"
+    assert named in result.stdout
     assert "test_case.py:6 in test_leaks_a_thread" in result.stdout
 
 
@@ -65,7 +66,8 @@ def test_a_stopped_child_fails_the_test_and_is_killed_and_reaped(tmp_path: Path)
         import os, signal, subprocess, sys
 
         def test_stops_a_child_and_forgets_it():
-            proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)  # leak-check-sleeper"])
+            sleeper = "import time; time.sleep(600)  # leak-check-sleeper"
+            proc = subprocess.Popen([sys.executable, "-c", sleeper])
             os.kill(proc.pid, signal.SIGSTOP)
             while open(f"/proc/{proc.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "T":
                 pass
@@ -117,7 +119,8 @@ def test_a_module_fixture_is_checked_when_it_is_torn_down_not_after_each_test(tm
         @pytest.fixture(scope="module")
         def server():
             # It ends by itself, long after the check gave up on it (the subprocess still exits).
-            thread = threading.Thread(target=threading.Event().wait, args=(20,), name="module-server", daemon=True)
+            wait = threading.Event().wait
+            thread = threading.Thread(target=wait, args=(20,), name="module-server", daemon=True)
             thread.start()
             yield thread
             # Teardown forgets to stop and join it: the last test in the module reports the leak.
