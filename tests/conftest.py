@@ -28,6 +28,7 @@ import contextlib
 import ctypes
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -140,6 +141,29 @@ def _recording_start(self: threading.Thread) -> None:
 
 threading.Thread.start = _recording_start  # type: ignore[method-assign]
 
+# Pids this process started itself. Being a subreaper, pytest also adopts the orphans of its children's
+# children; one that has exited (a zombie) is reaped quietly, as init would have, while a zombie of a child
+# pytest started itself means the test never waited for it.
+_spawned: set[int] = set()
+_original_execute_child = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+_original_fork = os.fork
+
+
+def _recording_execute_child(self: subprocess.Popen[Any], *args: Any, **kwargs: Any) -> None:
+    _original_execute_child(self, *args, **kwargs)
+    _spawned.add(self.pid)
+
+
+def _recording_fork() -> int:
+    pid = _original_fork()
+    if pid:
+        _spawned.add(pid)
+    return pid
+
+
+subprocess.Popen._execute_child = _recording_execute_child  # type: ignore[attr-defined]
+os.fork = _recording_fork
+
 
 def _read_proc(pid: str) -> _ProcInfo | None:
     try:
@@ -202,9 +226,20 @@ def _wait_for_threads(threads: set[threading.Thread], deadline: float) -> list[t
     return sorted((t for t in threads if t.is_alive()), key=lambda t: t.name)
 
 
+def _reap_adopted_zombies(found: dict[_ProcId, _ProcInfo]) -> dict[_ProcId, _ProcInfo]:
+    """Reap orphans pytest adopted that have exited; return what is left."""
+    me = os.getpid()
+    for ident, info in list(found.items()):
+        if info.state == "Z" and info.ppid == me and ident.pid not in _spawned:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(ident.pid, os.WNOHANG)
+            del found[ident]
+    return found
+
+
 def _wait_for_processes(procs: set[_ProcId], deadline: float) -> list[_ProcInfo]:
     while True:
-        alive = {k: v for k, v in _descendants().items() if k in procs}
+        alive = {k: v for k, v in _reap_adopted_zombies(_descendants()).items() if k in procs}
         # A zombie whose parent is pytest never goes by itself; anything else may still be exiting.
         finishing = [i for i in alive.values() if not (i.state == "Z" and i.ppid == os.getpid())]
         if not finishing or time.monotonic() >= deadline:
@@ -323,4 +358,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 def _end_of_test(item: pytest.Item) -> str | None:
     _owner_stack[:] = [o for o in _owner_stack if o.label != f"test {item.nodeid}"]
-    return _leak_report(item.nodeid)
+    report = _leak_report(item.nodeid)
+    # Forget pids that are gone, so a reused pid is not taken for a child pytest started itself.
+    _spawned.intersection_update(p.pid for p in _descendants())
+    return report
