@@ -219,6 +219,23 @@ def _held_by_live_fixtures() -> tuple[set[threading.Thread], set[_ProcId]]:
     return threads, procs
 
 
+def _adopt_into_fixture(proc: _ProcId, found: dict[_ProcId, _ProcInfo]) -> bool:
+    """A process that a wider-scoped fixture's process started (a browser's renderer) is that fixture's,
+    checked when it is torn down; True when `proc` is, or now counts as, a live fixture's."""
+    by_pid = {i.pid: i for i in found}
+    chain: list[_ProcId] = []
+    current: _ProcId | None = proc
+    while current is not None:
+        for owner in _fixture_owners.values():
+            if current in owner.processes:
+                owner.processes.update(chain)
+                return True
+        chain.append(current)
+        parent = by_pid.get(found[current].ppid)
+        current = parent if parent in found else None
+    return False
+
+
 def _wait_for_threads(threads: set[threading.Thread], deadline: float) -> list[threading.Thread]:
     for thread in threads:
         if not isinstance(thread, threading._DummyThread):  # type: ignore[attr-defined]
@@ -283,10 +300,11 @@ def _kill_and_reap(leaked: list[_ProcInfo]) -> None:
 def _leak_report(nodeid: str) -> str | None:
     """Compare with the test's baseline, after its teardown; None when it left nothing behind."""
     base_threads, base_procs = _baselines.pop(nodeid, (set(), set()))
-    held_threads, held_procs = _held_by_live_fixtures()
+    held_threads, _ = _held_by_live_fixtures()
     finished_fixtures, _finalized[:] = list(_finalized), []
     threads = {t for t in threading.enumerate() if t not in base_threads and t not in held_threads}
-    procs = {p for p in _descendants() if p not in base_procs and p not in held_procs}
+    found = _descendants()
+    procs = {p for p in found if p not in base_procs and not _adopt_into_fixture(p, found)}
     for owner in finished_fixtures:
         threads.update(t for t in owner.threads if t.is_alive())
         procs.update(owner.processes)
