@@ -42,9 +42,10 @@ def _login(nats: NatsServer, user: str, inbox_owner: str = "") -> NatsLogin:
 
 
 async def _publish_as(
-    nats: NatsServer, user: str, subject: str, body: bytes, mid: str
+    nats: NatsServer, user: str, subject: str, body: bytes, mid: str, ack_timeout: float = 30
 ) -> tuple[bool, list[str]]:
-    """Publish once as `user`; (acked by JetStream, the errors the server sent)."""
+    """Publish once as `user`; (acked by JetStream, the errors the server sent). A refused publish is never
+    answered, so it waits `ack_timeout`; one expected to succeed gets a loaded server's worth of time."""
     errors: list[str] = []
 
     async def on_error(exc: Exception) -> None:
@@ -53,7 +54,7 @@ async def _publish_as(
     nc = await connect(_login(nats, user, user), f"test {user}", on_error=on_error)
     try:
         try:
-            await nc.jetstream().publish(subject, body, timeout=3, headers={MSG_ID_HEADER: mid})
+            await nc.jetstream().publish(subject, body, timeout=ack_timeout, headers={MSG_ID_HEADER: mid})
             acked = True
         except Exception:
             acked = False
@@ -78,7 +79,9 @@ def test_a_host_cannot_publish_to_another_hosts_subject(nats: NatsServer) -> Non
     assert asyncio.run(_stream_messages(nats)) == 0
     forged = batch("a2", 1)
     acked, errors = asyncio.run(
-        _publish_as(nats, "a1", subject_for("red", "a2"), encode(forged), msg_id("a2", "boot-1", 1))
+        _publish_as(
+            nats, "a1", subject_for("red", "a2"), encode(forged), msg_id("a2", "boot-1", 1), ack_timeout=3
+        )
     )
     assert not acked
     assert any("permissions violation for publish" in e.lower() for e in errors), errors
@@ -162,5 +165,6 @@ def test_published_batches_go_through_the_ingest_checks(tmp_path: Path, nats: Na
         assert row is not None and row[0] == 1
     finally:
         con.close()
-    # Terminated messages are gone for good; nothing is left to redeliver.
-    assert asyncio.run(_stream_messages(nats)) == 0
+    # Terminated messages are gone for good; nothing is left to redeliver. The server applies the acks and
+    # terms the consumer sent on its own connection after it answers this one: wait for them, not a guess.
+    _wait(lambda: asyncio.run(_stream_messages(nats)) == 0)
