@@ -238,7 +238,7 @@ def _adopt_into_fixture(proc: _ProcId, found: dict[_ProcId, _ProcInfo]) -> bool:
 
 def _wait_for_threads(threads: set[threading.Thread], deadline: float) -> list[threading.Thread]:
     for thread in threads:
-        if not isinstance(thread, threading._DummyThread):  # type: ignore[attr-defined]
+        if not isinstance(thread, threading._DummyThread):  # a foreign thread cannot be joined
             thread.join(max(0.0, deadline - time.monotonic()))
     return sorted((t for t in threads if t.is_alive()), key=lambda t: t.name)
 
