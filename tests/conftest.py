@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -94,10 +95,20 @@ class _Origin:
 
 
 # Threads a library starts once per process and never stops; a name prefix and why it is allowed.
-_ALLOWED_THREADS: tuple[tuple[str, str], ...] = ()
+_ALLOWED_THREADS: tuple[tuple[str, str], ...] = (
+    (
+        "Dask-Offload",
+        "distributed.utils._offload_executor: a module-level one-thread pool, shut down only at exit",
+    ),
+)
 
 # Processes a library starts once per process and never stops; a command-line fragment and why.
-_ALLOWED_PROCESSES: tuple[tuple[str, str], ...] = ()
+_ALLOWED_PROCESSES: tuple[tuple[str, str], ...] = (
+    (
+        "from multiprocessing.resource_tracker import main",
+        "multiprocessing's resource tracker: one per process, started on first use, ends when pytest exits",
+    ),
+)
 
 # Frames that only pass a Thread.start call along: the threading module, this file, pytest and pluggy.
 _NOT_CALLERS = (threading.__file__, __file__, "/_pytest/", "/pluggy/")
@@ -110,7 +121,7 @@ _baselines: dict[str, tuple[set[threading.Thread], set[_ProcId]]] = {}
 _original_start: Callable[[threading.Thread], None] = threading.Thread.start
 
 
-def _caller_summary(frame: FrameType | None, depth: int = 4) -> str:
+def _caller_summary(frame: FrameType | None, depth: int = 6) -> str:
     """A few frames of where Thread.start was called from, skipping the threading module's own frames."""
     parts: list[str] = []
     while frame is not None and len(parts) < depth:
@@ -122,9 +133,11 @@ def _caller_summary(frame: FrameType | None, depth: int = 4) -> str:
 
 
 def _short_path(path: str) -> str:
-    for marker in ("/site-packages/", "/lib/python3"):
-        if marker in path:
-            return path.split(marker, 1)[1]
+    if "/site-packages/" in path:
+        return path.split("/site-packages/", 1)[1]
+    stdlib = re.search(r"/lib/python3\.\d+/", path)
+    if stdlib:
+        return path[stdlib.end() :]
     try:
         return str(Path(path).relative_to(Path.cwd()))
     except ValueError:
