@@ -13,11 +13,11 @@ A test fails at teardown ("ERROR at teardown") if, once its fixtures are torn do
 So: stop and join every thread and server you start, wait for every child you spawn (``proc.wait()`` after
 ``kill()``), and for a process you SIGSTOP send SIGCONT, kill and wait in a ``finally`` or fixture teardown.
 Resources made by a module-, class-, package- or session-scoped fixture are checked when that fixture is torn
-down, not after every test that uses it; threads such a resource starts later, while a test runs (a server's
-per-request thread), belong to that test and must end with it. The report names each leak: thread name, the
-test or fixture that started it and the code that called ``Thread.start``; process pid, state and command
-line.
-Leaked processes are killed and reaped after they are reported, so one leak does not spill into later tests.
+down, not after every test that uses it, and so are the threads and processes that such a resource's own
+threads and processes start later (a server's pool workers, a browser's renderers). The report names each
+leak: thread name, the test or fixture that owns it and the code that called ``Thread.start``; process pid,
+state and command line. Leaked processes are killed and reaped after they are reported, so one leak does not
+spill into later tests.
 The only exceptions are the commented entries in ``_ALLOWED_THREADS``/``_ALLOWED_PROCESSES``: process-wide
 singletons a library starts once and never stops.
 """
@@ -114,6 +114,7 @@ _ALLOWED_PROCESSES: tuple[tuple[str, str], ...] = (
 _NOT_CALLERS = (threading.__file__, __file__, "/_pytest/", "/pluggy/")
 
 _origins: weakref.WeakKeyDictionary[threading.Thread, _Origin] = weakref.WeakKeyDictionary()
+_thread_owners: weakref.WeakKeyDictionary[threading.Thread, _Owner] = weakref.WeakKeyDictionary()
 _owner_stack: list[_Owner] = []
 _fixture_owners: dict[int, _Owner] = {}  # id(FixtureDef) -> owner, while that fixture is set up
 _finalized: list[_Owner] = []  # fixtures torn down since the last check
@@ -145,10 +146,16 @@ def _short_path(path: str) -> str:
 
 
 def _recording_start(self: threading.Thread) -> None:
-    owner = _owner_stack[-1] if _owner_stack else None
+    # A thread started by another thread (a server's pool worker, started by its loop) belongs to whoever
+    # owns that thread, as a child process belongs to its parent's owner; one started on the main thread
+    # belongs to the test or fixture running there.
+    owner = _thread_owners.get(threading.current_thread())
+    if owner is None:
+        owner = _owner_stack[-1] if _owner_stack else None
     _origins[self] = _Origin(owner.label if owner else "outside any test", _caller_summary(sys._getframe(1)))
     if owner is not None:
         owner.threads.add(self)
+        _thread_owners[self] = owner
     _original_start(self)
 
 

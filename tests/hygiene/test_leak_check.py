@@ -138,6 +138,58 @@ def test_a_module_fixture_is_checked_when_it_is_torn_down_not_after_each_test(tm
     assert "ERROR at teardown of test_one" not in result.stdout
 
 
+@pytest.mark.parametrize("shuts_down", [True, False])
+def test_pool_workers_a_module_servers_thread_starts_during_a_test_are_the_servers(
+    tmp_path: Path, shuts_down: bool
+) -> None:
+    result = _run_pytest(
+        tmp_path,
+        """
+        import concurrent.futures, threading
+        import pytest
+
+        FORGOTTEN = []
+
+        @pytest.fixture(scope="module")
+        def server():
+            pool = concurrent.futures.ThreadPoolExecutor(4, "server-worker")
+            requests, stop = [], threading.Event()
+
+            def loop():  # the server's own thread hands work to its pool, lazily
+                while not stop.wait(0.01):
+                    while requests:
+                        pool.submit(requests.pop().set)
+
+            thread = threading.Thread(target=loop, name="server-loop")
+            thread.start()
+            yield requests
+            stop.set()
+            thread.join()
+            if SHUTS_DOWN:
+                pool.shutdown(wait=True)
+            else:  # kept, and never shut down: its idle workers wait for work forever
+                FORGOTTEN.append(pool)
+
+        def test_one(server):
+            done = threading.Event()
+            server.append(done)
+            assert done.wait(30)
+
+        def test_two(server):
+            test_one(server)
+        """.replace("SHUTS_DOWN", str(shuts_down)),
+    )
+    if shuts_down:  # the workers started while the tests ran, but they are the server's: no error
+        assert _outcome(result) == "2 passed", result.stdout
+    else:  # the server's teardown left its workers: reported there, against the fixture
+        assert _outcome(result) == "2 passed, 1 error", result.stdout
+        assert "ERROR at teardown of test_two" in result.stdout
+        assert (
+            "thread 'server-worker_0' (daemon=False) started by fixture 'server' (module scope)"
+            in result.stdout
+        )
+
+
 @pytest.mark.parametrize("scope", ["function", "module", "session"])
 def test_a_tidy_fixture_and_test_pass(tmp_path: Path, scope: str) -> None:
     result = _run_pytest(
