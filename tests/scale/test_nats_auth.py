@@ -58,7 +58,9 @@ async def _publish_as(
             acked = True
         except Exception:
             acked = False
-        await asyncio.sleep(0.2)  # the server's -ERR arrives asynchronously
+        # The server answers in order: a -ERR for the publish comes before the PONG of this flush, and the
+        # client hands it to on_error before it reads on.
+        await nc.flush(timeout=30)
         return acked, errors
     finally:
         await nc.close()
