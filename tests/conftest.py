@@ -24,6 +24,7 @@ singletons a library starts once and never stops.
 
 from __future__ import annotations
 
+import _posixsubprocess
 import contextlib
 import ctypes
 import os
@@ -167,6 +168,7 @@ threading.Thread.start = _recording_start  # type: ignore[method-assign]
 _spawned: set[int] = set()
 _original_execute_child = subprocess.Popen._execute_child  # type: ignore[attr-defined]
 _original_fork = os.fork
+_original_fork_exec: Callable[..., int] = _posixsubprocess.fork_exec
 
 
 def _recording_execute_child(self: subprocess.Popen[Any], *args: Any, **kwargs: Any) -> None:
@@ -181,8 +183,16 @@ def _recording_fork() -> int:
     return pid
 
 
+def _recording_fork_exec(*args: Any, **kwargs: Any) -> int:
+    pid: int = _original_fork_exec(*args, **kwargs)
+    _spawned.add(pid)
+    return pid
+
+
 subprocess.Popen._execute_child = _recording_execute_child  # type: ignore[attr-defined]
 os.fork = _recording_fork
+# multiprocessing's spawn and forkserver start processes through this, not through Popen.
+_posixsubprocess.fork_exec = _recording_fork_exec
 
 
 def _read_proc(pid: str) -> _ProcInfo | None:
