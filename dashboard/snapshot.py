@@ -51,20 +51,31 @@ def build_fleet_model(cur: Cursor, now: float, risk_threshold: float) -> FleetMo
     return FleetModel(now, gpus, ports, host_views(gpus, ports), events)
 
 
+_NEVER = float("-inf")
+
+
 class SnapshotCache:
     """Stale-while-rebuilding: `get` returns the model at hand and starts a rebuild when it is too old."""
 
-    def __init__(self, build: Callable[[], FleetModel], max_age_seconds: float) -> None:
+    def __init__(
+        self,
+        build: Callable[[], FleetModel],
+        max_age_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._build = build
         self._max_age = max_age_seconds
+        self._clock = clock
         self._lock = threading.Lock()
         self._model: FleetModel | None = None
-        self._built_at = 0.0  # monotonic
+        # Clock time; minus infinity means "stale now". Not 0.0: the monotonic clock counts from boot, so
+        # in a machine's first `max_age` seconds a model "built at 0.0" would still look young.
+        self._built_at = _NEVER
         self._rebuilding = False
 
     def get(self) -> FleetModel:
         with self._lock:
-            model, age = self._model, time.monotonic() - self._built_at
+            model, age = self._model, self._clock() - self._built_at
             stale = model is not None and age > self._max_age and not self._rebuilding
             if stale:
                 self._rebuilding = True
@@ -78,12 +89,12 @@ class SnapshotCache:
 
     def invalidate(self) -> None:
         with self._lock:
-            self._built_at = 0.0
+            self._built_at = _NEVER
 
     def _rebuild_now(self) -> FleetModel:
         model = self._build()
         with self._lock:
-            self._model, self._built_at = model, time.monotonic()
+            self._model, self._built_at = model, self._clock()
         return model
 
     def _rebuild_quietly(self) -> None:

@@ -227,8 +227,8 @@ class NatsConsumer:
         await asyncio.to_thread(_wait_all, [p for _, p in submitted], deadline)
         for msg, pending in submitted:
             if not pending.done.is_set():
-                self.stats.naked += 1
                 await msg.nak(delay=NAK_DELAY_SECONDS)
+                self.stats.naked += 1
             elif pending.error is not None:
                 await self._refused(msg, pending.error, counted=True)
             else:
@@ -240,11 +240,11 @@ class NatsConsumer:
             self.controller_stats.refuse(exc.reason.value)
         if exc.reason in _PERMANENT:
             log.warning("NATS message on %s refused for good: %s", msg.subject[:200], exc.message)
-            self.stats.terminated += 1
             await msg.term()
+            self.stats.terminated += 1  # counted once sent, as acks are
         else:
-            self.stats.naked += 1
             await msg.nak(delay=NAK_DELAY_SECONDS)
+            self.stats.naked += 1
 
 
 def _wait_all(pendings: list[Pending], deadline: float) -> None:

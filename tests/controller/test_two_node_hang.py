@@ -136,8 +136,11 @@ def test_a_rank_stopped_on_node_1_is_named_by_the_controller_and_node_1_is_resta
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.kill(int(e["pid"]), signal.SIGKILL)
         for proc in nodes:
-            with contextlib.suppress(subprocess.TimeoutExpired):
+            try:
                 proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # a torchrun that ignores SIGTERM must not outlive the test
+                proc.kill()
+                proc.wait()
         for agent in agents.values():
             if agent.poll() is None:
                 kill(agent)

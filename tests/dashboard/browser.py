@@ -86,3 +86,23 @@ DRAWN_JS = """() => {
 
 def wait_drawn(page: Any, timeout_ms: int = 60_000) -> None:
     page.wait_for_function(DRAWN_JS, timeout=timeout_ms)
+
+
+# The value Dash will send as a callback's State: the component's props in the renderer's store, which an
+# input event updates through React, not necessarily before Playwright's next action.
+DASH_VALUE_JS = """([id, value]) => {
+  const state = window.store && window.store.getState();
+  const path = state && state.paths && state.paths.strs[id];
+  if (!path) return false;
+  let node = state.layout;
+  for (const key of path) { node = node && node[key]; }
+  if (!node || !node.props) return false;
+  const held = node.props.value;
+  return value === "" ? held === undefined || held === null || held === "" : held === value;
+}"""
+
+
+def fill_dash_input(page: Any, component_id: str, value: str, timeout_ms: int = 60_000) -> None:
+    """Type `value` into a dcc.Input and wait until Dash holds it, so a click right after sends it."""
+    page.fill(f"#{component_id}", value)
+    page.wait_for_function(DASH_VALUE_JS, arg=[component_id, value], timeout=timeout_ms)

@@ -9,7 +9,7 @@ import pytest
 
 from dashboard.server import DashboardServer
 from fleetguard.store import Store
-from tests.dashboard.browser import Browser, wait_drawn
+from tests.dashboard.browser import Browser, fill_dash_input, wait_drawn
 from tests.dashboard.conftest import OPERATOR_TOKEN
 from tests.dashboard.fleet_store import BuiltFleet
 
@@ -83,8 +83,8 @@ def test_drill_down_from_fleet_to_host_to_gpu_to_incident(
 def _act(page: Any, button: str, token: str | None) -> str:
     """Click an action button; the answer to this click is the one carrying the next attempt number."""
     attempt = int(page.evaluate("window.__attempts = (window.__attempts || 0) + 1"))
-    page.fill("#incident-token", token or "")
-    page.fill("#incident-note", "looking at it")
+    fill_dash_input(page, "incident-token", token or "", TIMEOUT_MS)
+    fill_dash_input(page, "incident-note", "looking at it", TIMEOUT_MS)
     page.click(button)
     answer = page.wait_for_selector(f"#incident-action-result [data-attempt='{attempt}']", timeout=TIMEOUT_MS)
     return str(answer.inner_text())
@@ -153,12 +153,12 @@ def test_alerts_page_counts_deliveries_and_replays_dead_letters_only_with_the_to
     assert page.inner_text("#card-alerts-dead .card-value") == str(dead)
     assert page.inner_text("#card-alerts-pending .card-value") == str(pending)
     assert "410" in page.inner_text("#alerts-attempts")
-    page.fill("#alerts-token", "not-the-operator-token-0000")
+    fill_dash_input(page, "alerts-token", "not-the-operator-token-0000", TIMEOUT_MS)
     page.click("#alerts-replay")
     answer = page.wait_for_selector("#alerts-replay-result [data-attempt='1']", timeout=TIMEOUT_MS)
     assert answer.inner_text().startswith("refused")
     assert count("dead") == dead
-    page.fill("#alerts-token", OPERATOR_TOKEN)
+    fill_dash_input(page, "alerts-token", OPERATOR_TOKEN, TIMEOUT_MS)
     page.click("#alerts-replay")
     answer = page.wait_for_selector("#alerts-replay-result [data-attempt='2']", timeout=TIMEOUT_MS)
     assert answer.inner_text() == "1 alert(s) queued again"

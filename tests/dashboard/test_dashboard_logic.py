@@ -3,6 +3,7 @@ URL parameters, the operator token and the [dashboard] config section."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from dashboard.queries.gpus import bucket_seconds, gpu_series, latest_gpu_states
 from dashboard.queries.jobs import jobs, step_grid
 from dashboard.queries.network import port_counters, port_states
 from dashboard.queries.predictions import risk_by_device
+from dashboard.snapshot import FleetModel, SnapshotCache
 from fleetguard.config import ConfigError, load_config
 from fleetguard.store import Store
 from tests.dashboard.fleet_store import JOB_ID, SLOW_RANK, BuiltFleet
@@ -195,21 +197,35 @@ def test_queries_take_integer_epoch_seconds_as_well_as_floats(fleet: BuiltFleet)
 
 
 def test_fleet_model_is_built_once_then_rebuilt_in_the_background_when_old() -> None:
-    from dashboard.snapshot import FleetModel, SnapshotCache
-
     built: list[float] = []
 
     def build() -> FleetModel:
         built.append(float(len(built)))
         return FleetModel(built[-1], [], [], [], [])
 
-    cache = SnapshotCache(build, max_age_seconds=3600.0)
+    # The clock reads 10 s, as the monotonic clock does just after boot: a model must still go stale.
+    now = [10.0]
+    cache = SnapshotCache(build, max_age_seconds=3600.0, clock=lambda: now[0])
     assert cache.get().now == 0.0 and cache.get().now == 0.0
+    now[0] += 3599.0
+    assert cache.get().now == 0.0
     assert len(built) == 1  # young enough: no rebuild
-    cache.invalidate()
+    now[0] += 2.0
     assert cache.get().now == 0.0  # the old model at once; the new one is built beside
+    _wait_until_rebuilt(cache, 1.0)
+    cache.invalidate()
+    assert cache.get().now == 1.0  # invalidated: still served at once, rebuilt beside
+    _wait_until_rebuilt(cache, 2.0)
+    assert len(built) == 3
+
+
+def _wait_until_rebuilt(cache: SnapshotCache, model_now: float) -> None:
+    """Wait (on the condition, not a fixed time) until the background rebuild is in and its thread is done."""
     deadline = time.monotonic() + 60
-    while cache.get().now != 1.0:
+
+    def rebuilding() -> bool:
+        return any(t.name == "fleetguard-dashboard-model" for t in threading.enumerate())
+
+    while cache.get().now != model_now or rebuilding():
         assert time.monotonic() < deadline
         time.sleep(0.01)
-    assert len(built) == 2

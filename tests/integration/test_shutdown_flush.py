@@ -41,7 +41,8 @@ class Sender(threading.Thread):
     def __init__(self, job: str, endpoint: str, done: threading.Event, progress: threading.Semaphore) -> None:
         super().__init__(name=f"sender-{job}", daemon=True)
         identity = fg.Identity(job, rank=0, local_rank=0, world_size=1, host="h", pid=os.getpid())
-        self.client = fg.Client(identity, endpoint=endpoint, heartbeat_interval_seconds=3600.0)
+        # No background reporting thread: this sender reports itself, in its own loop.
+        self.client = fg.Client(identity, endpoint=endpoint, heartbeat_interval_seconds=3600.0, start=False)
         self.job = job
         self.done = done
         self.progress = progress

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -44,9 +47,30 @@ def sleeper(
     proc = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=new_session
     )
+    _sleepers.append(proc)
     assert proc.stdout is not None
     proc.stdout.readline()  # the signal disposition is in place
     return proc
+
+
+_sleepers: list[subprocess.Popen[bytes]] = []
+
+
+def reaped_sleepers() -> Iterator[None]:
+    """Fixture body: after the test, every sleeper it started is continued, killed and waited for, so
+    one the test SIGSTOPped (or failed before cleaning up) is not left stopped for hours."""
+    yield
+    while _sleepers:
+        proc = _sleepers.pop()
+        if proc.poll() is None:
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                try:
+                    os.kill(proc.pid, sig)
+                except ProcessLookupError:
+                    break
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 JOB = job_key(0, "job-a")  # report_body's job as the agent keys it when root reports it

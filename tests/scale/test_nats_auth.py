@@ -44,9 +44,10 @@ def _login(nats: NatsServer, user: str, inbox_owner: str = "") -> NatsLogin:
 
 
 async def _publish_as(
-    nats: NatsServer, user: str, subject: str, body: bytes, mid: str
+    nats: NatsServer, user: str, subject: str, body: bytes, mid: str, ack_timeout: float = 30
 ) -> tuple[bool, list[str]]:
-    """Publish once as `user`; (acked by JetStream, the errors the server sent)."""
+    """Publish once as `user`; (acked by JetStream, the errors the server sent). A refused publish is never
+    answered, so it waits `ack_timeout`; one expected to succeed gets a loaded server's worth of time."""
     errors: list[str] = []
 
     async def on_error(exc: Exception) -> None:
@@ -55,11 +56,13 @@ async def _publish_as(
     nc = await connect(_login(nats, user, user), f"test {user}", on_error=on_error)
     try:
         try:
-            await nc.jetstream().publish(subject, body, timeout=3, headers={MSG_ID_HEADER: mid})
+            await nc.jetstream().publish(subject, body, timeout=ack_timeout, headers={MSG_ID_HEADER: mid})
             acked = True
         except Exception:
             acked = False
-        await asyncio.sleep(0.2)  # the server's -ERR arrives asynchronously
+        # The server answers in order: a -ERR for the publish comes before the PONG of this flush, and the
+        # client hands it to on_error before it reads on.
+        await nc.flush(timeout=30)
         return acked, errors
     finally:
         await nc.close()
@@ -86,6 +89,7 @@ def test_a_host_cannot_publish_to_another_hosts_subject(nats: NatsServer) -> Non
             subject_for("red", "a2"),
             encode(forged),
             msg_id(subject_for("red", "a2"), "boot-1", 1),
+            ack_timeout=3,
         )
     )
     assert not acked
@@ -174,8 +178,9 @@ def test_published_batches_go_through_the_ingest_checks(tmp_path: Path, nats: Na
         assert row is not None and row[0] == 1
     finally:
         con.close()
-    # Terminated messages are gone for good; nothing is left to redeliver.
-    assert asyncio.run(_stream_messages(nats)) == 0
+    # Terminated messages are gone for good; nothing is left to redeliver. The server applies the acks and
+    # terms the consumer sent on its own connection after it answers this one: wait for them, not a guess.
+    _wait(lambda: asyncio.run(_stream_messages(nats)) == 0)
 
 
 def test_a_forged_message_id_cannot_make_another_hosts_batch_a_duplicate(
