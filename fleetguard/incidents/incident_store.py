@@ -42,8 +42,8 @@ _INSERT_EVIDENCE = (
 _INSERT_OPENING = f"INSERT INTO incident_openings (incident_key, ts) VALUES (?, {_T})"
 _INSERT_OUTBOX = (
     "INSERT OR IGNORE INTO alert_outbox (alert_id, endpoint, incident_id, event, severity, created_at, "
-    "body_json, status, attempts, next_attempt_at, delivered_at, last_error) VALUES "
-    f"(?, ?, ?, ?, ?, {_T}, ?, 'pending', 0, {_T}, NULL, '')"
+    "body_json, status, attempts, next_attempt_at, delivered_at, last_error, seq, schedule_step) VALUES "
+    f"(?, ?, ?, ?, ?, {_T}, ?, 'pending', 0, {_T}, NULL, '', nextval('alert_outbox_seq'), 0)"
 )
 
 
