@@ -8,7 +8,14 @@ from collections.abc import Sequence
 
 import duckdb
 
-from fleetguard.alerts.silence_rules import MAX_REASON_CHARS, Matchers, Silence
+from fleetguard.alerts.silence_rules import (
+    MAX_REASON_CHARS,
+    MAX_SILENCE_SECONDS,
+    MIN_SILENCE_SECONDS,
+    Matchers,
+    Silence,
+    parse_matchers,
+)
 from fleetguard.store.incident_tables import epoch_sql, ts_sql
 
 MAX_ACTIVE_SILENCES = 1000  # the relay reads them all before each round: bounded
@@ -59,6 +66,38 @@ def end_silence(con: duckdb.DuckDBPyConnection, silence_id: str, now: float) -> 
         [now, silence_id, now],
     ).fetchall()
     return bool(row and row[0][0])
+
+
+def apply_request(con: duckdb.DuckDBPyConnection, payload: dict[str, object], now: float) -> list[str]:
+    """Carry out queued `alerts silence` / `unsilence` operations (left while the store was in use); one
+    line per operation for the log. A malformed operation is skipped with its reason, never raised."""
+    ops = payload.get("ops")
+    done: list[str] = []
+    for op in ops if isinstance(ops, list) else []:
+        try:
+            done.append(_apply(con, op, now))
+        except (ValueError, TypeError, KeyError) as exc:
+            done.append(f"silence request skipped: {exc}")
+    return done
+
+
+def _apply(con: duckdb.DuckDBPyConnection, op: object, now: float) -> str:
+    if not isinstance(op, dict):
+        raise ValueError("not an operation")
+    if op.get("op") == "end":
+        ident = str(op["silence_id"])
+        return f"silence {ident} " + ("ended" if end_silence(con, ident, now) else "was not active")
+    matchers = parse_matchers([str(m) for m in op["match"]])
+    seconds = float(op["seconds"])
+    if not MIN_SILENCE_SECONDS <= seconds <= MAX_SILENCE_SECONDS:
+        raise ValueError("a silence lasts from 1 minute to 30 days")
+    asked = float(op.get("at", now))
+    # It started when the operator asked, not when it was taken (never longer than asked for).
+    remaining = min(seconds, asked + seconds - now)
+    if remaining <= 0:
+        return "silence request expired before it was taken"
+    silence = add_silence(con, matchers, str(op.get("by", "")), str(op.get("reason", "")), now, remaining)
+    return f"silence {silence.silence_id} set by {silence.created_by}: {silence.describe()}"
 
 
 def active_silences(con: duckdb.DuckDBPyConnection, now: float) -> list[Silence]:

@@ -7,6 +7,7 @@ import logging
 from diagnosis.incident import IncidentChange
 from fleetguard.alerts.outbox import requeue_dead
 from fleetguard.alerts.relay import AlertRelay
+from fleetguard.alerts.silences import apply_request
 from fleetguard.incidents.feed import StoreFeed
 from fleetguard.incidents.requests import Request, take
 from fleetguard.incidents.service import IncidentService
@@ -35,6 +36,10 @@ def incident_round(
         endpoint = replay.get("endpoint")
         requeued = requeue_dead(service.con, now, endpoint if isinstance(endpoint, str) else None)
         log.warning("%d dead-lettered alerts queued again", requeued)
+    silences = take(store_path, Request.ALERTS_SILENCE)
+    if silences is not None:
+        for line in apply_request(service.con, silences, now):
+            log.warning("%s", line)
     changes = service.round(feed.read(), now)
     if now >= service.next_prune_at:
         service.prune(now, retention_days)
