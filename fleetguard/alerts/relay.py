@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import duckdb
 
+from fleetguard.alerts.alertmanager_silences import api_base, silence_body, sync
 from fleetguard.alerts.delivery import DeliveryOutcome, DeliveryResult, post
 from fleetguard.alerts.endpoint_health import (
     EndpointHealth,
@@ -43,7 +44,7 @@ from fleetguard.alerts.outbox import (
 )
 from fleetguard.alerts.settings import AlertsConfig, WebhookConfig, WebhookKind
 from fleetguard.alerts.signing import SecretError, read_secret_text, signed_headers, signing_key
-from fleetguard.alerts.silence_rules import silencing
+from fleetguard.alerts.silence_rules import Silence, silencing
 from fleetguard.alerts.silences import active_silences
 from fleetguard.clock import Clock
 from fleetguard.store.incident_tables import ts_sql
@@ -90,6 +91,8 @@ class AlertRelay:
         self._held_until: float | None = None  # monotonic time an endpoint's rate next lets a due alert go
         self._wake = threading.Event()
         self._delivered = False
+        self._synced_ids: frozenset[str] | None = None
+        self._next_silence_sync = 0.0
         self._health: dict[str, EndpointHealth] = {}
         self.probe = {
             hook.name: ProbePolicy(
@@ -137,7 +140,7 @@ class AlertRelay:
             if not self._eligible(hook, alert, now, recovered):
                 continue
             silence = silencing(silences, alert.labels(), now)
-            if silence is not None:
+            if silence is not None and not self._mirrored(hook, silence):
                 self._silence(alert, silence.silence_id, now)
                 continue
             if not self._may_send(hook):
@@ -163,8 +166,36 @@ class AlertRelay:
                 make_due(self.con, hook.name, now)
                 recovered.add(hook.name)
             self._health[hook.name] = EndpointHealth()
+        self._sync_silences(silences)
         self._resend_alertmanager()
         return attempts
+
+    def _mirrored(self, hook: WebhookConfig, silence: Silence) -> bool:
+        """Alertmanager mutes this one itself (the relay mirrors it there): the alert is sent, and shows as
+        suppressed, rather than going quiet there and being resolved for want of re-sends."""
+        return (
+            hook.kind is WebhookKind.ALERTMANAGER
+            and api_base(hook.url) is not None
+            and silence_body(silence) is not None
+        )
+
+    def _sync_silences(self, silences: list[Silence]) -> None:
+        """Mirror silences into Alertmanager endpoints when they change, and at the re-send interval."""
+        ids = frozenset(s.silence_id for s in silences)
+        now = self.clock.monotonic()
+        if ids == self._synced_ids and now < self._next_silence_sync:
+            return
+        self._synced_ids = ids
+        self._next_silence_sync = now + self.config.resend_seconds
+        for hook in self.endpoints.values():
+            base = api_base(hook.url) if hook.kind is WebhookKind.ALERTMANAGER else None
+            if base is None:
+                continue
+            try:
+                sync(base, silences, hook.timeout_seconds)
+            except (OSError, ValueError) as exc:
+                self._synced_ids = None  # try again next round
+                log.info("mirroring silences to %s failed: %s", hook.name, exc)
 
     def _eligible(self, hook: WebhookConfig, alert: DueAlert, now: float, recovered: set[str]) -> bool:
         """Up: its schedule has come round. Failing: one probe when the backoff allows (the oldest pending

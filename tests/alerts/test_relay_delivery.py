@@ -16,7 +16,7 @@ from fleetguard.incidents.policy_files import load_policy
 from fleetguard.incidents.service import IncidentService
 from fleetguard.store import Store
 from tests.alerts.receiver import receiver
-from tests.diagnosis.records import T0, xid
+from tests.diagnosis.records import T0, counter, xid
 
 SECRET = "whsec_" + base64.b64encode(b"fleetguard-test-secret-32-bytes!").decode()
 SCHEDULE = (0.0, 5.0, 30.0, 60.0, 120.0)
@@ -245,3 +245,29 @@ def test_a_dead_letter_takes_its_incidents_later_alerts_along_and_replay_sends_t
         "incident.resolved",
     ]
     assert len(got.accepted) == 2
+
+
+def test_an_escalation_updates_the_same_pagerduty_incident(tmp_path: Path, store: Store) -> None:
+    clock = FakeClock(T0)
+    routing = tmp_path / "routing"
+    routing.write_text("R0UT1NGKEY\n")
+    with receiver(None) as (url, got):
+        hook = WebhookConfig("pd", url, WebhookKind.PAGERDUTY, str(routing), rate_per_second=100)
+        service, relay = setup(store, hook, clock)
+        for rate in (20, 200):  # symbol errors: warning, then critical on the same port
+            service.round(
+                Signals(nic_counters=[counter(clock.time(), "symbol_error", 60 * rate, rate)]), clock.time()
+            )
+            drive(relay, clock, 1, step=0.1)
+        [incident] = service.engine.active()
+        service.resolve(incident.incident_id, clock.time())
+        drive(relay, clock, 1, step=0.1)
+    bodies = [r["body"] for r in got.requests]
+    assert [(b["event_action"], b.get("payload", {}).get("severity")) for b in bodies] == [
+        ("trigger", "warning"),
+        ("trigger", "critical"),
+        ("resolve", None),
+    ]
+    assert len({b["dedup_key"] for b in bodies}) == 1 and all(
+        b["routing_key"] == "R0UT1NGKEY" for b in bodies
+    )
