@@ -80,6 +80,7 @@ def incident_data(incident: Incident) -> dict[str, Any]:
         "resolution": incident.resolution.value,
         "returns": incident.returns,
         "escalation_step": incident.escalation_step,
+        "flaps": incident.flaps,
     }
 
 
@@ -176,7 +177,7 @@ def alertmanager_alert(incident: Incident, generator_url: str = "") -> dict[str,
             "summary": incident.summary,
             "action": incident.action.value,
             "occurrences": str(incident.occurrences),
-            "incident_id": incident.incident_id,
+            "flaps": str(incident.flaps),
             "rule": incident.rule,
         },
         "startsAt": iso(incident.opened_at),

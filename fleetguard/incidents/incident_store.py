@@ -25,12 +25,12 @@ from fleetguard.store.incident_tables import epoch_sql, ts_sql
 _INCIDENT_COLUMNS = (
     "incident_id, incident_key, host, component_kind, component_id, fault, state, severity, action, rule, "
     "summary, first_seen, last_seen, occurrences, opened_at, resolved_at, closed_at, resolution, returns, "
-    "escalation_step, sticky_seconds, updated_at"
+    "escalation_step, sticky_seconds, updated_at, flaps"
 )
 _T = ts_sql()
 _UPSERT_INCIDENT = (
     f"INSERT OR REPLACE INTO incidents ({_INCIDENT_COLUMNS}) VALUES "
-    f"(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {_T}, {_T}, ?, {_T}, {_T}, {_T}, ?, ?, ?, ?, {_T})"
+    f"(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {_T}, {_T}, ?, {_T}, {_T}, {_T}, ?, ?, ?, ?, {_T}, ?)"
 )
 _UPSERT_ACTION = (
     "INSERT OR REPLACE INTO incident_actions (action_id, incident_id, host, action, rule, requested_at, "
@@ -229,6 +229,7 @@ def _incident(r: Sequence[object]) -> Incident:
         returns=int(r[18]),  # type: ignore[call-overload]
         escalation_step=int(r[19]),  # type: ignore[call-overload]
         sticky_seconds=float(r[20]),  # type: ignore[arg-type]
+        flaps=int(r[22] or 0),  # type: ignore[call-overload]
     )
 
 
@@ -272,6 +273,7 @@ def _incident_params(i: Incident, now: float) -> list[object]:
         i.escalation_step,
         i.sticky_seconds,
         now,
+        i.flaps,
     ]
 
 
