@@ -178,6 +178,21 @@ def set_aside_after(con: duckdb.DuckDBPyConnection, alert: DueAlert, status: Ale
     )
 
 
+def pending_endpoints(con: duckdb.DuckDBPyConnection) -> list[str]:
+    rows = con.execute("SELECT DISTINCT endpoint FROM alert_outbox WHERE status = 'pending'").fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def opening_silenced(con: duckdb.DuckDBPyConnection, alert: DueAlert) -> bool:
+    """Nothing about this incident reached the endpoint, because a silence muted it."""
+    row = con.execute(
+        "SELECT count(*) FILTER (WHERE status = 'delivered'), count(*) FILTER (WHERE status = 'silenced') "
+        "FROM alert_outbox WHERE endpoint = ? AND incident_id = ? AND alert_id <> ?",
+        [alert.endpoint, alert.incident_id, alert.alert_id],
+    ).fetchall()
+    return bool(row) and int(row[0][0]) == 0 and int(row[0][1]) > 0
+
+
 def mark_silenced(con: duckdb.DuckDBPyConnection, alert: DueAlert, silence_id: str, now: float) -> None:
     con.execute(
         f"UPDATE alert_outbox SET status = 'silenced', last_error = ?, next_attempt_at = {ts_sql()} "

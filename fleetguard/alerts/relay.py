@@ -39,6 +39,8 @@ from fleetguard.alerts.outbox import (
     make_due,
     mark_silenced,
     open_alertmanager_alerts,
+    opening_silenced,
+    pending_endpoints,
     record_attempt,
     set_aside_after,
 )
@@ -100,6 +102,11 @@ class AlertRelay:
             )
             for hook in config.webhooks
         }
+        # After a restart, whatever is pending may wait far along its own schedule: probe at once instead.
+        now = clock.time()
+        for endpoint in pending_endpoints(con):
+            if endpoint in self.endpoints:
+                self._health[endpoint] = EndpointHealth(down_since=now, failures=0, next_probe_at=now)
 
     def wake(self) -> None:
         """New outbox rows: look now rather than at the next poll."""
@@ -142,6 +149,10 @@ class AlertRelay:
             silence = silencing(silences, alert.labels(), now)
             if silence is not None and not self._mirrored(hook, silence):
                 self._silence(alert, silence.silence_id, now)
+                continue
+            if alert.event == "resolved" and opening_silenced(self.con, alert):
+                # The receiver never heard of it: a lone "resolved" would only puzzle it.
+                self._silence(alert, "its opening's silence", now)
                 continue
             if not self._may_send(hook):
                 allowed_at = self._next_send[hook.name]

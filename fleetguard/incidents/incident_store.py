@@ -183,10 +183,11 @@ class IncidentStore:
             f"DELETE FROM incident_openings WHERE ts < {t}",
             f"DELETE FROM alert_outbox WHERE status <> 'pending' AND created_at < {t}",
             f"DELETE FROM alert_deliveries WHERE ts < {t}",
+            f"DELETE FROM alert_silences WHERE expires_at < {t} OR ended_at < {t}",
         )
         with self._transaction():
             for sql in statements:
-                self.con.execute(sql, [cutoff])
+                self.con.execute(sql, [cutoff] * sql.count("?"))
 
 
 def _select_incident() -> str:

@@ -271,3 +271,18 @@ def test_an_escalation_updates_the_same_pagerduty_incident(tmp_path: Path, store
     assert len({b["dedup_key"] for b in bodies}) == 1 and all(
         b["routing_key"] == "R0UT1NGKEY" for b in bodies
     )
+
+
+def test_after_a_restart_a_backlog_far_along_its_schedule_is_probed_at_once(
+    tmp_path: Path, store: Store
+) -> None:
+    clock = FakeClock(T0)
+    with receiver(SECRET) as (url, got):
+        hook = WebhookConfig("ops", url, WebhookKind.GENERIC, secret_file(tmp_path), rate_per_second=100)
+        service, _ = setup(store, hook, clock)
+        make_incidents(service, clock, hosts=2)
+        # As a relay that died during an outage left it: the next attempts half an hour away.
+        store.connection.execute("UPDATE alert_outbox SET next_attempt_at = now() + INTERVAL 30 MINUTE")
+        _, relay = setup(store, hook, clock)  # the restarted process's relay
+        drive(relay, clock, 2, step=0.1)
+    assert counts(store.connection) == {("ops", "delivered"): 4} and len(got.accepted) == 4

@@ -54,15 +54,13 @@ def test_a_silence_mutes_matching_alerts_at_the_relay_until_it_expires(store: St
         assert only.startswith(":red_circle: opened: xid:79 on n2 ")
         assert counts(store.connection) == {("chat", "silenced"): 1, ("chat", "delivered"): 1}
         assert relay.stats.silenced == {"chat": 1}
-        # Expired: n1's next alert goes out.
+        # Expired: a new fault of n1 (another GPU) is paged.
         clock.advance(600)
-        service.round(Signals(events=[xid(79, clock.time(), host="n1")]), clock.time())
-        [opened] = [c for c in service.engine.active() if c.key.host == "n1"]
-        service.resolve(opened.incident_id, clock.time())
+        service.round(Signals(events=[xid(79, clock.time(), host="n1", pci="0000:aa:00")]), clock.time())
         for _ in range(5):
             relay.run_once()
             clock.advance(0.1)
-        assert got.requests[-1]["body"]["text"].startswith(":white_check_mark: resolved: xid:79 on n1")
+        assert got.requests[-1]["body"]["text"].startswith(":red_circle: opened: xid:79 on n1")
 
 
 def test_silence_status_and_unsilence_from_the_cli_on_a_free_store(tmp_path: Path) -> None:
@@ -117,3 +115,24 @@ def test_a_silence_asked_for_while_the_store_is_held_is_queued_and_taken_within_
         silences = active_silences(store.connection, T0 + 1)
     # Two queued, both kept (a second request does not replace the first).
     assert sorted(s.describe() for s in silences) == ["host=n1", "host=n2"]
+
+
+def test_the_resolve_of_an_incident_whose_opening_was_silenced_is_not_sent_alone(store: Store) -> None:
+    clock = FakeClock(T0)
+    with receiver(None) as (url, got):
+        hook = WebhookConfig("chat", url, WebhookKind.SLACK, rate_per_second=100)
+        config = AlertsConfig(webhooks=(hook,))
+        policy = load_policy(overrides={"breaker": {"max_host_fraction": 1.0}})
+        service = IncidentService.open(store.cursor(), policy, T0, webhooks=config.webhooks)
+        relay = AlertRelay(store.cursor(), config, clock)
+        silence = add_silence(store.connection, parse_matchers(["host=n1"]), "alice", "rma", T0, 60.0)
+        [change] = service.round(Signals(events=[xid(79, T0, host="n1")]), T0)
+        relay.run_once()
+        clock.advance(120)  # the silence is over; then the incident resolves
+        service.resolve(change.incident.incident_id, clock.time())
+        for _ in range(3):
+            relay.run_once()
+            clock.advance(0.1)
+    assert got.requests == []
+    assert counts(store.connection) == {("chat", "silenced"): 2}
+    assert not silence.active(clock.time())
