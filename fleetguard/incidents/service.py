@@ -2,8 +2,9 @@
 stored in one transaction before any repair runs (evidence before action); repairs are carried out after,
 and their outcomes stored in the next transaction.
 
-Where it runs: `fleetguard up` (fleetguard.incidents.extension) and the fleet controller, whose writer
-thread runs `fleetguard.incidents.controller_task.IncidentTask` inside its own transactions.
+Where it runs: `fleetguard.incidents.controller_task.IncidentTask`, inside transactions its caller holds: the
+fleet controller's writer thread, and `fleetguard up` (fleetguard.incidents.extension), which carries out
+the requested repairs after each commit.
 """
 
 from __future__ import annotations
