@@ -116,12 +116,12 @@ class AlertRelay:
         while not stop.is_set():
             wait = self.config.poll_seconds
             try:
-                delivered = self.run_once()
+                attempts = self.run_once()
                 # Alerts held back only by an endpoint's rate go as soon as it allows, not a poll later;
                 # after a delivery the incident's next alert (or a recovered backlog) goes at once too.
                 if self._held_until is not None:
                     wait = min(wait, max(0.0, self._held_until - self.clock.monotonic()))
-                if delivered and self._delivered:
+                if attempts and self._delivered:
                     wait = 0.0
             except Exception as exc:  # the relay must outlive a bad row or a store hiccup: retried next poll
                 log.warning("alert relay: %s: %s (retrying)", type(exc).__name__, exc)

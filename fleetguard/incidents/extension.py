@@ -126,6 +126,8 @@ def _publish(
             sent=dict(stats.sent) if stats else {},
             failed=dict(stats.failed) if stats else {},
             dead=dict(stats.dead) if stats else {},
+            silenced=dict(stats.silenced) if stats else {},
+            endpoint_up={name: relay.health(name).up for name in relay.endpoints} if relay else {},
             outbox=counts(service.con),
             breaker_open=service.engine.breaker.tripped,
         )
