@@ -20,6 +20,8 @@ from click.testing import CliRunner
 from diagnosis.rules import Signals
 from fleetguard.alerts.relay import AlertRelay
 from fleetguard.alerts.settings import AlertsConfig, WebhookConfig, WebhookKind
+from fleetguard.alerts.silence_rules import parse_matchers
+from fleetguard.alerts.silences import add_silence
 from fleetguard.cli import cli
 from fleetguard.clock import FakeClock
 from fleetguard.incidents.policy_files import load_policy
@@ -197,3 +199,19 @@ def test_a_silence_set_from_the_cli_mutes_the_alert_in_alertmanager_until_it_end
     clock.advance(1)
     send(relay, clock)
     assert wait_for(lambda: states() == {"n1": "active", "n2": "active"}), states()
+
+
+def test_a_mirrored_silence_expires_in_alertmanager_when_it_ends(alertmanager: str, store: Store) -> None:
+    clock = FakeClock(time.time())
+    service, relay = relay_for(alertmanager, store, clock)
+    service.round(Signals(events=[xid(79, clock.time(), host="n1")]), clock.time())
+    # A short silence (the CLI's shortest is a minute): Alertmanager ends it by its own clock.
+    add_silence(store.connection, parse_matchers(["host=n1"]), "alice", "reboot", clock.time(), 3.0)
+    send(relay, clock)
+
+    def state() -> str:
+        found = all_alerts(alertmanager)
+        return str(found[0]["status"]["state"]) if found else ""
+
+    assert wait_for(lambda: state() == "suppressed"), state()
+    assert wait_for(lambda: state() == "active"), state()  # expired there too, without fleetguard

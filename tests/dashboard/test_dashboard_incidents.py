@@ -143,6 +143,11 @@ def test_silence_is_recorded_with_its_end_and_resolve_needs_the_engine(
     ]
     assert rows[0][2] > 0
     page.close()
+    # ... and /alerts shows what is silenced.
+    alerts = _open(browser, dashboard, "/alerts")
+    listed = alerts.inner_text("#alerts-silences-table")
+    assert f"incident_id={incident_id}" in listed and "looking at it" in listed
+    alerts.close()
 
 
 def test_alerts_page_counts_deliveries_and_replays_dead_letters_only_with_the_token(
