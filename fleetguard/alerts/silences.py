@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from collections.abc import Sequence
 
@@ -89,9 +90,11 @@ def _apply(con: duckdb.DuckDBPyConnection, op: object, now: float) -> str:
         return f"silence {ident} " + ("ended" if end_silence(con, ident, now) else "was not active")
     matchers = parse_matchers([str(m) for m in op["match"]])
     seconds = float(op["seconds"])
-    if not MIN_SILENCE_SECONDS <= seconds <= MAX_SILENCE_SECONDS:
+    if not (math.isfinite(seconds) and MIN_SILENCE_SECONDS <= seconds <= MAX_SILENCE_SECONDS):
         raise ValueError("a silence lasts from 1 minute to 30 days")
     asked = float(op.get("at", now))
+    if not math.isfinite(asked) or asked > now + 60.0:
+        asked = now  # a time that cannot be when the operator asked: count from now
     # It started when the operator asked, not when it was taken (never longer than asked for).
     remaining = min(seconds, asked + seconds - now)
     if remaining <= 0:

@@ -136,3 +136,25 @@ def test_the_resolve_of_an_incident_whose_opening_was_silenced_is_not_sent_alone
     assert got.requests == []
     assert counts(store.connection) == {("chat", "silenced"): 2}
     assert not silence.active(clock.time())
+
+
+def test_a_malformed_queued_silence_is_skipped_with_its_reason_and_the_rest_still_apply(store: Store) -> None:
+    ops: list[object] = [
+        "not an operation",
+        {"op": "add", "match": ["colour=red"], "seconds": 3600},
+        {"op": "add", "match": ["host=n1"], "seconds": float("nan")},
+        {
+            "op": "add",
+            "match": ["host=n1"],
+            "seconds": 3600,
+            "at": float("inf"),
+            "by": "bob",
+            "reason": "rma",
+        },
+        {"op": "end", "silence_id": "sil_nosuchthing"},
+    ]
+    lines = apply_request(store.connection, {"ops": ops}, T0)
+    assert [line.split(":")[0] for line in lines[:3]] == ["silence request skipped"] * 3
+    assert "set by bob" in lines[3] and lines[4] == "silence sil_nosuchthing was not active"
+    [kept] = active_silences(store.connection, T0)
+    assert kept.expires_at == T0 + 3600 and kept.reason == "rma"
