@@ -28,8 +28,9 @@ def incident_round(
 ) -> list[IncidentChange]:
     """Operator requests first, then the records stored since the last round; new alerts wake the relay."""
     reset = take(store_path, Request.BREAKER_RESET)
+    released: list[IncidentChange] = []  # repairs the breaker held, asked for again with the reset
     if reset is not None:
-        service.reset_breaker(now, process_backlog=bool(reset.get("process_backlog", False)))
+        released = service.reset_breaker(now, process_backlog=bool(reset.get("process_backlog", False)))
         log.warning("circuit breaker reset by an operator")
     replay = take(store_path, Request.ALERTS_REPLAY)
     if replay is not None:
@@ -44,6 +45,6 @@ def incident_round(
     if now >= service.next_prune_at:
         service.prune(now, retention_days)
         service.next_prune_at = now + PRUNE_EVERY_SECONDS
-    if relay is not None and (changes or replay is not None):
+    if relay is not None and (changes or released or replay is not None or silences is not None):
         relay.wake()
-    return changes
+    return released + changes

@@ -107,10 +107,12 @@ class IncidentService:
         self.apply(changes, now)
         return bool(changes)
 
-    def reset_breaker(self, now: float, process_backlog: bool) -> None:
-        """Close the breaker (stored even when no incident changes with it)."""
+    def reset_breaker(self, now: float, process_backlog: bool) -> list[IncidentChange]:
+        """Close the breaker (stored even when no incident changes with it); the changes, whose requested
+        repairs a caller without an executor carries out (the controller, `up`)."""
         changes = self.engine.reset_breaker(now, process_backlog)
         self.store.persist(
             changes, (), outbox_rows(changes, self.webhooks, now), self.engine.breaker.state, now
         )
         self._repair(changes, now)
+        return changes
