@@ -25,7 +25,7 @@ from fleetguard.alerts.settings import WebhookConfig, WebhookKind
 from fleetguard.incidents.incident_store import OutboxRow
 from fleetguard.store.incident_tables import epoch_sql, ts_sql
 
-MAX_BATCH = 256  # rows the relay claims per look
+MAX_BATCH = 256  # alerts per endpoint the relay looks at per round
 MAX_ERROR_CHARS = 500
 
 
@@ -113,14 +113,17 @@ class DueAlert:
         }
 
 
+# Up to MAX_BATCH heads per endpoint, so that one endpoint's backlog never hides another's alerts.
 _HEADS = (
     "SELECT o.alert_id, o.endpoint, o.incident_id, o.event, o.body_json, o.attempts, "
     f"{epoch_sql('o.next_attempt_at')}, o.schedule_step, o.severity, coalesce(i.host, ''), "
     "coalesce(i.component_kind || ':' || i.component_id, ''), coalesce(i.fault, '') FROM ("
+    "SELECT *, row_number() OVER (PARTITION BY endpoint ORDER BY created_at, seq, alert_id) AS k FROM ("
     "SELECT *, row_number() OVER "
     "(PARTITION BY endpoint, incident_id ORDER BY created_at, seq, alert_id) AS n "
-    "FROM alert_outbox WHERE status = 'pending') o LEFT JOIN incidents i ON i.incident_id = o.incident_id "
-    f"WHERE o.n = 1 ORDER BY o.created_at, o.seq, o.alert_id LIMIT {MAX_BATCH}"
+    "FROM alert_outbox WHERE status = 'pending') WHERE n = 1) o "
+    "LEFT JOIN incidents i ON i.incident_id = o.incident_id "
+    f"WHERE o.k <= {MAX_BATCH} ORDER BY o.created_at, o.seq, o.alert_id"
 )
 
 
@@ -168,7 +171,7 @@ def make_due(con: duckdb.DuckDBPyConnection, endpoint: str, now: float) -> None:
 
 
 def set_aside_after(con: duckdb.DuckDBPyConnection, alert: DueAlert, status: AlertStatus, why: str) -> None:
-    """An alert dead-lettered (or silenced): the same incident's later alerts to that endpoint follow it, so
+    """An alert dead-lettered: the same incident's later alerts to that endpoint follow it, so
     that a receiver never gets "resolved" for an incident whose "opened" it never got; `alerts replay`
     sends them again together, in order."""
     con.execute(
