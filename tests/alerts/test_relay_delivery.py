@@ -8,7 +8,7 @@ import socket
 from pathlib import Path
 
 from diagnosis.rules import Signals
-from fleetguard.alerts.outbox import counts, requeue_dead
+from fleetguard.alerts.outbox import MAX_BATCH, counts, heads, requeue_dead
 from fleetguard.alerts.relay import AlertRelay
 from fleetguard.alerts.settings import AlertsConfig, WebhookConfig, WebhookKind
 from fleetguard.clock import FakeClock
@@ -286,3 +286,18 @@ def test_after_a_restart_a_backlog_far_along_its_schedule_is_probed_at_once(
         _, relay = setup(store, hook, clock)  # the restarted process's relay
         drive(relay, clock, 2, step=0.1)
     assert counts(store.connection) == {("ops", "delivered"): 4} and len(got.accepted) == 4
+
+
+def test_one_endpoints_backlog_never_hides_another_endpoints_alerts(store: Store) -> None:
+    insert = (
+        "INSERT INTO alert_outbox (alert_id, endpoint, incident_id, event, severity, created_at, body_json, "
+        "status, attempts, next_attempt_at, delivered_at, last_error, seq, schedule_step) VALUES "
+        "(?, ?, ?, 'opened', 'critical', to_timestamp(?), '{}', 'pending', 0, to_timestamp(?), NULL, '', "
+        "?, 0)"
+    )
+    for n in range(MAX_BATCH + 50):  # a long outage's backlog, older than anything else
+        store.connection.execute(insert, [f"a{n}", "down", f"i{n}", T0 + n, T0 + n, n])
+    store.connection.execute(insert, ["late", "up", "j", T0 + 1000, T0 + 1000, 10_000])
+    found = heads(store.connection)
+    assert [a.alert_id for a in found if a.endpoint == "up"] == ["late"]
+    assert sum(1 for a in found if a.endpoint == "down") == MAX_BATCH
