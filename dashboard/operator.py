@@ -16,11 +16,13 @@ from dashboard.auth import token_accepted
 from dashboard.context import StoreReader
 from dashboard.queries.base import TS
 from dashboard.queries.incidents import incident
+from fleetguard.alerts.silences import add_silence
 
 log = logging.getLogger(__name__)
 
 MAX_NOTE_CHARS: Final = 500
 MAX_SILENCE_MINUTES: Final = 7 * 24 * 60
+DASHBOARD_OPERATOR: Final = "dashboard (operator token)"  # the token is shared: no name behind it
 
 # Resolves an incident in the incident engine that owns it (IncidentService.resolve); True when it changed.
 Resolver = Callable[[str, float], bool]
@@ -81,10 +83,15 @@ class OperatorDesk:
                         False, "refused: no incident engine runs in this process to resolve it"
                     )
                 outcome = "resolved" if self.resolver(incident_id, now) else "already resolved"
+            if until is not None:
+                # The relay reads alert_silences: the incident's alerts are muted there until `until`.
+                add_silence(cur, (("incident_id", incident_id),), DASHBOARD_OPERATOR, note, now, until - now)
             cur.execute(
                 f"INSERT INTO operator_actions VALUES ({TS}, ?, ?, ?, {'NULL' if until is None else TS}, ?)",
                 [now, incident_id, action.value, note, *([] if until is None else [until]), outcome],
             )
+        except ValueError as exc:  # too many active silences
+            return ActionResult(False, f"refused: {exc}")
         except duckdb.Error as exc:
             log.warning("dashboard: %s of incident %s not stored: %s", action.value, incident_id, exc)
             return ActionResult(False, f"not stored: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")

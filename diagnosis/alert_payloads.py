@@ -5,6 +5,9 @@
   section within Slack's 3,000 characters;
 - pagerduty: Events v2 with dedup_key = the incident key (the routing key is added when sent);
 - alertmanager: one alert of the push API (`POST /api/v2/alerts`), `endsAt` once resolved.
+
+Identity is fixed for an incident's life (the key, the incident id, Alertmanager's labels, PagerDuty's
+dedup_key); severity and counts travel as data and annotations, so an escalation updates the same alert.
 """
 
 from __future__ import annotations
@@ -30,6 +33,15 @@ class AlertEvent(StrEnum):
     @property
     def short(self) -> str:
         return self.value.removeprefix("incident.")
+
+
+def alert_events(change: IncidentChange) -> tuple[AlertEvent, ...]:
+    """The alerts a change makes, in order: an incident opened and resolved within one round makes both,
+    so no receiver gets "resolved" for an incident it never heard opened."""
+    event = alert_event(change)
+    if event is AlertEvent.RESOLVED and change.opened:
+        return (AlertEvent.OPENED, AlertEvent.RESOLVED)
+    return () if event is None else (event,)
 
 
 def alert_event(change: IncidentChange) -> AlertEvent | None:
@@ -68,6 +80,7 @@ def incident_data(incident: Incident) -> dict[str, Any]:
         "resolution": incident.resolution.value,
         "returns": incident.returns,
         "escalation_step": incident.escalation_step,
+        "flaps": incident.flaps,
     }
 
 
@@ -108,7 +121,13 @@ def slack_body(event: AlertEvent, incident: Incident) -> dict[str, Any]:
             },
             {
                 "type": "context",
-                "elements": [{"type": "mrkdwn", "text": slack_escape(f"incident {incident.incident_id}")}],
+                # Incoming webhooks cannot thread: the stable key is shown so replies can find the thread.
+                "elements": [
+                    {
+                        "type": "mrkdwn",
+                        "text": slack_escape(f"incident {incident.incident_id} · key {key.text()}"),
+                    }
+                ],
             },
         ],
     }
@@ -140,7 +159,8 @@ def pagerduty_body(event: AlertEvent, incident: Incident) -> dict[str, Any]:
 
 
 def alertmanager_alert(incident: Incident, generator_url: str = "") -> dict[str, Any]:
-    """One alert of the push API; the label set is its identity, so re-sending it updates the same alert."""
+    """One alert of the push API; the label set is its identity (alertname, host, component, fault and
+    incident_id, fixed for the incident's life), so re-sending it updates the same alert."""
     key = incident.key
     alert: dict[str, Any] = {
         "labels": {
@@ -148,13 +168,16 @@ def alertmanager_alert(incident: Incident, generator_url: str = "") -> dict[str,
             "host": key.host,
             "component": key.component,
             "fault": key.fault,
-            "severity": incident.severity.value,
+            "incident_id": incident.incident_id,
         },
+        # Severity and counts change over an incident's life: annotations, so that an escalation updates
+        # the same alert (labels are its identity) and Alertmanager's own silences keep matching it.
         "annotations": {
+            "severity": incident.severity.value,
             "summary": incident.summary,
             "action": incident.action.value,
             "occurrences": str(incident.occurrences),
-            "incident_id": incident.incident_id,
+            "flaps": str(incident.flaps),
             "rule": incident.rule,
         },
         "startsAt": iso(incident.opened_at),

@@ -77,6 +77,8 @@ class IncidentEngine:
         self._cancels: dict[
             str, tuple[str, ...]
         ] = {}  # policy.cancels, cached: called for every healthy sample
+        # Damping: incident id -> when its fault was cleared; resolved once clear for the flap window.
+        self._clearing: dict[str, float] = {}
 
     # ---- state from the store -------------------------------------------------------------------------
 
@@ -190,15 +192,21 @@ class IncidentEngine:
             self._pending.pop(key, None)
             current = self.incidents.get(key)
             if current is not None and current.state in ACTIVE_STATES and obs.ts >= current.last_seen:
-                self._resolve(current, obs.ts, Resolution.CANCELLED, round_)
+                if self.policy.lifecycle.flap_window_seconds > 0:
+                    self._clearing.setdefault(current.incident_id, obs.ts)
+                else:
+                    self._resolve(current, obs.ts, Resolution.CANCELLED, round_)
 
     def _update(self, current: Incident, obs: Observation, round_: _Round) -> None:
         severity = worst(current.severity, obs.severity)
+        # Back while it was clearing: a flap of this incident, not a new page.
+        flapped = self._clearing.pop(current.incident_id, None) is not None
         updated = replace(
             current,
             last_seen=max(current.last_seen, obs.ts),
             occurrences=current.occurrences + obs.count,
             severity=severity,
+            flaps=current.flaps + int(flapped),
         )
         self._put(updated)
         every = self.policy.lifecycle.update_alert_every
@@ -324,6 +332,7 @@ class IncidentEngine:
             self._open(obs, _Pending(first_seen=now, count=1, seen=[obs]), now, round_)
 
     def _resolve(self, current: Incident, now: float, how: Resolution, round_: _Round) -> None:
+        self._clearing.pop(current.incident_id, None)
         self._put(replace(current, state=IncidentState.RESOLVED, resolved_at=now, resolution=how))
         round_.mark(current.incident_id, ChangeKind.RESOLVED)
 
@@ -334,7 +343,9 @@ class IncidentEngine:
                 continue
             self._retry_deferred(incident, now, round_)
             if incident.state in ACTIVE_STATES:
-                self._resolve_if_healthy(incident, now, round_)
+                self._resolve_if_cleared(incident, now, round_)
+            if self.incidents[incident.key].state in ACTIVE_STATES:
+                self._resolve_if_healthy(self.incidents[incident.key], now, round_)
             elif (
                 incident.state is IncidentState.RESOLVED
                 and incident.resolved_at is not None
@@ -346,6 +357,12 @@ class IncidentEngine:
         horizon = max(self.policy.escalation.window_seconds, 1.0)
         if len(self.history) > MAX_PENDING:
             self.history = {k: v for k, v in self.history.items() if v and now - v[-1] <= horizon}
+
+    def _resolve_if_cleared(self, incident: Incident, now: float, round_: _Round) -> None:
+        """Cleared and stayed clear for the flap window: resolved as of when it cleared."""
+        cleared = self._clearing.get(incident.incident_id)
+        if cleared is not None and now - cleared >= self.policy.lifecycle.flap_window_seconds:
+            self._resolve(incident, cleared, Resolution.CANCELLED, round_)
 
     def _resolve_if_healthy(self, incident: Incident, now: float, round_: _Round) -> None:
         """Not seen for the quiet time; for a fault read from samples or counters, also read again since."""

@@ -63,6 +63,7 @@ class Incident:
     returns: int = 0  # times the fault came back after being resolved
     escalation_step: int = 0
     sticky_seconds: float = 0.0
+    flaps: int = 0  # times the fault cleared and came back within the flap window (one incident for all)
 
 
 @dataclass(frozen=True, slots=True)

@@ -100,6 +100,9 @@ class Lifecycle:
     resolve_healthy_seconds: float = 600.0  # no sighting for this long (or the rule's sticky time): resolved
     close_after_seconds: float = 3600.0  # resolved this long without coming back: closed
     update_alert_every: int = 0  # also alert "updated" every N occurrences (0: only on escalation)
+    # Damping: a fault cleared (cancelled by a healthy reading) is resolved only once it stayed clear this
+    # long; coming back sooner is a flap of the same open incident (counted, no new page). 0: no damping.
+    flap_window_seconds: float = 60.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,12 +14,14 @@ from dashboard.context import DashboardContext, current
 from dashboard.pages.live import PageSpec, Params, render_safely
 from dashboard.queries.alerts import AlertRow, Attempt, alerts, attempts, outbox_status
 from dashboard.queries.base import tables
+from fleetguard.alerts.silence_rules import Silence
+from fleetguard.alerts.silences import active_silences
 
 HISTORY_SECONDS: Final = 86400.0
 NO_DATA: Final = (
     "no alerts data yet: no webhook is configured, or the incident engine has not written to this store"
 )
-STATUSES: Final = ("pending", "delivered", "dead", "gone")
+STATUSES: Final = ("pending", "delivered", "dead", "gone", "silenced")
 
 
 def render(ctx: DashboardContext, _params: Params) -> Any:
@@ -30,6 +32,7 @@ def render(ctx: DashboardContext, _params: Params) -> Any:
         status = outbox_status(cur)
         recent = alerts(cur, now - HISTORY_SECONDS)
         tries = attempts(cur, now - HISTORY_SECONDS, now)
+        muted = active_silences(cur, now) if "alert_silences" in tables(cur) else []
     totals: Counter[str] = Counter()
     for s in status:
         totals[s.status] += s.alerts
@@ -63,8 +66,31 @@ def render(ctx: DashboardContext, _params: Params) -> Any:
         section(
             "Alerts (24 h, and every one not delivered)", _alerts_table(recent, now), section_id="alerts-list"
         ),
+        section("Active silences", _silences_table(muted), section_id="alerts-silences"),
         section("Delivery attempts (24 h)", _attempts_table(tries), section_id="alerts-attempts"),
     ]
+
+
+def _silences_table(rows: list[Silence]) -> Any:
+    """What the relay mutes now, by whom and why (`fleetguard alerts silence`, or an incident's page)."""
+    data = [
+        {
+            "silence": s.silence_id,
+            "matches": s.describe(),
+            "until": when(s.expires_at),
+            "by": s.created_by,
+            "reason": s.reason[:200],
+        }
+        for s in rows
+    ]
+    cols = [
+        Col("silence", "silence"),
+        Col("matches", "matches"),
+        Col("until (UTC)", "until"),
+        Col("by", "by"),
+        Col("reason", "reason"),
+    ]
+    return table("alerts-silences-table", cols, data, page_size=10)
 
 
 def _endpoint_table(status: list[Any], now: float) -> Any:

@@ -20,6 +20,7 @@ from typing import Protocol, runtime_checkable
 from collectors.protocol import Collector
 from fleetguard.agent.metrics import MetricsState
 from fleetguard.clock import Clock
+from fleetguard.records.findings import Finding
 from fleetguard.records.telemetry import Batch, Event, EventKind
 
 log = logging.getLogger(__name__)
@@ -143,6 +144,8 @@ class Agent:
         # Parts of the process that need the events as they are read (the training runtime's host evidence),
         # before repeats are folded: called on the sampling thread, so each must be quick and not raise.
         self.event_taps: list[Callable[[Sequence[Event]], None]] = []
+        # Called after a flush that stored rows (the incidents loop evaluates new records at once).
+        self.on_stored: list[Callable[[], None]] = []
         for c in self.collectors:
             metrics.set_collector_up(c.name, True)
 
@@ -181,8 +184,17 @@ class Agent:
         return [c for c in self._backlogged if c.has_backlog]  # type: ignore[misc]
 
     def submit(self, records: Iterable[object]) -> None:
-        """Records from other parts of the process (training runtime, predictor): buffered like samples."""
-        self.buffer.add(records)
+        """Records from other parts of the process (training runtime, predictor): buffered like samples; a
+        finding among them is flushed at once, as events are."""
+        rows = list(records)
+        self.buffer.add(rows)
+        if any(isinstance(r, Finding) for r in rows):
+            self._flush_soon()
+
+    def _flush_soon(self) -> None:
+        """A fault is in the buffer: store it now, not at the next flush interval (fault-to-page latency)."""
+        if self._writer is not None:
+            self._writer.request_flush()
 
     def flush(self) -> int:
         try:
@@ -197,6 +209,12 @@ class Agent:
         stats.buffered_rows = len(self.buffer)
         stats.dropped_rows = self.buffer.dropped_rows
         stats.rejected_rows = self.buffer.rejected_rows
+        if written:
+            for callback in self.on_stored:
+                try:
+                    callback()
+                except Exception as exc:  # a listener must not stop the agent storing rows
+                    log.warning("after-store callback failed: %s", exc)
         return written
 
     def shutdown(self) -> int:
@@ -264,6 +282,8 @@ class Agent:
         self.buffer.add(batch.nic_samples)
         self.buffer.add(batch.nic_counters)
         self.buffer.add(stored_events)
+        if stored_events:
+            self._flush_soon()
         if self._on_round is not None:
             self._unreported_events.extend(stored_events)
         self._checkpoint(now, held_back, force_drain)

@@ -1,7 +1,10 @@
-"""`fleetguard alerts status|replay`: the outbox per endpoint, and dead letters sent again."""
+"""`fleetguard alerts status|replay|silence|unsilence`: the outbox per endpoint, dead letters sent again,
+and silences that mute matching alerts at the relay."""
 
 from __future__ import annotations
 
+import getpass
+import os
 import time
 
 import click
@@ -12,7 +15,7 @@ from fleetguard.store import Store, StoreError, StoreLocked
 
 @click.group("alerts")
 def alerts_group() -> None:
-    """Alert webhooks: delivery status and dead letters."""
+    """Alert webhooks: delivery status, dead letters and silences."""
 
 
 @alerts_group.command("status")
@@ -20,8 +23,10 @@ def alerts_group() -> None:
 def alerts_status(config_path: str | None, store_path: str | None) -> None:
     """Outbox rows per endpoint and status, and the latest errors."""
     from fleetguard.alerts.outbox import counts
+    from fleetguard.alerts.silences import active_silences
 
     config = load(config_path, **{"store.path": store_path})
+    now = time.time()
     try:
         with Store.open(config.store.path, read_only=True) as store:
             by = counts(store.connection)
@@ -29,6 +34,7 @@ def alerts_status(config_path: str | None, store_path: str | None) -> None:
                 "SELECT endpoint, last_error FROM alert_outbox WHERE last_error <> '' "
                 "ORDER BY next_attempt_at DESC LIMIT 5"
             ).fetchall()
+            silences = active_silences(store.connection, now)
     except StoreError as exc:
         raise click.ClickException(str(exc)) from exc
     if not by:
@@ -37,6 +43,91 @@ def alerts_status(config_path: str | None, store_path: str | None) -> None:
         click.echo(f"{endpoint:24s} {status:10s} {n:>8d}")
     for endpoint, error in errors:
         click.echo(f"  last error {endpoint}: {error}")
+    click.echo(f"{len(silences)} active silence(s)")
+    for s in silences:
+        left = (s.expires_at - now) / 60.0
+        click.echo(f"  {s.silence_id}  {s.describe()}  {left:.0f} min left  by {s.created_by}: {s.reason}")
+
+
+def _operator() -> str:
+    """Who is silencing: the sudo caller when run through sudo (root is everyone)."""
+    return os.environ.get("SUDO_USER") or getpass.getuser()
+
+
+@alerts_group.command("silence")
+@config_options
+@click.option(
+    "--match",
+    "matches",
+    multiple=True,
+    required=True,
+    help="key=value (host, component, "
+    "fault, incident_id, severity, endpoint); all must match. Repeat for more.",
+)
+@click.option("--for", "duration", required=True, help="How long: 30m, 2h, 1h30m, 3d (1 minute to 30 days).")
+@click.option("--reason", required=True, help="Why (kept with who set it).")
+def alerts_silence(
+    config_path: str | None, store_path: str | None, matches: tuple[str, ...], duration: str, reason: str
+) -> None:
+    """Mute matching alerts at the relay (and in Alertmanager receivers) until the silence expires."""
+    from fleetguard.alerts.silence_rules import parse_duration, parse_matchers
+    from fleetguard.alerts.silences import add_silence
+    from fleetguard.incidents.requests import Request, append
+
+    try:
+        matchers = parse_matchers(list(matches))
+        seconds = parse_duration(duration)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+    if not reason.strip():
+        raise click.BadParameter("--reason: say why (it is kept with the silence)")
+    config = load(config_path, **{"store.path": store_path})
+    now, by = time.time(), _operator()
+    try:
+        store = Store.open(config.store.path, must_exist=True)
+    except StoreLocked:
+        op = {"op": "add", "match": [f"{k}={v}" for k, v in matchers], "seconds": seconds, "at": now}
+        try:
+            append(config.store.path, Request.ALERTS_SILENCE, {**op, "by": by, "reason": reason})
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from exc
+        click.echo("the store is in use: the running fleetguard sets the silence within a round")
+        return
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from exc
+    with store:
+        try:
+            silence = add_silence(store.connection, matchers, by, reason, now, seconds)
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from exc
+    click.echo(f"{silence.silence_id}: {silence.describe()} silenced for {duration} by {silence.created_by}")
+
+
+@alerts_group.command("unsilence")
+@config_options
+@click.argument("silence_id")
+def alerts_unsilence(config_path: str | None, store_path: str | None, silence_id: str) -> None:
+    """End a silence now (its record stays)."""
+    from fleetguard.alerts.silences import end_silence
+    from fleetguard.incidents.requests import Request, append
+
+    config = load(config_path, **{"store.path": store_path})
+    try:
+        store = Store.open(config.store.path, must_exist=True)
+    except StoreLocked:
+        try:
+            append(config.store.path, Request.ALERTS_SILENCE, {"op": "end", "silence_id": silence_id[:64]})
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from exc
+        click.echo("the store is in use: the running fleetguard ends the silence within a round")
+        return
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from exc
+    with store:
+        ended = end_silence(store.connection, silence_id, time.time())
+    if not ended:
+        raise click.ClickException(f"no active silence {silence_id[:64]!r}")
+    click.echo(f"{silence_id} ended")
 
 
 @alerts_group.command("replay")

@@ -14,7 +14,7 @@ import duckdb
 
 from diagnosis.alert_payloads import (
     AlertEvent,
-    alert_event,
+    alert_events,
     alertmanager_alert,
     generic_body,
     pagerduty_body,
@@ -25,7 +25,7 @@ from fleetguard.alerts.settings import WebhookConfig, WebhookKind
 from fleetguard.incidents.incident_store import OutboxRow
 from fleetguard.store.incident_tables import epoch_sql, ts_sql
 
-MAX_BATCH = 256  # rows the relay claims per look
+MAX_BATCH = 256  # alerts per endpoint the relay looks at per round
 MAX_ERROR_CHARS = 500
 
 
@@ -34,21 +34,22 @@ class AlertStatus(StrEnum):
     DELIVERED = "delivered"
     DEAD = "dead"  # the retry schedule ran out (or a 4xx that retrying cannot fix)
     GONE = "gone"  # 410: the endpoint asked never to be called again
+    SILENCED = "silenced"  # a silence matched it when it was due: recorded, never sent
 
 
 def outbox_rows(
     changes: Iterable[IncidentChange], webhooks: Sequence[WebhookConfig], now: float
 ) -> list[OutboxRow]:
-    """One row per (alerting change, endpoint whose min_severity it reaches)."""
+    """One row per (alert of a change, endpoint whose min_severity it reaches), in the order they happened."""
     rows = []
     for change in changes:
-        event = alert_event(change)
-        if event is None:
-            continue
         incident = change.incident
-        for hook in webhooks:
+        events = alert_events(change)
+        for event, hook in ((e, h) for e in events for h in webhooks):
             if incident.severity.rank < hook.min_severity.rank:
                 continue
+            if hook.kind is WebhookKind.ALERTMANAGER and event is not events[-1]:
+                continue  # Alertmanager's one alert carries both: startsAt and endsAt
             body = _body(hook.kind, event, change, now)
             rows.append(
                 OutboxRow(
@@ -86,22 +87,71 @@ def _alert_id(endpoint: str, change: IncidentChange, event: AlertEvent) -> str:
 
 @dataclass(frozen=True, slots=True)
 class DueAlert:
+    """The oldest pending alert of one incident to one endpoint, with what a silence is matched against."""
+
     alert_id: str
     endpoint: str
     incident_id: str
     event: str
     body_json: str
     attempts: int
+    next_attempt_at: float = 0.0
+    schedule_step: int = 0
+    severity: str = ""
+    host: str = ""
+    component: str = ""
+    fault: str = ""
+
+    def labels(self) -> dict[str, str]:
+        return {
+            "endpoint": self.endpoint,
+            "incident_id": self.incident_id,
+            "severity": self.severity,
+            "host": self.host,
+            "component": self.component,
+            "fault": self.fault,
+        }
+
+
+# Up to MAX_BATCH heads per endpoint, so that one endpoint's backlog never hides another's alerts.
+_HEADS = (
+    "SELECT o.alert_id, o.endpoint, o.incident_id, o.event, o.body_json, o.attempts, "
+    f"{epoch_sql('o.next_attempt_at')}, o.schedule_step, o.severity, coalesce(i.host, ''), "
+    "coalesce(i.component_kind || ':' || i.component_id, ''), coalesce(i.fault, '') FROM ("
+    "SELECT *, row_number() OVER (PARTITION BY endpoint ORDER BY created_at, seq, alert_id) AS k FROM ("
+    "SELECT *, row_number() OVER "
+    "(PARTITION BY endpoint, incident_id ORDER BY created_at, seq, alert_id) AS n "
+    "FROM alert_outbox WHERE status = 'pending') WHERE n = 1) o "
+    "LEFT JOIN incidents i ON i.incident_id = o.incident_id "
+    f"WHERE o.k <= {MAX_BATCH} ORDER BY o.created_at, o.seq, o.alert_id"
+)
+
+
+def heads(con: duckdb.DuckDBPyConnection) -> list[DueAlert]:
+    """The oldest pending alert per (endpoint, incident), oldest first: a later alert about an incident
+    never leaves before an earlier one, whatever their schedules say."""
+    return [
+        DueAlert(
+            str(r[0]),
+            str(r[1]),
+            str(r[2]),
+            str(r[3]),
+            str(r[4]),
+            int(r[5]),
+            float(r[6]),
+            int(r[7] or 0),
+            str(r[8]),
+            str(r[9]),
+            str(r[10]),
+            str(r[11]),
+        )
+        for r in con.execute(_HEADS).fetchall()
+    ]
 
 
 def due(con: duckdb.DuckDBPyConnection, now: float) -> list[DueAlert]:
-    rows = con.execute(
-        "SELECT alert_id, endpoint, incident_id, event, body_json, attempts FROM alert_outbox "
-        f"WHERE status = 'pending' AND next_attempt_at <= {ts_sql()} "
-        f"ORDER BY created_at, alert_id LIMIT {MAX_BATCH}",
-        [now],
-    ).fetchall()
-    return [DueAlert(str(r[0]), str(r[1]), str(r[2]), str(r[3]), str(r[4]), int(r[5])) for r in rows]
+    """Heads whose own retry schedule has come round."""
+    return [a for a in heads(con) if a.next_attempt_at <= now]
 
 
 def next_due_at(con: duckdb.DuckDBPyConnection) -> float | None:
@@ -109,6 +159,49 @@ def next_due_at(con: duckdb.DuckDBPyConnection) -> float | None:
         f"SELECT min({epoch_sql('next_attempt_at')}) FROM alert_outbox WHERE status = 'pending'"
     ).fetchall()
     return None if not row or row[0][0] is None else float(row[0][0])
+
+
+def make_due(con: duckdb.DuckDBPyConnection, endpoint: str, now: float) -> None:
+    """The endpoint answers again: its whole backlog is due now (it drains oldest first, at its rate)."""
+    con.execute(
+        f"UPDATE alert_outbox SET next_attempt_at = {ts_sql()} WHERE endpoint = ? AND status = 'pending' "
+        f"AND next_attempt_at > {ts_sql()}",
+        [now, endpoint, now],
+    )
+
+
+def set_aside_after(con: duckdb.DuckDBPyConnection, alert: DueAlert, status: AlertStatus, why: str) -> None:
+    """An alert dead-lettered: the same incident's later alerts to that endpoint follow it, so
+    that a receiver never gets "resolved" for an incident whose "opened" it never got; `alerts replay`
+    sends them again together, in order."""
+    con.execute(
+        "UPDATE alert_outbox SET status = ?, last_error = ? WHERE endpoint = ? AND incident_id = ? "
+        "AND status = 'pending' AND alert_id <> ?",
+        [status.value, why[:MAX_ERROR_CHARS], alert.endpoint, alert.incident_id, alert.alert_id],
+    )
+
+
+def pending_endpoints(con: duckdb.DuckDBPyConnection) -> list[str]:
+    rows = con.execute("SELECT DISTINCT endpoint FROM alert_outbox WHERE status = 'pending'").fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def opening_silenced(con: duckdb.DuckDBPyConnection, alert: DueAlert) -> bool:
+    """Nothing about this incident reached the endpoint, because a silence muted it."""
+    row = con.execute(
+        "SELECT count(*) FILTER (WHERE status = 'delivered'), count(*) FILTER (WHERE status = 'silenced') "
+        "FROM alert_outbox WHERE endpoint = ? AND incident_id = ? AND alert_id <> ?",
+        [alert.endpoint, alert.incident_id, alert.alert_id],
+    ).fetchall()
+    return bool(row) and int(row[0][0]) == 0 and int(row[0][1]) > 0
+
+
+def mark_silenced(con: duckdb.DuckDBPyConnection, alert: DueAlert, silence_id: str, now: float) -> None:
+    con.execute(
+        f"UPDATE alert_outbox SET status = 'silenced', last_error = ?, next_attempt_at = {ts_sql()} "
+        "WHERE alert_id = ?",
+        [f"silenced by {silence_id}", now, alert.alert_id],
+    )
 
 
 def record_attempt(
@@ -122,6 +215,7 @@ def record_attempt(
     duration_seconds: float,
     new_status: AlertStatus,
     next_attempt_at: float,
+    schedule_step: int | None = None,
 ) -> None:
     """The attempt's row and the outbox row's new state, in one transaction."""
     attempt = alert.attempts + 1
@@ -142,8 +236,8 @@ def record_attempt(
         )
         con.execute(
             f"UPDATE alert_outbox SET status = ?, attempts = ?, next_attempt_at = {ts_sql()}, "
-            f"delivered_at = CASE WHEN ? THEN {ts_sql()} ELSE delivered_at END, last_error = ? "
-            "WHERE alert_id = ?",
+            f"delivered_at = CASE WHEN ? THEN {ts_sql()} ELSE delivered_at END, last_error = ?, "
+            "schedule_step = ? WHERE alert_id = ?",
             [
                 new_status.value,
                 attempt,
@@ -151,6 +245,7 @@ def record_attempt(
                 new_status is AlertStatus.DELIVERED,
                 now,
                 error[:MAX_ERROR_CHARS],
+                alert.schedule_step if schedule_step is None else schedule_step,
                 alert.alert_id,
             ],
         )
@@ -167,8 +262,8 @@ def requeue_dead(con: duckdb.DuckDBPyConnection, now: float, endpoint: str | Non
     con.execute("BEGIN TRANSACTION")
     try:
         row = con.execute(
-            f"UPDATE alert_outbox SET status = 'pending', attempts = 0, next_attempt_at = {ts_sql()}, "
-            f"last_error = '' WHERE {where}",
+            f"UPDATE alert_outbox SET status = 'pending', attempts = 0, schedule_step = 0, "
+            f"next_attempt_at = {ts_sql()}, last_error = '' WHERE {where}",
             params,
         ).fetchall()
         con.execute("COMMIT")
@@ -183,7 +278,7 @@ def open_alertmanager_alerts(con: duckdb.DuckDBPyConnection, endpoint: str) -> l
     Alertmanager must keep hearing about, or it resolves the alert by itself."""
     rows = con.execute(
         "SELECT body_json FROM (SELECT body_json, event, status, row_number() OVER "
-        "(PARTITION BY incident_id ORDER BY created_at DESC, alert_id DESC) AS n FROM alert_outbox "
+        "(PARTITION BY incident_id ORDER BY created_at DESC, seq DESC, alert_id DESC) AS n FROM alert_outbox "
         "WHERE endpoint = ?) WHERE n = 1 AND event <> 'resolved' AND status = 'delivered'",
         [endpoint],
     ).fetchall()

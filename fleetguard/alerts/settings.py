@@ -17,10 +17,29 @@ from diagnosis.model import Severity
 DEFAULT_RETRY_SCHEDULE = (0.0, 5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 50400.0, 72000.0, 86400.0)
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _WEBHOOK_KEYS = frozenset(
-    {"name", "url", "kind", "secret_file", "min_severity", "rate_per_second", "timeout_seconds"}
+    {
+        "name",
+        "url",
+        "kind",
+        "secret_file",
+        "min_severity",
+        "rate_per_second",
+        "timeout_seconds",
+        "probe_max_seconds",
+    }
 )
 _ALERT_KEYS = frozenset(
-    {"enabled", "webhooks", "retry_schedule_seconds", "jitter_fraction", "resend_seconds", "poll_seconds"}
+    {
+        "enabled",
+        "webhooks",
+        "retry_schedule_seconds",
+        "jitter_fraction",
+        "resend_seconds",
+        "poll_seconds",
+        "probe_initial_seconds",
+        "probe_max_seconds",
+        "long_outage_seconds",
+    }
 )
 
 
@@ -40,6 +59,7 @@ class WebhookConfig:
     min_severity: Severity = Severity.WARNING
     rate_per_second: float = 1.0  # Slack takes about one message a second per webhook
     timeout_seconds: float = 15.0
+    probe_max_seconds: float | None = None  # None: [alerts] probe_max_seconds
     config_key: str = ""  # "alerts.webhooks[0]": where refusals about this hook point the operator
 
     @property
@@ -55,6 +75,15 @@ class AlertsConfig:
     jitter_fraction: float = 0.2
     resend_seconds: float = 60.0  # Alertmanager: active alerts are re-sent this often
     poll_seconds: float = 1.0  # the relay looks at the outbox at least this often
+    # A failing endpoint is probed (with its oldest pending alert) 1 s, 2 s, 4 s ... up to 15 s apart; the
+    # moment it answers, its whole backlog is due. Only an outage longer than long_outage_seconds falls back
+    # to each alert's own retry schedule (hours apart), and from there to dead letters.
+    probe_initial_seconds: float = 1.0
+    probe_max_seconds: float = 15.0
+    long_outage_seconds: float = 900.0
+
+    def probe_cap(self, hook: WebhookConfig) -> float:
+        return self.probe_max_seconds if hook.probe_max_seconds is None else hook.probe_max_seconds
 
 
 def parse_alerts(values: Mapping[str, Any]) -> AlertsConfig:
@@ -85,6 +114,15 @@ def parse_alerts(values: Mapping[str, Any]) -> AlertsConfig:
         jitter_fraction=_number(values, "jitter_fraction", "alerts", base.jitter_fraction, 0.0, 1.0),
         resend_seconds=_number(values, "resend_seconds", "alerts", base.resend_seconds, 1.0, 86400.0),
         poll_seconds=_number(values, "poll_seconds", "alerts", base.poll_seconds, 0.01, 3600.0),
+        probe_initial_seconds=_number(
+            values, "probe_initial_seconds", "alerts", base.probe_initial_seconds, 0.01, 3600.0
+        ),
+        probe_max_seconds=_number(
+            values, "probe_max_seconds", "alerts", base.probe_max_seconds, 0.01, 3600.0
+        ),
+        long_outage_seconds=_number(
+            values, "long_outage_seconds", "alerts", base.long_outage_seconds, 0.0, 7 * 86400.0
+        ),
     )
 
 
@@ -125,6 +163,11 @@ def _webhook(item: Any, where: str) -> WebhookConfig:
         min_severity=severity,
         rate_per_second=_number(item, "rate_per_second", where, 1.0, 0.001, 1000.0),
         timeout_seconds=_number(item, "timeout_seconds", where, 15.0, 0.1, 120.0),
+        probe_max_seconds=(
+            None
+            if "probe_max_seconds" not in item
+            else _number(item, "probe_max_seconds", where, 15.0, 0.01, 3600.0)
+        ),
         config_key=where,
     )
 

@@ -1,22 +1,28 @@
-"""Incidents and alerts inside `fleetguard up`: every diagnosis interval the records the agent stored are
-turned into incidents (with evidence, actions and outbox rows), and the relay thread sends the alerts."""
+"""Incidents and alerts inside `fleetguard up`: the fleet controller's incidents task
+(fleetguard.incidents.controller_task), run over the same store API in transactions of its own, with the
+repairs it requests carried out here after each commit (evidence before action). A round runs as soon as
+the agent stores new rows (a fault's records are flushed at once) and at least every diagnosis interval;
+the relay thread sends the alerts."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+from collections.abc import Iterator
 
+import duckdb
+
+from diagnosis.incident import ActionOutcome
 from fleetguard.agent.agent import Agent
 from fleetguard.agent.daemon import Extension
 from fleetguard.alerts.outbox import counts
 from fleetguard.alerts.relay import AlertRelay
-from fleetguard.clock import SystemClock
+from fleetguard.clock import Clock, SystemClock
 from fleetguard.config import Config
-from fleetguard.incidents.feed import StoreFeed
+from fleetguard.incidents.controller_task import IncidentTask
 from fleetguard.incidents.metrics import IncidentMetrics, IncidentSnapshot, open_counts
-from fleetguard.incidents.policy_files import load_policy
 from fleetguard.incidents.repairs import RepairExecutor
-from fleetguard.incidents.rounds import incident_round
 from fleetguard.incidents.service import IncidentService
 from fleetguard.store import Store
 
@@ -33,52 +39,75 @@ class IncidentSummary:
         return self.text
 
 
+@contextlib.contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """The task's writes, all or nothing (the controller's writer thread holds one the same way)."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
+
+
+def carry_out_repairs(
+    task: IncidentTask, executor: RepairExecutor, con: duckdb.DuckDBPyConnection, clock: Clock
+) -> int:
+    """The repairs the last round requested, each ended in the task (and stored) as it finishes."""
+    done = 0
+    for change in task.last_changes:
+        for entry in change.actions:
+            if entry.outcome is not ActionOutcome.REQUESTED or entry.finished_at is not None:
+                continue
+            outcome, detail = executor.carry_out(entry, change.incident.key, change.incident.summary)
+            with transaction(con):
+                task.action_finished(entry.action_id, outcome, detail, clock.time())
+            done += 1
+    return done
+
+
 def incidents_extension(config: Config, summary: IncidentSummary | None = None) -> Extension:
     stop = threading.Event()
+    wake = threading.Event()
     threads: list[threading.Thread] = []
     metrics = IncidentMetrics()
+    tasks: list[IncidentTask] = []
 
     def start(agent: Agent, store: Store) -> None:
         clock = SystemClock()
-        policy = load_policy(config.diagnosis.policy_file or None, config.policy.tables)
-        now = clock.time()
-        webhooks = config.alerts.webhooks if config.alerts.enabled else ()
-        service = IncidentService.open(
-            store.cursor(),
-            policy,
-            now,
-            webhooks=webhooks,
-            executor=RepairExecutor(config.diagnosis, slurm=config.actions.slurm),
-        )
-        # Events are stored up to the agent's dedup window late: read that far back on the first round too.
-        overlap = config.agent.event_dedup_window_seconds + 2 * config.agent.flush_interval_seconds
-        feed = StoreFeed(store.cursor(), start=now - overlap, event_overlap_seconds=overlap)
-        relay = AlertRelay(store.cursor(), config.alerts, clock) if webhooks else None
+        task = IncidentTask(config, clock)
+        tasks.append(task)
+        executor = RepairExecutor(config.diagnosis, slurm=config.actions.slurm)
+        con = store.cursor()
+        task.start_relay(store)
         agent.metrics.extra.append(metrics)
+        agent.on_stored.append(wake.set)
 
         def loop() -> None:
             while not stop.is_set():
+                wake.clear()
                 try:
-                    incident_round(
-                        service, feed, relay, store.path, clock.time(), config.store.retention_days
-                    )
-                    _publish(service, relay, metrics, summary)
+                    with transaction(con):
+                        task(con, clock.time())
+                    carry_out_repairs(task, executor, con, clock)
+                    if task.service is not None:
+                        _publish(task.service, task.relay, metrics, summary)
                 except Exception as exc:  # one bad round must not end incident tracking
                     log.warning("incident round failed: %s", exc)
-                stop.wait(config.diagnosis.interval_seconds)
+                wake.wait(config.diagnosis.interval_seconds)
 
         threads.append(threading.Thread(target=loop, name="fleetguard-incidents", daemon=True))
-        if relay is not None:
-            threads.append(
-                threading.Thread(target=relay.run, args=(stop,), name="fleetguard-alerts", daemon=True)
-            )
         for thread in threads:
             thread.start()
 
     def stop_all() -> None:
         stop.set()
+        wake.set()
         for thread in threads:
             thread.join(timeout=10)
+        for task in tasks:
+            task.stop_relay()
 
     return Extension("incidents", start, stop_all)
 
@@ -97,6 +126,8 @@ def _publish(
             sent=dict(stats.sent) if stats else {},
             failed=dict(stats.failed) if stats else {},
             dead=dict(stats.dead) if stats else {},
+            silenced=dict(stats.silenced) if stats else {},
+            endpoint_up={name: relay.health(name).up for name in relay.endpoints} if relay else {},
             outbox=counts(service.con),
             breaker_open=service.engine.breaker.tripped,
         )

@@ -25,12 +25,12 @@ from fleetguard.store.incident_tables import epoch_sql, ts_sql
 _INCIDENT_COLUMNS = (
     "incident_id, incident_key, host, component_kind, component_id, fault, state, severity, action, rule, "
     "summary, first_seen, last_seen, occurrences, opened_at, resolved_at, closed_at, resolution, returns, "
-    "escalation_step, sticky_seconds, updated_at"
+    "escalation_step, sticky_seconds, updated_at, flaps"
 )
 _T = ts_sql()
 _UPSERT_INCIDENT = (
     f"INSERT OR REPLACE INTO incidents ({_INCIDENT_COLUMNS}) VALUES "
-    f"(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {_T}, {_T}, ?, {_T}, {_T}, {_T}, ?, ?, ?, ?, {_T})"
+    f"(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {_T}, {_T}, ?, {_T}, {_T}, {_T}, ?, ?, ?, ?, {_T}, ?)"
 )
 _UPSERT_ACTION = (
     "INSERT OR REPLACE INTO incident_actions (action_id, incident_id, host, action, rule, requested_at, "
@@ -42,8 +42,8 @@ _INSERT_EVIDENCE = (
 _INSERT_OPENING = f"INSERT INTO incident_openings (incident_key, ts) VALUES (?, {_T})"
 _INSERT_OUTBOX = (
     "INSERT OR IGNORE INTO alert_outbox (alert_id, endpoint, incident_id, event, severity, created_at, "
-    "body_json, status, attempts, next_attempt_at, delivered_at, last_error) VALUES "
-    f"(?, ?, ?, ?, ?, {_T}, ?, 'pending', 0, {_T}, NULL, '')"
+    "body_json, status, attempts, next_attempt_at, delivered_at, last_error, seq, schedule_step) VALUES "
+    f"(?, ?, ?, ?, ?, {_T}, ?, 'pending', 0, {_T}, NULL, '', nextval('alert_outbox_seq'), 0)"
 )
 
 
@@ -183,10 +183,11 @@ class IncidentStore:
             f"DELETE FROM incident_openings WHERE ts < {t}",
             f"DELETE FROM alert_outbox WHERE status <> 'pending' AND created_at < {t}",
             f"DELETE FROM alert_deliveries WHERE ts < {t}",
+            f"DELETE FROM alert_silences WHERE expires_at < {t} OR ended_at < {t}",
         )
         with self._transaction():
             for sql in statements:
-                self.con.execute(sql, [cutoff])
+                self.con.execute(sql, [cutoff] * sql.count("?"))
 
 
 def _select_incident() -> str:
@@ -229,6 +230,7 @@ def _incident(r: Sequence[object]) -> Incident:
         returns=int(r[18]),  # type: ignore[call-overload]
         escalation_step=int(r[19]),  # type: ignore[call-overload]
         sticky_seconds=float(r[20]),  # type: ignore[arg-type]
+        flaps=int(r[22] or 0),  # type: ignore[call-overload]
     )
 
 
@@ -272,6 +274,7 @@ def _incident_params(i: Incident, now: float) -> list[object]:
         i.escalation_step,
         i.sticky_seconds,
         now,
+        i.flaps,
     ]
 
 

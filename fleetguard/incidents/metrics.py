@@ -18,6 +18,8 @@ class IncidentSnapshot:
     sent: Mapping[str, int] = field(default_factory=dict)
     failed: Mapping[str, int] = field(default_factory=dict)
     dead: Mapping[str, int] = field(default_factory=dict)
+    silenced: Mapping[str, int] = field(default_factory=dict)
+    endpoint_up: Mapping[str, bool] = field(default_factory=dict)  # the relay's view of each endpoint
     outbox: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (endpoint, status) -> rows
     breaker_open: bool = False
 
@@ -54,11 +56,20 @@ class IncidentMetrics(PromCollector):
             ("fleetguard_alerts_sent", "Alerts delivered (2xx)", s.sent),
             ("fleetguard_alerts_failed", "Alert attempts that failed and will be retried", s.failed),
             ("fleetguard_alerts_dead_lettered", "Alerts given up after the retry schedule", s.dead),
+            ("fleetguard_alerts_silenced", "Alerts a silence muted at the relay", s.silenced),
         ):
             family = CounterMetricFamily(name, doc, labels=["endpoint"])
             for endpoint, n in sorted(values.items()):
                 family.add_metric([endpoint], n)
             yield family
+        up = GaugeMetricFamily(
+            "fleetguard_alert_endpoint_up",
+            "1 while the webhook endpoint answers; 0 while the relay probes it after a failure",
+            labels=["endpoint"],
+        )
+        for endpoint, is_up in sorted(s.endpoint_up.items()):
+            up.add_metric([endpoint], 1.0 if is_up else 0.0)
+        yield up
         outbox = GaugeMetricFamily(
             "fleetguard_alerts_outbox", "Outbox rows by endpoint and status", labels=["endpoint", "status"]
         )

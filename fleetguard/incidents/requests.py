@@ -20,6 +20,7 @@ MAX_REQUEST_BYTES = 4096
 class Request(StrEnum):
     BREAKER_RESET = "breaker-reset"
     ALERTS_REPLAY = "alerts-replay"
+    ALERTS_SILENCE = "alerts-silence"  # {"ops": [{"op": "add" | "end", ...}, ...]}, carried out in order
 
 
 def request_path(store_path: str, request: Request) -> Path:
@@ -32,6 +33,21 @@ def leave(store_path: str, request: Request, payload: dict[str, Any]) -> Path:
     tmp.write_text(json.dumps(payload))
     os.replace(tmp, path)
     return path
+
+
+def append(store_path: str, request: Request, item: dict[str, Any]) -> Path:
+    """Add one operation to a request that queues several ({"ops": [...]}); ValueError when the queue is
+    full (the running service takes it within a round)."""
+    pending = request_path(store_path, request)
+    ops: list[Any] = []
+    with contextlib.suppress(OSError, ValueError):
+        existing = json.loads(pending.read_bytes()[: MAX_REQUEST_BYTES + 1])
+        if isinstance(existing, dict) and isinstance(existing.get("ops"), list):
+            ops = existing["ops"]
+    payload = {"ops": [*ops, item]}
+    if len(json.dumps(payload)) > MAX_REQUEST_BYTES:
+        raise ValueError("too many requests are queued: the running fleetguard takes them within a round")
+    return leave(store_path, request, payload)
 
 
 def take(store_path: str, request: Request) -> dict[str, Any] | None:

@@ -7,6 +7,7 @@ import logging
 from diagnosis.incident import IncidentChange
 from fleetguard.alerts.outbox import requeue_dead
 from fleetguard.alerts.relay import AlertRelay
+from fleetguard.alerts.silences import apply_request
 from fleetguard.incidents.feed import StoreFeed
 from fleetguard.incidents.requests import Request, take
 from fleetguard.incidents.service import IncidentService
@@ -27,18 +28,23 @@ def incident_round(
 ) -> list[IncidentChange]:
     """Operator requests first, then the records stored since the last round; new alerts wake the relay."""
     reset = take(store_path, Request.BREAKER_RESET)
+    released: list[IncidentChange] = []  # repairs the breaker held, asked for again with the reset
     if reset is not None:
-        service.reset_breaker(now, process_backlog=bool(reset.get("process_backlog", False)))
+        released = service.reset_breaker(now, process_backlog=bool(reset.get("process_backlog", False)))
         log.warning("circuit breaker reset by an operator")
     replay = take(store_path, Request.ALERTS_REPLAY)
     if replay is not None:
         endpoint = replay.get("endpoint")
         requeued = requeue_dead(service.con, now, endpoint if isinstance(endpoint, str) else None)
         log.warning("%d dead-lettered alerts queued again", requeued)
+    silences = take(store_path, Request.ALERTS_SILENCE)
+    if silences is not None:
+        for line in apply_request(service.con, silences, now):
+            log.warning("%s", line)
     changes = service.round(feed.read(), now)
     if now >= service.next_prune_at:
         service.prune(now, retention_days)
         service.next_prune_at = now + PRUNE_EVERY_SECONDS
-    if relay is not None and (changes or replay is not None):
+    if relay is not None and (changes or released or replay is not None or silences is not None):
         relay.wake()
-    return changes
+    return released + changes

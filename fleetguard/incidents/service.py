@@ -2,8 +2,9 @@
 stored in one transaction before any repair runs (evidence before action); repairs are carried out after,
 and their outcomes stored in the next transaction.
 
-Where it runs: `fleetguard up` (fleetguard.incidents.extension) and the fleet controller, whose writer
-thread runs `fleetguard.incidents.controller_task.IncidentTask` inside its own transactions.
+Where it runs: `fleetguard.incidents.controller_task.IncidentTask`, inside transactions its caller holds: the
+fleet controller's writer thread, and `fleetguard up` (fleetguard.incidents.extension), which carries out
+the requested repairs after each commit.
 """
 
 from __future__ import annotations
@@ -106,10 +107,12 @@ class IncidentService:
         self.apply(changes, now)
         return bool(changes)
 
-    def reset_breaker(self, now: float, process_backlog: bool) -> None:
-        """Close the breaker (stored even when no incident changes with it)."""
+    def reset_breaker(self, now: float, process_backlog: bool) -> list[IncidentChange]:
+        """Close the breaker (stored even when no incident changes with it); the changes, whose requested
+        repairs a caller without an executor carries out (the controller, `up`)."""
         changes = self.engine.reset_breaker(now, process_backlog)
         self.store.persist(
             changes, (), outbox_rows(changes, self.webhooks, now), self.engine.breaker.state, now
         )
         self._repair(changes, now)
+        return changes

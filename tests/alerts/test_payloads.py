@@ -7,12 +7,13 @@ import json
 from diagnosis.alert_payloads import (
     SLACK_SECTION_LIMIT,
     AlertEvent,
+    alert_events,
     alertmanager_alert,
     generic_body,
     pagerduty_body,
     slack_body,
 )
-from diagnosis.incident import Incident, IncidentState, Resolution
+from diagnosis.incident import ChangeKind, Incident, IncidentChange, IncidentState, Resolution
 from diagnosis.model import ComponentKind, IncidentKey, RepairAction, Severity
 from tests.diagnosis.records import T0
 
@@ -71,3 +72,23 @@ def test_alertmanager_alert_has_ends_at_only_once_resolved() -> None:
 def test_generic_is_a_standard_webhooks_payload() -> None:
     body = generic_body(AlertEvent.RESOLVED, incident(), T0)
     assert body["type"] == "incident.resolved" and body["data"]["key"] == "node1|gpu:GPU-aaaa|xid:79"
+
+
+def test_alertmanager_identity_stays_fixed_when_severity_and_counts_change() -> None:
+    warning = alertmanager_alert(incident(severity=Severity.WARNING, occurrences=1))
+    critical = alertmanager_alert(incident(severity=Severity.CRITICAL, occurrences=9, flaps=3))
+    assert warning["labels"] == critical["labels"]
+    assert set(warning["labels"]) == {"alertname", "host", "component", "fault", "incident_id"}
+    assert (warning["annotations"]["severity"], critical["annotations"]["severity"]) == (
+        "warning",
+        "critical",
+    )
+    assert critical["annotations"]["flaps"] == "3"
+
+
+def test_an_incident_opened_and_resolved_in_one_round_alerts_opened_then_resolved() -> None:
+    both = IncidentChange(
+        incident(state=IncidentState.RESOLVED, resolved_at=T0 + 1, resolution=Resolution.CANCELLED),
+        (ChangeKind.OPENED, ChangeKind.RESOLVED),
+    )
+    assert alert_events(both) == (AlertEvent.OPENED, AlertEvent.RESOLVED)

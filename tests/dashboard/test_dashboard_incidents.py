@@ -3,10 +3,12 @@ the fleet page, and operator actions are refused without the token and recorded 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
+from dashboard.operator import DASHBOARD_OPERATOR
 from dashboard.server import DashboardServer
 from fleetguard.store import Store
 from tests.dashboard.browser import Browser, fill_dash_input, wait_drawn
@@ -132,7 +134,20 @@ def test_silence_is_recorded_with_its_end_and_resolve_needs_the_engine(
     # This server runs no incident engine (the test gives it no resolver): resolving is refused, not faked.
     assert _act(page, "#incident-resolve", OPERATOR_TOKEN).startswith("refused: no incident engine")
     assert [r[0] for r in _recorded(fleet_store, incident_id)] == ["silence"]
+    # ... and is a silence the alert relay reads: the incident's alerts are muted until it ends.
+    rows = fleet_store.connection.execute(
+        "SELECT matchers_json, created_by, epoch(expires_at) - epoch(created_at) FROM alert_silences"
+    ).fetchall()
+    assert [(json.loads(m), by) for m, by, _ in rows] == [
+        ([["incident_id", incident_id]], DASHBOARD_OPERATOR)
+    ]
+    assert rows[0][2] > 0
     page.close()
+    # ... and /alerts shows what is silenced.
+    alerts = _open(browser, dashboard, "/alerts")
+    listed = alerts.inner_text("#alerts-silences-table")
+    assert f"incident_id={incident_id}" in listed and "looking at it" in listed
+    alerts.close()
 
 
 def test_alerts_page_counts_deliveries_and_replays_dead_letters_only_with_the_token(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from diagnosis.alert_payloads import AlertEvent, alert_events
 from diagnosis.engine import IncidentEngine
 from diagnosis.incident import ActionOutcome, ChangeKind, IncidentState, Resolution
 from diagnosis.model import ComponentKind, IncidentKey, RepairAction, Severity
@@ -85,20 +86,45 @@ def test_healthy_for_the_policy_time_resolves_then_closes() -> None:
     assert eng.incidents == {}
 
 
-def test_a_cancellation_pair_resolves_at_once() -> None:
+def test_a_cancellation_pair_resolves_once_clear_for_the_flap_window_as_of_when_it_cleared() -> None:
     eng = engine()
     (opened,) = eng.observe(Signals(nic_samples=[port(T0, "DOWN")]), T0)
     assert opened.incident.key.fault == "nic:port_down"
-    (resolved,) = eng.observe(Signals(nic_samples=[port(T0 + 8, "ACTIVE")]), T0 + 8)
+    assert eng.observe(Signals(nic_samples=[port(T0 + 8, "ACTIVE")]), T0 + 8) == []
+    assert eng.tick(T0 + 67) == []
+    (resolved,) = eng.tick(T0 + 68)
     assert resolved.incident.resolution is Resolution.CANCELLED
     assert resolved.incident.resolved_at == T0 + 8
+
+
+def test_without_damping_a_cancellation_pair_resolves_at_once() -> None:
+    eng = engine(lifecycle={"flap_window_seconds": 0})
+    eng.observe(Signals(nic_samples=[port(T0, "DOWN")]), T0)
+    (resolved,) = eng.observe(Signals(nic_samples=[port(T0 + 8, "ACTIVE")]), T0 + 8)
+    assert resolved.incident.resolved_at == T0 + 8
+
+
+def test_a_port_flapping_20_times_in_a_minute_is_one_incident_and_two_alerts() -> None:
+    eng = engine()
+    changes = []
+    for flap in range(20):
+        ts = T0 + flap * 3.0
+        changes += eng.observe(Signals(nic_samples=[port(ts, "DOWN")]), ts)
+        changes += eng.observe(Signals(nic_samples=[port(ts + 1.5, "ACTIVE")]), ts + 1.5)
+    for ts in range(60, 200, 5):
+        changes += eng.tick(T0 + ts)
+    assert len({c.incident.incident_id for c in changes}) == 1
+    alerts = [e for c in changes for e in alert_events(c)]
+    assert alerts == [AlertEvent.OPENED, AlertEvent.RESOLVED]
+    assert changes[-1].incident.flaps == 19 and changes[-1].incident.returns == 0
 
 
 def test_remap_pending_asks_for_a_reset_and_clears_when_no_longer_pending() -> None:
     eng = engine()
     (opened,) = eng.observe(Signals(gpu_samples=[gpu(T0, remapped_rows_pending=True)]), T0)
     assert opened.incident.action is RepairAction.RESET_GPU
-    (cleared,) = eng.observe(Signals(gpu_samples=[gpu(T0 + 60, remapped_rows_pending=False)]), T0 + 60)
+    assert eng.observe(Signals(gpu_samples=[gpu(T0 + 60, remapped_rows_pending=False)]), T0 + 60) == []
+    (cleared,) = eng.tick(T0 + 120)  # clear for the flap window
     assert cleared.incident.state is IncidentState.RESOLVED
 
 
@@ -122,7 +148,8 @@ def test_thermal_throttling_opens_and_clears() -> None:
     eng = engine()
     (opened,) = eng.observe(Signals(gpu_samples=[gpu(T0, clocks_event_reasons=0x40)]), T0)
     assert opened.incident.key.fault == "throttle:thermal"
-    (cleared,) = eng.observe(Signals(gpu_samples=[gpu(T0 + 5, clocks_event_reasons=0)]), T0 + 5)
+    assert eng.observe(Signals(gpu_samples=[gpu(T0 + 5, clocks_event_reasons=0)]), T0 + 5) == []
+    (cleared,) = eng.tick(T0 + 65)  # clear for the flap window
     assert cleared.incident.resolution is Resolution.CANCELLED
 
 

@@ -41,3 +41,16 @@ def test_an_alerts_replay_request_requeues_dead_letters(tmp_path: Path) -> None:
         leave(path, Request.ALERTS_REPLAY, {})
         incident_round(service, StoreFeed(store.cursor(), start=T0), None, path, T0 + 1)
         assert store.connection.execute("SELECT status FROM alert_outbox").fetchall() == [("pending",)]
+
+
+def test_a_reset_that_processes_the_backlog_returns_the_repairs_it_asks_for(tmp_path: Path) -> None:
+    """The controller and `up` carry out the repairs a round returns: those the breaker held come back."""
+    path = str(tmp_path / "s.duckdb")
+    with Store.open(path) as store:
+        policy = load_policy(overrides={"breaker": {"max_host_fraction": 0.5, "min_hosts": 2}})
+        service = IncidentService.open(store.cursor(), policy, T0)
+        service.round(Signals(events=[xid(79, T0, host=f"n{i}") for i in range(4)]), T0)
+        leave(path, Request.BREAKER_RESET, {"process_backlog": True})
+        changes = incident_round(service, StoreFeed(store.cursor(), start=T0), None, path, T0 + 60)
+    requested = [a for c in changes for a in c.actions if a.outcome.value == "requested"]
+    assert requested and {a.action.value for a in requested} == {"reboot_node"}

@@ -22,6 +22,8 @@ def test_open_incidents_alerts_and_the_breaker_are_exported() -> None:
             sent={"ops": 3},
             failed={"ops": 2},
             dead={"ops": 1},
+            silenced={"ops": 4},
+            endpoint_up={"ops": False, "chat": True},
             outbox={("ops", "delivered"): 3, ("ops", "dead"): 1},
             breaker_open=True,
         )
@@ -35,3 +37,6 @@ def test_open_incidents_alerts_and_the_breaker_are_exported() -> None:
     assert 'fleetguard_alerts_dead_lettered_total{endpoint="ops"} 1.0' in text
     assert 'fleetguard_alerts_outbox{endpoint="ops",status="dead"} 1.0' in text
     assert "fleetguard_breaker_open 1.0" in text
+    assert 'fleetguard_alerts_silenced_total{endpoint="ops"} 4.0' in text
+    assert 'fleetguard_alert_endpoint_up{endpoint="ops"} 0.0' in text
+    assert 'fleetguard_alert_endpoint_up{endpoint="chat"} 1.0' in text
