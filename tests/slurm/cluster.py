@@ -6,6 +6,7 @@ The node is `fgnode1`; `scontrol`, `sbatch` and `squeue` find the cluster throug
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -104,8 +105,15 @@ class SlurmCluster:
         self._spawn("slurmctld", [_which("slurmctld"), "-D", "-f", str(self.conf)])
         self._wait(lambda: self._ping(), "slurmctld")
 
-    def stop_controller(self) -> None:
-        self._stop("slurmctld")
+    def unreachable_conf(self) -> Path:
+        """This cluster's config with slurmctld's port moved to one nothing listens on: Slurm down, as
+        scontrol sees it, without stopping the cluster the rest of the module uses."""
+        text = re.sub(
+            r"^SlurmctldPort=\d+$", f"SlurmctldPort={_free_port()}", self.conf.read_text(), flags=re.M
+        )
+        down = self.root / "slurm-down.conf"
+        down.write_text(text)
+        return down
 
     def _ping(self) -> bool:
         done = subprocess.run(

@@ -88,15 +88,14 @@ def test_down_only_when_asked_and_confirmed(slurm: SlurmCluster) -> None:
         assert nodes.resume(NODE, "inc-d").outcome is SlurmOutcome.RESUMED
 
 
-def test_with_slurmctld_down_the_action_fails_clearly_and_works_once_it_is_back(slurm: SlurmCluster) -> None:
-    nodes = SlurmNodes(slurm_conf=str(slurm.conf), timeout_seconds=5)
-    slurm.stop_controller()
-    try:
-        failed = nodes.take_out(NODE, "inc-x", "XID 79")
-        assert failed.outcome is SlurmOutcome.FAILED and "scontrol" in failed.detail
-    finally:
-        slurm.start_controller()
-    _until(lambda: "IDLE" in slurm.scontrol("-o", "show", "node", NODE))  # slurmd registered again
+def test_with_slurmctld_unreachable_the_action_fails_clearly_and_works_once_it_answers(
+    slurm: SlurmCluster,
+) -> None:
+    down = SlurmNodes(slurm_conf=str(slurm.unreachable_conf()), timeout_seconds=5)
+    failed = down.take_out(NODE, "inc-x", "XID 79")
+    assert failed.outcome is SlurmOutcome.FAILED and "scontrol" in failed.detail
+    assert not _nodes(slurm).state(NODE).out_of_service  # nothing half done
+    nodes = _nodes(slurm)  # slurmctld answers again: the retried action goes through
     assert nodes.take_out(NODE, "inc-x", "XID 79").outcome is SlurmOutcome.DRAINED
     assert nodes.state(NODE).incident_id() == "inc-x"
     assert nodes.resume(NODE, "inc-x").outcome is SlurmOutcome.RESUMED

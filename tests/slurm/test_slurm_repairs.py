@@ -22,9 +22,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 POLICY = {"xid": {"79": {"action": "drain"}}}
 
 
-def _service(store: Store, slurm: SlurmCluster, timeout: float = 15) -> IncidentService:
+def _service(
+    store: Store, slurm: SlurmCluster, timeout: float = 15, conf: str | None = None
+) -> IncidentService:
     config = SlurmConfig(
-        enabled=True, slurm_conf=str(slurm.conf), nodes={"node1": NODE}, timeout_seconds=timeout
+        enabled=True, slurm_conf=conf or str(slurm.conf), nodes={"node1": NODE}, timeout_seconds=timeout
     )
     executor = RepairExecutor(DiagnosisConfig(), slurm=config)
     return IncidentService.open(store.cursor(), load_policy(None, POLICY), T0, executor=executor)
@@ -63,10 +65,7 @@ def test_a_node_drained_by_a_person_is_not_taken_over(store: Store, slurm: Slurm
 
 
 def test_slurm_unreachable_is_a_failed_action_that_names_scontrol(store: Store, slurm: SlurmCluster) -> None:
-    slurm.stop_controller()
-    try:
-        _service(store, slurm, timeout=5).round(Signals(events=[xid(79, T0)]), T0 + 1)
-        rows = store.connection.execute("SELECT outcome, detail FROM incident_actions").fetchall()
-        assert rows[0][0] == "failed" and "scontrol" in rows[0][1], rows
-    finally:
-        slurm.start_controller()
+    down = str(slurm.unreachable_conf())
+    _service(store, slurm, timeout=5, conf=down).round(Signals(events=[xid(79, T0)]), T0 + 1)
+    rows = store.connection.execute("SELECT outcome, detail FROM incident_actions").fetchall()
+    assert rows[0][0] == "failed" and "scontrol" in rows[0][1], rows
