@@ -45,7 +45,7 @@ def alerts_status(config_path: str | None, store_path: str | None) -> None:
 def alerts_replay(config_path: str | None, store_path: str | None, endpoint: str | None) -> None:
     """Queue dead-lettered alerts (and those set aside by a 410) to be sent again from the start."""
     from fleetguard.alerts.outbox import requeue_dead
-    from fleetguard.incidents.requests import Request, leave
+    from fleetguard.store.operator_requests import Request, leave
 
     config = load(config_path, **{"store.path": store_path})
     try:

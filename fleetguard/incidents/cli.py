@@ -201,8 +201,8 @@ def breaker_status(config_path: str | None, store_path: str | None) -> None:
 def breaker_reset(config_path: str | None, store_path: str | None, process_backlog: bool) -> None:
     """Close the breaker. A running `fleetguard up` or controller does it within a round."""
     from fleetguard.incidents.repairs import RepairExecutor
-    from fleetguard.incidents.requests import Request, leave
     from fleetguard.incidents.service import IncidentService
+    from fleetguard.store.operator_requests import Request, leave
 
     config = load(config_path, **{"store.path": store_path})
     try:

@@ -8,8 +8,8 @@ from diagnosis.incident import IncidentChange
 from fleetguard.alerts.outbox import requeue_dead
 from fleetguard.alerts.relay import AlertRelay
 from fleetguard.incidents.feed import StoreFeed
-from fleetguard.incidents.requests import Request, take
 from fleetguard.incidents.service import IncidentService
+from fleetguard.store.operator_requests import Request, take
 
 log = logging.getLogger(__name__)
 

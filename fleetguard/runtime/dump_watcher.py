@@ -18,8 +18,8 @@ from collectors.flight_recorder import (
     progress_from_dump,
     rank_from_path,
 )
+from fleetguard.jobcontrol.trust import job_owner
 from fleetguard.records.runtime import CollectiveProgress
-from fleetguard.runtime.trust import job_owner
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from fleetguard.jobcontrol.trust import job_key
 from fleetguard.runtime.dump_watcher import MAX_ERRORS, DumpWatcher
-from fleetguard.runtime.trust import job_key
 
 REAL_DUMP = Path(__file__).resolve().parents[1] / "fixtures" / "nccl" / "nccl_trace_rank_0"
 
