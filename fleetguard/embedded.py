@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO, cast
 
 from fleetguard.agent.agent import Agent
-from fleetguard.agent.daemon import Extension, run_daemon
+from fleetguard.agent.daemon import run_daemon
+from fleetguard.agent.extension import Extension
 from fleetguard.agent.gpu_jobs import GpuJobs, RuntimePlanner, act_on_gpu_findings
 from fleetguard.agent.sources import NoSources, Sources, build_sources
 from fleetguard.clock import SystemClock

@@ -6,7 +6,7 @@ import time
 
 import click
 
-from fleetguard.cli import config_options, load
+from fleetguard.config_options import config_options, load
 from fleetguard.store import Store, StoreError, StoreLocked
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from fleetguard.cli import load
+from fleetguard.config_options import load
 
 
 @click.group(invoke_without_command=True)

@@ -12,8 +12,8 @@ import click
 from diagnosis.policy import Policy
 from diagnosis.policy_load import PolicyError
 from diagnosis.replay import ReplayReport, compare, replay
-from fleetguard.cli import config_options, load
 from fleetguard.config import Config
+from fleetguard.config_options import config_options, load
 from fleetguard.incidents.policy_files import load_policy
 from fleetguard.store import Store, StoreError, StoreLocked
 

@@ -7,7 +7,7 @@ import logging
 import threading
 
 from fleetguard.agent.agent import Agent
-from fleetguard.agent.daemon import Extension
+from fleetguard.agent.extension import Extension
 from fleetguard.alerts.outbox import counts
 from fleetguard.alerts.relay import AlertRelay
 from fleetguard.clock import SystemClock
