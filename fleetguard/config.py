@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fleetguard.alerts.settings import AlertsConfig, parse_alerts
-from fleetguard.incidents.settings import DiagnosisConfig, PolicyOverrides, parse_policy_section
+from fleetguard.settings.alerts import AlertsConfig, parse_alerts
+from fleetguard.settings.diagnosis import DiagnosisConfig, PolicyOverrides, parse_policy_section
 
 
 class ConfigError(Exception):
@@ -398,7 +398,7 @@ def _check_listen_address(key: str, address: str) -> None:
 def _check_commands(rt: RuntimeConfig) -> None:
     """Command templates are checked here, so an unknown {placeholder} fails at start-up, not at the first
     action hours later."""
-    from fleetguard.actions.argv import ArgvTemplateError, check_template
+    from fleetguard.argv import ArgvTemplateError, check_template
 
     for name in ("restart_command", "cordon_command", "stop_command"):
         template = getattr(rt, name)
@@ -412,7 +412,7 @@ def _check_commands(rt: RuntimeConfig) -> None:
 
 def _validate_policy(config: Config) -> None:
     from diagnosis.policy_load import PolicyError
-    from fleetguard.incidents.policy_files import load_policy
+    from fleetguard.settings.policy_files import load_policy
 
     try:
         load_policy(config.diagnosis.policy_file or None, config.policy.tables)

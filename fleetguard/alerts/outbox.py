@@ -21,7 +21,7 @@ from diagnosis.alert_payloads import (
     slack_body,
 )
 from diagnosis.incident import IncidentChange
-from fleetguard.alerts.settings import WebhookConfig, WebhookKind
+from fleetguard.settings.alerts import WebhookConfig, WebhookKind
 from fleetguard.store.incident_tables import epoch_sql, ts_sql
 
 MAX_BATCH = 256  # rows the relay claims per look

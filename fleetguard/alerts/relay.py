@@ -19,9 +19,9 @@ import duckdb
 
 from fleetguard.alerts.delivery import DeliveryOutcome, DeliveryResult, post
 from fleetguard.alerts.outbox import AlertStatus, DueAlert, due, open_alertmanager_alerts, record_attempt
-from fleetguard.alerts.settings import AlertsConfig, WebhookConfig, WebhookKind
 from fleetguard.alerts.signing import SecretError, read_secret_text, signed_headers, signing_key
 from fleetguard.clock import Clock
+from fleetguard.settings.alerts import AlertsConfig, WebhookConfig, WebhookKind
 from fleetguard.store.incident_tables import ts_sql
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from diagnosis.policy_load import PolicyError
 from diagnosis.replay import ReplayReport, compare, replay
 from fleetguard.config import Config
 from fleetguard.config_options import config_options, load
-from fleetguard.incidents.policy_files import load_policy
+from fleetguard.settings.policy_files import load_policy
 from fleetguard.store import Store, StoreError, StoreLocked
 
 

@@ -14,10 +14,10 @@ from fleetguard.clock import SystemClock
 from fleetguard.config import Config
 from fleetguard.incidents.feed import StoreFeed
 from fleetguard.incidents.metrics import IncidentMetrics, IncidentSnapshot, open_counts
-from fleetguard.incidents.policy_files import load_policy
 from fleetguard.incidents.repairs import RepairExecutor
 from fleetguard.incidents.rounds import incident_round
 from fleetguard.incidents.service import IncidentService
+from fleetguard.settings.policy_files import load_policy
 from fleetguard.store import Store
 
 log = logging.getLogger(__name__)

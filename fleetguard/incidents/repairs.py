@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from diagnosis.incident import ActionEntry, ActionOutcome
 from diagnosis.model import IncidentKey, RepairAction
-from fleetguard.incidents.settings import DiagnosisConfig
+from fleetguard.settings.diagnosis import DiagnosisConfig
 
 Runner = Callable[[Sequence[str], float], tuple[int, str]]
 

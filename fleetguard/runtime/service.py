@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from fleetguard.actions.argv import check_template
 from fleetguard.actions.executor import ActionExecutor, ActionRequest, ExecutorConfig
+from fleetguard.argv import check_template
 from fleetguard.clock import Clock
 from fleetguard.jobcontrol.commands import Command, CommandQueue
 from fleetguard.jobcontrol.procfs import is_alive

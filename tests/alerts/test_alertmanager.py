@@ -17,10 +17,10 @@ import pytest
 
 from diagnosis.rules import Signals
 from fleetguard.alerts.relay import AlertRelay
-from fleetguard.alerts.settings import AlertsConfig, WebhookConfig, WebhookKind
 from fleetguard.clock import FakeClock
-from fleetguard.incidents.policy_files import load_policy
 from fleetguard.incidents.service import IncidentService
+from fleetguard.settings.alerts import AlertsConfig, WebhookConfig, WebhookKind
+from fleetguard.settings.policy_files import load_policy
 from fleetguard.store import Store
 from tests.diagnosis.records import xid
 

@@ -11,13 +11,13 @@ import pytest
 from diagnosis.incident import ActionOutcome
 from diagnosis.model import RepairAction
 from diagnosis.rules import Signals
-from fleetguard.alerts.settings import WebhookConfig, WebhookKind
 from fleetguard.incidents.feed import StoreFeed
 from fleetguard.incidents.incident_store import EvidenceRow, IncidentStore
-from fleetguard.incidents.policy_files import load_policy
 from fleetguard.incidents.repairs import RepairExecutor
 from fleetguard.incidents.service import IncidentService
-from fleetguard.incidents.settings import DiagnosisConfig
+from fleetguard.settings.alerts import WebhookConfig, WebhookKind
+from fleetguard.settings.diagnosis import DiagnosisConfig
+from fleetguard.settings.policy_files import load_policy
 from fleetguard.store import Store
 from tests.diagnosis.records import T0, gpu, xid
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from fleetguard.actions.argv import ArgvTemplateError, check_template, render_argv, run_argv
+from fleetguard.argv import ArgvTemplateError, check_template, render_argv, run_argv
 
 
 def test_placeholders_are_filled_inside_each_argument() -> None:

@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 import pytest
 
 from fleetguard import client as fg
-from fleetguard.actions.argv import ArgvTemplateError
 from fleetguard.actions.executor import ActionRequest
+from fleetguard.argv import ArgvTemplateError
 from fleetguard.clock import FakeClock
 from fleetguard.config import Config, RuntimeConfig
 from fleetguard.jobcontrol.trust import job_key
