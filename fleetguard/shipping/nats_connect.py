@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fleetguard.shipping.nats_subjects import host_token, split_urls
+from fleetguard.config import split_urls
+from fleetguard.shipping.nats_subjects import host_token
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
