@@ -12,8 +12,8 @@ from typing import Any, Final
 from werkzeug.serving import BaseWSGIServer, ThreadedWSGIServer, WSGIRequestHandler
 
 from dashboard.app import create_app
-from dashboard.context import StoreReader
 from dashboard.operator import Resolver
+from dashboard.queries.base import StoreReader
 from fleetguard.config import Config
 
 log = logging.getLogger(__name__)

@@ -171,7 +171,8 @@ def agent(
 
     shipping = None
     if config.agent.controller_url or config.agent.transport == "nats":
-        from fleetguard.shipping.agent_side import ShippingError, open_shipping
+        from fleetguard.shipping.agent_side import open_shipping
+        from fleetguard.shipping.errors import ShippingError
 
         try:
             shipping = open_shipping(config, parts)

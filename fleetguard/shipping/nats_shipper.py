@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from fleetguard.shipping.channel import CommandChannel
+from fleetguard.shipping.errors import ShippingError
 from fleetguard.shipping.nats_connect import NatsLogin, NatsSettingsError, connect, make_login
 from fleetguard.shipping.nats_subjects import MSG_ID_HEADER, msg_id, subject_for
 from fleetguard.shipping.shipper import BACKOFF_BASE_SECONDS, BACKOFF_CAP_SECONDS, ShipperStats
@@ -241,8 +242,6 @@ class NatsShipper:
 
 def open_nats_shipper(config: Config, spool: Spool, channel: CommandChannel | None) -> NatsShipper:
     """The shipper for `[agent] transport = "nats"`; ShippingError naming the key if it cannot be built."""
-    from fleetguard.shipping.agent_side import ShippingError
-
     agent = config.agent
     try:
         login = make_login(
