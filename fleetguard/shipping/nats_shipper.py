@@ -3,9 +3,10 @@ deletes it from the spool only once JetStream acknowledged storing it (docs/scal
 
 The message id is host/boot_id/seq, so a batch published again (its ack was lost, the agent restarted with
 it still spooled) inside the stream's duplicate window is dropped by the server, and after it by the
-controller's ledger. Order and backoff are the HTTP shipper's: the newest batch first when one is new, then
-the backlog oldest first; failures back off exponentially with full jitter. A batch too large for the
-server's max_payload can never be published: it is dropped and counted, like a 413 over HTTP.
+controller's ledger. Order and backoff are the HTTP shipper's (fleetguard.shipping.drain): the newest batch
+first when one is new, then the backlog oldest first; failures back off exponentially with equal jitter. A
+batch too large for the server's max_payload can never be published: it is dropped and counted, like a 413
+over HTTP.
 
 Commands back to hosts travel only in HTTP ingest replies; a host on NATS gets none (its local actions
 still run).
@@ -26,10 +27,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from fleetguard.shipping.channel import CommandChannel
+from fleetguard.shipping.drain import Drain
 from fleetguard.shipping.errors import ShippingError
 from fleetguard.shipping.nats_connect import NatsLogin, NatsSettingsError, connect, make_login
 from fleetguard.shipping.nats_subjects import MSG_ID_HEADER, msg_id, subject_for
-from fleetguard.shipping.shipper import BACKOFF_BASE_SECONDS, BACKOFF_CAP_SECONDS, ShipperStats
+from fleetguard.shipping.shipper import ShipperStats
 from fleetguard.shipping.spool import Spool, SpoolRecord
 
 if TYPE_CHECKING:
@@ -88,8 +90,7 @@ class NatsShipper:
         self._thread: threading.Thread | None = None
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
-        self._last_newest = 0
-        self._failures = 0
+        self.drain = Drain(spool, self._rng)
 
     # ---- from other threads ---------------------------------------------------------------------------
 
@@ -106,7 +107,7 @@ class NatsShipper:
         """Stop; with `drain_seconds`, first try that long to publish what is spooled (shutdown)."""
         if drain_seconds > 0 and self._thread is not None:
             deadline = self.clock() + drain_seconds
-            while self.spool.pending() and self.clock() < deadline and self._failures == 0:
+            while self.spool.pending() and self.clock() < deadline and self.drain.failures == 0:
                 self.wake()
                 self._stop.wait(0.05)
         self._stop.set()
@@ -153,8 +154,8 @@ class NatsShipper:
                 self.stats.errors += 1
                 if first:
                     log.warning("NATS %s unreachable (%s); batches stay spooled", self.login.urls, exc)
-                return self._backoff()
-        record = self.next_record()
+                return self.drain.failed()
+        record = self.drain.next_record()
         if record is None:
             return IDLE_WAIT_SECONDS
         return await self.send(record)
@@ -172,13 +173,6 @@ class NatsShipper:
             log.debug("NATS: %s", exc)
         else:
             log.warning("NATS: %s", exc)
-
-    def next_record(self) -> SpoolRecord | None:
-        newest = self.spool.newest()
-        if newest is not None and newest.record_id > self._last_newest:
-            self._last_newest = newest.record_id
-            return newest
-        return self.spool.oldest()
 
     async def send(self, record: SpoolRecord) -> float:
         """Publish one record; return how long to wait before the next."""
@@ -211,25 +205,19 @@ class NatsShipper:
         except (nats.errors.Error, nats.js.errors.Error, OSError, TimeoutError) as exc:
             # Not stored, or stored without the ack reaching us: publish again later, same message id.
             self.stats.errors += 1
-            if self._failures == 0:
+            if self.drain.failures == 0:
                 log.warning(
                     "publishing to NATS failed (%s: %s); batches stay spooled", type(exc).__name__, exc
                 )
-            self._last_newest = 0
-            return self._backoff()
+            return self.drain.unreachable()
         self.stats.sent += 1
         self.stats.committed += 1
         if ack.duplicate:
             self.stats.duplicates += 1
         self.stats.last_success_ts = self.clock()
-        self._failures = 0
+        self.drain.succeeded()
         self.spool.ack(record.record_id)
         return 0.0
-
-    def _backoff(self) -> float:
-        self._failures += 1
-        ceiling = min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2 ** min(self._failures, 16))
-        return self._rng.uniform(ceiling / 2, ceiling)
 
     async def _disconnect(self) -> None:
         nc, self._nc, self._js = self._nc, None, None
