@@ -38,6 +38,7 @@ demo: $(STAMP)
 lint: $(DEVSTAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-logo
 
 typecheck: $(DEVSTAMP)
 	$(BIN)/mypy

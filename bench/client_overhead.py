@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fleetguard import client as fg
 from fleetguard.clock import SystemClock
-from fleetguard.runtime.commands import CommandQueue
+from fleetguard.jobcontrol.commands import CommandQueue
 from fleetguard.runtime.protocol import RankReport
 from fleetguard.runtime.server import RuntimeServer
 

@@ -2,7 +2,7 @@
 
 Writes a simulate-history dataset (--gpus, --days; hourly samples), then in fresh subprocesses:
   single: predictor.training.train_from_views (the `fleetguard train --model xgboost` path)
-  dask:   fleetguard.scale.dask_training.train_on_dask on a LocalCluster of --workers one-thread worker
+  dask:   fleetguard.predict.dask_training.train_on_dask on a LocalCluster of --workers one-thread worker
           processes (the `fleetguard train --dask local` path)
 and reports wall time, the peak RSS of the single process, of the Dask client and of each worker (each
 worker's own ru_maxrss, read on the worker), the training rows and the two models' train PR-AUC.
@@ -68,8 +68,8 @@ def _worker_peak() -> float:
 def run_dask(samples: str, failures: str, workers: int) -> dict[str, object]:
     from distributed import Client, LocalCluster
 
-    from fleetguard.scale.dask_dataset import SourceFiles
-    from fleetguard.scale.dask_training import Inputs, train_on_dask
+    from fleetguard.predict.dask_dataset import SourceFiles
+    from fleetguard.predict.dask_training import Inputs, train_on_dask
 
     t0 = time.monotonic()
     with (

@@ -19,13 +19,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from fleetguard.alerts.relay import AlertRelay
-from fleetguard.alerts.settings import AlertsConfig, WebhookConfig, WebhookKind
 from fleetguard.clock import SystemClock
 from fleetguard.incidents.feed import StoreFeed
-from fleetguard.incidents.policy_files import load_policy
 from fleetguard.incidents.rounds import incident_round
 from fleetguard.incidents.service import IncidentService
 from fleetguard.records.telemetry import Event, EventKind
+from fleetguard.settings.alerts import AlertsConfig, WebhookConfig, WebhookKind
+from fleetguard.settings.policy_files import load_policy
 from fleetguard.store import Store
 
 SECRET = "whsec_" + base64.b64encode(b"bench-secret-bench-secret-32byte").decode()

@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 from diagnosis.replay import replay
-from fleetguard.incidents.policy_files import load_policy
 from fleetguard.incidents.replay_source import history_rounds, history_span
 from fleetguard.incidents.simulated_history import history
+from fleetguard.settings.policy_files import load_policy
 from fleetguard.store import Store
 
 

@@ -14,8 +14,8 @@ import time
 
 from diagnosis.engine import IncidentEngine
 from diagnosis.rules import Signals
-from fleetguard.incidents.policy_files import load_policy
 from fleetguard.records.telemetry import Event, EventKind, GpuSample, NicCounterSample, NicSample
+from fleetguard.settings.policy_files import load_policy
 
 COUNTERS = (
     "symbol_error",

@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.environ.get("FLEETGUARD_BENCH_TREE") or str(Path(__file__).resolve().parents[1]))
 
+from fleetguard.jobcontrol.trust import job_key
 from fleetguard.runtime.dump_watcher import DumpWatcher
-from fleetguard.runtime.trust import job_key
 
 NOBODY = 65534
 JOB = job_key(0, "bench-job")

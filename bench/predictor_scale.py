@@ -66,7 +66,7 @@ def phase_train(data: Path, work: Path) -> dict[str, float]:
     """Build, then read the labelled instances (all positives + 200k negatives) and fit XGBoost."""
     from fleetguard.predict.contract import register_inputs
     from predictor.dataset import DatasetSpec, build_instances, fetch_instances
-    from predictor.registry import make_single as make_model
+    from predictor.members import make_single as make_model
 
     con = _connect(work)
     inputs = register_inputs(con, data / "samples", data / "failures.parquet")

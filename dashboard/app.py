@@ -12,10 +12,11 @@ import flask
 from dash import dcc, html
 
 from dashboard.auth import read_operator_token
-from dashboard.context import DashboardContext, StoreReader, install
+from dashboard.context import DashboardContext, install
 from dashboard.operator import OperatorDesk, Resolver
 from dashboard.pages import alerts, fleet, gpu, host, incidents, jobs, network, policy, predictions
 from dashboard.pages.live import PageSpec, register
+from dashboard.queries.base import StoreReader
 from dashboard.snapshot import FleetModel, SnapshotCache, build_fleet_model
 from fleetguard.config import Config
 

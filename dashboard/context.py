@@ -5,11 +5,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Final
 
 import flask
 
-from dashboard.queries.base import Cursor
+from dashboard.queries.base import Cursor, StoreReader
 from fleetguard.config import Config
 
 if TYPE_CHECKING:
@@ -17,12 +17,6 @@ if TYPE_CHECKING:
     from dashboard.snapshot import SnapshotCache
 
 _CONFIG_KEY: Final = "fleetguard.dashboard"
-
-
-class StoreReader(Protocol):
-    """Anything that hands out a read cursor of its own per call: `fleetguard.store.Store` does."""
-
-    def cursor(self) -> Cursor: ...
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,7 @@ from typing import Final
 import duckdb
 
 from dashboard.auth import token_accepted
-from dashboard.context import StoreReader
-from dashboard.queries.base import TS
+from dashboard.queries.base import TS, StoreReader
 from dashboard.queries.incidents import incident
 from fleetguard.alerts.silences import add_silence
 

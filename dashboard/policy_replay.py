@@ -36,8 +36,8 @@ def replay_candidate(ctx: DashboardContext) -> ReplayOutcome:
 
 def _replay(ctx: DashboardContext) -> ReplayOutcome:
     from diagnosis.replay import compare, replay
-    from fleetguard.incidents.policy_files import load_policy
     from fleetguard.incidents.replay_source import history_rounds
+    from fleetguard.settings.policy_files import load_policy
 
     config = ctx.config
     try:

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import Final
 
 from dashboard.app import create_app
-from dashboard.context import StoreReader
 from dashboard.operator import Resolver
+from dashboard.queries.base import StoreReader
 from fleetguard.config import Config
 from fleetguard.httpserve import Connection, HttpServer, Limits
-from fleetguard.runtime.peer import connection_owner
+from fleetguard.jobcontrol.peer import connection_owner
 from fleetguard.wsgi_adapter import wsgi_handler
 
 WORKERS: Final = 8  # requests the app runs at once (each a few store reads); more wait on the loop

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from fleetguard import __version__
-from fleetguard.config import Config, ConfigError, load_config
+from fleetguard.config_options import config_options, load
 from fleetguard.startup import StartupError, one_line
 
 
@@ -92,25 +92,6 @@ _OUR_PACKAGES = frozenset({"fleetguard", "collectors", "predictor", "diagnosis",
 def cli(log_level: str) -> None:
     """fleetguard: GPU-fleet fault diagnosis, failure prediction and training-runtime resilience."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-
-
-def config_options(fn: Any) -> Any:
-    fn = click.option(
-        "--config",
-        "config_path",
-        type=click.Path(dir_okay=False),
-        help="TOML config file (FLEETGUARD_<SECTION>_<KEY> variables override it).",
-    )(fn)
-    fn = click.option("--store", "store_path", help="DuckDB store file (store.path).")(fn)
-    return fn
-
-
-def load(config_path: str | None, **overrides: Any) -> Config:
-    """Load the config or exit non-zero with the key and the reason."""
-    try:
-        return load_config(config_path, overrides={k: v for k, v in overrides.items() if v is not None})
-    except ConfigError as exc:
-        raise click.ClickException(f"invalid configuration: {exc}") from exc
 
 
 @contextlib.contextmanager
@@ -200,7 +181,8 @@ def agent(
 
     shipping = None
     if config.agent.controller_url or config.agent.transport == "nats":
-        from fleetguard.shipping.agent_side import ShippingError, open_shipping
+        from fleetguard.shipping.agent_side import open_shipping
+        from fleetguard.shipping.errors import ShippingError
 
         try:
             shipping = open_shipping(config, parts)

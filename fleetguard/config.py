@@ -10,17 +10,19 @@ import dataclasses
 import ipaddress
 import math
 import os
+import re
 import socket
 import tomllib
 import typing
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fleetguard.actions.settings import ActionsConfig, parse_actions
-from fleetguard.alerts.settings import AlertsConfig, parse_alerts
-from fleetguard.incidents.settings import DiagnosisConfig, PolicyOverrides, parse_policy_section
+from fleetguard.settings.actions import ActionsConfig, parse_actions
+from fleetguard.settings.alerts import AlertsConfig, parse_alerts
+from fleetguard.settings.diagnosis import DiagnosisConfig, PolicyOverrides, parse_policy_section
 
 
 class ConfigError(Exception):
@@ -404,7 +406,7 @@ def _check_listen_address(key: str, address: str) -> None:
 def _check_commands(rt: RuntimeConfig) -> None:
     """Command templates are checked here, so an unknown {placeholder} fails at start-up, not at the first
     action hours later."""
-    from fleetguard.actions.argv import ArgvTemplateError, check_template
+    from fleetguard.argv import ArgvTemplateError, check_template
 
     for name in ("restart_command", "cordon_command", "stop_command"):
         template = getattr(rt, name)
@@ -418,7 +420,7 @@ def _check_commands(rt: RuntimeConfig) -> None:
 
 def _validate_policy(config: Config) -> None:
     from diagnosis.policy_load import PolicyError
-    from fleetguard.incidents.policy_files import load_policy
+    from fleetguard.settings.policy_files import load_policy
 
     try:
         load_policy(config.diagnosis.policy_file or None, config.policy.tables)
@@ -468,9 +470,7 @@ def _validate(config: Config) -> None:
 
 def _validate_shipping(config: Config) -> None:
     agent, ctl = config.agent, config.controller
-    from fleetguard.shipping.nats_subjects import check_nats_settings
-
-    check_nats_settings(config)
+    _check_nats_settings(config)
     if agent.controller_url and not agent.controller_url.startswith(("http://", "https://")):
         raise ConfigError("agent.controller_url: must start with http:// or https://")
     if agent.controller_url and not agent.spool_dir:
@@ -492,3 +492,49 @@ def _validate_shipping(config: Config) -> None:
         raise ConfigError("controller.correlation_window_seconds: must be within 1..86400")
     if not 2 <= ctl.correlation_min_hosts <= 100_000:
         raise ConfigError("controller.correlation_min_hosts: must be within 2..100000")
+
+
+# NATS names (docs/scale-out.md): a pool and a stream are subject tokens, the servers nats:// or tls:// URLs.
+_NATS_POOL = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_NATS_STREAM = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_NATS_URL_SCHEMES = ("nats://", "tls://")
+
+
+def split_urls(urls: str) -> list[str]:
+    """`agent.nats_url` and `controller.nats_url`: comma-separated server URLs, blanks dropped."""
+    return [u.strip() for u in urls.split(",") if u.strip()]
+
+
+def _check_nats_settings(config: Config) -> None:
+    """ConfigError for NATS settings that cannot work."""
+    agent, ctl = config.agent, config.controller
+    if agent.transport not in ("http", "nats"):
+        raise ConfigError(f'agent.transport: expected "http" or "nats", got {agent.transport!r}')
+    if not _NATS_POOL.fullmatch(agent.pool):
+        raise ConfigError("agent.pool: 1-64 characters of A-Z a-z 0-9 _ -")
+    if agent.transport == "nats":
+        _check_nats_urls("agent.nats_url", agent.nats_url)
+        if not agent.spool_dir:
+            raise ConfigError('agent.spool_dir: must not be empty when agent.transport is "nats"')
+        if agent.nats_password_file and agent.nats_creds_file:
+            raise ConfigError("agent.nats_creds_file: give a password file or a creds file, not both")
+    if ctl.pool or ctl.nats_url:
+        if not _NATS_POOL.fullmatch(ctl.pool):
+            raise ConfigError("controller.pool: 1-64 characters of A-Z a-z 0-9 _ -")
+        _check_nats_urls("controller.nats_url", ctl.nats_url)
+        if not _NATS_STREAM.fullmatch(ctl.nats_stream):
+            raise ConfigError("controller.nats_stream: 1-64 characters of A-Z a-z 0-9 _ -")
+        if ctl.nats_password_file and ctl.nats_creds_file:
+            raise ConfigError("controller.nats_creds_file: give a password file or a creds file, not both")
+
+
+def _check_nats_urls(key: str, urls: str) -> None:
+    parts = split_urls(urls)
+    if not parts:
+        raise ConfigError(f"{key}: required (nats://HOST:PORT)")
+    for url in parts:
+        parsed = urllib.parse.urlsplit(url)
+        if not url.startswith(_NATS_URL_SCHEMES) or not parsed.hostname:
+            raise ConfigError(f"{key}: {url!r} is not nats://HOST:PORT or tls://HOST:PORT")
+        if parsed.username or parsed.password:
+            raise ConfigError(f"{key}: credentials go in the password or creds file, not the URL")

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO, cast
 
 from fleetguard.agent.agent import Agent
-from fleetguard.agent.daemon import Extension, run_daemon
+from fleetguard.agent.daemon import run_daemon
+from fleetguard.agent.extension import Extension
 from fleetguard.agent.gpu_jobs import GpuJobs, RuntimePlanner, act_on_gpu_findings
 from fleetguard.agent.sources import NoSources, Sources, build_sources
 from fleetguard.clock import SystemClock
@@ -57,7 +58,7 @@ def run_embedded(
             return f"{risk.describe()} | {incidents.describe()}"
 
     if config.actions.slurm.enabled and config.actions.slurm.resume:
-        from fleetguard.actions.slurm_task import slurm_return_extension
+        from fleetguard.selfcheck.return_task import slurm_return_extension
 
         extensions.append(slurm_return_extension(config))
     dashboard_parts: dict[str, object] = {}

@@ -16,9 +16,9 @@ from typing import Any
 
 from predictor.dataset import DatasetSpec
 from predictor.feature_choice import Categories
+from predictor.members import save as save_any
 from predictor.models import Model
 from predictor.registry import load as load_any
-from predictor.registry import save as save_any
 
 FORMAT = "fleetguard-predictor-model"
 FORMAT_VERSION = 1

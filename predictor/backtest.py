@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from predictor import registry
 from predictor.dataset import Instances
 from predictor.defaults import explain_one_class
 from predictor.durations import format_duration
@@ -31,8 +30,9 @@ from predictor.feature_choice import (
     dropped_categories,
     kinds_in_window,
 )
+from predictor.members import PARALLEL_MEMBERS, SINGLE_MODELS, make_single
 from predictor.metrics import ModelMetrics, Scored, evaluate, precision_of
-from predictor.registry import ALL_MODELS, PARALLEL_MEMBERS, SINGLE_MODELS
+from predictor.registry import ALL_MODELS
 from predictor.selection import (
     intersect_causal,
     ranks_within_steps,
@@ -168,7 +168,7 @@ def run_backtest(
     )
     require_both_classes(static_y, first, config.train_window_seconds, config)
     static_cols = _columns(inst, events, first, config.train_window_seconds, static_idx, config)[1]
-    static = registry.make_single("xgboost", config.n_jobs)
+    static = make_single("xgboost", config.n_jobs)
     static.fit(inst.x[np.ix_(static_idx, static_cols)], static_y, config.seed)
     scores["xgboost_static"] = static.score(x_scored[:, static_cols])
 
@@ -186,7 +186,7 @@ def run_backtest(
         retrains.append(_record(inst, float(at), window, kinds, idx, y))
         x_train, x_batch = inst.x[np.ix_(idx, cols)], x_scored[np.ix_(in_batch, cols)]
         for name in singles:
-            model = registry.make_single(name, config.n_jobs)
+            model = make_single(name, config.n_jobs)
             model.fit(x_train, y, config.seed)
             scores[name][in_batch] = model.score(x_batch)
         if "cascade" in config.models:

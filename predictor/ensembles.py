@@ -11,10 +11,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from predictor import registry
+from predictor.members import PARALLEL_MEMBERS, load_single, make_single
+from predictor.members import save as save_model
 from predictor.models import Matrix, Model, Scores
 
-DEFAULT_MEMBERS = registry.PARALLEL_MEMBERS
+DEFAULT_MEMBERS = PARALLEL_MEMBERS
 # Stage 1's threshold comes from out-of-fold scores: a model scoring its own training rows is over-confident
 # on the positives it memorised, so an in-sample threshold keeps far fewer real positives than it promises.
 CASCADE_FOLDS = 3
@@ -43,7 +44,7 @@ class ParallelEnsemble:
 
     @classmethod
     def of(cls, names: Sequence[str] = DEFAULT_MEMBERS, n_jobs: int = 2) -> ParallelEnsemble:
-        return cls([registry.make_single(n, n_jobs) for n in names])
+        return cls([make_single(n, n_jobs) for n in names])
 
     def fit(self, x: Matrix, y: npt.NDArray[np.float64], seed: int) -> None:
         for i, m in enumerate(self.members):
@@ -59,14 +60,14 @@ class ParallelEnsemble:
     def save(self, directory: Path) -> dict[str, Any]:
         return {
             "members": [
-                registry.save(m, directory / f"member{i}") | {"dir": f"member{i}"}
+                save_model(m, directory / f"member{i}") | {"dir": f"member{i}"}
                 for i, m in enumerate(self.members)
             ]
         }
 
     @classmethod
     def load(cls, directory: Path, meta: dict[str, Any]) -> ParallelEnsemble:
-        return cls([registry.load(directory / m["dir"], m) for m in meta["members"]])
+        return cls([load_single(directory / m["dir"], m) for m in meta["members"]])
 
 
 class CascadeEnsemble:
@@ -93,7 +94,7 @@ class CascadeEnsemble:
 
     @classmethod
     def of(cls, stage1: str = "logistic", stage2: str = "xgboost", n_jobs: int = 2) -> CascadeEnsemble:
-        return cls(registry.make_single(stage1, n_jobs), registry.make_single(stage2, n_jobs))
+        return cls(make_single(stage1, n_jobs), make_single(stage2, n_jobs))
 
     def fit(self, x: Matrix, y: npt.NDArray[np.float64], seed: int) -> None:
         s1 = out_of_fold_scores(self.stage1, x, y, seed, CASCADE_FOLDS)
@@ -119,8 +120,8 @@ class CascadeEnsemble:
 
     def save(self, directory: Path) -> dict[str, Any]:
         return {
-            "stage1": registry.save(self.stage1, directory / "stage1") | {"dir": "stage1"},
-            "stage2": registry.save(self.stage2, directory / "stage2") | {"dir": "stage2"},
+            "stage1": save_model(self.stage1, directory / "stage1") | {"dir": "stage1"},
+            "stage2": save_model(self.stage2, directory / "stage2") | {"dir": "stage2"},
             "threshold": self.threshold,
             "keep_recall": self.keep_recall,
             "min_keep_share": self.min_keep_share,
@@ -129,8 +130,8 @@ class CascadeEnsemble:
     @classmethod
     def load(cls, directory: Path, meta: dict[str, Any]) -> CascadeEnsemble:
         model = cls(
-            registry.load(directory / "stage1", meta["stage1"]),
-            registry.load(directory / "stage2", meta["stage2"]),
+            load_single(directory / "stage1", meta["stage1"]),
+            load_single(directory / "stage2", meta["stage2"]),
             meta["keep_recall"],
             meta["min_keep_share"],
         )
@@ -161,12 +162,12 @@ def out_of_fold_scores(model: Model, x: Matrix, y: npt.NDArray[np.float64], seed
         train[lo:hi] = False
         if hi <= lo or y[train].sum() == 0 or y[train].sum() == train.sum():
             continue
-        fold = registry.make_single(model.name)
+        fold = make_single(model.name)
         fold.fit(x[train], y[train], seed)
         out[lo:hi] = fold.score(x[lo:hi])
     missing = np.isnan(out)
     if missing.any():
-        whole = registry.make_single(model.name)
+        whole = make_single(model.name)
         whole.fit(x, y, seed)
         out[missing] = whole.score(x[missing])
     return out

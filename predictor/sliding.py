@@ -13,8 +13,8 @@ import numpy as np
 import numpy.typing as npt
 
 from predictor.dataset import Instances
+from predictor.members import make_single as make_model
 from predictor.metrics import average_precision
-from predictor.registry import make_single as make_model
 
 
 def labels_known_at(inst: Instances, at: float, horizon_seconds: float) -> npt.NDArray[np.float64]:

@@ -14,7 +14,7 @@ from dashboard.policy_replay import replay_candidate
 
 
 def render(ctx: DashboardContext, _params: Params) -> Any:
-    from fleetguard.incidents.policy_files import load_policy
+    from fleetguard.settings.policy_files import load_policy
 
     source = ctx.config.diagnosis.policy_file or "data/policy.toml (shipped)"
     try:

@@ -1,14 +1,22 @@
-"""What every query module shares: the cursor type, epoch-seconds parameters, optional tables."""
+"""What every query module shares: the cursor type and what hands cursors out, epoch-seconds parameters,
+optional tables."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, Protocol, TypeAlias
 
 import duckdb
 
 Cursor: TypeAlias = duckdb.DuckDBPyConnection
 Row: TypeAlias = tuple[Any, ...]
+
+
+class StoreReader(Protocol):
+    """Anything that hands out a read cursor of its own per call: `fleetguard.store.Store` does."""
+
+    def cursor(self) -> Cursor: ...
+
 
 # A bound epoch-seconds parameter as a TIMESTAMP (UTC, microseconds), as the store writes them. The cast to
 # DOUBLE first: a Python int parameter would otherwise be multiplied as a 32-bit integer and overflow.

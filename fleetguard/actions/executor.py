@@ -8,12 +8,12 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from fleetguard.actions.argv import render_argv, run_argv, run_as_for
 from fleetguard.actions.terminate import terminate_group
+from fleetguard.argv import render_argv, run_argv, run_as_for
 from fleetguard.clock import Clock, SystemClock
+from fleetguard.jobcontrol.commands import CommandQueue
+from fleetguard.jobcontrol.trust import ProcessIdentity, job_owner
 from fleetguard.records.findings import ActionRecord
-from fleetguard.runtime.commands import CommandQueue
-from fleetguard.runtime.trust import ProcessIdentity, job_owner
 
 log = logging.getLogger(__name__)
 

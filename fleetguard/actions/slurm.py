@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from fleetguard.actions.argv import CommandResult, run_argv
+from fleetguard.argv import CommandResult, run_argv
 
 REASON_PREFIX = "fleetguard "
 REASON_MAX = 180  # Slurm keeps the reason in a short field; it also appends [user@time]

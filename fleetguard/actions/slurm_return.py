@@ -17,9 +17,8 @@ import duckdb
 
 from diagnosis.incident import ACTIVE_STATES
 from diagnosis.model import RepairAction
-from fleetguard.actions.settings import SlurmConfig
 from fleetguard.actions.slurm import SlurmError, SlurmNodes, SlurmOutcome
-from fleetguard.selfcheck.report import CheckState, SelfcheckReport
+from fleetguard.settings.actions import SlurmConfig
 
 # Open incidents with these actions keep a host out of service, whoever drained it.
 HOST_REPAIRS = frozenset(
@@ -31,6 +30,14 @@ HOST_REPAIRS = frozenset(
         RepairAction.INSPECT,
     }
 )
+
+
+@dataclass(frozen=True)
+class SelfcheckVerdict:
+    """What the way back needs of a self-check (fleetguard.selfcheck runs it): fit or not, and why not."""
+
+    passed: bool
+    failure: str = ""  # the first failed check, for the drain reason
 
 
 class ReturnStep(StrEnum):
@@ -49,7 +56,7 @@ class ReturnResult:
     step: ReturnStep
     detail: str
     incident_id: str | None = None
-    selfcheck: SelfcheckReport | None = None
+    selfcheck: SelfcheckVerdict | None = None
 
 
 def incident_state(con: duckdb.DuckDBPyConnection, incident_id: str) -> str | None:
@@ -70,7 +77,7 @@ def blocking_incidents(con: duckdb.DuckDBPyConnection, host: str, except_id: str
 @dataclass
 class NodeReturner:
     config: SlurmConfig
-    selfcheck: Callable[[], SelfcheckReport]
+    selfcheck: Callable[[], SelfcheckVerdict]
     nodes: SlurmNodes | None = None
 
     def __post_init__(self) -> None:
@@ -99,8 +106,7 @@ class NodeReturner:
             return ReturnResult(node, ReturnStep.OTHERS_OPEN, detail, incident_id)
         report = self.selfcheck()
         if not report.passed:
-            failed = [r for r in report.results if r.state in (CheckState.FAILED, CheckState.UNKNOWN)]
-            first = f"{failed[0].check} {failed[0].component}: {failed[0].detail}" if failed else "not passed"
+            first = report.failure or "not passed"
             # The drain reason tells whoever looks at the node why it is still out.
             self.nodes.annotate(node, incident_id, f"self-check failed: {first}")
             return ReturnResult(node, ReturnStep.SELFCHECK_FAILED, first, incident_id, report)

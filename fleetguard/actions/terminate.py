@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from fleetguard.clock import Clock
-from fleetguard.runtime.trust import (
+from fleetguard.jobcontrol.trust import (
     ProcessIdentity,
     SignalResult,
     group_members,

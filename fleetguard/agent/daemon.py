@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from collectors.protocol import Collector
 from fleetguard.agent.agent import Agent, EventFolder, RoundReport, Schedule
+from fleetguard.agent.extension import Extension
 from fleetguard.agent.limits import bound_native_threads, raise_open_file_limit
 from fleetguard.agent.metrics import MetricsState
 from fleetguard.agent.metrics_http import serve_metrics
@@ -30,27 +31,6 @@ if TYPE_CHECKING:
     from fleetguard.store import Store
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Extension:
-    """Something `up` runs beside the agent (training runtime, live scoring): started after the agent is
-    ready with a function that hands records to the store, stopped before the final flush.
-
-    `stop` must return only once the part accepts nothing more and has handed every record it acknowledged
-    to the agent: the final flush follows it."""
-
-    name: str
-    start: Callable[[Agent, Store], None]  # the store is for reads (on its thread: store.cursor())
-    stop: Callable[[], None]
-    # A part the configuration asked for (the training runtime): if it cannot start, neither does the daemon,
-    # with `key` (e.g. "runtime.port 9477") and `off_switch` (e.g. "runtime.enabled = false") in the error.
-    # Empty key: optional, the daemon runs without it and says so.
-    key: str = ""
-    off_switch: str = ""
-    # For a part that reads no store (the training runtime): how it starts beside a sink that keeps none (an
-    # agent shipping to a controller). A part without it needs a store, and such a daemon refuses it.
-    start_without_store: Callable[[Agent], None] | None = None
 
 
 @dataclass

@@ -11,7 +11,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from fleetguard.agent.metrics import MetricsState
 from fleetguard.httpserve import Connection, Handler, HttpError, HttpServer, Limits, Request, Response
-from fleetguard.runtime.peer import connection_owner
+from fleetguard.jobcontrol.peer import connection_owner
 
 METRICS_PATH = "/metrics"
 

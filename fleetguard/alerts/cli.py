@@ -9,7 +9,7 @@ import time
 
 import click
 
-from fleetguard.cli import config_options, load
+from fleetguard.config_options import config_options, load
 from fleetguard.store import Store, StoreError, StoreLocked
 
 
@@ -72,7 +72,7 @@ def alerts_silence(
     """Mute matching alerts at the relay (and in Alertmanager receivers) until the silence expires."""
     from fleetguard.alerts.silence_rules import parse_duration, parse_matchers
     from fleetguard.alerts.silences import add_silence
-    from fleetguard.incidents.requests import Request, append
+    from fleetguard.store.operator_requests import Request, append
 
     try:
         matchers = parse_matchers(list(matches))
@@ -109,7 +109,7 @@ def alerts_silence(
 def alerts_unsilence(config_path: str | None, store_path: str | None, silence_id: str) -> None:
     """End a silence now (its record stays)."""
     from fleetguard.alerts.silences import end_silence
-    from fleetguard.incidents.requests import Request, append
+    from fleetguard.store.operator_requests import Request, append
 
     config = load(config_path, **{"store.path": store_path})
     try:
@@ -136,7 +136,7 @@ def alerts_unsilence(config_path: str | None, store_path: str | None, silence_id
 def alerts_replay(config_path: str | None, store_path: str | None, endpoint: str | None) -> None:
     """Queue dead-lettered alerts (and those set aside by a 410) to be sent again from the start."""
     from fleetguard.alerts.outbox import requeue_dead
-    from fleetguard.incidents.requests import Request, leave
+    from fleetguard.store.operator_requests import Request, leave
 
     config = load(config_path, **{"store.path": store_path})
     try:

@@ -21,12 +21,22 @@ from diagnosis.alert_payloads import (
     slack_body,
 )
 from diagnosis.incident import IncidentChange
-from fleetguard.alerts.settings import WebhookConfig, WebhookKind
-from fleetguard.incidents.incident_store import OutboxRow
+from fleetguard.settings.alerts import WebhookConfig, WebhookKind
 from fleetguard.store.incident_tables import epoch_sql, ts_sql
 
 MAX_BATCH = 256  # alerts per endpoint the relay looks at per round
 MAX_ERROR_CHARS = 500
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRow:
+    alert_id: str  # the webhook-id: the same on every retry
+    endpoint: str
+    incident_id: str
+    event: str  # opened | updated | resolved
+    severity: str
+    created_at: float
+    body_json: str
 
 
 class AlertStatus(StrEnum):

@@ -44,11 +44,11 @@ from fleetguard.alerts.outbox import (
     record_attempt,
     set_aside_after,
 )
-from fleetguard.alerts.settings import AlertsConfig, WebhookConfig, WebhookKind
 from fleetguard.alerts.signing import SecretError, read_secret_text, signed_headers, signing_key
 from fleetguard.alerts.silence_rules import Silence, silencing
 from fleetguard.alerts.silences import active_silences
 from fleetguard.clock import Clock
+from fleetguard.settings.alerts import AlertsConfig, WebhookConfig, WebhookKind
 from fleetguard.store.incident_tables import ts_sql
 
 log = logging.getLogger(__name__)

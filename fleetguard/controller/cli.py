@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from fleetguard.cli import load
+from fleetguard.config_options import load
 
 
 @click.group(invoke_without_command=True)
@@ -90,7 +90,7 @@ def status_command(
     token_path = token_file or config.agent.controller_token_file or None
     try:
         if fleet_urls:
-            from fleetguard.scale.fleet_view import fetch_fleet
+            from fleetguard.controller.fleet_view import fetch_fleet
 
             status = fetch_fleet(fleet_urls, Path(token_path) if token_path else None)
         else:
@@ -104,7 +104,7 @@ def status_command(
         click.echo(json.dumps(status, indent=2))
         return
     if fleet_urls:
-        from fleetguard.scale.fleet_view import render_fleet
+        from fleetguard.controller.fleet_view import render_fleet
 
         sys.stdout.write(render_fleet(status))
         return

@@ -12,9 +12,9 @@ import click
 from diagnosis.policy import Policy
 from diagnosis.policy_load import PolicyError
 from diagnosis.replay import ReplayReport, compare, replay
-from fleetguard.cli import config_options, load
 from fleetguard.config import Config
-from fleetguard.incidents.policy_files import load_policy
+from fleetguard.config_options import config_options, load
+from fleetguard.settings.policy_files import load_policy
 from fleetguard.store import Store, StoreError, StoreLocked
 
 
@@ -225,8 +225,8 @@ def breaker_status(config_path: str | None, store_path: str | None) -> None:
 def breaker_reset(config_path: str | None, store_path: str | None, process_backlog: bool) -> None:
     """Close the breaker. A running `fleetguard up` or controller does it within a round."""
     from fleetguard.incidents.repairs import RepairExecutor
-    from fleetguard.incidents.requests import Request, leave
     from fleetguard.incidents.service import IncidentService
+    from fleetguard.store.operator_requests import Request, leave
 
     config = load(config_path, **{"store.path": store_path})
     try:

@@ -21,9 +21,9 @@ from fleetguard.alerts.relay import AlertRelay
 from fleetguard.clock import Clock, SystemClock
 from fleetguard.config import Config
 from fleetguard.incidents.feed import StoreFeed
-from fleetguard.incidents.policy_files import load_policy
 from fleetguard.incidents.rounds import incident_round
 from fleetguard.incidents.service import IncidentService
+from fleetguard.settings.policy_files import load_policy
 from fleetguard.store import Store
 
 

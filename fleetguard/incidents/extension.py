@@ -15,7 +15,7 @@ import duckdb
 
 from diagnosis.incident import ActionOutcome
 from fleetguard.agent.agent import Agent
-from fleetguard.agent.daemon import Extension
+from fleetguard.agent.extension import Extension
 from fleetguard.alerts.outbox import counts
 from fleetguard.alerts.relay import AlertRelay
 from fleetguard.clock import Clock, SystemClock

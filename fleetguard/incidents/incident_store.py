@@ -20,6 +20,7 @@ from diagnosis.incident import (
     Resolution,
 )
 from diagnosis.model import ComponentKind, IncidentKey, RepairAction, Severity
+from fleetguard.alerts.outbox import OutboxRow
 from fleetguard.store.incident_tables import epoch_sql, ts_sql
 
 _INCIDENT_COLUMNS = (
@@ -53,17 +54,6 @@ class EvidenceRow:
     ts: float
     kind: str  # observation | gpu_sample | event | kernel_log | nic_counter | finding | heartbeat
     detail: dict[str, object]
-
-
-@dataclass(frozen=True, slots=True)
-class OutboxRow:
-    alert_id: str  # the webhook-id: the same on every retry
-    endpoint: str
-    incident_id: str
-    event: str  # opened | updated | resolved
-    severity: str
-    created_at: float
-    body_json: str
 
 
 @dataclass(frozen=True, slots=True)

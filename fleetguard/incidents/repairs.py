@@ -2,30 +2,19 @@
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from diagnosis.incident import ActionEntry, ActionOutcome
 from diagnosis.model import IncidentKey, RepairAction
-from fleetguard.actions.settings import SlurmConfig
 from fleetguard.actions.slurm import SlurmNodes, SlurmOutcome
-from fleetguard.incidents.settings import DiagnosisConfig
+from fleetguard.argv import CommandResult, run_argv
+from fleetguard.settings.actions import SlurmConfig
+from fleetguard.settings.diagnosis import DiagnosisConfig
 
-Runner = Callable[[Sequence[str], float], tuple[int, str]]
-
-
-def run_argv(argv: Sequence[str], timeout_seconds: float) -> tuple[int, str]:
-    """Exit status and the tail of the output; 124 on timeout, like timeout(1)."""
-    try:
-        done = subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=timeout_seconds, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return 124, f"timed out after {timeout_seconds:g} s"
-    except OSError as exc:
-        return 127, str(exc)
-    return done.returncode, (done.stderr or done.stdout)[-400:]
+# The one runner of operator commands (fleetguard.argv): no shell, output bounded, a timed-out command's whole
+# session killed. A test passes its own.
+Runner = Callable[[Sequence[str], float], CommandResult]
 
 
 @dataclass
@@ -46,10 +35,13 @@ class RepairExecutor:
         if not template:
             return ActionOutcome.SKIPPED, f"no diagnosis.{entry.action.value}_command configured"
         argv = [w.replace("{host}", key.host).replace("{component}", key.component_id) for w in template]
-        code, output = self.run(argv, self.config.command_timeout_seconds)
-        if code == 0:
-            return ActionOutcome.SUCCEEDED, output.strip()[-200:]
-        return ActionOutcome.FAILED, f"exit {code}: {output.strip()}"[-400:]
+        result = self.run(argv, self.config.command_timeout_seconds)
+        output = result.output.strip()
+        if result.ok:
+            return ActionOutcome.SUCCEEDED, output[-200:]
+        if result.returncode is None:  # it could not start, or timed out: the output says which
+            return ActionOutcome.FAILED, output[-400:]
+        return ActionOutcome.FAILED, f"exit {result.returncode}: {output}"[-400:]
 
     def _slurm(self, entry: ActionEntry, key: IncidentKey, summary: str) -> tuple[ActionOutcome, str]:
         assert self.slurm is not None

@@ -9,8 +9,8 @@ from fleetguard.alerts.outbox import requeue_dead
 from fleetguard.alerts.relay import AlertRelay
 from fleetguard.alerts.silences import apply_request
 from fleetguard.incidents.feed import StoreFeed
-from fleetguard.incidents.requests import Request, take
 from fleetguard.incidents.service import IncidentService
+from fleetguard.store.operator_requests import Request, take
 
 log = logging.getLogger(__name__)
 

@@ -19,10 +19,10 @@ from diagnosis.incident import ActionOutcome, IncidentChange
 from diagnosis.policy import Policy
 from diagnosis.rules import Signals
 from fleetguard.alerts.outbox import outbox_rows
-from fleetguard.alerts.settings import WebhookConfig
 from fleetguard.incidents.evidence import capture
 from fleetguard.incidents.incident_store import EvidenceRow, IncidentStore
 from fleetguard.incidents.repairs import RepairExecutor
+from fleetguard.settings.alerts import WebhookConfig
 
 log = logging.getLogger(__name__)
 

@@ -73,7 +73,7 @@ def train_command(
 ) -> None:
     """Train one model on the history and save it (arrays and JSON, no pickle) to --out."""
     if dask_address:
-        from fleetguard.scale.dask_cli import check_dask_inputs
+        from fleetguard.predict.dask_cli import check_dask_inputs
 
         check_dask_inputs(model_name, samples, store)
     con, inputs = open_inputs(samples, failures, events, store, failure_xids)
@@ -82,7 +82,7 @@ def train_command(
         note("building features and training ...", quiet)
         with counted_warnings(quiet):
             if dask_address:
-                from fleetguard.scale.dask_cli import train_dask
+                from fleetguard.predict.dask_cli import train_dask
 
                 trained = train_dask(
                     dask_address, con, inputs, (samples, failures, events), spec, train_window, seed
@@ -189,7 +189,7 @@ def evaluate_command(
         kinds = candidate_event_kinds(con)
         categories = candidate_categories(con, inputs.categorical_columns)
         if dask_address:
-            from fleetguard.scale.dask_cli import instances_dask
+            from fleetguard.predict.dask_cli import instances_dask
 
             inst = instances_dask(dask_address, con, inputs, (samples, failures, events), spec, store)
         else:

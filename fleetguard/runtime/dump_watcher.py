@@ -15,11 +15,11 @@ from collections import Counter
 from pathlib import Path
 
 from collectors.flight_recorder import DEFAULT_PREFIX, MAX_DUMP_BYTES
+from fleetguard.jobcontrol.trust import job_owner
 from fleetguard.records.runtime import CollectiveProgress
 from fleetguard.runtime.dump_child import DumpRefusal
 from fleetguard.runtime.dump_reader import DumpLimits, DumpOutcome, DumpReader, DumpRequest
 from fleetguard.runtime.dump_scan import MAX_ENTRIES_PER_SCAN, MAX_FILES_PER_OWNER, DumpDirScanner, DumpFile
-from fleetguard.runtime.trust import job_owner
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from fleetguard.agent.agent import Agent
-from fleetguard.agent.daemon import Extension
+from fleetguard.agent.extension import Extension
 from fleetguard.config import Config
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fleetguard.runtime.procfs import read_stat
+from fleetguard.jobcontrol.procfs import read_stat
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleetguard.httpserve import JsonBodyError, loads_json
+from fleetguard.jobcontrol.trust import ProcessIdentity, job_key
 from fleetguard.records.bounds import OutOfRange, check_finite, check_int64
 from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
-from fleetguard.runtime.trust import ProcessIdentity, job_key
 
 MAX_REPORT_BYTES = 1 << 20
 MAX_JSON_DEPTH = 8  # a report nests 3 deep (report, list, item)

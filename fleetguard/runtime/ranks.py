@@ -10,8 +10,8 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 
+from fleetguard.jobcontrol.trust import ProcessIdentity, job_owner
 from fleetguard.records.runtime import Heartbeat
-from fleetguard.runtime.trust import ProcessIdentity, job_owner
 
 RECENT_PIDS = 8  # pids remembered per rank: an old pid reappearing after more restarts counts as new
 

@@ -16,8 +16,9 @@ from typing import Any
 
 from fleetguard.clock import Clock
 from fleetguard.httpserve import Connection, HttpServer, HttpStats, Limits, Request, Response
-from fleetguard.runtime.commands import Command
-from fleetguard.runtime.peer import Sender, tcp_peer
+from fleetguard.jobcontrol.commands import Command
+from fleetguard.jobcontrol.peer import Sender, tcp_peer
+from fleetguard.jobcontrol.trust import ProcessIdentity, trusted_pid
 from fleetguard.runtime.protocol import (
     MAX_JSON_DEPTH,
     MAX_REPORT_BYTES,
@@ -26,7 +27,6 @@ from fleetguard.runtime.protocol import (
     parse_report,
 )
 from fleetguard.runtime.ranks import LimitExceeded
-from fleetguard.runtime.trust import ProcessIdentity, trusted_pid
 
 log = logging.getLogger(__name__)
 

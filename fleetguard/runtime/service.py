@@ -18,16 +18,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from fleetguard.actions.argv import check_template
 from fleetguard.actions.executor import ActionExecutor, ActionRequest, ExecutorConfig
+from fleetguard.argv import check_template
 from fleetguard.clock import Clock
+from fleetguard.jobcontrol.commands import Command, CommandQueue
+from fleetguard.jobcontrol.procfs import is_alive
 from fleetguard.records.findings import ActionRecord, Finding
 from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
-from fleetguard.runtime.commands import Command, CommandQueue
 from fleetguard.runtime.crashes import CrashTracker
 from fleetguard.runtime.dump_watcher import DumpWatcher
 from fleetguard.runtime.pid_watcher import PidWatcher, ProcessExit
-from fleetguard.runtime.procfs import is_alive
 from fleetguard.runtime.protocol import RankReport
 from fleetguard.runtime.ranks import JobInfo, RankRegistry, RuntimeLimits
 from fleetguard.runtime.server import RuntimeServer, Stopping, require_loopback

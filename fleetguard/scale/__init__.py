@@ -1,2 +1,2 @@
-"""Past one machine (docs/scale-out.md): the fleet view over several controllers, queries over their Parquet
-exports, and training on a Dask cluster."""
+"""Past one machine (docs/scale-out.md): queries over several controllers' Parquet exports. (The fleet view
+over several controllers lives in fleetguard.controller, training on a Dask cluster in fleetguard.predict.)"""

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from fleetguard.cli import load
+from fleetguard.config_options import load
 from fleetguard.incidents.cli import HealthCheckCommand, _policy
 
 

@@ -51,6 +51,11 @@ class SelfcheckReport:
         """Fit to take work: nothing failed and nothing that should have run is unknown."""
         return self.status in (ScanStatus.HEALTHY, ScanStatus.WARNING)
 
+    def first_failure(self) -> str:
+        """The first check that failed or could not run, as one line; "" when none."""
+        bad = [r for r in self.results if r.state in (CheckState.FAILED, CheckState.UNKNOWN)]
+        return f"{bad[0].check} {bad[0].component}: {bad[0].detail}" if bad else ""
+
     def as_json(self) -> dict[str, Any]:
         return {
             "host": self.host,

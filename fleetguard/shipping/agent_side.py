@@ -19,6 +19,7 @@ from fleetguard.config import Config
 from fleetguard.secret_files import SecretFileError, read_secret_text
 from fleetguard.shipping.channel import CommandChannel, Runner
 from fleetguard.shipping.commands import CommandKind, CommandOutcome, HostCommand
+from fleetguard.shipping.errors import ShippingError
 from fleetguard.shipping.nats_shipper import NatsShipper, open_nats_shipper
 from fleetguard.shipping.shipper import Shipper
 from fleetguard.shipping.spool import Spool
@@ -27,10 +28,6 @@ from fleetguard.shipping.spool_buffer import SpoolBuffer
 log = logging.getLogger(__name__)
 
 SHUTDOWN_DRAIN_SECONDS = 5.0
-
-
-class ShippingError(Exception):
-    """Shipping cannot start; one line naming the key or path."""
 
 
 # A controller's command kind -> the runtime executor's action.

@@ -10,8 +10,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from fleetguard.config import split_urls
 from fleetguard.secret_files import SecretFileError, read_secret_text
-from fleetguard.shipping.nats_subjects import host_token, split_urls
+from fleetguard.shipping.nats_subjects import host_token
 
 if TYPE_CHECKING:
     from nats.aio.client import Client

@@ -7,9 +7,9 @@ that stored *this* publish: the stream's duplicate detection spans every subject
 may mean another host published a message under this id first; the batch is then published again under a
 random retry id, and the ledger (keyed by the subject's host) keeps it once if the first copy was ours.
 
-Order and backoff are the HTTP shipper's: the newest batch first when one is new, then the backlog oldest
-first; failures back off exponentially with full jitter. A batch too large for the server's max_payload can
-never be published: it is dropped and counted, like a 413 over HTTP.
+Order and backoff are the HTTP shipper's (fleetguard.shipping.drain): the newest batch first when one is new,
+then the backlog oldest first; failures back off exponentially with equal jitter. A batch too large for the
+server's max_payload can never be published: it is dropped and counted, like a 413 over HTTP.
 
 Commands from the controller: with a command channel, the shipper also pulls this host's durable consumer
 `cmd-<host>` on the pool's command stream (fleetguard.controller.nats_commands), hands each command to the
@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING
 
 from fleetguard.shipping.channel import CommandChannel
 from fleetguard.shipping.commands import command_from_json
+from fleetguard.shipping.drain import Drain
+from fleetguard.shipping.errors import ShippingError
 from fleetguard.shipping.nats_connect import NatsLogin, NatsSettingsError, connect, make_login
 from fleetguard.shipping.nats_subjects import (
     MSG_ID_HEADER,
@@ -43,7 +45,7 @@ from fleetguard.shipping.nats_subjects import (
     msg_id,
     subject_for,
 )
-from fleetguard.shipping.shipper import BACKOFF_BASE_SECONDS, BACKOFF_CAP_SECONDS, ShipperStats
+from fleetguard.shipping.shipper import ShipperStats
 from fleetguard.shipping.spool import Spool, SpoolRecord
 
 if TYPE_CHECKING:
@@ -109,8 +111,7 @@ class NatsShipper:
         self._thread: threading.Thread | None = None
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
-        self._last_newest = 0
-        self._failures = 0
+        self.drain = Drain(spool, self._rng)
 
     # ---- from other threads ---------------------------------------------------------------------------
 
@@ -127,7 +128,7 @@ class NatsShipper:
         """Stop; with `drain_seconds`, first try that long to publish what is spooled (shutdown)."""
         if drain_seconds > 0 and self._thread is not None:
             deadline = self.clock() + drain_seconds
-            while self.spool.pending() and self.clock() < deadline and self._failures == 0:
+            while self.spool.pending() and self.clock() < deadline and self.drain.failures == 0:
                 self.wake()
                 self._stop.wait(0.05)
         self._stop.set()
@@ -223,8 +224,8 @@ class NatsShipper:
                 self.stats.errors += 1
                 if first:
                     log.warning("NATS %s unreachable (%s); batches stay spooled", self.login.urls, exc)
-                return self._backoff()
-        record = self.next_record()
+                return self.drain.failed()
+        record = self.drain.next_record()
         if record is None:
             return IDLE_WAIT_SECONDS
         return await self.send(record)
@@ -248,13 +249,6 @@ class NatsShipper:
             if len(self._said) < MAX_ERRORS_SAID:
                 self._said.add(str(exc))
             log.warning("NATS: %s", exc)
-
-    def next_record(self) -> SpoolRecord | None:
-        newest = self.spool.newest()
-        if newest is not None and newest.record_id > self._last_newest:
-            self._last_newest = newest.record_id
-            return newest
-        return self.spool.oldest()
 
     async def send(self, record: SpoolRecord) -> float:
         """Publish one record; return how long to wait before the next."""
@@ -301,23 +295,17 @@ class NatsShipper:
         except (nats.errors.Error, nats.js.errors.Error, OSError, TimeoutError) as exc:
             # Not stored, or stored without the ack reaching us: publish again later, same message id.
             self.stats.errors += 1
-            if self._failures == 0:
+            if self.drain.failures == 0:
                 log.warning(
                     "publishing to NATS failed (%s: %s); batches stay spooled", type(exc).__name__, exc
                 )
-            self._last_newest = 0
-            return self._backoff()
+            return self.drain.unreachable()
         self.stats.sent += 1
         self.stats.committed += 1
         self.stats.last_success_ts = self.clock()
-        self._failures = 0
+        self.drain.succeeded()
         self.spool.ack(record.record_id)
         return 0.0
-
-    def _backoff(self) -> float:
-        self._failures += 1
-        ceiling = min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2 ** min(self._failures, 16))
-        return self._rng.uniform(ceiling / 2, ceiling)
 
     async def _disconnect(self) -> None:
         nc, self._nc, self._js = self._nc, None, None
@@ -330,8 +318,6 @@ class NatsShipper:
 
 def open_nats_shipper(config: Config, spool: Spool, channel: CommandChannel | None) -> NatsShipper:
     """The shipper for `[agent] transport = "nats"`; ShippingError naming the key if it cannot be built."""
-    from fleetguard.shipping.agent_side import ShippingError
-
     agent = config.agent
     try:
         login = make_login(

@@ -1,4 +1,4 @@
-"""Names on the NATS side of shipping (docs/scale-out.md): subjects, message ids, and the config checks.
+"""Names on the NATS side of shipping (docs/scale-out.md): subjects and message ids.
 
 A host publishes to `fleetguard.<pool>.<host token>`; NATS permissions let it publish there only, so the
 subject is the host's authenticated identity, as the bearer token is over HTTP. A host name may hold dots
@@ -10,17 +10,10 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from fleetguard.config import Config
 
 SUBJECT_ROOT = "fleetguard"
 MSG_ID_HEADER = "Nats-Msg-Id"
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
-_POOL = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_STREAM = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_URL_SCHEMES = ("nats://", "tls://")
 
 
 def host_token(host: str) -> str:
@@ -92,46 +85,3 @@ def msg_id_is_publishers(mid: str | None, subject: str, host: str, boot_id: str,
         return True
     head, _, retry = mid.rpartition("/")
     return head == base and _RETRY.fullmatch(retry) is not None
-
-
-def split_urls(urls: str) -> list[str]:
-    return [u.strip() for u in urls.split(",") if u.strip()]
-
-
-def check_nats_settings(config: Config) -> None:
-    """ConfigError for NATS settings that cannot work (called from fleetguard.config's validation)."""
-    from fleetguard.config import ConfigError
-
-    agent, ctl = config.agent, config.controller
-    if agent.transport not in ("http", "nats"):
-        raise ConfigError(f'agent.transport: expected "http" or "nats", got {agent.transport!r}')
-    if not _POOL.fullmatch(agent.pool):
-        raise ConfigError("agent.pool: 1-64 characters of A-Z a-z 0-9 _ -")
-    if agent.transport == "nats":
-        _check_urls("agent.nats_url", agent.nats_url)
-        if not agent.spool_dir:
-            raise ConfigError('agent.spool_dir: must not be empty when agent.transport is "nats"')
-        if agent.nats_password_file and agent.nats_creds_file:
-            raise ConfigError("agent.nats_creds_file: give a password file or a creds file, not both")
-    if ctl.pool or ctl.nats_url:
-        if not _POOL.fullmatch(ctl.pool):
-            raise ConfigError("controller.pool: 1-64 characters of A-Z a-z 0-9 _ -")
-        _check_urls("controller.nats_url", ctl.nats_url)
-        if not _STREAM.fullmatch(ctl.nats_stream):
-            raise ConfigError("controller.nats_stream: 1-64 characters of A-Z a-z 0-9 _ -")
-        if ctl.nats_password_file and ctl.nats_creds_file:
-            raise ConfigError("controller.nats_creds_file: give a password file or a creds file, not both")
-
-
-def _check_urls(key: str, urls: str) -> None:
-    from fleetguard.config import ConfigError
-
-    parts = split_urls(urls)
-    if not parts:
-        raise ConfigError(f"{key}: required (nats://HOST:PORT)")
-    for url in parts:
-        parsed = urllib.parse.urlsplit(url)
-        if not url.startswith(_URL_SCHEMES) or not parsed.hostname:
-            raise ConfigError(f"{key}: {url!r} is not nats://HOST:PORT or tls://HOST:PORT")
-        if parsed.username or parsed.password:
-            raise ConfigError(f"{key}: credentials go in the password or creds file, not the URL")

@@ -2,9 +2,9 @@
 
 Order: the newest batch first whenever one is new since the last send (live data is never stuck behind a
 backlog), otherwise the oldest (the backlog drains between live batches). Failures back off exponentially
-with full jitter (capped); 429/503 honour Retry-After; a batch the controller refuses for its content
-(400/413) is dropped and counted, since sending it again cannot succeed; 401/403 keep everything and retry
-slowly (a token problem must not lose data).
+with equal jitter (capped). Both as for the NATS shipper: fleetguard.shipping.drain. 429/503 honour
+Retry-After; a batch the controller refuses for its content (400/413) is dropped and counted, since sending
+it again cannot succeed; 401/403 keep everything and retry slowly (a token problem must not lose data).
 """
 
 from __future__ import annotations
@@ -20,13 +20,12 @@ from dataclasses import dataclass, field
 
 from fleetguard.shipping.channel import CommandChannel
 from fleetguard.shipping.commands import command_from_json
+from fleetguard.shipping.drain import Drain
 from fleetguard.shipping.spool import Spool, SpoolRecord
 from fleetguard.shipping.wire import CONTENT_ENCODING, CONTENT_TYPE
 
 log = logging.getLogger(__name__)
 
-BACKOFF_BASE_SECONDS = 0.5
-BACKOFF_CAP_SECONDS = 30.0
 AUTH_RETRY_SECONDS = 30.0
 REQUEST_TIMEOUT_SECONDS = 30.0
 MAX_REPLY_BYTES = 1 << 20
@@ -70,8 +69,7 @@ class Shipper:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._conn: http.client.HTTPConnection | None = None
-        self._last_newest = 0
-        self._failures = 0
+        self.drain = Drain(spool, self._rng)
 
     def wake(self) -> None:
         """A new batch is in the spool."""
@@ -85,7 +83,7 @@ class Shipper:
         """Stop; with `drain_seconds`, first try that long to send what is spooled (shutdown)."""
         if drain_seconds > 0 and self._thread is not None:
             deadline = self.clock() + drain_seconds
-            while self.spool.pending() and self.clock() < deadline and self._failures == 0:
+            while self.spool.pending() and self.clock() < deadline and self.drain.failures == 0:
                 self._wake.set()
                 self._stop.wait(0.05)
         self._stop.set()
@@ -96,7 +94,7 @@ class Shipper:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            record = self.next_record()
+            record = self.drain.next_record()
             if record is None:
                 self._wake.wait(1.0)
                 self._wake.clear()
@@ -106,16 +104,9 @@ class Shipper:
             except Exception:  # a bug must not end shipping: the batch stays spooled, tried again later
                 log.exception("shipping batch %d failed", record.record_id)
                 self._close()
-                delay = self._backoff()
+                delay = self.drain.failed()
             if delay > 0:
                 self._stop.wait(delay)
-
-    def next_record(self) -> SpoolRecord | None:
-        newest = self.spool.newest()
-        if newest is not None and newest.record_id > self._last_newest:
-            self._last_newest = newest.record_id
-            return newest
-        return self.spool.oldest()
 
     def send(self, record: SpoolRecord) -> float:
         """Send one record; return how long to wait before the next send."""
@@ -127,10 +118,9 @@ class Shipper:
         except (OSError, http.client.HTTPException) as exc:
             self._close()
             self.stats.errors += 1
-            if self._failures == 0:
+            if self.drain.failures == 0:
                 log.warning("controller %s unreachable (%s); batches stay spooled", self._parsed.netloc, exc)
-            self._last_newest = 0  # resend live data first once it answers again
-            return self._backoff()
+            return self.drain.unreachable()
         self.stats.sent += 1
         if status == 200:
             self._committed(record, reply)
@@ -156,10 +146,10 @@ class Shipper:
             return AUTH_RETRY_SECONDS * (0.5 + self._rng.random())
         if status in (429, 503):
             return self._retry_after(headers.get("retry-after"))
-        return self._backoff()
+        return self.drain.failed()
 
     def _committed(self, record: SpoolRecord, reply: bytes) -> None:
-        self._failures = 0
+        self.drain.succeeded()
         self.spool.ack(record.record_id)
         self.stats.committed += 1
         self.stats.last_success_ts = self.clock()
@@ -181,11 +171,6 @@ class Shipper:
                 log.warning("ignored a command from the controller: %s", exc)
         if good:
             self.channel.deliver(good)
-
-    def _backoff(self) -> float:
-        self._failures += 1
-        ceiling = min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2 ** min(self._failures, 16))
-        return self._rng.uniform(ceiling / 2, ceiling)
 
     def _retry_after(self, value: str | None) -> float:
         try:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from fleetguard.controller.tables import controller_ddl, rollup_ddl
+from fleetguard.store.controller_tables import controller_ddl, rollup_ddl
 from fleetguard.store.incident_tables import create_alert_tables, create_incident_tables
 from fleetguard.store.operator_tables import create_operator_tables
 from fleetguard.store.schema import TABLES, quote_ident

@@ -14,10 +14,10 @@ import pytest
 from collectors.nvml import NvmlCollector
 from fleetguard.agent.gpu_jobs import GpuJobs, act_on_gpu_findings, rank_processes
 from fleetguard.clock import FakeClock
+from fleetguard.jobcontrol.trust import job_key
 from fleetguard.records.findings import Finding
 from fleetguard.runtime.protocol import parse_report
 from fleetguard.runtime.service import RuntimeService, RuntimeServiceConfig
-from fleetguard.runtime.trust import job_key
 from tests.collectors.nvml_stub import FakeNvml, h100
 from tests.runtime.helpers import report_body, root_report, sleeper
 

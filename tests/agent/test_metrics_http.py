@@ -17,8 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from fleetguard.agent.metrics import MetricsState
 from fleetguard.agent.metrics_http import serve_metrics
 from fleetguard.httpserve import HttpServer, Limits
+from fleetguard.jobcontrol.peer import connection_owner
 from fleetguard.records.telemetry import Batch, GpuSample
-from fleetguard.runtime.peer import connection_owner
 
 WAIT_SECONDS = 30.0
 

@@ -19,13 +19,13 @@ from click.testing import CliRunner
 
 from diagnosis.rules import Signals
 from fleetguard.alerts.relay import AlertRelay
-from fleetguard.alerts.settings import AlertsConfig, WebhookConfig, WebhookKind
 from fleetguard.alerts.silence_rules import parse_matchers
 from fleetguard.alerts.silences import add_silence
 from fleetguard.cli import cli
 from fleetguard.clock import FakeClock
-from fleetguard.incidents.policy_files import load_policy
 from fleetguard.incidents.service import IncidentService
+from fleetguard.settings.alerts import AlertsConfig, WebhookConfig, WebhookKind
+from fleetguard.settings.policy_files import load_policy
 from fleetguard.store import Store
 from tests.diagnosis.records import counter, xid
 

@@ -10,10 +10,10 @@ from pathlib import Path
 from diagnosis.rules import Signals
 from fleetguard.alerts.outbox import MAX_BATCH, counts, heads, requeue_dead
 from fleetguard.alerts.relay import AlertRelay
-from fleetguard.alerts.settings import AlertsConfig, WebhookConfig, WebhookKind
 from fleetguard.clock import FakeClock
-from fleetguard.incidents.policy_files import load_policy
 from fleetguard.incidents.service import IncidentService
+from fleetguard.settings.alerts import AlertsConfig, WebhookConfig, WebhookKind
+from fleetguard.settings.policy_files import load_policy
 from fleetguard.store import Store
 from tests.alerts.receiver import receiver
 from tests.diagnosis.records import T0, counter, xid

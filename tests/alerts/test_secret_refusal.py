@@ -12,10 +12,10 @@ import pytest
 from diagnosis.rules import Signals
 from fleetguard.alerts.outbox import counts
 from fleetguard.alerts.relay import AlertRelay
-from fleetguard.alerts.settings import AlertsConfig, WebhookConfig, parse_alerts
 from fleetguard.clock import FakeClock
-from fleetguard.incidents.policy_files import load_policy
 from fleetguard.incidents.service import IncidentService
+from fleetguard.settings.alerts import AlertsConfig, WebhookConfig, parse_alerts
+from fleetguard.settings.policy_files import load_policy
 from fleetguard.store import Store
 from tests.alerts.receiver import receiver
 from tests.diagnosis.records import T0, xid

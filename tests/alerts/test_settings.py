@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fleetguard.alerts.settings import parse_alerts
+from fleetguard.settings.alerts import parse_alerts
 
 HOOK = {"name": "chat", "url": "https://hooks.example.com/x", "kind": "slack"}
 

@@ -13,15 +13,15 @@ from click.testing import CliRunner
 from diagnosis.rules import Signals
 from fleetguard.alerts.outbox import counts
 from fleetguard.alerts.relay import AlertRelay
-from fleetguard.alerts.settings import AlertsConfig, WebhookConfig, WebhookKind
 from fleetguard.alerts.silence_rules import parse_duration, parse_matchers
 from fleetguard.alerts.silences import active_silences, add_silence, apply_request
 from fleetguard.cli import cli
 from fleetguard.clock import FakeClock
-from fleetguard.incidents.policy_files import load_policy
-from fleetguard.incidents.requests import Request, request_path, take
 from fleetguard.incidents.service import IncidentService
+from fleetguard.settings.alerts import AlertsConfig, WebhookConfig, WebhookKind
+from fleetguard.settings.policy_files import load_policy
 from fleetguard.store import Store
+from fleetguard.store.operator_requests import Request, request_path, take
 from tests.alerts.receiver import receiver
 from tests.diagnosis.records import T0, xid
 

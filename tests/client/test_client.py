@@ -13,11 +13,11 @@ import pytest
 
 from fleetguard import client as fg
 from fleetguard.clock import FakeClock
+from fleetguard.jobcontrol.commands import Command, CommandQueue
+from fleetguard.jobcontrol.trust import job_key
 from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
-from fleetguard.runtime.commands import Command, CommandQueue
 from fleetguard.runtime.protocol import RankReport
 from fleetguard.runtime.server import RuntimeServer
-from fleetguard.runtime.trust import job_key
 
 JOB = job_key(os.getuid(), "job-a")  # how the agent keys job-a reported by this user
 

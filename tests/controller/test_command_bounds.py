@@ -8,8 +8,8 @@ import pytest
 from fleetguard.controller import command_queue
 from fleetguard.controller.command_queue import CommandBook, CommandRefused, insert_command, record_acks
 from fleetguard.controller.maintenance import retention
-from fleetguard.controller.tables import controller_ddl
 from fleetguard.shipping.commands import CommandAck, CommandKind, CommandOutcome
+from fleetguard.store.controller_tables import controller_ddl
 
 DAY = 86400.0
 

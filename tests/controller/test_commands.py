@@ -40,7 +40,7 @@ def _queue(controller: Controller, host: str) -> str:
 def _ship_round(buffer: SpoolBuffer, shipper: Shipper, spool: Spool) -> None:
     buffer.add(gpu_rows(buffer.host, time.time()))
     buffer.flush()
-    while (record := shipper.next_record()) is not None:
+    while (record := shipper.drain.next_record()) is not None:
         assert shipper.send(record) == 0.0
         assert spool.read(record) is None  # committed and gone
 

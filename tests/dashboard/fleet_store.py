@@ -125,10 +125,10 @@ def _run_incident_engine(store: Store, start: float) -> None:
     evidence and action ledger, and alerts to one webhook, of which the relay's bookkeeping then records one
     delivered, one dead-lettered and one waiting for a retry."""
     from fleetguard.alerts.outbox import AlertStatus, due, record_attempt
-    from fleetguard.alerts.settings import WebhookConfig
     from fleetguard.incidents.feed import StoreFeed
-    from fleetguard.incidents.policy_files import load_policy
     from fleetguard.incidents.service import IncidentService
+    from fleetguard.settings.alerts import WebhookConfig
+    from fleetguard.settings.policy_files import load_policy
 
     webhook = WebhookConfig(name="oncall", url=ALERT_ENDPOINT)
     service = IncidentService.open(store.cursor(), load_policy(), start, webhooks=[webhook])

@@ -8,7 +8,7 @@ from diagnosis.incident import ActionOutcome, IncidentState
 from diagnosis.model import RepairAction
 from diagnosis.policy import BreakerPolicy
 from diagnosis.rules import Signals
-from fleetguard.incidents.policy_files import load_policy
+from fleetguard.settings.policy_files import load_policy
 from tests.diagnosis.records import T0, xid
 
 

@@ -7,8 +7,8 @@ from diagnosis.engine import IncidentEngine
 from diagnosis.incident import ActionOutcome, ChangeKind, IncidentState, Resolution
 from diagnosis.model import ComponentKind, IncidentKey, RepairAction, Severity
 from diagnosis.rules import Signals
-from fleetguard.incidents.policy_files import load_policy
 from fleetguard.records.findings import Finding
+from fleetguard.settings.policy_files import load_policy
 from tests.diagnosis.records import T0, UUID, counter, gpu, port, xid
 
 

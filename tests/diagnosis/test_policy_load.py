@@ -8,7 +8,7 @@ import pytest
 
 from diagnosis.model import RepairAction, Severity
 from diagnosis.policy_load import PolicyError
-from fleetguard.incidents.policy_files import load_policy
+from fleetguard.settings.policy_files import load_policy
 
 
 def test_fatal_catalogue_xids_are_critical_and_application_xids_need_repeats() -> None:

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fleetguard.clock import FakeClock
+from fleetguard.jobcontrol.peer import Sender
 from fleetguard.records.bounds import SqlType, fits
-from fleetguard.runtime.peer import Sender
 from fleetguard.runtime.protocol import MAX_EPOCH_SECONDS, RankReport, ReportError, parse_report
 from fleetguard.runtime.server import RuntimeServer
 from fleetguard.store import Store

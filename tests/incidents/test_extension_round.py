@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from diagnosis.rules import Signals
-from fleetguard.alerts.settings import WebhookConfig, WebhookKind
 from fleetguard.incidents.feed import StoreFeed
-from fleetguard.incidents.policy_files import load_policy
-from fleetguard.incidents.requests import Request, leave, request_path
 from fleetguard.incidents.rounds import incident_round
 from fleetguard.incidents.service import IncidentService
+from fleetguard.settings.alerts import WebhookConfig, WebhookKind
+from fleetguard.settings.policy_files import load_policy
 from fleetguard.store import Store
+from fleetguard.store.operator_requests import Request, leave, request_path
 from tests.diagnosis.records import T0, xid
 
 

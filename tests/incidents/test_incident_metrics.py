@@ -8,7 +8,7 @@ from prometheus_client.exposition import generate_latest
 from diagnosis.engine import IncidentEngine
 from diagnosis.rules import Signals
 from fleetguard.incidents.metrics import IncidentMetrics, IncidentSnapshot, open_counts
-from fleetguard.incidents.policy_files import load_policy
+from fleetguard.settings.policy_files import load_policy
 from tests.diagnosis.records import T0, gpu, xid
 
 

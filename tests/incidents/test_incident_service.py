@@ -3,7 +3,7 @@ dedup that survives a restart, the feed that reads what the agent stored."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -11,13 +11,14 @@ import pytest
 from diagnosis.incident import ActionOutcome
 from diagnosis.model import RepairAction
 from diagnosis.rules import Signals
-from fleetguard.alerts.settings import WebhookConfig, WebhookKind
+from fleetguard.argv import CommandResult
 from fleetguard.incidents.feed import StoreFeed
 from fleetguard.incidents.incident_store import EvidenceRow, IncidentStore
-from fleetguard.incidents.policy_files import load_policy
 from fleetguard.incidents.repairs import RepairExecutor
 from fleetguard.incidents.service import IncidentService
-from fleetguard.incidents.settings import DiagnosisConfig
+from fleetguard.settings.alerts import WebhookConfig, WebhookKind
+from fleetguard.settings.diagnosis import DiagnosisConfig
+from fleetguard.settings.policy_files import load_policy
 from fleetguard.store import Store
 from tests.diagnosis.records import T0, gpu, xid
 
@@ -60,11 +61,11 @@ def test_dedup_survives_a_restart(tmp_path: Path) -> None:
 def test_repairs_run_after_the_evidence_is_stored_and_their_outcome_is_recorded(store: Store) -> None:
     seen: list[list[str]] = []
 
-    def runner(argv: object, timeout: float) -> tuple[int, str]:
+    def runner(argv: Sequence[str], timeout: float) -> CommandResult:
         # Evidence and the incident are already in the store when the repair starts.
         assert store.cursor().execute("SELECT count(*) FROM incident_evidence").fetchall()[0][0] > 0
-        seen.append(list(argv))  # type: ignore[call-overload]
-        return 0, "reset ok"
+        seen.append(list(argv))
+        return CommandResult(tuple(argv), 0, "reset ok\n")
 
     config = DiagnosisConfig(reset_gpu_command=["nvidia-smi", "-r", "--host={host}", "--gpu={component}"])
     service = open_service(store, T0, RepairExecutor(config, runner))

@@ -10,12 +10,12 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from diagnosis.rules import Signals
-from fleetguard.alerts.settings import WebhookConfig, WebhookKind
 from fleetguard.cli import cli
-from fleetguard.incidents.policy_files import load_policy
-from fleetguard.incidents.requests import Request, request_path
 from fleetguard.incidents.service import IncidentService
+from fleetguard.settings.alerts import WebhookConfig, WebhookKind
+from fleetguard.settings.policy_files import load_policy
 from fleetguard.store import Store
+from fleetguard.store.operator_requests import Request, request_path
 from tests.diagnosis.records import T0, xid
 
 

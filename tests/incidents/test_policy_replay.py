@@ -10,9 +10,9 @@ from click.testing import CliRunner
 
 from diagnosis.replay import replay
 from fleetguard.cli import cli
-from fleetguard.incidents.policy_files import load_policy
 from fleetguard.incidents.replay_source import history_rounds, history_span
 from fleetguard.incidents.simulated_history import history
+from fleetguard.settings.policy_files import load_policy
 from fleetguard.store import Store
 
 STRICT = """

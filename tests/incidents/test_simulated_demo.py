@@ -11,11 +11,11 @@ from collectors.simulated import (
     default_demo_faults,
 )
 from fleetguard.incidents.feed import StoreFeed
-from fleetguard.incidents.policy_files import load_policy
 from fleetguard.incidents.repairs import RepairExecutor
 from fleetguard.incidents.service import IncidentService
-from fleetguard.incidents.settings import DiagnosisConfig
 from fleetguard.records.telemetry import Batch
+from fleetguard.settings.diagnosis import DiagnosisConfig
+from fleetguard.settings.policy_files import load_policy
 from fleetguard.store import Store
 from tests.diagnosis.records import T0
 

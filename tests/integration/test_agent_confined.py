@@ -129,7 +129,7 @@ def test_the_agent_samples_and_knows_another_users_rank_with_only_the_units_capa
 
 PROBE = """
 import json, os, signal, subprocess, sys
-from fleetguard.runtime.trust import holds_socket, identify, signal_owned
+from fleetguard.jobcontrol.trust import holds_socket, identify, signal_owned
 pid, inode, uid = (int(a) for a in sys.argv[1:4])
 try:
     with open(sys.argv[4], "rb") as dump:  # a flight-recorder dump the rank's user wrote 0600

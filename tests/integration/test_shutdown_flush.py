@@ -20,7 +20,8 @@ import pytest
 
 from fleetguard import client as fg
 from fleetguard.agent.agent import Agent
-from fleetguard.agent.daemon import DaemonResult, Extension, run_daemon
+from fleetguard.agent.daemon import DaemonResult, run_daemon
+from fleetguard.agent.extension import Extension
 from fleetguard.config import Config, load_config
 from fleetguard.runtime.extension import runtime_extension
 from fleetguard.runtime.service import RuntimeRecord, RuntimeService, RuntimeServiceConfig

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetguard.runtime.trust import job_key
+from fleetguard.jobcontrol.trust import job_key
 from tests.runtime.torchrun_job import Runtime, TorchrunJob, run_fault, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
+from fleetguard.jobcontrol.trust import identify, job_key
 from fleetguard.runtime.protocol import RankReport, parse_report
-from fleetguard.runtime.trust import identify, job_key
 
 
 def report_body(**overrides: Any) -> bytes:

@@ -18,8 +18,8 @@ import pytest
 
 from fleetguard.actions.executor import ActionExecutor, ActionRequest, ExecutorConfig
 from fleetguard.clock import SystemClock
-from fleetguard.runtime.commands import CommandQueue
-from fleetguard.runtime.trust import job_key
+from fleetguard.jobcontrol.commands import CommandQueue
+from fleetguard.jobcontrol.trust import job_key
 
 NOBODY = 65534
 

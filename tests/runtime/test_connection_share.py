@@ -15,7 +15,7 @@ import pytest
 
 from fleetguard.clock import FakeClock
 from fleetguard.httpserve import Limits
-from fleetguard.runtime.commands import Command
+from fleetguard.jobcontrol.commands import Command
 from fleetguard.runtime.protocol import RankReport
 from fleetguard.runtime.server import HTTP_LIMITS, RuntimeServer
 from tests.runtime.helpers import report_body

@@ -12,11 +12,11 @@ import time
 from collections.abc import Sequence
 
 from fleetguard.clock import FakeClock, SystemClock
+from fleetguard.jobcontrol.trust import job_key
 from fleetguard.records.findings import Finding
 from fleetguard.runtime.crashes import CRASH_SETTLE_SECONDS
 from fleetguard.runtime.pid_watcher import ProcessExit
 from fleetguard.runtime.service import RuntimeService, RuntimeServiceConfig
-from fleetguard.runtime.trust import job_key
 from tests.runtime.helpers import JOB, report_body, root_report
 from tests.runtime.torchrun_job import wait_until
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from fleetguard.jobcontrol.trust import job_key
 from fleetguard.runtime.dump_child import DumpRefusal
 from fleetguard.runtime.dump_scan import DumpDirScanner
 from fleetguard.runtime.dump_watcher import DumpWatcher
-from fleetguard.runtime.trust import job_key
 
 PREFIX = "nccl_trace_rank_"
 FLOOD = 20_000

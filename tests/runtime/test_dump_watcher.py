@@ -14,11 +14,11 @@ from typing import Protocol
 
 import pytest
 
+from fleetguard.jobcontrol.trust import job_key
 from fleetguard.records.runtime import CollectiveProgress
 from fleetguard.runtime.dump_child import DumpRefusal
 from fleetguard.runtime.dump_reader import DumpLimits, DumpRequest, read_dump_isolated
 from fleetguard.runtime.dump_watcher import MAX_ERRORS, DumpWatcher
-from fleetguard.runtime.trust import job_key
 
 REAL_DUMP = Path(__file__).resolve().parents[1] / "fixtures" / "nccl" / "nccl_trace_rank_0"
 

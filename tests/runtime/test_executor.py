@@ -9,8 +9,8 @@ from pathlib import Path
 
 from fleetguard.actions.executor import ActionExecutor, ActionRequest, ExecutorConfig
 from fleetguard.clock import FakeClock, SystemClock
-from fleetguard.runtime.commands import CommandQueue
-from fleetguard.runtime.trust import ProcessIdentity, identify, job_key
+from fleetguard.jobcontrol.commands import CommandQueue
+from fleetguard.jobcontrol.trust import ProcessIdentity, identify, job_key
 from tests.runtime.helpers import sleeper
 
 JOB = job_key(os.getuid(), "job-a")  # the sleepers below are this user's: the job's owner

@@ -9,14 +9,14 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from fleetguard.clock import FakeClock
+from fleetguard.jobcontrol.peer import Sender
+from fleetguard.jobcontrol.trust import job_key
 from fleetguard.records.findings import Finding
 from fleetguard.records.runtime import CollectiveProgress, Heartbeat
 from fleetguard.runtime.crashes import CRASH_SETTLE_SECONDS
-from fleetguard.runtime.peer import Sender
 from fleetguard.runtime.pid_watcher import ProcessExit
 from fleetguard.runtime.ranks import LimitExceeded, RankRegistry, RuntimeLimits
 from fleetguard.runtime.service import RuntimeService, RuntimeServiceConfig
-from fleetguard.runtime.trust import job_key
 from straggler.analysis import MAX_GROUPS_PER_JOB, RuntimeAnalyzer
 from tests.runtime.helpers import NOBODY, report_body, root_report, sleeper
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetguard.runtime.peer import Sender, diag_peer, pid_uid, proc_peer, tcp_peer, tcp_peer_uid
+from fleetguard.jobcontrol.peer import Sender, diag_peer, pid_uid, proc_peer, tcp_peer, tcp_peer_uid
 
 HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
 

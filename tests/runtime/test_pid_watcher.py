@@ -8,8 +8,8 @@ import subprocess
 import sys
 import time
 
+from fleetguard.jobcontrol.procfs import decode_wait_status, is_alive, parse_stat
 from fleetguard.runtime.pid_watcher import PidWatcher, ProcessExit
-from fleetguard.runtime.procfs import decode_wait_status, is_alive, parse_stat
 from tests.runtime.helpers import sleeper
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from fleetguard.jobcontrol.trust import ProcessIdentity
 from fleetguard.records.runtime import Heartbeat
 from fleetguard.runtime.ranks import RankRegistry
-from fleetguard.runtime.trust import ProcessIdentity
 
 
 def hb(rank: int, pid: int, job: str = "j") -> Heartbeat:

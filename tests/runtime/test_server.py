@@ -11,11 +11,11 @@ import threading
 import pytest
 
 from fleetguard.clock import FakeClock
-from fleetguard.runtime.commands import Command, CommandQueue
-from fleetguard.runtime.peer import Sender
+from fleetguard.jobcontrol.commands import Command, CommandQueue
+from fleetguard.jobcontrol.peer import Sender
+from fleetguard.jobcontrol.trust import job_key
 from fleetguard.runtime.protocol import RankReport
 from fleetguard.runtime.server import NonLoopbackBindError, RuntimeServer, require_loopback
-from fleetguard.runtime.trust import job_key
 from tests.runtime.helpers import report_body
 
 

@@ -9,17 +9,17 @@ from collections.abc import Callable, Sequence
 import pytest
 
 from fleetguard import client as fg
-from fleetguard.actions.argv import ArgvTemplateError
 from fleetguard.actions.executor import ActionRequest
+from fleetguard.argv import ArgvTemplateError
 from fleetguard.clock import FakeClock
 from fleetguard.config import Config, RuntimeConfig
+from fleetguard.jobcontrol.trust import job_key
 from fleetguard.records.findings import ActionRecord, Finding
 from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
 from fleetguard.runtime.pid_watcher import ProcessExit
 from fleetguard.runtime.protocol import parse_report
 from fleetguard.runtime.server import NonLoopbackBindError
 from fleetguard.runtime.service import RuntimeService, RuntimeServiceConfig, runtime_config_from
-from fleetguard.runtime.trust import job_key
 from tests.runtime.helpers import JOB, report_body, root_report, sleeper
 
 

@@ -9,8 +9,8 @@ import threading
 from collections.abc import Sequence
 
 from fleetguard.clock import FakeClock
+from fleetguard.jobcontrol.peer import Sender
 from fleetguard.records.runtime import Heartbeat
-from fleetguard.runtime.peer import Sender
 from fleetguard.runtime.service import RuntimeRecord, RuntimeService, RuntimeServiceConfig
 from straggler.analysis import RuntimeAnalyzer
 from tests.runtime.helpers import report_body

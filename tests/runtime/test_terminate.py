@@ -8,7 +8,7 @@ import time
 
 from fleetguard.actions.terminate import terminate_group
 from fleetguard.clock import SystemClock
-from fleetguard.runtime.trust import ProcessIdentity, identify
+from fleetguard.jobcontrol.trust import ProcessIdentity, identify
 from tests.runtime.helpers import sleeper
 
 UID = os.getuid()

@@ -17,11 +17,8 @@ import pytest
 
 from fleetguard.actions.executor import ActionRequest
 from fleetguard.clock import FakeClock
-from fleetguard.records.findings import ActionRecord, Finding
-from fleetguard.runtime.crashes import CRASH_SETTLE_SECONDS
-from fleetguard.runtime.peer import Sender
-from fleetguard.runtime.service import RuntimeService, RuntimeServiceConfig
-from fleetguard.runtime.trust import (
+from fleetguard.jobcontrol.peer import Sender
+from fleetguard.jobcontrol.trust import (
     SignalResult,
     identify,
     job_key,
@@ -29,6 +26,9 @@ from fleetguard.runtime.trust import (
     signal_owned,
     trusted_pid,
 )
+from fleetguard.records.findings import ActionRecord, Finding
+from fleetguard.runtime.crashes import CRASH_SETTLE_SECONDS
+from fleetguard.runtime.service import RuntimeService, RuntimeServiceConfig
 from tests.runtime.helpers import NOBODY, ReportingRank, report_body, sleeper
 from tests.runtime.torchrun_job import wait_until
 

@@ -12,10 +12,10 @@ from click.testing import CliRunner
 
 from fleetguard.cli import cli
 from fleetguard.predict.contract import register_inputs
+from fleetguard.predict.dask_dataset import SourceFiles
+from fleetguard.predict.dask_training import Inputs, dask_client, instances_on_dask, train_on_dask
 from fleetguard.predict.settings import resolve
 from fleetguard.predict.simulated_history import HistorySpec, write_parquet
-from fleetguard.scale.dask_dataset import SourceFiles
-from fleetguard.scale.dask_training import Inputs, dask_client, instances_on_dask, train_on_dask
 from predictor import artifact
 from predictor.dataset import (
     build_instances,

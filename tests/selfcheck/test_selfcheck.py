@@ -21,10 +21,10 @@ from collectors.simulated import (
 )
 from fleetguard.agent.sources import Sources
 from fleetguard.cli import cli
-from fleetguard.incidents.policy_files import load_policy
 from fleetguard.selfcheck.report import CheckState
 from fleetguard.selfcheck.run import run_selfcheck
 from fleetguard.selfcheck.torch_probe import TorchInfo
+from fleetguard.settings.policy_files import load_policy
 from tests.fixtures.sysfs.ib_tree import write_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]

@@ -24,7 +24,7 @@ def controller(tmp_path: Path) -> Iterator[Controller]:
 def _drain(shipper: Shipper, spool: Spool, max_sends: int = 50) -> list[float]:
     delays = []
     for _ in range(max_sends):
-        record = shipper.next_record()
+        record = shipper.drain.next_record()
         if record is None:
             break
         delays.append(shipper.send(record))
@@ -51,7 +51,7 @@ def test_the_newest_batch_goes_first_then_the_backlog_oldest_first(
     ids = [spool.append(encode(batch("node-a", seq))) for seq in (1, 2, 3, 4)]
     shipper = Shipper(spool, controller.url, controller.tokens["node-a"], clock=time.monotonic)
     order = []
-    while (record := shipper.next_record()) is not None:
+    while (record := shipper.drain.next_record()) is not None:
         order.append(record.record_id)
         shipper.send(record)
     assert order == [ids[3], ids[0], ids[1], ids[2]]
@@ -61,7 +61,7 @@ def test_a_wrong_token_keeps_the_batch_and_waits(controller: Controller, tmp_pat
     spool = Spool(tmp_path / "spool", 1 << 20)
     spool.append(encode(batch("node-a", 1)))
     shipper = Shipper(spool, controller.url, "wrong", clock=time.monotonic)
-    record = shipper.next_record()
+    record = shipper.drain.next_record()
     assert record is not None
     assert shipper.send(record) >= 10
     assert spool.pending() == 1

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from diagnosis.rules import Signals
-from fleetguard.actions.settings import SlurmConfig
 from fleetguard.actions.slurm import SlurmNodes
-from fleetguard.incidents.policy_files import load_policy
 from fleetguard.incidents.repairs import RepairExecutor
 from fleetguard.incidents.service import IncidentService
-from fleetguard.incidents.settings import DiagnosisConfig
+from fleetguard.settings.actions import SlurmConfig
+from fleetguard.settings.diagnosis import DiagnosisConfig
+from fleetguard.settings.policy_files import load_policy
 from fleetguard.store import Store
 from tests.diagnosis.records import T0, xid
 from tests.slurm.cluster import NODE, SlurmCluster

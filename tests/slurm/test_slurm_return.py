@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 
 from diagnosis.rules import Signals
-from fleetguard.actions.settings import SlurmConfig
 from fleetguard.actions.slurm import SlurmNodes
-from fleetguard.actions.slurm_return import NodeReturner, ReturnStep
-from fleetguard.incidents.policy_files import load_policy
+from fleetguard.actions.slurm_return import NodeReturner, ReturnStep, SelfcheckVerdict
 from fleetguard.incidents.repairs import RepairExecutor
 from fleetguard.incidents.service import IncidentService
-from fleetguard.incidents.settings import DiagnosisConfig
 from fleetguard.selfcheck.report import CheckResult, CheckState, SelfcheckReport
+from fleetguard.settings.actions import SlurmConfig
+from fleetguard.settings.diagnosis import DiagnosisConfig
+from fleetguard.settings.policy_files import load_policy
 from fleetguard.store import Store
 from tests.diagnosis.records import T0, xid
 from tests.slurm.cluster import NODE, SlurmCluster
@@ -27,9 +27,10 @@ def _config(slurm: SlurmCluster) -> SlurmConfig:
     return SlurmConfig(enabled=True, slurm_conf=str(slurm.conf), nodes={"node1": NODE}, timeout_seconds=15)
 
 
-def _report(state: CheckState) -> SelfcheckReport:
+def _report(state: CheckState) -> SelfcheckVerdict:
     detail = "bus bandwidth 3.1 GB/s (min 40)" if state is CheckState.FAILED else "ok"
-    return SelfcheckReport("node1", [CheckResult("allreduce", "host", state, detail)], T0, T0 + 1)
+    report = SelfcheckReport("node1", [CheckResult("allreduce", "host", state, detail)], T0, T0 + 1)
+    return SelfcheckVerdict(report.passed, report.first_failure())
 
 
 def _drained(store: Store, slurm: SlurmCluster) -> tuple[IncidentService, str]:
@@ -47,7 +48,7 @@ def test_the_node_waits_for_its_incident_then_resumes_after_a_passing_selfcheck(
     service, incident_id = _drained(store, slurm)
     checks: list[str] = []
 
-    def selfcheck() -> SelfcheckReport:
+    def selfcheck() -> SelfcheckVerdict:
         checks.append("ran")
         return _report(CheckState.PASSED)
 
@@ -101,7 +102,7 @@ def test_a_node_someone_else_drained_is_never_resumed(store: Store, slurm: Slurm
     slurm.scontrol("update", f"NodeName={NODE}", "State=DRAIN", "Reason=firmware update (carol)")
     ran: list[bool] = []
 
-    def selfcheck() -> SelfcheckReport:
+    def selfcheck() -> SelfcheckVerdict:
         ran.append(True)
         return _report(CheckState.PASSED)
 

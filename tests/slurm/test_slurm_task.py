@@ -8,14 +8,14 @@ import time
 import pytest
 
 from diagnosis.rules import Signals
-from fleetguard.actions.settings import SlurmConfig
 from fleetguard.actions.slurm import SlurmNodes
-from fleetguard.actions.slurm_task import slurm_return_extension
 from fleetguard.config import load_config
-from fleetguard.incidents.policy_files import load_policy
 from fleetguard.incidents.repairs import RepairExecutor
 from fleetguard.incidents.service import IncidentService
-from fleetguard.incidents.settings import DiagnosisConfig
+from fleetguard.selfcheck.return_task import slurm_return_extension
+from fleetguard.settings.actions import SlurmConfig
+from fleetguard.settings.diagnosis import DiagnosisConfig
+from fleetguard.settings.policy_files import load_policy
 from fleetguard.store import Store
 from tests.diagnosis.records import T0, xid
 from tests.slurm.cluster import NODE, SlurmCluster

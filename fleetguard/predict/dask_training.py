@@ -1,5 +1,5 @@
 """`fleetguard train --dask SCHEDULER|local` and `evaluate --dask`: the dataset built on a Dask cluster from
-the Parquet inputs (fleetguard.scale.dask_dataset), and XGBoost trained there through xgboost.dask.
+the Parquet inputs (fleetguard.predict.dask_dataset), and XGBoost trained there through xgboost.dask.
 
 The training set is the single-process one (the same instances, window, labels, event kinds and category
 columns); what differs is where rows live and how XGBoost sees them: its histogram bins come from a merged
@@ -23,7 +23,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from fleetguard.scale.dask_dataset import (
+from fleetguard.predict.dask_dataset import (
     ShareSpec,
     SourceFiles,
     build_share,

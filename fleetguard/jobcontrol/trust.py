@@ -19,8 +19,8 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetguard.runtime.peer import Sender, pid_uid
-from fleetguard.runtime.procfs import read_stat
+from fleetguard.jobcontrol.peer import Sender, pid_uid
+from fleetguard.jobcontrol.procfs import read_stat
 
 _OWNER_MARK = "@uid"
 

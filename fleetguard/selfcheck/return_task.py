@@ -7,13 +7,12 @@ from __future__ import annotations
 import logging
 import threading
 
-from fleetguard.actions.slurm_return import NodeReturner, ReturnStep
+from fleetguard.actions.slurm_return import NodeReturner, ReturnStep, SelfcheckVerdict
 from fleetguard.agent.agent import Agent
-from fleetguard.agent.daemon import Extension
+from fleetguard.agent.extension import Extension
 from fleetguard.config import Config
-from fleetguard.incidents.policy_files import load_policy
-from fleetguard.selfcheck.report import SelfcheckReport
 from fleetguard.selfcheck.run import selfcheck_host
+from fleetguard.settings.policy_files import load_policy
 from fleetguard.store import Store
 
 log = logging.getLogger(__name__)
@@ -25,9 +24,10 @@ def slurm_return_extension(config: Config, interval_seconds: float = RETURN_INTE
     stop = threading.Event()
     threads: list[threading.Thread] = []
 
-    def selfcheck() -> SelfcheckReport:
+    def selfcheck() -> SelfcheckVerdict:
         policy = load_policy(config.diagnosis.policy_file or None, config.policy.tables)
-        return selfcheck_host(config, policy)
+        report = selfcheck_host(config, policy)
+        return SelfcheckVerdict(report.passed, report.first_failure())
 
     def start(_agent: Agent, store: Store) -> None:
         returner = NodeReturner(config.actions.slurm, selfcheck)

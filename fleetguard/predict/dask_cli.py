@@ -1,5 +1,5 @@
 """The `--dask` option of `fleetguard train` and `evaluate`: checks and errors as one line, then
-fleetguard.scale.dask_training (dask, distributed and xgboost.dask are imported only here, on use)."""
+fleetguard.predict.dask_training (dask, distributed and xgboost.dask are imported only here, on use)."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ def check_dask_inputs(model_name: str | None, samples: Path | None, store: Path 
 
 
 def _inputs(inputs: ContractInputs, paths: Paths) -> object:
-    from fleetguard.scale.dask_dataset import SourceFiles
-    from fleetguard.scale.dask_training import Inputs
+    from fleetguard.predict.dask_dataset import SourceFiles
+    from fleetguard.predict.dask_training import Inputs
 
     samples, failures, events = paths
     assert samples is not None
@@ -50,7 +50,7 @@ def train_dask(
     seed: int,
 ) -> TrainedModel:
     try:
-        from fleetguard.scale.dask_training import DaskTrainingError, Inputs, dask_client, train_on_dask
+        from fleetguard.predict.dask_training import DaskTrainingError, Inputs, dask_client, train_on_dask
     except ImportError as exc:
         raise _missing() from exc
     built = _inputs(inputs, paths)
@@ -72,7 +72,7 @@ def instances_dask(
 ) -> Instances:
     check_dask_inputs(None, paths[0], store)
     try:
-        from fleetguard.scale.dask_training import DaskTrainingError, Inputs, dask_client, instances_on_dask
+        from fleetguard.predict.dask_training import DaskTrainingError, Inputs, dask_client, instances_on_dask
     except ImportError as exc:
         raise _missing() from exc
     built = _inputs(inputs, paths)

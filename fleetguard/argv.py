@@ -1,19 +1,22 @@
-"""Operator-configured commands (restart, cordon) as argv lists with {placeholders};
-never run through a shell.
+"""Operator-configured commands (restart, cordon, repairs) as argv lists with {placeholders}; never run
+through a shell.
 
 Each placeholder is replaced inside its own argument, so a value such as `x; rm -rf /` stays one literal
 argument of the command instead of becoming shell syntax."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import re
+import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 PLACEHOLDERS = frozenset({"job", "host", "rank", "pid"})
+MAX_OUTPUT_CHARS = 2048  # the tail of a command's output an action or repair record keeps
 _TOKEN = re.compile(r"\{\{|\}\}|\{([A-Za-z_]+)\}|[{}]")
 
 
@@ -108,30 +111,44 @@ def run_argv(
     run_as: RunAs | None = None,
     extra_env: Mapping[str, str] | None = None,
 ) -> CommandResult:
-    """Run `argv` (no shell), capture at most the last 2 kB of output for the action record; with `run_as`,
-    as that user (in `/`, with its reset environment); `extra_env` is added to the environment."""
+    """Run `argv` (no shell) in a session of its own and keep the last 2 kB of its output (stdout, then
+    stderr, undecodable bytes replaced) for the record; with `run_as`, as that user (in `/`, with its reset
+    environment); `extra_env` is added to the environment. The one runner of operator commands: the runtime's
+    actions, the incidents' repairs and `scontrol`.
+
+    A command that outlives `timeout_seconds` is killed with every process of its session: a child it left
+    behind holding the output pipe would otherwise keep the caller waiting for the pipe to close."""
     env = None if run_as is None else dict(run_as.env)
     if extra_env:
         env = {**(os.environ if env is None else env), **extra_env}
     try:
-        done = subprocess.run(
+        proc = subprocess.Popen(
             list(argv),
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=timeout_seconds,
-            check=False,
+            errors="replace",
             shell=False,
+            start_new_session=True,
             user=None if run_as is None else run_as.uid,
             group=None if run_as is None else run_as.gid,
             extra_groups=None if run_as is None else [],
             env=env,
             cwd=None if run_as is None else "/",
         )
-    except FileNotFoundError as exc:
-        return CommandResult(tuple(argv), None, f"cannot start: {exc}")
-    except subprocess.TimeoutExpired:
-        return CommandResult(tuple(argv), None, f"timed out after {timeout_seconds:g} s")
     except (OSError, subprocess.SubprocessError) as exc:  # SubprocessError: could not switch user
         return CommandResult(tuple(argv), None, f"cannot start: {exc}")
-    output = (done.stdout + done.stderr)[-2048:]
-    return CommandResult(tuple(argv), done.returncode, output)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_seconds)
+    except subprocess.TimeoutExpired:
+        _kill_session(proc)
+        proc.communicate()  # reaps it; every writer of the pipes is gone with the session
+        return CommandResult(tuple(argv), None, f"timed out after {timeout_seconds:g} s")
+    return CommandResult(tuple(argv), proc.returncode, (stdout + stderr)[-MAX_OUTPUT_CHARS:])
+
+
+def _kill_session(proc: subprocess.Popen[str]) -> None:
+    # start_new_session made the command its session's and process group's leader: pgid == pid.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.kill()
