@@ -139,43 +139,49 @@ def _scoring_extension(
     def start(agent: Agent, store: Store) -> None:
         def loop() -> None:
             try:
-                from fleetguard.predict.live import LiveScorer, at_risk_findings, train_demo_model
+                from fleetguard.predict.live import LiveScorer, ScoredRound, at_risk_findings
 
                 model_dir = Path(config.predictor.model_dir) if config.predictor.model_dir else None
                 if model_dir is None:
+                    from fleetguard.predict.demo_model import train_demo_model
+
                     model_dir = train_demo_model(
                         Path(config.store.path).parent / "demo-model", seed=config.simulate.seed
                     )
-                scorer = LiveScorer(model_dir)
+                scorer = LiveScorer(model_dir, budget_k=config.predictor.budget_k)
             except Exception as exc:
                 log.warning("live risk scoring is off: %s", exc)
                 risk.text = "risk: off (see log)"
                 return
             risk.text = "risk: waiting for data"
+            flagged: set[str] = set()  # GPUs the selection rule picked since start
             # Reads only: writes stay on the agent thread, which flushes every flush interval, so scoring sees
             # data at most that old.
             cursor = store.cursor()
             cursors.append(cursor)
             while not stop_event.is_set():
                 try:
-                    predictions = scorer.score(cursor, agent.clock.time())
+                    scored = scorer.score(cursor, agent.clock.time())
                 except Exception as exc:
                     if stop_event.is_set():
                         break  # interrupted by stop()
                     log.warning("scoring failed: %s", exc)
-                    predictions = []
+                    scored = ScoredRound([])
+                predictions = scored.predictions
                 if stop_event.is_set():
                     break  # scored after the final flush began: nothing may be submitted now
                 if predictions:
                     agent.metrics.set_predictions(predictions)
-                    findings = at_risk_findings(predictions, config.predictor.risk_threshold)
+                    findings = at_risk_findings(scored.picked, scorer.policy)
                     # the job using an at-risk GPU is named, and asked to checkpoint by the runtime
                     runtime = cast(RuntimePlanner | None, runtime_parts.get("service"))
                     findings = act_on_gpu_findings(findings, gpu_jobs, runtime)
                     agent.submit([*predictions, *findings])
                     top = max(predictions, key=lambda p: p.risk)
+                    flagged.update(p.device_id for p in scored.picked)
                     risk.text = (
-                        f"at-risk GPUs {len(findings)} (top {top.host}/{top.device_id[:12]} {top.risk:.2f})"
+                        f"scored {len(predictions)} GPUs, flagged {len(flagged)} "
+                        f"(top {top.host}/{top.device_id[:12]} risk {top.risk:.2f})"
                     )
                 # Until the first flush brings data, look again after the next flush rather than a whole
                 # scoring interval later (a minute by default): risk shows up in the demo within seconds.

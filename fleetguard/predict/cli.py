@@ -119,6 +119,7 @@ def train_command(
         trained.window,
         metrics,
         categories=trained.categories,
+        policy=trained.policy,
     )
     click.echo(
         f"saved {model_name} to {out}: {trained.rows} training instances, {trained.positives} positive"
