@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO, cast
 
+from diagnosis.drain_marks import DrainMarks
 from fleetguard.agent.agent import Agent
 from fleetguard.agent.daemon import Extension, run_daemon
 from fleetguard.agent.gpu_jobs import GpuJobs, RuntimePlanner, act_on_gpu_findings
@@ -155,6 +156,8 @@ def _scoring_extension(
                 return
             risk.text = "risk: waiting for data"
             flagged: set[str] = set()  # GPUs the selection rule picked since start
+            marks = DrainMarks()
+            horizon_seconds = scorer.loaded.spec.horizon_seconds
             # Reads only: writes stay on the agent thread, which flushes every flush interval, so scoring sees
             # data at most that old.
             cursor = store.cursor()
@@ -176,6 +179,12 @@ def _scoring_extension(
                     # the job using an at-risk GPU is named, and asked to checkpoint by the runtime
                     runtime = cast(RuntimePlanner | None, runtime_parts.get("service"))
                     findings = act_on_gpu_findings(findings, gpu_jobs, runtime)
+                    # ... and the GPU is drained only once nothing runs on it (diagnosis/drain_marks.py)
+                    risk_of = {p.device_id: p.risk for p in scored.picked}
+                    for finding in findings:
+                        marks.mark(finding, risk_of.get(finding.gpu_uuid or "", 0.0), horizon_seconds)
+                    if len(marks):
+                        findings += marks.due(gpu_jobs.usages(), agent.clock.time())
                     agent.submit([*predictions, *findings])
                     top = max(predictions, key=lambda p: p.risk)
                     flagged.update(p.device_id for p in scored.picked)

@@ -31,9 +31,9 @@ from predictor.dataset import (
     fetch_failures,
     fetch_instances,
 )
-from predictor.durations import parse_duration
+from predictor.durations import format_duration, parse_duration
 from predictor.registry import ALL_MODELS, model_names
-from predictor.training import latest_per_device, train_from_views
+from predictor.training import PolicyOptions, latest_per_device, train_from_views
 
 _DERIVED = "derived from the data when not given"
 _DASK_HELP = "Build the dataset on a Dask cluster (scheduler address, or `local`); docs/scale-out.md."
@@ -53,6 +53,21 @@ _DASK_HELP = "Build the dataset on a Dask cluster (scheduler address, or `local`
     "--train-window", default=None, callback=duration_option, help="Train on the last L_train only."
 )
 @click.option("--out", type=PATH, required=True, help="Model directory to write.")
+@click.option(
+    "--period", default=None, callback=duration_option, help="Selection period for K (default: one step)."
+)
+@click.option(
+    "--budget-k",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Predictions per period fleet-wide (default: the devices that failed per period in training).",
+)
+@click.option(
+    "--target-precision",
+    type=click.FloatRange(0.0, 1.0, min_open=True),
+    default=None,
+    help="Also require a risk floor fixed on out-of-fold scores for this precision (default: none).",
+)
 @click.option("--seed", default=0, show_default=True)
 @click.option("--dask", "dask_address", help=_DASK_HELP)
 def train_command(
@@ -68,6 +83,9 @@ def train_command(
     model_name: str,
     train_window: float | None,
     out: Path,
+    period: float | None,
+    budget_k: int | None,
+    target_precision: float | None,
     seed: int,
     dask_address: str | None,
 ) -> None:
@@ -97,6 +115,7 @@ def train_command(
                     train_window,
                     seed,
                     categorical_columns=inputs.categorical_columns,
+                    options=PolicyOptions(period, budget_k, target_precision),
                 )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -124,6 +143,17 @@ def train_command(
     click.echo(
         f"saved {model_name} to {out}: {trained.rows} training instances, {trained.positives} positive"
     )
+    if trained.policy is not None:
+        cal, rule = trained.policy.calibration, trained.policy.selection
+        floor = (
+            f", risk floor {rule.min_risk:.3f} for precision {rule.target_precision:g}"
+            if rule.target_precision
+            else ""
+        )
+        click.echo(
+            f"calibration: {cal.kind.value} on out-of-fold scores (base rate {cal.base_rate:.2%}); "
+            f"selection: K = {rule.k} per {format_duration(rule.period_seconds)}{floor}"
+        )
 
 
 @click.command("evaluate")

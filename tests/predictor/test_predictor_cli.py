@@ -56,9 +56,14 @@ def test_evaluate_prints_json_in_the_issues_shape_and_writes_a_report(
     out = json.loads(result.output)
     assert out["k"] == 5 and out["horizon"] == "7d" and out["periods"] > 0
     assert set(out["models"]) == {"xgboost_static", "xgboost", "logistic", "cascade"}
+    for name in ("xgboost", "logistic", "cascade"):
+        figures = out["models"][name]
+        assert figures["brier"] is not None and figures["reliability"]
+        assert set(figures["intervals"]) == {"devices", "days"} and figures["noise_verdict"]
     page = report.read_text()
     assert page.startswith("<!doctype html>") and "<svg" in page
     assert "<script" not in page and "http://" not in page.replace("http://www.w3.org/2000/svg", "")
+    assert "Reliability" in page and "ratio (devices)" in page and "Brier" in page
 
 
 def test_train_then_predict_lists_the_riskiest_devices(small_history: History, tmp_path: Path) -> None:
@@ -68,6 +73,9 @@ def test_train_then_predict_lists_the_riskiest_devices(small_history: History, t
     )
     assert trained.exit_code == 0, trained.output
     assert (out / "model.json").is_file()
+    assert "calibration:" in trained.output and "selection: K =" in trained.output
+    meta = json.loads((out / "model.json").read_text())
+    assert {"calibration", "selection", "reference"} <= set(meta["risk_policy"])
     result = CliRunner().invoke(
         predict_command,
         ["--model", str(out), "--samples", str(small_history.samples), "--top-k", "3", "--json"],

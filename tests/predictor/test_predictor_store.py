@@ -218,3 +218,14 @@ def test_live_explanations_are_stored_with_the_prediction(tmp_path: Path) -> Non
         store.append([pred])
     con = duckdb.connect(str(tmp_path / "s.duckdb"), read_only=True)
     assert con.execute("SELECT explanations FROM predictions").fetchone() == (pred.explanations,)
+
+
+def test_production_scoring_does_not_import_the_simulator() -> None:
+    import subprocess
+    import sys
+
+    probe = "import sys, fleetguard.predict.live; print(sorted(m for m in sys.modules if 'simulat' in m))"
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.strip() == "[]"
