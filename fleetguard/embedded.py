@@ -140,7 +140,7 @@ def _scoring_extension(
     def start(agent: Agent, store: Store) -> None:
         def loop() -> None:
             try:
-                from fleetguard.predict.live import LiveScorer, ScoredRound, at_risk_findings
+                from fleetguard.predict.scoring_service import ScoringRound, ScoringService
 
                 model_dir = Path(config.predictor.model_dir) if config.predictor.model_dir else None
                 if model_dir is None:
@@ -149,49 +149,41 @@ def _scoring_extension(
                     model_dir = train_demo_model(
                         Path(config.store.path).parent / "demo-model", seed=config.simulate.seed
                     )
-                scorer = LiveScorer(model_dir, budget_k=config.predictor.budget_k)
+                service = ScoringService(model_dir, budget_k=config.predictor.budget_k)
             except Exception as exc:
                 log.warning("live risk scoring is off: %s", exc)
                 risk.text = "risk: off (see log)"
                 return
             risk.text = "risk: waiting for data"
-            flagged: set[str] = set()  # GPUs the selection rule picked since start
             marks = DrainMarks()
-            horizon_seconds = scorer.loaded.spec.horizon_seconds
             # Reads only: writes stay on the agent thread, which flushes every flush interval, so scoring sees
             # data at most that old.
             cursor = store.cursor()
             cursors.append(cursor)
             while not stop_event.is_set():
                 try:
-                    scored = scorer.score(cursor, agent.clock.time())
+                    scored = service.round(cursor, agent.clock.time())
                 except Exception as exc:
                     if stop_event.is_set():
                         break  # interrupted by stop()
                     log.warning("scoring failed: %s", exc)
-                    scored = ScoredRound([])
+                    scored = ScoringRound([], [], [])
                 predictions = scored.predictions
                 if stop_event.is_set():
                     break  # scored after the final flush began: nothing may be submitted now
                 if predictions:
                     agent.metrics.set_predictions(predictions)
-                    findings = at_risk_findings(scored.picked, scorer.policy)
                     # the job using an at-risk GPU is named, and asked to checkpoint by the runtime
                     runtime = cast(RuntimePlanner | None, runtime_parts.get("service"))
-                    findings = act_on_gpu_findings(findings, gpu_jobs, runtime)
+                    findings = act_on_gpu_findings(scored.findings, gpu_jobs, runtime)
                     # ... and the GPU is drained only once nothing runs on it (diagnosis/drain_marks.py)
                     risk_of = {p.device_id: p.risk for p in scored.picked}
                     for finding in findings:
-                        marks.mark(finding, risk_of.get(finding.gpu_uuid or "", 0.0), horizon_seconds)
+                        marks.mark(finding, risk_of.get(finding.gpu_uuid or "", 0.0), service.horizon_seconds)
                     if len(marks):
                         findings += marks.due(gpu_jobs.usages(), agent.clock.time())
                     agent.submit([*predictions, *findings])
-                    top = max(predictions, key=lambda p: p.risk)
-                    flagged.update(p.device_id for p in scored.picked)
-                    risk.text = (
-                        f"scored {len(predictions)} GPUs, flagged {len(flagged)} "
-                        f"(top {top.host}/{top.device_id[:12]} risk {top.risk:.2f})"
-                    )
+                    risk.text = service.describe()
                 # Until the first flush brings data, look again after the next flush rather than a whole
                 # scoring interval later (a minute by default): risk shows up in the demo within seconds.
                 interval = config.predictor.score_interval_seconds

@@ -180,6 +180,12 @@ def train_command(
     "--pick-train-window", default=None, help="Comma list of L_train candidates, picked on validation."
 )
 @click.option("--models", default=",".join(ALL_MODELS), show_default=True, help="Comma list of models.")
+@click.option(
+    "--calibrate/--no-calibrate",
+    default=True,
+    show_default=True,
+    help="Calibrate each retrain on out-of-fold scores (Brier, reliability; three more fits per model).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
 @click.option("--report", type=PATH, default=None, help="Write a self-contained HTML report here.")
 @click.option("--seed", default=0, show_default=True)
@@ -200,6 +206,7 @@ def evaluate_command(
     period: float | None,
     pick_train_window: str | None,
     models: str,
+    calibrate: bool,
     as_json: bool,
     report: Path | None,
     seed: int,
@@ -245,6 +252,7 @@ def evaluate_command(
         max_event_kinds=spec.max_event_kinds,
         candidate_categories=categories,
         seed=seed,
+        calibrate=calibrate,
     )
     try:
         with counted_warnings(quiet):

@@ -147,16 +147,19 @@ def complete_bucket_end(now: float, step_seconds: float) -> float:
     return math.floor(now / step_seconds + 1e-9) * step_seconds
 
 
-def at_risk_findings(picked: list[Prediction], policy: RiskPolicy) -> list[Finding]:
-    """One "at_risk_gpu" finding per GPU the selection rule picked. Always a warning: a prediction is a
-    guess, so it asks for a checkpoint and a look, never for an immediate repair (data/policy.toml)."""
+def at_risk_findings(
+    picked: list[Prediction], policy: RiskPolicy, raised_at: float | None = None
+) -> list[Finding]:
+    """One "at_risk_gpu" finding per GPU the selection rule picked, stamped `raised_at` (default: the
+    step's end). Always a warning: a prediction is a guess, so it asks for a checkpoint and a look, never
+    for an immediate repair (data/policy.toml)."""
     rule = policy.selection
     base = policy.calibration.base_rate
     out = []
     for p in picked:
         out.append(
             Finding(
-                ts=p.ts,
+                ts=p.ts if raised_at is None else raised_at,
                 finding_id=str(
                     uuid_mod.uuid5(uuid_mod.NAMESPACE_URL, f"at_risk/{p.device_id}/{p.ts}/{p.model_id}")
                 ),

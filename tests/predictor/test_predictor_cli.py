@@ -45,7 +45,7 @@ def test_evaluate_prints_json_in_the_issues_shape_and_writes_a_report(
         "--period",
         "1d",
         "--models",
-        "xgboost,logistic,cascade",
+        "xgboost,logistic",
         "--json",
         "--report",
         str(report),
@@ -55,8 +55,8 @@ def test_evaluate_prints_json_in_the_issues_shape_and_writes_a_report(
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     assert out["k"] == 5 and out["horizon"] == "7d" and out["periods"] > 0
-    assert set(out["models"]) == {"xgboost_static", "xgboost", "logistic", "cascade"}
-    for name in ("xgboost", "logistic", "cascade"):
+    assert set(out["models"]) == {"xgboost_static", "xgboost", "logistic"}
+    for name in ("xgboost", "logistic"):
         figures = out["models"][name]
         assert figures["brier"] is not None and figures["reliability"]
         assert set(figures["intervals"]) == {"devices", "days"} and figures["noise_verdict"]
