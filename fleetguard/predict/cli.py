@@ -317,12 +317,21 @@ def predict_command(
                 {
                     "model_id": loaded.model_id,
                     "horizon_hours": loaded.spec.horizon_seconds / 3600,
+                    "calibrated": loaded.policy is not None,
+                    "base_rate": loaded.policy.calibration.base_rate if loaded.policy else None,
                     "predictions": rows,
                 },
                 indent=2,
             )
         )
         return
+    if loaded.policy is not None:
+        click.echo(
+            f"risk = probability of a failure within {format_duration(loaded.spec.horizon_seconds)} "
+            f"(fleet base rate {loaded.policy.calibration.base_rate:.2%})"
+        )
+    else:
+        click.echo("score: uncalibrated (a model saved before calibration; retrain for a probability)")
     print_rows(rows)
 
 

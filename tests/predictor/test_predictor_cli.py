@@ -81,9 +81,13 @@ def test_train_then_predict_lists_the_riskiest_devices(small_history: History, t
         ["--model", str(out), "--samples", str(small_history.samples), "--top-k", "3", "--json"],
     )
     assert result.exit_code == 0, result.output
-    preds = json.loads(result.output)["predictions"]
+    doc = json.loads(result.output)
+    preds = doc["predictions"]
     assert [p["rank"] for p in preds] == [1, 2, 3]
     assert preds[0]["risk"] >= preds[1]["risk"] >= preds[2]["risk"]
+    # calibrated: a probability beside the fleet's base rate, drivers measured from a typical device
+    assert doc["calibrated"] and 0 < doc["base_rate"] < 1 and all(0 <= p["risk"] <= 1 for p in preds)
+    assert all("reference" in d and d["value"] != d["reference"] for p in preds for d in p["drivers"])
 
 
 def test_predict_with_a_mismatched_schema_fails_clearly(
