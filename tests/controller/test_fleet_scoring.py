@@ -69,3 +69,28 @@ def test_a_controller_with_a_model_scores_its_agents_gpus(tmp_path: Path, model_
         assert all(sev == "warning" and action == "watch" for _, sev, action in incidents)
     finally:
         con.close()
+
+
+@pytest.mark.parametrize("what", ["missing", "uncalibrated"])
+def test_a_model_that_cannot_score_live_is_one_log_line_and_no_task(
+    tmp_path: Path, model_dir: Path, what: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    import dataclasses
+    import shutil
+
+    from fleetguard.config import Config
+    from fleetguard.controller.analysis import fleet_scoring
+
+    target = tmp_path / "model"
+    if what == "uncalibrated":  # saved before calibration: the risk policy is absent
+        shutil.copytree(model_dir, target)
+        meta = json.loads((target / "model.json").read_text())
+        del meta["risk_policy"]
+        (target / "model.json").write_text(json.dumps(meta))
+    config = Config()
+    config = dataclasses.replace(
+        config, predictor=dataclasses.replace(config.predictor, model_dir=str(target))
+    )
+    assert fleet_scoring(config) is None
+    [line] = [r.getMessage() for r in caplog.records if "scoring is off" in r.getMessage()]
+    assert ("retrain" in line) if what == "uncalibrated" else ("not a model directory" in line)
