@@ -123,7 +123,9 @@ class RuntimeConfig:
 class PredictorConfig:
     model_dir: str = ""  # empty: no live scoring (with --simulate a demo model is trained)
     score_interval_seconds: float = 60.0
+    # Only what the dashboard highlights: which GPUs become at-risk findings is the model's selection rule.
     risk_threshold: float = 0.5
+    budget_k: int = 0  # at-risk GPUs per period fleet-wide; 0: the model's own K (its training budget)
 
 
 @dataclass(frozen=True)
@@ -379,6 +381,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "runtime.job_idle_seconds": (1.0, 30 * _DAY),
     "predictor.score_interval_seconds": (1.0, _DAY),
     "predictor.risk_threshold": (0.0, 1.0),
+    "predictor.budget_k": (0, 1_000_000),
     "dashboard.port": _PORT,
     "dashboard.refresh_seconds": (1.0, 3600.0),
     "dashboard.replay_hours": (0.1, 168.0),

@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO, cast
 
+from diagnosis.drain_marks import DrainMarks
 from fleetguard.agent.agent import Agent
 from fleetguard.agent.daemon import run_daemon
 from fleetguard.agent.extension import Extension
@@ -144,44 +145,50 @@ def _scoring_extension(
     def start(agent: Agent, store: Store) -> None:
         def loop() -> None:
             try:
-                from fleetguard.predict.live import LiveScorer, at_risk_findings, train_demo_model
+                from fleetguard.predict.scoring_service import ScoringRound, ScoringService
 
                 model_dir = Path(config.predictor.model_dir) if config.predictor.model_dir else None
                 if model_dir is None:
+                    from fleetguard.predict.demo_model import train_demo_model
+
                     model_dir = train_demo_model(
                         Path(config.store.path).parent / "demo-model", seed=config.simulate.seed
                     )
-                scorer = LiveScorer(model_dir)
+                service = ScoringService(model_dir, budget_k=config.predictor.budget_k)
             except Exception as exc:
                 log.warning("live risk scoring is off: %s", exc)
                 risk.text = "risk: off (see log)"
                 return
             risk.text = "risk: waiting for data"
+            marks = DrainMarks()
             # Reads only: writes stay on the agent thread, which flushes every flush interval, so scoring sees
             # data at most that old.
             cursor = store.cursor()
             cursors.append(cursor)
             while not stop_event.is_set():
                 try:
-                    predictions = scorer.score(cursor, agent.clock.time())
+                    scored = service.round(cursor, agent.clock.time())
                 except Exception as exc:
                     if stop_event.is_set():
                         break  # interrupted by stop()
                     log.warning("scoring failed: %s", exc)
-                    predictions = []
+                    scored = ScoringRound([], [], [])
+                predictions = scored.predictions
                 if stop_event.is_set():
                     break  # scored after the final flush began: nothing may be submitted now
                 if predictions:
                     agent.metrics.set_predictions(predictions)
-                    findings = at_risk_findings(predictions, config.predictor.risk_threshold)
                     # the job using an at-risk GPU is named, and asked to checkpoint by the runtime
                     runtime = cast(RuntimePlanner | None, runtime_parts.get("service"))
-                    findings = act_on_gpu_findings(findings, gpu_jobs, runtime)
+                    findings = act_on_gpu_findings(scored.findings, gpu_jobs, runtime)
+                    # ... and the GPU is drained only once nothing runs on it (diagnosis/drain_marks.py)
+                    risk_of = {p.device_id: p.risk for p in scored.picked}
+                    for finding in findings:
+                        marks.mark(finding, risk_of.get(finding.gpu_uuid or "", 0.0), service.horizon_seconds)
+                    if len(marks):
+                        findings += marks.due(gpu_jobs.usages(), agent.clock.time())
                     agent.submit([*predictions, *findings])
-                    top = max(predictions, key=lambda p: p.risk)
-                    risk.text = (
-                        f"at-risk GPUs {len(findings)} (top {top.host}/{top.device_id[:12]} {top.risk:.2f})"
-                    )
+                    risk.text = service.describe()
                 # Until the first flush brings data, look again after the next flush rather than a whole
                 # scoring interval later (a minute by default): risk shows up in the demo within seconds.
                 interval = config.predictor.score_interval_seconds

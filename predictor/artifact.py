@@ -19,6 +19,7 @@ from predictor.feature_choice import Categories
 from predictor.members import save as save_any
 from predictor.models import Model
 from predictor.registry import load as load_any
+from predictor.risk_policy import RiskPolicy
 
 FORMAT = "fleetguard-predictor-model"
 FORMAT_VERSION = 1
@@ -38,6 +39,7 @@ class LoadedModel:
     feature_names: tuple[str, ...]
     meta: dict[str, Any]
     categories: Categories = ()
+    policy: RiskPolicy | None = None  # None: a model saved before calibration; it cannot score live
 
     @property
     def input_columns(self) -> tuple[str, ...]:
@@ -75,6 +77,7 @@ def save(
     metrics: dict[str, Any],
     model_id: str | None = None,
     categories: Categories = (),
+    policy: RiskPolicy | None = None,
 ) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     model_meta = save_any(model, directory / "model")
@@ -95,6 +98,8 @@ def save(
         "metrics": metrics,
         "library_versions": library_versions(),
     }
+    if policy is not None:
+        meta["risk_policy"] = policy.to_dict()
     (directory / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True))
     return directory
 
@@ -133,6 +138,7 @@ def load(directory: Path) -> LoadedModel:
             categories=tuple(
                 (str(c), tuple(str(v) for v in values)) for c, values in schema.get("categories", {}).items()
             ),
+            policy=_policy(meta, len(schema["features"])),
         )
     except ArtifactError:
         raise
@@ -141,6 +147,27 @@ def load(directory: Path) -> LoadedModel:
         raise ArtifactError(
             f"{directory}: incomplete or damaged model ({type(exc).__name__}: {exc})"
         ) from exc
+
+
+def _policy(meta: dict[str, Any], n_features: int) -> RiskPolicy | None:
+    if "risk_policy" not in meta:
+        return None
+    policy = RiskPolicy.from_dict(meta["risk_policy"])
+    if len(policy.reference) != n_features:
+        raise ValueError(
+            f"risk_policy.reference has {len(policy.reference)} values for {n_features} features"
+        )
+    return policy
+
+
+def require_policy(loaded: LoadedModel) -> RiskPolicy:
+    """The model's calibration and selection rule, or a clear error for a model saved without them."""
+    if loaded.policy is None:
+        raise ArtifactError(
+            f"model {loaded.model_id} carries no calibration or selection rule (saved by an older "
+            "fleetguard): retrain it with `fleetguard train` to score live"
+        )
+    return loaded.policy
 
 
 def _check_names(node: Any, meta_path: Path) -> None:

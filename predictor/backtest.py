@@ -18,6 +18,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from predictor.calibration import (
+    CalibrationError,
+    brier_score,
+    fit_calibration,
+    negative_weights,
+    out_of_fold_scores,
+    reliability_curve,
+)
 from predictor.dataset import Instances
 from predictor.defaults import explain_one_class
 from predictor.durations import format_duration
@@ -32,6 +40,7 @@ from predictor.feature_choice import (
 )
 from predictor.members import PARALLEL_MEMBERS, SINGLE_MODELS, make_single
 from predictor.metrics import ModelMetrics, Scored, evaluate, precision_of
+from predictor.models import Model
 from predictor.registry import ALL_MODELS
 from predictor.selection import (
     intersect_causal,
@@ -40,10 +49,13 @@ from predictor.selection import (
     select_causal_k,
     volume_by_step,
 )
-from predictor.sliding import pick_train_window, training_indices
+from predictor.sliding import negatives_in_window, pick_train_window, training_indices
+from predictor.uncertainty import Resampling, bootstrap, verdict
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
+# (training x, training labels, their instance indices, where the scored rows go, their raw scores)
+Calibrating = tuple[npt.NDArray[np.float32], FloatArray, IntArray, IntArray | slice, FloatArray]
 
 
 class BacktestError(ValueError):
@@ -77,6 +89,9 @@ class BacktestConfig:
     max_categories: int = 10
     seed: int = 0
     n_jobs: int = 2
+    # Calibrate each retrain's models on out-of-fold scores of their own training window (three more fits
+    # per model and retrain), so the backtest reports calibrated risk and its Brier score.
+    calibrate: bool = True
 
     @property
     def period(self) -> float:
@@ -102,6 +117,8 @@ class BacktestResult:
     scores: dict[str, FloatArray]
     config: BacktestConfig
     retrains: list[TrainRecord] = field(default_factory=list)
+    # calibrated risk per model (NaN where a retrain could not be calibrated); empty without calibration
+    risk: dict[str, FloatArray] = field(default_factory=dict)
 
 
 def _align(ts: float, step: float) -> float:
@@ -171,6 +188,33 @@ def run_backtest(
     static = make_single("xgboost", config.n_jobs)
     static.fit(inst.x[np.ix_(static_idx, static_cols)], static_y, config.seed)
     scores["xgboost_static"] = static.score(x_scored[:, static_cols])
+    risk = {n: np.full(len(sidx), np.nan) for n in names} if config.calibrate else {}
+
+    def calibrate(name: str, make: Callable[[], Model], at: float, window: float, rows: Calibrating) -> None:
+        if not config.calibrate:
+            return
+        x_train, y, idx, where, raw = rows
+        all_negatives = negatives_in_window(inst, at, window, config.horizon_seconds)
+        try:
+            oof = out_of_fold_scores(make, x_train, y, inst.device_id[idx], config.seed)
+            cal = fit_calibration(oof, y, negative_weights(y, int((y == 0).sum()), all_negatives))
+        except CalibrationError:
+            return  # this retrain's risk stays unknown (NaN), its ranking is unaffected
+        risk[name][where] = cal.apply(raw)
+
+    calibrate(
+        "xgboost_static",
+        lambda: make_single("xgboost", config.n_jobs),
+        first,
+        config.train_window_seconds,
+        (
+            inst.x[np.ix_(static_idx, static_cols)],
+            static_y,
+            static_idx,
+            slice(None),
+            scores["xgboost_static"],
+        ),
+    )
 
     retrain_at = list(np.arange(first, end, config.retrain_every_seconds, dtype=np.float64))
     for at in progress(retrain_at):
@@ -189,11 +233,25 @@ def run_backtest(
             model = make_single(name, config.n_jobs)
             model.fit(x_train, y, config.seed)
             scores[name][in_batch] = model.score(x_batch)
+            calibrate(
+                name,
+                lambda name=name: make_single(name, config.n_jobs),  # type: ignore[misc]
+                float(at),
+                window,
+                (x_train, y, idx, in_batch, scores[name][in_batch]),
+            )
         if "cascade" in config.models:
             cascade = CascadeEnsemble.of(n_jobs=config.n_jobs)
             cascade.fit(x_train, y, config.seed)
             scores["cascade"][in_batch] = cascade.score(x_batch)
-    return BacktestResult(scored, scores, config, retrains)
+            calibrate(
+                "cascade",
+                lambda: CascadeEnsemble.of(n_jobs=config.n_jobs),
+                float(at),
+                window,
+                (x_train, y, idx, in_batch, scores["cascade"][in_batch]),
+            )
+    return BacktestResult(scored, scores, config, retrains, risk)
 
 
 def _columns(
@@ -284,8 +342,28 @@ def summarise(result: BacktestResult, k: int) -> dict[str, ModelMetrics]:
             scored.period, scored.ts, scored.device_id, scores["xgboost_static"], volume
         )
         metrics.baseline_precision_same_volume = precision_of(scored, baseline)
+        by_resampling = {
+            r: bootstrap(scored, sel, baseline, r, seed=config.seed)
+            for r in (Resampling.DEVICES, Resampling.DAYS)
+        }
+        metrics.intervals = {r.value: iv.as_dict() for r, iv in by_resampling.items()}
+        if name in result.risk:
+            _calibration_figures(metrics, result.risk[name], scored.label, sel)
+        metrics.noise_verdict = (
+            "the baseline" if name == "xgboost_static" else verdict(metrics.ratio_to_static, by_resampling)
+        )
         out[name] = metrics
     return out
+
+
+def _calibration_figures(
+    metrics: ModelMetrics, risk: FloatArray, label: FloatArray, chosen: IntArray
+) -> None:
+    known = ~np.isnan(label) & ~np.isnan(risk)
+    metrics.brier = brier_score(risk[known], label[known]) if known.any() else None
+    metrics.reliability = [list(p) for p in reliability_curve(risk[known], label[known])]
+    picked = risk[chosen]
+    metrics.mean_risk_of_predictions = float(np.nanmean(picked)) if np.isfinite(picked).any() else None
 
 
 def to_json(result: BacktestResult, k: int, metrics: dict[str, ModelMetrics]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ any scorer, at the cost of one scoring pass per feature, so it is asked only of 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,9 +26,17 @@ class Driver:
     feature: str
     value: float | None
     contribution: float
+    reference: float | None = None  # the typical healthy value it is measured from, when there is one
 
     def as_dict(self) -> dict[str, float | str | None]:
-        return {"feature": self.feature, "value": self.value, "contribution": round(self.contribution, 6)}
+        out: dict[str, float | str | None] = {
+            "feature": self.feature,
+            "value": self.value,
+            "contribution": round(self.contribution, 6),
+        }
+        if self.reference is not None:
+            out["reference"] = self.reference
+        return out
 
 
 def contributions(model: Model, x: Matrix) -> npt.NDArray[np.float64]:
@@ -62,6 +71,47 @@ def top_drivers(
                     feature_names[j],
                     None if np.isnan(x[row, j]) else float(x[row, j]),
                     float(contrib[row, j]),
+                )
+                for j in order
+                if contrib[row, j] > 0
+            ]
+        )
+    return out
+
+
+def drivers_vs_reference(
+    risk_of: Callable[[Matrix], npt.NDArray[np.float64]],
+    x: Matrix,
+    reference: tuple[float, ...],
+    feature_names: tuple[str, ...],
+    top: int = TOP_FEATURES,
+) -> list[list[Driver]]:
+    """For each row, the features whose values raised its risk most above what it would be with that one
+    feature at the reference (a typical healthy device's value): contribution = risk(x) - risk(x with
+    feature j at its reference), in probability. A feature at its reference value contributes exactly
+    nothing, so a zero counter cannot be named as what drove a risk."""
+    if len(x) == 0:
+        return []
+    base = risk_of(x)
+    contrib = np.zeros(x.shape, dtype=np.float64)
+    for j, ref in enumerate(reference):
+        moved = x[:, j] != ref
+        moved &= ~(np.isnan(x[:, j]) & np.isnan(ref))
+        if not moved.any():
+            continue
+        at_ref = x[moved].copy()
+        at_ref[:, j] = ref
+        contrib[moved, j] = base[moved] - risk_of(at_ref)
+    out = []
+    for row in range(len(x)):
+        order = np.argsort(-contrib[row], kind="stable")[:top]
+        out.append(
+            [
+                Driver(
+                    feature_names[j],
+                    None if np.isnan(x[row, j]) else float(x[row, j]),
+                    float(contrib[row, j]),
+                    None if np.isnan(reference[j]) else float(reference[j]),
                 )
                 for j in order
                 if contrib[row, j] > 0

@@ -52,10 +52,26 @@ class ModelMetrics:
     precision_std: float | None
     baseline_precision_same_volume: float | None = None
     periods: list[PeriodMetrics] = field(default_factory=list)
+    # 95% bootstrap intervals per resampling ("devices", "days"): figure -> [low, high]
+    intervals: dict[str, dict[str, list[float | None]]] = field(default_factory=dict)
+    noise_verdict: str = ""  # whether the ratio to static at equal volume lies inside the noise
+    # calibrated risk (out-of-fold calibration per retrain): Brier score over the scored instances, the
+    # reliability curve [(mean risk, observed failure share, instances)], the mean risk of the predictions
+    brier: float | None = None
+    reliability: list[list[float]] = field(default_factory=list)
+    mean_risk_of_predictions: float | None = None
 
-    def summary(self) -> dict[str, float | int | None]:
+    @property
+    def ratio_to_static(self) -> float | None:
+        base = self.baseline_precision_same_volume
+        if self.precision_at_k is None or not base:
+            return None
+        return self.precision_at_k / base
+
+    def summary(self) -> dict[str, object]:
         out = asdict(self)
         out.pop("periods")
+        out["ratio_to_static"] = self.ratio_to_static
         return out
 
 
@@ -76,17 +92,9 @@ def evaluate(scored: Scored, chosen: IntArray, score: FloatArray, horizon_second
     preds = np.bincount(scored.period[chosen], minlength=n_periods)
     hits = np.bincount(scored.period[chosen], weights=hit.astype(np.float64), minlength=n_periods)
     start = float(scored.period_starts[0]) if n_periods else 0.0
-    end = float(scored.period_starts[-1] + scored.period_seconds) if n_periods else 0.0
-    in_range = (scored.failures_ts >= start) & (scored.failures_ts < end)
-    f_dev = scored.failures_device[in_range]
-    f_ts = scored.failures_ts[in_range]
-    # A hit's next failure is the failure it caught; keep the earliest prediction per failure for lead time.
-    h_idx = chosen[hit]
-    caught: dict[tuple[object, float], float] = {}
-    for d, f, t in zip(scored.device_id[h_idx], scored.next_failure_ts[h_idx], scored.ts[h_idx], strict=True):
-        key = (d, float(f))
-        caught[key] = min(caught.get(key, np.inf), float(t))
-    caught_mask = np.array([(d, float(f)) in caught for d, f in zip(f_dev, f_ts, strict=True)], dtype=bool)
+    f_dev, f_ts = _failures_in_range(scored)
+    caught = _earliest_catch(scored, chosen)
+    caught_mask = caught_failures(scored, chosen)
     leads = [
         (f - caught[(d, float(f))]) / 3600.0
         for d, f in zip(f_dev[caught_mask], f_ts[caught_mask], strict=True)
@@ -121,6 +129,32 @@ def evaluate(scored: Scored, chosen: IntArray, score: FloatArray, horizon_second
         precision_std=float(np.std(per_period)) if len(per_period) > 1 else None,
         periods=periods,
     )
+
+
+def _failures_in_range(scored: Scored) -> tuple[npt.NDArray[np.object_], FloatArray]:
+    """The failures inside the scored periods (the ones recall counts)."""
+    n_periods = len(scored.period_starts)
+    start = float(scored.period_starts[0]) if n_periods else 0.0
+    end = float(scored.period_starts[-1] + scored.period_seconds) if n_periods else 0.0
+    in_range = (scored.failures_ts >= start) & (scored.failures_ts < end)
+    return scored.failures_device[in_range], scored.failures_ts[in_range]
+
+
+def _earliest_catch(scored: Scored, chosen: IntArray) -> dict[tuple[object, float], float]:
+    """A hit's next failure is the failure it caught: the earliest catching prediction time per failure."""
+    h_idx = chosen[scored.label[chosen] == 1.0]
+    caught: dict[tuple[object, float], float] = {}
+    for d, f, t in zip(scored.device_id[h_idx], scored.next_failure_ts[h_idx], scored.ts[h_idx], strict=True):
+        key = (d, float(f))
+        caught[key] = min(caught.get(key, np.inf), float(t))
+    return caught
+
+
+def caught_failures(scored: Scored, chosen: IntArray) -> npt.NDArray[np.bool_]:
+    """For each failure inside the scored periods (in order), whether some prediction caught it."""
+    f_dev, f_ts = _failures_in_range(scored)
+    caught = _earliest_catch(scored, chosen)
+    return np.array([(d, float(f)) in caught for d, f in zip(f_dev, f_ts, strict=True)], dtype=bool)
 
 
 def precision_of(scored: Scored, chosen: IntArray) -> float | None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -69,6 +71,122 @@ def step_in_period(
     return np.floor((ts - period_starts[period]) / step_seconds + 1e-9).astype(np.int64)
 
 
+@dataclass(frozen=True)
+class SelectionRule:
+    """Which scored devices become predictions: at most K per period fleet-wide, the budget spent as the
+    period runs (by step j of n, at most ceil(K (j + 1) / n) in all), a device at most once per period, and
+    (when `min_risk` > 0) only devices whose calibrated risk reaches `min_risk`, a level fixed on the
+    training window's out-of-fold scores for `target_precision`. The backtest and live scoring apply it
+    through the same `pick_step`."""
+
+    k: int
+    period_seconds: float
+    step_seconds: float
+    min_risk: float = 0.0
+    target_precision: float | None = None
+
+    @property
+    def n_steps(self) -> int:
+        return max(1, math.ceil(self.period_seconds / self.step_seconds - 1e-9))
+
+    def quota(self, step: int, used: int) -> int:
+        """Picks allowed at step `step` of a period when `used` were made earlier in it."""
+        return math.ceil(self.k * (min(step, self.n_steps - 1) + 1) / self.n_steps) - used
+
+    def place(self, ts: float) -> tuple[int, int]:
+        """(period index, step index within it) of an instance at `ts`, periods aligned to the epoch."""
+        period = math.floor(ts / self.period_seconds + 1e-9)
+        step = math.floor((ts - period * self.period_seconds) / self.step_seconds + 1e-9)
+        return period, step
+
+    def to_dict(self) -> dict[str, float | int | None]:
+        return {
+            "k": self.k,
+            "period_seconds": self.period_seconds,
+            "step_seconds": self.step_seconds,
+            "min_risk": self.min_risk,
+            "target_precision": self.target_precision,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SelectionRule:
+        rule = cls(
+            k=int(d["k"]),
+            period_seconds=float(d["period_seconds"]),
+            step_seconds=float(d["step_seconds"]),
+            min_risk=float(d.get("min_risk", 0.0)),
+            target_precision=None if d.get("target_precision") is None else float(d["target_precision"]),
+        )
+        if rule.k < 0 or not rule.period_seconds > 0 or not rule.step_seconds > 0:
+            raise ValueError("selection rule: k >= 0, period_seconds > 0 and step_seconds > 0 needed")
+        if not 0.0 <= rule.min_risk <= 1.0:
+            raise ValueError("selection rule: min_risk must be within 0..1")
+        return rule
+
+
+@dataclass
+class PeriodPicks:
+    """What a period has picked so far: the state `pick_step` carries from one step to the next."""
+
+    period: int | None = None
+    picked: set[str] = field(default_factory=set)
+    used: int = 0
+
+
+def pick_step(
+    rule: SelectionRule,
+    state: PeriodPicks,
+    period: int,
+    step: int,
+    device_id: ObjArray,
+    score: FloatArray,
+    eligible: npt.NDArray[np.bool_] | None = None,
+) -> IntArray:
+    """The picks among one time step's instances (indices into its arrays, best first); updates `state`.
+    A NaN score ranks last; a device not `eligible` (below the rule's risk floor) is never picked."""
+    if state.period != period:
+        state.period, state.picked, state.used = period, set(), 0
+    want = rule.quota(step, state.used)
+    if want <= 0 or len(score) == 0:
+        return np.zeros(0, dtype=np.int64)
+    s = np.where(np.isnan(score), -np.inf, score)
+    ids = device_id.astype(str)
+    out: list[int] = []
+    for i in np.lexsort((ids, -s)).tolist():
+        if want <= 0:
+            break
+        if ids[i] in state.picked or (eligible is not None and not eligible[i]):
+            continue
+        state.picked.add(ids[i])
+        out.append(i)
+        want -= 1
+    state.used += len(out)
+    return np.asarray(out, dtype=np.int64)
+
+
+class StepSelector:
+    """The selection rule applied live, one scored step at a time: the step's period and place in it from
+    its time, the period's picks carried between calls, and a step scored twice picked from once."""
+
+    def __init__(self, rule: SelectionRule) -> None:
+        self.rule = rule
+        self._state = PeriodPicks()
+        self._last_ts: float | None = None
+
+    def pick(
+        self,
+        ts: float,
+        device_id: ObjArray,
+        score: FloatArray,
+        eligible: npt.NDArray[np.bool_] | None = None,
+    ) -> IntArray:
+        if self._last_ts is not None and ts <= self._last_ts:
+            return np.zeros(0, dtype=np.int64)
+        self._last_ts = ts
+        period, step = self.rule.place(ts)
+        return pick_step(self.rule, self._state, period, step, device_id, score, eligible)
+
+
 def select_causal_k(
     period: IntArray,
     ts: FloatArray,
@@ -78,17 +196,31 @@ def select_causal_k(
     period_starts: FloatArray,
     period_seconds: float,
     step_seconds: float,
+    eligible: npt.NDArray[np.bool_] | None = None,
 ) -> IntArray:
-    """K predictions per period, the budget spent step by step (K per step when period = step)."""
-    if k <= 0:
+    """K predictions per period, the budget spent step by step (K per step when period = step): the time
+    steps visited in order, each through `pick_step`, exactly as live scoring visits them."""
+    if k <= 0 or len(score) == 0:
         return np.zeros(0, dtype=np.int64)
-    n_steps = max(1, math.ceil(period_seconds / step_seconds - 1e-9))
+    rule = SelectionRule(k, period_seconds, step_seconds)
     step_of = step_in_period(ts, period_starts, period, step_seconds)
-
-    def quota(_p: int, j: int, used: int) -> int:
-        return math.ceil(k * (min(j, n_steps - 1) + 1) / n_steps) - used
-
-    return _walk(period, ts, device_id, score, step_of, quota)
+    order = np.argsort(ts, kind="stable")
+    bounds = np.flatnonzero(np.diff(ts[order])) + 1
+    states: dict[int, PeriodPicks] = {}
+    out: list[IntArray] = []
+    for group in np.split(order, bounds):
+        p = int(period[group[0]])
+        picks = pick_step(
+            rule,
+            states.setdefault(p, PeriodPicks()),
+            p,
+            int(step_of[group[0]]),
+            device_id[group],
+            score[group],
+            None if eligible is None else eligible[group],
+        )
+        out.append(group[picks])
+    return np.sort(np.concatenate(out)) if out else np.zeros(0, dtype=np.int64)
 
 
 def volume_by_step(period: IntArray, ts: FloatArray, chosen: IntArray) -> dict[tuple[int, float], int]:

@@ -25,6 +25,12 @@ def labels_known_at(inst: Instances, at: float, horizon_seconds: float) -> npt.N
     return np.where(pos, 1.0, np.where(neg, 0.0, np.nan))
 
 
+def negatives_in_window(inst: Instances, at: float, window_seconds: float, horizon_seconds: float) -> int:
+    """How many known negatives [at - L_train, at) holds before any sampling (calibration weights)."""
+    known = labels_known_at(inst, at, horizon_seconds)
+    return int(((inst.ts >= at - window_seconds) & (inst.ts < at) & (known == 0)).sum())
+
+
 def training_indices(
     inst: Instances,
     at: float,

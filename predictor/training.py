@@ -27,7 +27,8 @@ from predictor.feature_choice import (
 from predictor.metrics import average_precision
 from predictor.models import Model
 from predictor.registry import make as make_any
-from predictor.sliding import training_indices
+from predictor.risk_policy import RiskPolicy, fit_risk_policy
+from predictor.sliding import labels_known_at, training_indices
 
 MAX_CATEGORIES = 10  # values per text column a model keeps: the most frequent in its training rows
 
@@ -42,6 +43,19 @@ class TrainedModel:
     rows: int
     positives: int
     train_pr_auc: float | None
+    # calibration and selection rule; None from the Dask trainer, which does not fit them yet (such a
+    # model ranks in `predict` but cannot score live)
+    policy: RiskPolicy | None = None
+
+
+@dataclass(frozen=True)
+class PolicyOptions:
+    """How the selection rule is cut (predictor/risk_policy.py): period (default one step), K (default from
+    the training window's failures) and the target precision that fixes a risk floor (default: none)."""
+
+    period_seconds: float | None = None
+    k: int | None = None
+    target_precision: float | None = None
 
 
 def train_on_history(
@@ -78,6 +92,7 @@ def train_from_views(
     seed: int = 0,
     n_jobs: int = 2,
     categorical_columns: tuple[str, ...] = (),
+    options: PolicyOptions = PolicyOptions(),
 ) -> TrainedModel:
     """Build the features, fix the event kinds and the category encoding on the training window, train."""
     candidates = candidate_event_kinds(con)
@@ -103,6 +118,21 @@ def train_from_views(
         tuple(names[i] for i in cols),
     )
     model, idx, y = train_on_history(inst, name, spec, data_end_ts, train_window_seconds, seed, n_jobs=n_jobs)
+    known = labels_known_at(inst, data_end_ts + 1e-6, spec.horizon_seconds)
+    in_window = (inst.ts >= data_end_ts + 1e-6 - window) & (inst.ts < data_end_ts + 1e-6)
+    policy = fit_risk_policy(
+        lambda: make_any(name, n_jobs),
+        inst.x[idx],
+        y,
+        inst.device_id[idx],
+        window,
+        spec.step_seconds,
+        int((in_window & (known == 0)).sum()),
+        seed,
+        options.period_seconds,
+        options.k,
+        options.target_precision,
+    )
     return TrainedModel(
         model=model,
         feature_names=inst.feature_names,
@@ -112,6 +142,7 @@ def train_from_views(
         rows=len(idx),
         positives=int(y.sum()),
         train_pr_auc=average_precision(y, model.score(inst.x[idx])),
+        policy=policy,
     )
 
 

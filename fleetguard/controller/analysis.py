@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 
@@ -17,6 +19,9 @@ from fleetguard.controller.ingest import IngestWriter
 from fleetguard.controller.maintenance import Maintenance, retention
 from fleetguard.controller.rollups import ROLLUP_SECONDS, Rollups
 from fleetguard.records.findings import Finding
+
+if TYPE_CHECKING:
+    from fleetguard.predict.scoring_service import ScoringService
 
 log = logging.getLogger(__name__)
 
@@ -79,10 +84,16 @@ FLEET_RUNTIME_SECONDS = 1.0
 
 
 def register_analysis(
-    writer: IngestWriter, maintenance: Maintenance, config: Config, *, incidents: bool = True
+    writer: IngestWriter,
+    maintenance: Maintenance,
+    config: Config,
+    *,
+    incidents: bool = True,
+    scoring: bool = True,
 ) -> list[Callable[[], None]]:
     """Register the controller's periodic analysis; return what to call at shutdown. `incidents=False`: the
-    caller runs incidents itself (`fleetguard up`, with its repair executor and incident metrics)."""
+    caller runs incidents itself (`fleetguard up`, with its repair executor and incident metrics);
+    `scoring=False`: the caller runs the scoring service itself (`up`, which also acts on the job)."""
     ctl = config.controller
     writer.every(SILENT_CHECK_SECONDS, "silent hosts", SilentHosts(writer, ctl.silent_after_seconds))
     rollups = Rollups()
@@ -95,6 +106,10 @@ def register_analysis(
     writer.on_committed.append(runtime.feed)
     writer.stats.extra.append(runtime.exposition)
     maintenance.every(FLEET_RUNTIME_SECONDS, "fleet runtime analysis", runtime)
+    if scoring and config.predictor.model_dir:
+        scorer = fleet_scoring(config)
+        if scorer is not None:
+            maintenance.every(config.predictor.score_interval_seconds, "live scoring", scorer)
     stops: list[Callable[[], None]] = []
     if incidents and config.diagnosis.enabled:
         # Incidents and alerts (fleetguard.incidents): the task runs inside the writer's transaction.
@@ -105,6 +120,33 @@ def register_analysis(
         task.start_relay(writer.store)
         stops.append(task.stop_relay)
     return stops
+
+
+class FleetScoring:
+    """The controller scores its fleet: the shared scoring service over its own store, on the maintenance
+    thread (its reads never hold the writer); predictions and at-risk findings go into the store, where the
+    incident task picks the findings up like any agent's."""
+
+    def __init__(self, service: ScoringService) -> None:
+        self.service = service
+
+    def __call__(self, con: duckdb.DuckDBPyConnection, now: float) -> None:
+        scored = self.service.round(con, now)
+        if scored.predictions:
+            insert_records(con, [*scored.predictions, *scored.findings])
+
+
+def fleet_scoring(config: Config) -> FleetScoring | None:
+    """The scoring task for `[predictor] model_dir`, or None (with one clear log line) when the model
+    cannot score live: the controller keeps ingesting either way."""
+    from fleetguard.predict.scoring_service import ScoringService
+
+    try:
+        service = ScoringService(Path(config.predictor.model_dir), budget_k=config.predictor.budget_k)
+    except (ValueError, OSError) as exc:  # ArtifactError is a ValueError
+        log.warning("fleet risk scoring is off: %s", exc)
+        return None
+    return FleetScoring(service)
 
 
 def _queue_action(writer: IngestWriter, action: FleetAction) -> None:

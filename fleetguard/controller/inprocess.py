@@ -256,7 +256,10 @@ class InProcessController:
             self.stats = ControllerStats()
             self.writer = IngestWriter(self._store, clock, self.stats)
             self.maintenance = Maintenance(self._store, clock)
-            self._stops = register_analysis(self.writer, self.maintenance, config, incidents=incidents)
+            # up scores on its own thread (fleetguard/embedded.py): the same service, plus the job's actions
+            self._stops = register_analysis(
+                self.writer, self.maintenance, config, incidents=incidents, scoring=False
+            )
             journal = Path(config.store.path + ".commands.jsonl")
             in_memory = config.store.path == ":memory:"
             self.channel = None if runner is None or in_memory else CommandChannel(journal, runner)

@@ -31,9 +31,9 @@ from predictor.dataset import (
     fetch_failures,
     fetch_instances,
 )
-from predictor.durations import parse_duration
+from predictor.durations import format_duration, parse_duration
 from predictor.registry import ALL_MODELS, model_names
-from predictor.training import latest_per_device, train_from_views
+from predictor.training import PolicyOptions, latest_per_device, train_from_views
 
 _DERIVED = "derived from the data when not given"
 _DASK_HELP = "Build the dataset on a Dask cluster (scheduler address, or `local`); docs/scale-out.md."
@@ -53,6 +53,21 @@ _DASK_HELP = "Build the dataset on a Dask cluster (scheduler address, or `local`
     "--train-window", default=None, callback=duration_option, help="Train on the last L_train only."
 )
 @click.option("--out", type=PATH, required=True, help="Model directory to write.")
+@click.option(
+    "--period", default=None, callback=duration_option, help="Selection period for K (default: one step)."
+)
+@click.option(
+    "--budget-k",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Predictions per period fleet-wide (default: the devices that failed per period in training).",
+)
+@click.option(
+    "--target-precision",
+    type=click.FloatRange(0.0, 1.0, min_open=True),
+    default=None,
+    help="Also require a risk floor fixed on out-of-fold scores for this precision (default: none).",
+)
 @click.option("--seed", default=0, show_default=True)
 @click.option("--dask", "dask_address", help=_DASK_HELP)
 def train_command(
@@ -68,6 +83,9 @@ def train_command(
     model_name: str,
     train_window: float | None,
     out: Path,
+    period: float | None,
+    budget_k: int | None,
+    target_precision: float | None,
     seed: int,
     dask_address: str | None,
 ) -> None:
@@ -97,6 +115,7 @@ def train_command(
                     train_window,
                     seed,
                     categorical_columns=inputs.categorical_columns,
+                    options=PolicyOptions(period, budget_k, target_precision),
                 )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -119,10 +138,22 @@ def train_command(
         trained.window,
         metrics,
         categories=trained.categories,
+        policy=trained.policy,
     )
     click.echo(
         f"saved {model_name} to {out}: {trained.rows} training instances, {trained.positives} positive"
     )
+    if trained.policy is not None:
+        cal, rule = trained.policy.calibration, trained.policy.selection
+        floor = (
+            f", risk floor {rule.min_risk:.3f} for precision {rule.target_precision:g}"
+            if rule.target_precision
+            else ""
+        )
+        click.echo(
+            f"calibration: {cal.kind.value} on out-of-fold scores (base rate {cal.base_rate:.2%}); "
+            f"selection: K = {rule.k} per {format_duration(rule.period_seconds)}{floor}"
+        )
 
 
 @click.command("evaluate")
@@ -149,6 +180,12 @@ def train_command(
     "--pick-train-window", default=None, help="Comma list of L_train candidates, picked on validation."
 )
 @click.option("--models", default=",".join(ALL_MODELS), show_default=True, help="Comma list of models.")
+@click.option(
+    "--calibrate/--no-calibrate",
+    default=True,
+    show_default=True,
+    help="Calibrate each retrain on out-of-fold scores (Brier, reliability; three more fits per model).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
 @click.option("--report", type=PATH, default=None, help="Write a self-contained HTML report here.")
 @click.option("--seed", default=0, show_default=True)
@@ -169,6 +206,7 @@ def evaluate_command(
     period: float | None,
     pick_train_window: str | None,
     models: str,
+    calibrate: bool,
     as_json: bool,
     report: Path | None,
     seed: int,
@@ -214,6 +252,7 @@ def evaluate_command(
         max_event_kinds=spec.max_event_kinds,
         candidate_categories=categories,
         seed=seed,
+        calibrate=calibrate,
     )
     try:
         with counted_warnings(quiet):
@@ -278,12 +317,21 @@ def predict_command(
                 {
                     "model_id": loaded.model_id,
                     "horizon_hours": loaded.spec.horizon_seconds / 3600,
+                    "calibrated": loaded.policy is not None,
+                    "base_rate": loaded.policy.calibration.base_rate if loaded.policy else None,
                     "predictions": rows,
                 },
                 indent=2,
             )
         )
         return
+    if loaded.policy is not None:
+        click.echo(
+            f"risk = probability of a failure within {format_duration(loaded.spec.horizon_seconds)} "
+            f"(fleet base rate {loaded.policy.calibration.base_rate:.2%})"
+        )
+    else:
+        click.echo("score: uncalibrated (a model saved before calibration; retrain for a probability)")
     print_rows(rows)
 
 

@@ -6,18 +6,33 @@ from typing import Any
 
 import click
 import numpy as np
+import numpy.typing as npt
 
 from predictor.artifact import LoadedModel
 from predictor.dataset import Instances
-from predictor.explain import top_drivers
+from predictor.explain import drivers_vs_reference, top_drivers
+from predictor.models import Matrix
 
 
 def prediction_rows(loaded: LoadedModel, inst: Instances, top_k: int) -> list[dict[str, Any]]:
+    """The `top_k` riskiest devices. With the model's calibration (any model `train` saves now), `risk` is
+    the probability of a failure within the horizon and the drivers are measured from a typical healthy
+    device; an older model without one gives its raw score and XGBoost's own contributions."""
     if len(inst) == 0:
         return []
-    risk = loaded.model.score(inst.x)
-    order = np.argsort(-risk, kind="stable")[:top_k]
-    drivers = top_drivers(loaded.model, inst.x[order], inst.feature_names)
+    raw = loaded.model.score(inst.x)
+    order = np.argsort(-raw, kind="stable")[:top_k]
+    policy = loaded.policy
+    if policy is None:
+        risk = raw
+        drivers = top_drivers(loaded.model, inst.x[order], inst.feature_names)
+    else:
+        risk = policy.calibration.apply(raw)
+
+        def risk_of(x: Matrix) -> npt.NDArray[np.float64]:
+            return policy.calibration.apply(loaded.model.score(x))
+
+        drivers = drivers_vs_reference(risk_of, inst.x[order], policy.reference, inst.feature_names)
     return [
         {
             "rank": rank,

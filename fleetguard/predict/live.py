@@ -1,107 +1,88 @@
-"""Live scoring for `fleetguard up`: score every recently seen GPU from the store with a saved model.
+"""Live scoring: score every recently seen GPU from the store with a saved model, then pick the at-risk ones.
 
-The features come from the same SQL as training, over the store's recent rows only. `train_demo_model`
-builds a small model on simulated history so the demo has live risk scores without any real fleet data.
+The features come from the same SQL as training, over the store's recent rows only. `risk` is the model's
+calibrated probability of a failure within its horizon, and which GPUs are flagged is the model's own
+selection rule (K per period, a device once per period, its risk floor) applied through the same
+`predictor.selection.pick_step` the backtest measured it with. Never a hand-picked threshold on a raw score.
+
+The demo's model is built in demo_model.py: production scoring never imports the simulator.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import tempfile
 import uuid as uuid_mod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 import numpy as np
+import numpy.typing as npt
 
-from fleetguard.predict.contract import register_inputs
-from fleetguard.predict.simulated_history import HistorySpec, write_parquet
 from fleetguard.predict.store_reader import FailureRule, register_store, time_filter
 from fleetguard.records.findings import Finding
 from fleetguard.records.prediction import Prediction
 from predictor import artifact
-from predictor.dataset import DatasetSpec, build_instances, data_end_ts, fetch_instances
-from predictor.explain import top_drivers
-from predictor.training import latest_per_device, train_from_views
+from predictor.dataset import build_instances, fetch_instances
+from predictor.explain import drivers_vs_reference
+from predictor.models import Matrix
+from predictor.risk_policy import RiskPolicy
+from predictor.selection import SelectionRule, StepSelector
+from predictor.training import latest_per_device
+
+# Explanations cost one scoring pass per feature: only the riskiest GPUs of a round (and every pick) get them.
+EXPLAIN_TOP = 32
 
 
 @dataclass(frozen=True)
-class DemoShape:
-    """How a demo model is cut: its dataset spec and the simulated history it is trained on."""
+class ScoredRound:
+    """One scoring round: a prediction per GPU (calibrated risk, rank) and the ones the selection rule picked
+    at this step (empty when the step was scored before: a step is picked from once)."""
 
-    spec: DatasetSpec
-    history_steps: int
-    n_gpus: int
-    failure_rate: float
-
-
-# `fleetguard up` scores in minutes (features over the last 30 one-minute steps, failures within 6 h), so a
-# fresh demo store has a complete step to score a minute after start; an hourly model would have nothing
-# complete to score for up to an hour.
-MINUTE_DEMO = DemoShape(DatasetSpec(30 * 60.0, 6 * 3600.0, step_seconds=60.0), 2 * 24 * 60, 80, 0.5)
-# Hourly steps, a 6 h window and a 3-day horizon: the shape of a real fleet model.
-HOURLY_DEMO = DemoShape(DatasetSpec(6 * 3600.0, 3 * 86400.0, step_seconds=3600.0), 24 * 30, 120, 0.35)
-
-
-def train_demo_model(out_dir: Path, seed: int = 0, shape: DemoShape = MINUTE_DEMO) -> Path:
-    """Train an XGBoost on a small simulated fleet history (seconds on one core) and save it to `out_dir`."""
-    spec = HistorySpec(
-        n_gpus=shape.n_gpus,
-        n_steps=shape.history_steps,
-        step_seconds=shape.spec.step_seconds,
-        failure_rate=shape.failure_rate,
-        new_batch_share=0.0,
-        weak_sku_factor=1.0,
-        seed=seed,
-    )
-    with tempfile.TemporaryDirectory() as tmp:
-        samples, failures, _ = write_parquet(spec, Path(tmp))
-        con = duckdb.connect()
-        try:
-            inputs = register_inputs(con, samples, failures)
-            # Only GpuSample columns: the live store has no simulator-only columns such as xid_count.
-            from fleetguard.predict.store_reader import gpu_feature_columns
-
-            columns = tuple(c for c in inputs.feature_columns if c in gpu_feature_columns())
-            trained = train_from_views(
-                con, columns, "xgboost", shape.spec, data_end_ts(con), None, seed=seed, n_jobs=1
-            )
-        finally:
-            con.close()
-    return artifact.save(
-        out_dir,
-        trained.model,
-        shape.spec,
-        columns,
-        trained.event_kinds,
-        trained.feature_names,
-        trained.window,
-        {
-            "train_rows": trained.rows,
-            "train_positives": trained.positives,
-            "train_pr_auc": trained.train_pr_auc,
-        },
-        model_id=f"demo-xgboost-seed{seed}",
-    )
+    predictions: list[Prediction]
+    picked: list[Prediction] = field(default_factory=list)
 
 
 class LiveScorer:
-    """Scores the GPUs of a store connection with the model saved in `model_dir`."""
+    """Scores the GPUs of a store connection with the model saved in `model_dir` and applies its selection
+    rule, step by step, carrying the period's picks between rounds. `budget_k` > 0 replaces the model's K."""
 
-    def __init__(self, model_dir: Path, rule: FailureRule | None = None) -> None:
+    def __init__(self, model_dir: Path, rule: FailureRule | None = None, budget_k: int = 0) -> None:
         self.loaded = artifact.load(model_dir)
+        self.policy: RiskPolicy = artifact.require_policy(self.loaded)
+        if budget_k > 0:
+            self.policy = RiskPolicy(
+                self.policy.calibration,
+                SelectionRule(
+                    budget_k,
+                    self.policy.selection.period_seconds,
+                    self.policy.selection.step_seconds,
+                    self.policy.selection.min_risk,
+                    self.policy.selection.target_precision,
+                ),
+                self.policy.reference,
+            )
         self.rule = rule or FailureRule()
+        self._selector = StepSelector(self.policy.selection)
 
     @property
     def horizon_hours(self) -> float:
         return self.loaded.spec.horizon_seconds / 3600.0
 
-    def score(self, con: duckdb.DuckDBPyConnection, now: float) -> list[Prediction]:
+    @property
+    def selection(self) -> SelectionRule:
+        return self.policy.selection
+
+    def risk_of(self, x: Matrix) -> npt.NDArray[np.float64]:
+        """Calibrated probability of a failure within the horizon."""
+        return self.policy.calibration.apply(self.loaded.model.score(x))
+
+    def score(self, con: duckdb.DuckDBPyConnection, now: float) -> ScoredRound:
         """Risk for every GPU with samples in the feature window of the last complete step before `now`,
-        ranked (1 = riskiest). The step still open at `now` is left out: training only ever saw complete
-        steps, and a partial one would be stamped up to a step ahead of time."""
+        ranked (1 = riskiest), and the picks of the selection rule at that step. The step still open at
+        `now` is left out: training only ever saw complete steps, and a partial one would be stamped up to a
+        step ahead of time."""
         spec = self.loaded.spec
         bucket_end = complete_bucket_end(now, spec.step_seconds)
         since = bucket_end - spec.window_steps * spec.step_seconds
@@ -130,12 +111,25 @@ class LiveScorer:
         finally:
             cur.close()
         if len(inst) == 0:
-            return []
-        risk = np.clip(self.loaded.model.score(inst.x), 0.0, 1.0)
-        order = np.argsort(-risk, kind="stable")
-        drivers = top_drivers(self.loaded.model, inst.x[order], inst.feature_names)
-        return [
-            Prediction(
+            return ScoredRound([])
+        raw = self.loaded.model.score(inst.x)
+        risk = self.policy.calibration.apply(raw)
+        picks = self._selector.pick(bucket_end, inst.device_id, raw, risk >= self.selection.min_risk)
+        # ranked by the raw score (calibration is monotone, and keeps the model's finer order among ties)
+        order = np.lexsort((inst.device_id.astype(str), -np.where(np.isnan(raw), -np.inf, raw)))
+        explain = sorted(set(order[:EXPLAIN_TOP].tolist()) | set(picks.tolist()))
+        why = dict(
+            zip(
+                explain,
+                drivers_vs_reference(
+                    self.risk_of, inst.x[explain], self.policy.reference, inst.feature_names
+                ),
+                strict=True,
+            )
+        )
+        by_index: dict[int, Prediction] = {}
+        for rank, i in enumerate(order.tolist(), start=1):
+            by_index[i] = Prediction(
                 ts=bucket_end,
                 host=str(hosts.get(inst.device_id[i], "")),
                 device_id=str(inst.device_id[i]),
@@ -143,10 +137,9 @@ class LiveScorer:
                 rank=rank,
                 model_id=self.loaded.model_id,
                 horizon_hours=self.horizon_hours,
-                explanations=json.dumps([d.as_dict() for d in why]),
+                explanations=json.dumps([d.as_dict() for d in why.get(i, [])]),
             )
-            for rank, (i, why) in enumerate(zip(order.tolist(), drivers, strict=True), start=1)
-        ]
+        return ScoredRound([by_index[i] for i in order.tolist()], [by_index[i] for i in picks.tolist()])
 
 
 def complete_bucket_end(now: float, step_seconds: float) -> float:
@@ -154,32 +147,37 @@ def complete_bucket_end(now: float, step_seconds: float) -> float:
     return math.floor(now / step_seconds + 1e-9) * step_seconds
 
 
-def at_risk_findings(predictions: list[Prediction], threshold: float) -> list[Finding]:
-    """One "at_risk_gpu" finding per prediction at or above `threshold` (critical from 0.8)."""
+def at_risk_findings(
+    picked: list[Prediction], policy: RiskPolicy, raised_at: float | None = None
+) -> list[Finding]:
+    """One "at_risk_gpu" finding per GPU the selection rule picked, stamped `raised_at` (default: the
+    step's end). Always a warning: a prediction is a guess, so it asks for a checkpoint and a look, never
+    for an immediate repair (data/policy.toml)."""
+    rule = policy.selection
+    base = policy.calibration.base_rate
     out = []
-    for p in predictions:
-        if p.risk < threshold:
-            continue
+    for p in picked:
         out.append(
             Finding(
-                ts=p.ts,
+                ts=p.ts if raised_at is None else raised_at,
                 finding_id=str(
                     uuid_mod.uuid5(uuid_mod.NAMESPACE_URL, f"at_risk/{p.device_id}/{p.ts}/{p.model_id}")
                 ),
                 kind="at_risk_gpu",
-                severity="critical" if p.risk >= 0.8 else "warning",
+                severity="warning",
                 subject=f"{p.host}/{p.device_id}",
-                summary=f"GPU {p.device_id} on {p.host}: failure risk {p.risk:.2f} "
-                f"within {p.horizon_hours:g} h "
-                f"(rank {p.rank}, model {p.model_id})",
+                summary=f"GPU {p.device_id} on {p.host}: failure risk {p.risk:.0%} within "
+                f"{p.horizon_hours:g} h (fleet base rate {base:.1%}; one of at most {rule.k} per "
+                f"{rule.period_seconds / 3600.0:g} h, model {p.model_id})",
                 host=p.host or None,
                 gpu_uuid=p.device_id,
                 evidence_json=json.dumps(
                     {
                         "risk": p.risk,
+                        "base_rate": base,
                         "rank": p.rank,
                         "model_id": p.model_id,
-                        "threshold": threshold,
+                        "selection": rule.to_dict(),
                         "horizon_hours": p.horizon_hours,
                         "drivers": json.loads(p.explanations or "[]"),
                     }

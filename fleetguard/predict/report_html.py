@@ -86,6 +86,18 @@ def _svg(body: str) -> str:
     )
 
 
+def _span(v: list[float | None] | None) -> str:
+    if not v or v[0] is None or v[1] is None:
+        return "–"
+    return f"{v[0]:.3f}–{v[1]:.3f}"
+
+
+def _dot(x: float, y: float, colour: str) -> str:
+    cx = _PAD + x * (_W - 2 * _PAD)
+    cy = _H - _PAD - y * (_H - 2 * _PAD)
+    return f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="2.5" fill="{colour}"/>'
+
+
 def _day(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d")
 
@@ -147,6 +159,32 @@ def render(
         for r in result.retrains
     )
     first_day = _day(scored.period_starts[0]) if len(scored.period_starts) else "–"
+    intervals = "".join(
+        f"<tr><td>{html.escape(n)}</td>"
+        + "".join(
+            f"<td>{_span(m.intervals.get(r, {}).get(key))}</td>"
+            for key in ("precision_at_k", "recall", "ratio_to_static")
+            for r in ("devices", "days")
+        )
+        + f"<td>{_fmt(m.brier)}</td><td>{_fmt(m.mean_risk_of_predictions)}</td>"
+        f"<td>{html.escape(m.noise_verdict)}</td></tr>"
+        for n, m in metrics.items()
+    )
+    calibrated = [n for n in names if metrics[n].reliability]
+    rel_lines = [
+        f'<line x1="{_PAD}" y1="{_H - _PAD}" x2="{_W - _PAD}" y2="{_PAD}" '
+        'stroke="#bbb" stroke-dasharray="4"/>'
+    ]
+    for i, n in enumerate(calibrated):
+        points = [(p[0], p[1]) for p in metrics[n].reliability]
+        colour = _COLOURS[i % len(_COLOURS)]
+        rel_lines.append(_polyline(points, colour, 1.0))
+        rel_lines.extend(_dot(x, y, colour) for x, y in points)
+    rel_svg = _svg(
+        _axes("predicted risk (calibrated)", "observed failure share", [(0, "0"), (0.5, "0.5"), (1, "1")])
+        + "".join(rel_lines)
+        + _legend(calibrated)
+    )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:sans-serif;margin:2em;color:#222}}table{{border-collapse:collapse}}
@@ -166,6 +204,15 @@ same number of predictions per period.</p>
 <figure>{prec_svg}<figcaption>Precision@{k} per period</figcaption></figure>
 <figure>{rec_svg}<figcaption>Recall per period (failures in the period caught beforehand)</figcaption>
 </figure></div>
+<h2>Uncertainty and calibration</h2>
+<p>95% bootstrap intervals, resampling devices and, separately, days. Ratio = precision / xgboost_static's
+precision at the same volume. Brier score of the calibrated risk (isotonic or Platt, fitted per retrain on
+out-of-fold scores of its training window) over all scored instances.</p>
+<table><tr><th>model</th><th>precision (devices)</th><th>precision (days)</th><th>recall (devices)</th>
+<th>recall (days)</th><th>ratio (devices)</th><th>ratio (days)</th><th>Brier</th>
+<th>mean risk of predictions</th><th>verdict</th></tr>{intervals}</table>
+<figure>{rel_svg}<figcaption>Reliability: mean calibrated risk per bin against the share that failed
+(the diagonal is perfect calibration)</figcaption></figure>
 <h2>Retrains</h2>
 <table><tr><th>at</th><th>L_train</th><th>rows</th><th>positives</th><th>last training instance</th>
 </tr>

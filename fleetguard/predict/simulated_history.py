@@ -57,6 +57,14 @@ class HistorySpec:
     new_batch_share: float = 0.3  # GPUs that only appear at the fleet change, half way
     weak_sku_factor: float = 2.0  # failure rate of the last SKU relative to the others
     seed: int = 0
+    # The fleet's healthy operating point (per-GPU baselines drawn around these): the defaults are a mixed,
+    # partly idle fleet; the demo model uses the simulated H100 fleet's (busy, ~600 W, ~65 C).
+    utilization_mean: float = 70.0
+    utilization_sd: float = 25.0
+    temperature_base_mean: float = 55.0
+    temperature_base_sd: float = 6.0
+    power_base_mean: float = 280.0
+    power_base_sd: float = 40.0
 
     @property
     def change_ts(self) -> float:
@@ -186,9 +194,11 @@ def _chunk(
                 ramp[str(pat)][d, a:b], strength * np.linspace(0.0, 1.0, b - a, dtype=np.float32) ** 1.5
             )
         down[d, b : b + 24] = True  # out for repair for a day after each failure
-    temp_base = rng.normal(55, 6, (g, 1)).astype(np.float32)
-    power_base = rng.normal(280, 40, (g, 1)).astype(np.float32)
-    util = np.clip(rng.normal(70, 25, (g, t_n)), 0, 100).astype(np.float32)
+    temp_base = rng.normal(spec.temperature_base_mean, spec.temperature_base_sd, (g, 1)).astype(np.float32)
+    power_base = rng.normal(spec.power_base_mean, spec.power_base_sd, (g, 1)).astype(np.float32)
+    util = np.clip(rng.normal(spec.utilization_mean, spec.utilization_sd, (g, t_n)), 0, 100).astype(
+        np.float32
+    )
     temperature = (
         temp_base + 0.15 * util + 5.0 * after + rng.normal(0, 2.0, (g, t_n)) + 18.0 * ramp["thermal_drift"]
     )

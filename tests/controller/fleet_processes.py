@@ -47,18 +47,19 @@ class Fleet:
     def store(self) -> Path:
         return self.root / "controller.duckdb"
 
-    def write_controller_config(self) -> Path:
+    def write_controller_config(self, extra: str = "") -> Path:
         path = self.root / "controller.toml"
         path.write_text(
             f'[controller]\nlisten = "127.0.0.1:{self.port}"\ntokens_file = "{self.root}/tokens.json"\n'
-            f'[store]\npath = "{self.store}"\n[dashboard]\nenabled = false\n'
+            f'[store]\npath = "{self.store}"\n[dashboard]\nenabled = false\n{extra}'
         )
         return path
 
-    def start_controller(self) -> subprocess.Popen[bytes]:
+    def start_controller(self, extra: str = "") -> subprocess.Popen[bytes]:
+        """`extra`: more TOML tables for the controller's config (e.g. a [predictor] table)."""
         log = (self.root / "controller.log").open("ab")
         proc = subprocess.Popen(
-            [*FLEETGUARD, "controller", "--config", str(self.write_controller_config())],
+            [*FLEETGUARD, "controller", "--config", str(self.write_controller_config(extra))],
             stdout=log,
             stderr=subprocess.STDOUT,
         )

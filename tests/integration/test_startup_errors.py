@@ -53,7 +53,7 @@ def one_line_failure(result: subprocess.CompletedProcess[str], *needles: str) ->
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real model directory, for `predict` (which reads the model before the store)."""
-    from fleetguard.predict.live import train_demo_model
+    from fleetguard.predict.demo_model import train_demo_model
 
     return train_demo_model(tmp_path_factory.mktemp("model") / "demo", seed=0)
 

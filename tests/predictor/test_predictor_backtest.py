@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 import duckdb
@@ -94,10 +95,28 @@ def test_json_has_the_issues_shape(result: BacktestResult) -> None:
         "median_lead_time_hours",
         "precision_std",
         "baseline_precision_same_volume",
+        "ratio_to_static",
+        "intervals",
+        "noise_verdict",
+        "brier",
+        "reliability",
+        "mean_risk_of_predictions",
     }
     assert {"xgboost_static", "xgboost", "logistic", "parallel", "cascade"} <= set(out["models"])
     for metrics in out["models"].values():
         assert set(metrics) == expected
+        assert set(metrics["intervals"]) == {"devices", "days"}
+        for figures in metrics["intervals"].values():
+            lo, hi = figures["precision_at_k"]
+            assert lo is not None and hi is not None and lo <= metrics["precision_at_k"] <= hi
+        assert metrics["noise_verdict"]
+    for name in ("xgboost_static", "xgboost", "logistic", "cascade"):
+        calibrated = out["models"][name]
+        assert 0.0 <= calibrated["brier"] <= 0.25  # better than a coin at a few percent of positives
+        assert calibrated["reliability"] and all(
+            0 <= r <= 1 and 0 <= f <= 1 for r, f, _ in calibrated["reliability"]
+        )
+    json.dumps(out)  # plain JSON, no numpy values
 
 
 def test_intersection_never_predicts_more_than_k_per_period(result: BacktestResult) -> None:

@@ -45,7 +45,7 @@ def test_evaluate_prints_json_in_the_issues_shape_and_writes_a_report(
         "--period",
         "1d",
         "--models",
-        "xgboost,logistic,cascade",
+        "xgboost,logistic",
         "--json",
         "--report",
         str(report),
@@ -55,10 +55,15 @@ def test_evaluate_prints_json_in_the_issues_shape_and_writes_a_report(
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     assert out["k"] == 5 and out["horizon"] == "7d" and out["periods"] > 0
-    assert set(out["models"]) == {"xgboost_static", "xgboost", "logistic", "cascade"}
+    assert set(out["models"]) == {"xgboost_static", "xgboost", "logistic"}
+    for name in ("xgboost", "logistic"):
+        figures = out["models"][name]
+        assert figures["brier"] is not None and figures["reliability"]
+        assert set(figures["intervals"]) == {"devices", "days"} and figures["noise_verdict"]
     page = report.read_text()
     assert page.startswith("<!doctype html>") and "<svg" in page
     assert "<script" not in page and "http://" not in page.replace("http://www.w3.org/2000/svg", "")
+    assert "Reliability" in page and "ratio (devices)" in page and "Brier" in page
 
 
 def test_train_then_predict_lists_the_riskiest_devices(small_history: History, tmp_path: Path) -> None:
@@ -68,14 +73,21 @@ def test_train_then_predict_lists_the_riskiest_devices(small_history: History, t
     )
     assert trained.exit_code == 0, trained.output
     assert (out / "model.json").is_file()
+    assert "calibration:" in trained.output and "selection: K =" in trained.output
+    meta = json.loads((out / "model.json").read_text())
+    assert {"calibration", "selection", "reference"} <= set(meta["risk_policy"])
     result = CliRunner().invoke(
         predict_command,
         ["--model", str(out), "--samples", str(small_history.samples), "--top-k", "3", "--json"],
     )
     assert result.exit_code == 0, result.output
-    preds = json.loads(result.output)["predictions"]
+    doc = json.loads(result.output)
+    preds = doc["predictions"]
     assert [p["rank"] for p in preds] == [1, 2, 3]
     assert preds[0]["risk"] >= preds[1]["risk"] >= preds[2]["risk"]
+    # calibrated: a probability beside the fleet's base rate, drivers measured from a typical device
+    assert doc["calibrated"] and 0 < doc["base_rate"] < 1 and all(0 <= p["risk"] <= 1 for p in preds)
+    assert all("reference" in d and d["value"] != d["reference"] for p in preds for d in p["drivers"])
 
 
 def test_predict_with_a_mismatched_schema_fails_clearly(

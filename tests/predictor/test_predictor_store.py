@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import duckdb
@@ -11,13 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from fleetguard.predict.cli import evaluate_command
-from fleetguard.predict.live import (
-    HOURLY_DEMO,
-    LiveScorer,
-    at_risk_findings,
-    complete_bucket_end,
-    train_demo_model,
-)
+from fleetguard.predict.demo_model import HOURLY_DEMO, train_demo_model
+from fleetguard.predict.live import LiveScorer, at_risk_findings, complete_bucket_end
 from fleetguard.predict.store_reader import FailureRule, register_store
 from fleetguard.records.prediction import Prediction
 from fleetguard.records.telemetry import Event, GpuSample
@@ -125,7 +121,7 @@ def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_live_scorer_ranks_every_recent_gpu(store_path: Path, demo_model: Path) -> None:
     con = duckdb.connect(str(store_path))
-    preds = LiveScorer(demo_model).score(con, now=T0 + 48 * HOUR)
+    preds = LiveScorer(demo_model).score(con, now=T0 + 48 * HOUR).predictions
     assert sorted(p.device_id for p in preds) == ["GPU-0", "GPU-1", "GPU-2", "GPU-3"]
     assert [p.rank for p in preds] == [1, 2, 3, 4]
     assert all(0.0 <= p.risk <= 1.0 and p.host == "node1" and p.horizon_hours == 72.0 for p in preds)
@@ -134,7 +130,7 @@ def test_live_scorer_ranks_every_recent_gpu(store_path: Path, demo_model: Path) 
 
 def test_live_scorer_ignores_gpus_not_seen_in_the_feature_window(store_path: Path, demo_model: Path) -> None:
     con = duckdb.connect(str(store_path))
-    assert LiveScorer(demo_model).score(con, now=T0 + 30 * 24 * HOUR) == []
+    assert LiveScorer(demo_model).score(con, now=T0 + 30 * 24 * HOUR).predictions == []
 
 
 def test_live_scorer_leaves_no_views_in_the_callers_session(store_path: Path, demo_model: Path) -> None:
@@ -144,18 +140,18 @@ def test_live_scorer_leaves_no_views_in_the_callers_session(store_path: Path, de
     assert "fg_samples" not in names
 
 
-def test_findings_are_raised_only_at_or_above_the_threshold() -> None:
-    preds = [
+def test_findings_are_warnings_for_the_picked_gpus_only(demo_model: Path) -> None:
+    policy = LiveScorer(demo_model).policy
+    picked = [
         Prediction(ts=1.0, host="h", device_id="GPU-a", risk=0.9, rank=1, model_id="m", horizon_hours=72.0),
-        Prediction(ts=1.0, host="h", device_id="GPU-b", risk=0.5, rank=2, model_id="m", horizon_hours=72.0),
-        Prediction(ts=1.0, host="h", device_id="GPU-c", risk=0.2, rank=3, model_id="m", horizon_hours=72.0),
     ]
-    findings = at_risk_findings(preds, threshold=0.5)
-    assert [(f.gpu_uuid, f.severity, f.kind) for f in findings] == [
-        ("GPU-a", "critical", "at_risk_gpu"),
-        ("GPU-b", "warning", "at_risk_gpu"),
-    ]
-    assert findings[0].subject == "h/GPU-a" and '"risk": 0.9' in findings[0].evidence_json
+    findings = at_risk_findings(picked, policy)
+    assert [(f.gpu_uuid, f.severity, f.kind) for f in findings] == [("GPU-a", "warning", "at_risk_gpu")]
+    evidence = json.loads(findings[0].evidence_json)
+    assert findings[0].subject == "h/GPU-a" and evidence["risk"] == 0.9
+    assert evidence["base_rate"] == policy.calibration.base_rate
+    assert evidence["selection"]["k"] == policy.selection.k
+    assert "base rate" in findings[0].summary
 
 
 def test_demo_model_is_deterministic_under_its_seed(tmp_path: Path, demo_model: Path) -> None:
@@ -184,15 +180,15 @@ def test_live_scoring_reads_complete_steps_only(store_path: Path, demo_model: Pa
     end = complete_bucket_end(T0 + 46.5 * HOUR, HOUR)
     con = duckdb.connect(str(store_path))
     scorer = LiveScorer(demo_model)
-    at_end = {p.device_id: p.risk for p in scorer.score(con, now=end)}
-    mid = scorer.score(con, now=end + 0.9 * HOUR)
+    at_end = {p.device_id: p.risk for p in scorer.score(con, now=end).predictions}
+    mid = scorer.score(con, now=end + 0.9 * HOUR).predictions
     assert {p.device_id: p.risk for p in mid} == at_end and {p.ts for p in mid} == {end}
     con.close()
     with Store.open(store_path) as store:
         hot = _samples(48, gpus=4, hot_gpu=3)[-1]
         store.append([dataclasses.replace(hot, ts=end + 0.5 * HOUR, temperature_celsius=99.0)])
     con = duckdb.connect(str(store_path))
-    assert {p.device_id: p.risk for p in scorer.score(con, now=end + 0.9 * HOUR)} == at_end
+    assert {p.device_id: p.risk for p in scorer.score(con, now=end + 0.9 * HOUR).predictions} == at_end
 
 
 def test_live_predictions_carry_the_features_that_drove_them(store_path: Path, demo_model: Path) -> None:
@@ -200,9 +196,11 @@ def test_live_predictions_carry_the_features_that_drove_them(store_path: Path, d
 
     con = duckdb.connect(str(store_path))
     scorer = LiveScorer(demo_model)
-    preds = scorer.score(con, now=T0 + 48 * HOUR)
+    preds = scorer.score(con, now=T0 + 48 * HOUR).predictions
     top = json.loads(preds[0].explanations)
     assert top and all(d["feature"] in scorer.loaded.feature_names and d["contribution"] > 0 for d in top)
+    # measured from a typical healthy device: a driver's value differs from its reference
+    assert all(d["value"] != d["reference"] for d in top)
 
 
 def test_live_explanations_are_stored_with_the_prediction(tmp_path: Path) -> None:
@@ -220,3 +218,14 @@ def test_live_explanations_are_stored_with_the_prediction(tmp_path: Path) -> Non
         store.append([pred])
     con = duckdb.connect(str(tmp_path / "s.duckdb"), read_only=True)
     assert con.execute("SELECT explanations FROM predictions").fetchone() == (pred.explanations,)
+
+
+def test_production_scoring_does_not_import_the_simulator() -> None:
+    import subprocess
+    import sys
+
+    probe = "import sys, fleetguard.predict.live; print(sorted(m for m in sys.modules if 'simulat' in m))"
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.strip() == "[]"
