@@ -362,6 +362,15 @@ class HeartbeatMonitor:
             silent = now - last_seen
             stalled = now - r.last_progress_at
             learned = job.stall.get(section)
+            if section == DEFAULT_SECTION and (learned is None or learned.timeout_seconds is None):
+                # The default section is where ranks wait between their timed sections (collectives).
+                # Heartbeats sampled mid-step rarely catch a rank there, so it may have learned nothing of
+                # its own: a warmed-up rank stuck there gets the slowest section the job has learned, not
+                # the start-up timeout (which let a rank wait 10 minutes in a collective its peer skipped).
+                slowest = _slowest_learned(job.stall)
+                if slowest is not None and slowest.timeout_seconds is not None:
+                    learned = slowest
+                    stall_cache[section] = max(self.config.min_timeout_seconds, slowest.timeout_seconds)
             warmed_up = r.step is not None and r.step != r.first_step  # past this incarnation's first step
             stall_timeout = (
                 stall_cache[section]
@@ -468,6 +477,11 @@ class HeartbeatMonitor:
         if learned is None or learned.timeout_seconds is None:
             return self._initial_timeout(job, section)
         return max(self.config.min_timeout_seconds, learned.timeout_seconds)
+
+
+def _slowest_learned(table: dict[str, _AdaptiveTimeout]) -> _AdaptiveTimeout | None:
+    learned = [t for t in table.values() if t.timeout_seconds is not None]
+    return max(learned, key=lambda t: t.timeout_seconds or 0.0) if learned else None
 
 
 def _timeout_of(table: dict[str, _AdaptiveTimeout], section: str) -> _AdaptiveTimeout:

@@ -70,6 +70,7 @@ def run_outage(
     `up` stops `after_seconds` later. Every process is stopped and reaped before returning."""
     secret, down, log, port_file = (folder / n for n in ("secret", "down", "log.jsonl", "port"))
     secret.write_text(SECRET)
+    secret.chmod(0o600)  # a secret readable by others is refused (fleetguard.secret_files)
     down.write_text("503 until this file goes")
     receiver = subprocess.Popen(
         [sys.executable, str(RECEIVER), str(secret), str(down), str(log), str(port_file)]

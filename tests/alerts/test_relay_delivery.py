@@ -252,6 +252,7 @@ def test_an_escalation_updates_the_same_pagerduty_incident(tmp_path: Path, store
     clock = FakeClock(T0)
     routing = tmp_path / "routing"
     routing.write_text("R0UT1NGKEY\n")
+    routing.chmod(0o600)  # a secret readable by others is refused (fleetguard.secret_files)
     with receiver(None) as (url, got):
         hook = WebhookConfig("pd", url, WebhookKind.PAGERDUTY, str(routing), rate_per_second=100)
         service, relay = setup(store, hook, clock)

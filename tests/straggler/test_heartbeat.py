@@ -301,3 +301,31 @@ def test_the_first_step_after_a_restart_is_start_up_again_not_a_hang(mon: Heartb
         for rank in range(4):
             mon.observe(hb(rank, float(t), step=21, pid=2000 + rank), float(t))
         assert mon.check(float(t)) == []
+
+
+def test_a_rank_stuck_in_the_default_section_gets_the_jobs_learned_timeout_not_the_start_up_one() -> None:
+    """Heartbeats sampled mid-step only ever catch the ranks inside "compute": the default section, where
+    they wait in collectives, learns nothing of its own. A rank that then stops there (its peer skipped the
+    collective) is hung after the job's learned timeout, not after the 600 s allowed for a first step."""
+    mon = HeartbeatMonitor(HeartbeatConfig())
+    mon.register_job(JOB, world_size=2, started_at=0.0, local_ranks=range(2))
+    for r in range(2):
+        mon.observe(hb(r, 0.0, step=0, section="compute", world_size=2), 0.0)
+    t = 0.0
+    for step in range(1, 30):
+        t = float(step)
+        for r in range(2):
+            mon.observe(hb(r, t, step=step, section="compute", world_size=2), t)
+    stuck_at = t + 1.0
+    mon.observe(hb(0, stuck_at, step=30, section="step", world_size=2), stuck_at)  # into the collective
+    found: list[Finding] = []
+    for i in range(1, 40):
+        now = stuck_at + i
+        mon.observe(hb(0, now, step=30, section="step", world_size=2), now)  # its heartbeat thread runs on
+        mon.observe(hb(1, now, step=30 + i, section="compute", world_size=2), now)
+        found.extend(mon.check(now))
+        if found:
+            break
+    assert kinds(found) == [("hung_rank", 0)]
+    waited = json.loads(found[0].evidence_json)["waited_seconds"]
+    assert waited < 15.0  # safety x the learned compute interval (1 s), far under 600 s
