@@ -6,50 +6,40 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from fleetguard.controller.process import MAX_CONNECTIONS_PER_ADDRESS
+from tests import raw_http
 from tests.controller.helpers import Controller
 
 WAIT_SECONDS = 30.0
 
+FLEET = b"GET /v1/fleet HTTP/1.1\r\nHost: controller\r\nConnection: close\r\n\r\n"
+
 
 @pytest.fixture
 def sockets() -> Iterator[list[socket.socket]]:
-    held: list[socket.socket] = []
-    yield held
-    for sock in held:
-        sock.close()
+    yield from raw_http.held_sockets()
 
 
 def connect(port: int, source: str, held: list[socket.socket]) -> socket.socket:
-    sock = socket.socket()
-    held.append(sock)
-    sock.settimeout(WAIT_SECONDS)
-    sock.bind((source, 0))
-    sock.connect(("127.0.0.1", port))
-    return sock
+    return raw_http.connect(port, source, held, WAIT_SECONDS)
 
 
 def get_fleet(port: int, source: str, held: list[socket.socket]) -> bytes:
-    sock = connect(port, source, held)
-    sock.sendall(b"GET /v1/fleet HTTP/1.1\r\nHost: controller\r\nConnection: close\r\n\r\n")
-    chunks = []
-    while chunk := sock.recv(65536):
-        chunks.append(chunk)
-    return b"".join(chunks)
+    return raw_http.request(
+        port,
+        source,
+        held,
+        b"GET /v1/fleet HTTP/1.1\r\nHost: controller\r\nConnection: close\r\n\r\n",
+        WAIT_SECONDS,
+    )
 
 
 def poll(condition: Callable[[], bool]) -> bool:
-    deadline = time.monotonic() + WAIT_SECONDS
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
+    return raw_http.poll(condition, WAIT_SECONDS, 0.05)
 
 
 def test_slow_header_clients_hold_connections_while_the_fleet_is_answered(

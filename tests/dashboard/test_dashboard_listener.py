@@ -16,6 +16,7 @@ from dashboard.server import DASHBOARD_LIMITS, MAX_CONNECTIONS_PER_ADDRESS, Dash
 from fleetguard.config import load_config
 from fleetguard.httpserve import Limits
 from fleetguard.store import Store
+from tests import raw_http
 from tests.dashboard.fleet_store import BuiltFleet
 
 WAIT_SECONDS = 60.0  # generous: the suite runs on a loaded 2-core machine
@@ -38,30 +39,22 @@ def serve(fleet: BuiltFleet) -> Iterator[Serve]:
         store.close()
 
 
+ROOT = b"GET / HTTP/1.1\r\nHost: dashboard\r\nConnection: close\r\n\r\n"
+
+
 @pytest.fixture
 def sockets() -> Iterator[list[socket.socket]]:
-    held: list[socket.socket] = []
-    yield held
-    for sock in held:
-        sock.close()
+    yield from raw_http.held_sockets()
 
 
 def connect(port: int, source: str, held: list[socket.socket]) -> socket.socket:
-    sock = socket.socket()
-    held.append(sock)
-    sock.settimeout(WAIT_SECONDS)
-    sock.bind((source, 0))
-    sock.connect(("127.0.0.1", port))
-    return sock
+    return raw_http.connect(port, source, held, WAIT_SECONDS)
 
 
 def get_root(port: int, source: str, held: list[socket.socket]) -> bytes:
-    sock = connect(port, source, held)
-    sock.sendall(b"GET / HTTP/1.1\r\nHost: dashboard\r\nConnection: close\r\n\r\n")
-    chunks = []
-    while chunk := sock.recv(65536):
-        chunks.append(chunk)
-    return b"".join(chunks)
+    return raw_http.request(
+        port, source, held, b"GET / HTTP/1.1\r\nHost: dashboard\r\nConnection: close\r\n\r\n", WAIT_SECONDS
+    )
 
 
 def test_slow_header_clients_do_not_keep_the_page_from_others_and_are_cut_off(

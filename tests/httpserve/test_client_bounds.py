@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from fleetguard.httpserve import HttpServer, Limits, Request, Response, address_key
+from tests import raw_http
 
 WAIT_SECONDS = 30.0  # generous: the suite runs on a loaded 2-core machine
 
@@ -35,37 +36,19 @@ def serve() -> Iterator[Callable[[Limits], HttpServer]]:
 
 @pytest.fixture
 def sockets() -> Iterator[list[socket.socket]]:
-    held: list[socket.socket] = []
-    yield held
-    for sock in held:
-        sock.close()
+    yield from raw_http.held_sockets()
 
 
 def connect(port: int, source: str, held: list[socket.socket]) -> socket.socket:
-    sock = socket.socket()
-    held.append(sock)
-    sock.settimeout(WAIT_SECONDS)
-    sock.bind((source, 0))
-    sock.connect(("127.0.0.1", port))
-    return sock
+    return raw_http.connect(port, source, held, WAIT_SECONDS)
 
 
 def get(port: int, source: str, held: list[socket.socket]) -> bytes:
-    sock = connect(port, source, held)
-    sock.sendall(b"GET /v1/fleet HTTP/1.0\r\n\r\n")
-    chunks = []
-    while chunk := sock.recv(65536):
-        chunks.append(chunk)
-    return b"".join(chunks)
+    return raw_http.request(port, source, held, b"GET /v1/fleet HTTP/1.0\r\n\r\n", WAIT_SECONDS)
 
 
 def poll(condition: Callable[[], bool]) -> bool:
-    deadline = time.monotonic() + WAIT_SECONDS
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()
+    return raw_http.poll(condition, WAIT_SECONDS, 0.02)
 
 
 def test_a_head_trickled_a_byte_at_a_time_is_cut_off_at_the_head_deadline(

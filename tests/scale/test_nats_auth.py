@@ -263,3 +263,24 @@ def test_a_lost_ack_republished_is_still_stored_once(tmp_path: Path, nats: NatsS
         assert row is not None and row[0] == len(own.tables["gpu_samples"]["host"])  # stored once
     finally:
         con.close()
+
+
+def _connected_gauge(running: RunningController) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{running.port}/metrics", timeout=30) as response:
+        text = response.read().decode()
+    gauge = 'fleetguard_controller_nats_connected{pool="red"} '
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(gauge)]
+    assert len(values) == 1, text
+    return values[0]
+
+
+def test_the_connected_gauge_follows_the_nats_server(tmp_path: Path, nats: NatsServer) -> None:
+    """1 while the pool's consumer is connected, 0 once the server is gone: nats-py reconnects on its own
+    while `fetch` only times out, so a flag set at subscribe time stayed 1 (the gauge now asks the client)."""
+    running = _controller(tmp_path, nats)
+    try:
+        _wait(lambda: _connected_gauge(running) == 1)
+        nats.kill()
+        _wait(lambda: _connected_gauge(running) == 0)
+    finally:
+        running.stop()
