@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from fleetguard.controller.command_queue import MAX_HOSTS_WITH_PENDING, MAX_PENDING_PER_HOST
 from fleetguard.shipping.commands import HostCommand
+from fleetguard.shipping.nats_connect import add_stream_if_missing
 from fleetguard.shipping.nats_subjects import (
     MSG_ID_HEADER,
     SUBJECT_ROOT,
@@ -135,15 +136,10 @@ async def ensure_command_stream(js: JetStreamContext, pool: str) -> None:
     """The pool's command stream, created if missing. Work-queue retention: a command leaves the stream once
     its host's consumer acked it (the host journaled it); one consumer per host, filters never overlap."""
     from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
-    from nats.js.errors import NotFoundError
 
     name = command_stream(pool)
-    try:
-        await js.stream_info(name)
-        return
-    except NotFoundError:
-        pass
-    await js.add_stream(
+    await add_stream_if_missing(
+        js,
         StreamConfig(
             name=name,
             subjects=[f"{SUBJECT_ROOT}.{pool}.cmd.*"],
@@ -154,9 +150,8 @@ async def ensure_command_stream(js: JetStreamContext, pool: str) -> None:
             max_msg_size=64 * 1024,
             storage=StorageType.FILE,
             duplicate_window=STREAM_DUPLICATE_WINDOW_SECONDS,
-        )
+        ),
     )
-    log.info("created NATS stream %s", name)
 
 
 async def ensure_host_consumer(js: JetStreamContext, pool: str, host: str) -> None:

@@ -31,7 +31,7 @@ from fleetguard.controller.ingest import IngestWriter, Pending
 from fleetguard.controller.nats_commands import CommandPublisher
 from fleetguard.controller.stats import ControllerStats
 from fleetguard.controller.validate import BatchRefused, Refusal, parse_batch
-from fleetguard.shipping.nats_connect import NatsLogin, connect, make_login
+from fleetguard.shipping.nats_connect import NatsLogin, add_stream_if_missing, connect, make_login
 from fleetguard.shipping.nats_subjects import (
     MSG_ID_HEADER,
     SUBJECT_ROOT,
@@ -269,14 +269,9 @@ def consumer_config(pool: str) -> ConsumerConfig:
 async def ensure_stream(js: JetStreamContext, name: str) -> None:
     """Create the stream if it does not exist; an existing one is used as its operator configured it."""
     from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
-    from nats.js.errors import NotFoundError
 
-    try:
-        await js.stream_info(name)
-        return
-    except NotFoundError:
-        pass
-    await js.add_stream(
+    await add_stream_if_missing(
+        js,
         StreamConfig(
             name=name,
             subjects=[f"{SUBJECT_ROOT}.*.*"],
@@ -287,9 +282,8 @@ async def ensure_stream(js: JetStreamContext, name: str) -> None:
             max_msg_size=STREAM_MAX_MSG_BYTES,
             storage=StorageType.FILE,
             duplicate_window=DUPLICATE_WINDOW_SECONDS,
-        )
+        ),
     )
-    log.info("created NATS stream %s", name)
 
 
 def start_consumer(config: Config, writer: IngestWriter, stats: ControllerStats) -> NatsConsumer:

@@ -16,6 +16,8 @@ from fleetguard.shipping.nats_subjects import host_token
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
+    from nats.js.api import StreamConfig
+    from nats.js.client import JetStreamContext
 
 log = logging.getLogger(__name__)
 
@@ -149,3 +151,18 @@ async def _connect(
         **options,
     )
     return nc
+
+
+async def add_stream_if_missing(js: JetStreamContext, config: StreamConfig) -> bool:
+    """Create the stream `config` names unless it exists (an existing one is used as its operator configured
+    it); True when it was created. The one way the controller makes its ingest and command streams."""
+    from nats.js.errors import NotFoundError
+
+    try:
+        await js.stream_info(config.name or "")
+        return False
+    except NotFoundError:
+        pass
+    await js.add_stream(config)
+    log.info("created NATS stream %s", config.name)
+    return True
