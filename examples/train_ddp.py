@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import json
 import os
+import random
 import sys
 import time
 from pathlib import Path
@@ -41,6 +42,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--heartbeat-seconds", type=float, default=1.0)
     p.add_argument("--slow-rank", type=int, default=-1, help="fault injection: this rank sleeps every step")
     p.add_argument("--slow-seconds", type=float, default=0.0)
+    p.add_argument(
+        "--slow-from-step", type=int, default=0, help="fault injection: the slow rank slows from here"
+    )
+    p.add_argument(
+        "--step-jitter",
+        type=float,
+        default=0.0,
+        help="each rank's step time varies uniformly by this fraction (0.1: +-10%%), drawn per rank and step",
+    )
     p.add_argument(
         "--skip-collective-rank",
         type=int,
@@ -166,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     report = fg.collective if not args.no_collective_reports else None
     flags = torch.zeros(2)
     generator = torch.Generator().manual_seed(1000 + rank)
+    jitter = random.Random(2000 + rank)
     stopped = False
     last = start
     for step in range(start, args.steps):
@@ -197,7 +208,9 @@ def main(argv: list[str] | None = None) -> int:
         local_only = model.no_sync() if skipping else contextlib.nullcontext()
         with fg.section("compute"), local_only:
             loss = nn.functional.mse_loss(model(x), y)
-            time.sleep(args.step_seconds + slow)  # stands in for the GPU work of a real step
+            noise = args.step_seconds * args.step_jitter * (2.0 * jitter.random() - 1.0)
+            late = slow if step >= args.slow_from_step else 0.0
+            time.sleep(args.step_seconds + noise + late)  # stands in for the GPU work of a real step
         if report is not None:
             report("world", enqueued=step, started=step, completed=step - 1, op="gloo:all_reduce")
         opt.zero_grad()

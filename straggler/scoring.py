@@ -1,10 +1,12 @@
 """Straggler scoring: which rank is persistently slower than its peers, and when has the whole job slowed.
 
-Per rank, the median of a compute section over a window of steps; within each peer group a relative score
-(fastest median / rank's median, NVIDIA flags below 0.75) and a robust z ((m - median) / 1.4826 MAD). A rank
-is a straggler only after several consecutive slow windows, so one noisy step or GC pause flags nothing.
-Job-wide slowdowns are told apart by the job's own history: a change in the job-level window median that is
-confirmed only when its mean moves by >= 10% (Greyhound) and is blamed on no rank.
+Per rank, the median of a compute section over its last window of steps; within each peer group a relative
+score (fastest median / rank's median, NVIDIA flags below 0.75) and a robust z ((m - median) / 1.4826 MAD).
+The window slides: it is scored every quarter window, and a rank is a straggler once it has been slow at every
+evaluation across a whole window (the slowness has lasted longer than a window), so one noisy step or a GC
+pause flags nothing while a 1.3x rank is named within seconds rather than after three tumbling windows.
+Job-wide slowdowns are told apart by the job's own history: a change point on tumbling (non-overlapping)
+job-level window medians, confirmed only when their mean moves by >= 10% (Greyhound), blamed on no rank.
 """
 
 from __future__ import annotations
@@ -28,9 +30,11 @@ class StragglerConfig:
     # that times both "compute" and "step" is not counted twice. Collectives are never scored: fast ranks
     # wait longer inside them and would look slow.
     sections: tuple[str, ...] = ("compute", "step")
-    # Window length, turned into steps from the median duration of the first steps of the job. Short
-    # windows with persistence beat one long one: a 1.3x rank is flagged in ~12-16 steps, one outlier never.
-    window_seconds: float = 4.0
+    # Window length, turned into steps from the job's step period: the time between a rank's steps over
+    # the first steps of the job (the scored section's duration where step times are not known). Short
+    # windows with persistence beat one long one: a median over a few seconds of steps ignores any one
+    # outlier, and persistence across evaluations ignores any burst shorter than the window.
+    window_seconds: float = 3.0
     min_window_steps: int = 4
     max_window_steps: int = 200
     sizing_samples: int = 32
@@ -41,12 +45,18 @@ class StragglerConfig:
     z_threshold: float = 4.0
     min_slowdown_fraction: float = 0.15  # a z-flag also needs the rank this much slower than its group
     min_relative_spread: float = 0.01  # floor of the z scale: identical ranks (MAD 0) are not all outliers
-    persistence_windows: int = 3
+    # Sliding evaluation: scored every window/evaluations_per_window steps over the last window. A rank
+    # is flagged once it was slow at every evaluation spanning persistence_windows windows; a rank with at
+    # least half a window of steps is scored already, so a rank slow from its first step is not held back
+    # by the window filling up.
+    evaluations_per_window: int = 4
+    persistence_windows: float = 1.0
     report_every_windows: int = 12  # while flagged, re-report so lost_seconds reaches the action policy
     # The time a restart costs (runtime.restart_cost_seconds): a flagged rank is also reported in the window
     # its lost_seconds first passes it, so the policy acts then rather than at the next periodic report.
     action_cost_seconds: float | None = None
     change_min_shift_fraction: float = 0.10
+    change_persistence_windows: int = 3  # tumbling job-level windows on one side of the baseline
     baseline_windows: int = 12
     min_baseline_windows: int = 3
     peer_group: PeerGroups | None = None  # rank -> group (same pipeline stage); default one group
@@ -58,8 +68,22 @@ class StragglerConfig:
             raise ValueError("window must be positive and min_window_steps <= max_window_steps")
         if not 0 < self.relative_score_threshold < 1:
             raise ValueError("relative_score_threshold must be in (0, 1)")
-        if self.persistence_windows < 1 or self.report_every_windows < 1:
-            raise ValueError("persistence_windows and report_every_windows must be >= 1")
+        if self.persistence_windows < 0 or self.report_every_windows < 1 or self.evaluations_per_window < 1:
+            raise ValueError(
+                "persistence_windows must be >= 0, report_every_windows and evaluations_per_window >= 1"
+            )
+        if self.change_persistence_windows < 1:
+            raise ValueError("change_persistence_windows must be >= 1")
+
+    def stride(self, window_steps: int) -> int:
+        """Steps between two evaluations of a job's sliding window."""
+        return max(1, window_steps // self.evaluations_per_window)
+
+    def persistence_steps(self, window_steps: int) -> int:
+        """Steps a rank must stay slow at every evaluation after its first slow one to be a straggler.
+        Counted in steps, not evaluations: evaluations come with the analyzer's ticks, which may be sparser
+        than the stride."""
+        return math.ceil(self.persistence_windows * window_steps - 1e-9)
 
     def group_of(self, rank: int) -> str:
         pg = self.peer_group
@@ -73,6 +97,7 @@ class StragglerConfig:
 class _Rank:
     __slots__ = (
         "durations",
+        "first_slow_step",
         "group",
         "host",
         "last_step",
@@ -80,7 +105,7 @@ class _Rank:
         "onset_step",
         "ordered",
         "rank",
-        "reported_at_streak",
+        "reported_step",
         "streak",
     )
 
@@ -94,18 +119,21 @@ class _Rank:
         self.streak = 0
         self.lost_seconds = 0.0
         self.onset_step = -1
-        self.reported_at_streak = 0
+        self.first_slow_step = -1  # the newest step of the job at the rank's first slow evaluation
+        self.reported_step = -1  # the newest step of the job when the rank was last reported
 
 
 class _Job:
     __slots__ = (
         "first_step",
         "last_eval_step",
+        "last_level_step",
         "levels",
         "max_step",
         "ranks",
         "section_priority",
         "sizing",
+        "spans",
         "streaking",
         "window_steps",
     )
@@ -114,10 +142,14 @@ class _Job:
         self.section_priority = section_priority
         self.first_step = first_step
         self.sizing: list[float] = []
+        # rank -> (first step, its ts, last step, its ts) seen while sizing: a step's period includes the
+        # collectives and the waiting that a compute section's duration leaves out
+        self.spans: dict[int, tuple[int, float, int, float]] = {}
         self.window_steps: int | None = None
         self.ranks: dict[int, _Rank] = {}
         self.max_step = first_step
         self.last_eval_step = first_step
+        self.last_level_step = first_step
         self.levels: deque[float] = deque(maxlen=baseline)
         self.streaking: set[int] = set()  # ranks with at least one slow window in a row
 
@@ -169,6 +201,7 @@ class StragglerDetector:
             return
         if job.window_steps is None:
             job.sizing.append(d)
+            _note_span(job.spans, t)
             if len(job.sizing) >= self.config.sizing_samples:
                 self._size_window(job)
             return
@@ -188,41 +221,45 @@ class StragglerDetector:
 
     def _size_window(self, job: _Job) -> None:
         c = self.config
-        median_step = _median(sorted(job.sizing))
-        steps = c.max_window_steps if median_step <= 0 else math.ceil(c.window_seconds / median_step)
+        periods = sorted(
+            (t1 - t0) / (s1 - s0) for s0, t0, s1, t1 in job.spans.values() if s1 > s0 and t1 >= t0
+        )
+        median_step = _median(periods) if periods else _median(sorted(job.sizing))
+        steps = c.max_window_steps if median_step <= 0 else math.ceil(c.window_seconds / median_step - 1e-9)
         job.window_steps = max(c.min_window_steps, min(c.max_window_steps, steps))
         job.last_eval_step = job.max_step
+        job.last_level_step = job.max_step
         job.sizing = []
+        job.spans = {}
 
     def check(self, now: float) -> list[Finding]:
         out: list[Finding] = []
         for job_id, job in self._jobs.items():
             w = job.window_steps
-            if w is not None and job.max_step - job.last_eval_step >= w:
+            if w is not None and job.max_step - job.last_eval_step >= self.config.stride(w):
                 out.extend(self._evaluate(job_id, job, now))
         return out
 
     # ---- one window ------------------------------------------------------------------------------------
 
     def _evaluate(self, job_id: str, job: _Job, now: float) -> list[Finding]:
-        """Score one window. Kept to O(ranks) cheap Python: a median of a few values per rank, two sorts per
-        group, one threshold comparison per rank; only slow ranks get findings work."""
+        """Score the sliding window. Kept to O(ranks) cheap Python: a median of a few values per rank, two
+        sorts per group, one threshold comparison per rank; only slow ranks get findings work."""
         c = self.config
         w = job.window_steps
         assert w is not None
         since = job.last_eval_step
         job.last_eval_step = job.max_step
         self.windows_evaluated += 1
-        mid, odd = w // 2, w % 2
-        # silent this window (hung, dead, restarted): no opinion, and its streak ends below. Medians are
-        # read from the incrementally sorted windows: the tick allocates a few lists, not one per rank,
-        # which also keeps Python's cyclic GC from running inside it.
-        active = [r for r in job.ranks.values() if r.last_step > since and len(r.ordered) >= w]
+        # silent for half a window (hung, dead, restarted): no opinion, and its streak ends below. Not "since
+        # the last evaluation": a slow rank in a synchronous job is always a step behind the fastest one.
+        # Medians are read from the incrementally sorted windows: the tick allocates a few lists, not one
+        # per rank, which also keeps Python's cyclic GC from running inside it.
+        least = max(c.min_window_steps, (w + 1) // 2)
+        recent = job.max_step - max(1, w // 2)
+        active = [r for r in job.ranks.values() if r.last_step > recent and len(r.ordered) >= least]
         ranks = [r.rank for r in active]
-        if odd:
-            medians = [r.ordered[mid] for r in active]
-        else:
-            medians = [0.5 * (r.ordered[mid - 1] + r.ordered[mid]) for r in active]
+        medians = [_median(r.ordered) for r in active]
         groups: dict[str, tuple[list[int], list[float]]] = {}
         if c.peer_group is None:
             if ranks:
@@ -242,12 +279,18 @@ class StragglerDetector:
             all_sorted = ordered if len(groups) == 1 else [*all_sorted, *ordered]
             for s in slow:
                 slow_now.add(s.rank)
-                out.extend(self._update_rank(job_id, job, group, s, g_ranks, g_medians, center, now))
+                out.extend(
+                    self._update_rank(
+                        job_id, job, group, s, g_ranks, g_medians, center, job.max_step - since, now
+                    )
+                )
         for rank in job.streaking - slow_now:
             r = job.ranks[rank]
-            r.streak, r.lost_seconds, r.reported_at_streak = 0, 0.0, 0
+            r.streak, r.lost_seconds, r.reported_step = 0, 0.0, -1
         job.streaking = slow_now
-        if all_sorted:
+        # the job-level change point reads tumbling windows: overlapping ones would repeat one burst
+        if all_sorted and job.max_step - job.last_level_step >= w:
+            job.last_level_step = job.max_step
             if len(groups) > 1:
                 all_sorted.sort()
             slowdown = self._track_level(job_id, job, _median(all_sorted), now)
@@ -264,29 +307,37 @@ class StragglerDetector:
         ranks: list[int],
         medians: list[float],
         center: float,
+        steps: int,
         now: float,
     ) -> list[Finding]:
         c = self.config
         r = job.ranks[s.rank]
+        w = job.window_steps
+        assert w is not None
         if r.streak == 0:
-            r.onset_step = job.max_step
+            # the window that first reads slow holds about half a window of slow steps
+            r.onset_step = max(job.first_step, job.max_step - w // 2)
+            r.first_slow_step = job.max_step
+            steps = job.max_step - r.onset_step
         r.streak += 1
-        assert job.window_steps is not None
         lost_before = r.lost_seconds
-        r.lost_seconds += job.window_steps * max(0.0, s.median_seconds - center)
-        if r.streak < c.persistence_windows:
+        # the slow steps since the last evaluation (since the onset at first), each this much slower than the
+        # group's median
+        r.lost_seconds += steps * max(0.0, s.median_seconds - center)
+        if r.streak < 2 or job.max_step - r.first_slow_step < c.persistence_steps(w):
             return []
         cost = c.action_cost_seconds
         crossed = cost is not None and lost_before <= cost < r.lost_seconds
-        if r.reported_at_streak and r.streak - r.reported_at_streak < c.report_every_windows and not crossed:
+        first = r.reported_step < 0
+        if not first and job.max_step - r.reported_step < c.report_every_windows * w and not crossed:
             return []
-        first = r.reported_at_streak == 0
-        r.reported_at_streak = r.streak
+        r.reported_step = job.max_step
         evidence = {
             "group": group,
             "section": c.sections[job.section_priority],
             "window_steps": job.window_steps,
-            "windows_flagged": r.streak,
+            "evaluations_flagged": r.streak,
+            "slow_steps": job.max_step - r.onset_step,
             "onset_step": r.onset_step,
             "score": round(s.score, 4),
             "z": round(s.z, 2),
@@ -307,7 +358,7 @@ class StragglerDetector:
                 subject=f"job/{job_id}/rank/{s.rank}",
                 summary=(
                     f"rank {s.rank} of job {job_id} is {s.median_seconds / center:.2f}x its peers' "
-                    f"median over {r.streak} windows; job lost ~{r.lost_seconds:.1f} s so far"
+                    f"median for {job.max_step - r.onset_step} steps; job lost ~{r.lost_seconds:.1f} s so far"
                     if center > 0
                     else f"rank {s.rank} of job {job_id} is slower than its peers"
                 ),
@@ -319,11 +370,12 @@ class StragglerDetector:
         ]
 
     def _track_level(self, job_id: str, job: _Job, level: float, now: float) -> Finding | None:
-        """Change point on the job-level step time: the last `persistence_windows` windows all sit on one
-        side of the baseline mean, and their mean is >= 10% away from it. Confirmed shifts re-baseline."""
+        """Change point on the job-level step time: the last `change_persistence_windows` windows all sit
+        on one side of the baseline mean, and their mean is >= 10% away from it. Confirmed shifts
+        re-baseline."""
         c = self.config
         job.levels.append(level)
-        p = c.persistence_windows
+        p = c.change_persistence_windows
         if len(job.levels) < c.min_baseline_windows + p:
             return None
         values = list(job.levels)
@@ -381,6 +433,14 @@ def _judge_group(
         if m > by_score or m >= by_z
     ]
     return center, ordered, slow
+
+
+def _note_span(spans: dict[int, tuple[int, float, int, float]], t: StepTiming) -> None:
+    seen = spans.get(t.rank)
+    if seen is None:
+        spans[t.rank] = (t.step, t.ts, t.step, t.ts)
+    elif t.step > seen[2] and math.isfinite(t.ts):
+        spans[t.rank] = (seen[0], seen[1], t.step, t.ts)
 
 
 def _median(sorted_values: list[float]) -> float:

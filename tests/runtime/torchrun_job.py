@@ -201,16 +201,23 @@ def run_fault(
     *,
     step_seconds: float = 0.1,
     slow_factor: float = 1.3,
+    slow_from_step: int = 0,
+    step_jitter: float = 0.0,
     finding_kinds: tuple[str, ...] = ("dead_rank",),
     detect_timeout_seconds: float = 60.0,
 ) -> FaultResult:
     """One scenario end to end: start the job, inject `fault` (kill | hang | slow) into `rank` once a
-    checkpoint exists, wait for the finding naming it and for training steps of the restarted group."""
+    checkpoint exists, wait for the finding naming it and for training steps of the restarted group.
+    A slow rank is slow from its first step, or from `slow_from_step` (a slowdown in the middle of a run)."""
     runtime = Runtime()
     endpoint = runtime.start()
-    extra: list[str] = []
+    extra = [f"--step-jitter={step_jitter}"]
     if fault == "slow":
-        extra = [f"--slow-rank={rank}", f"--slow-seconds={step_seconds * (slow_factor - 1):.4f}"]
+        extra += [
+            f"--slow-rank={rank}",
+            f"--slow-seconds={step_seconds * (slow_factor - 1):.4f}",
+            f"--slow-from-step={slow_from_step}",
+        ]
     job = TorchrunJob(tmp, endpoint, step_seconds=step_seconds, extra=extra)
     try:
         wait_until(lambda: job.last_checkpoint(0) is not None, 90, "a first checkpoint")
@@ -219,8 +226,18 @@ def run_fault(
             os.kill(job.pid_of(rank), signal.SIGKILL)
         elif fault == "hang":
             os.kill(job.pid_of(rank), signal.SIGSTOP)
-        elif fault == "slow":
+        elif fault == "slow" and slow_from_step <= 0:
             fault_at = min(e["ts"] for e in job.events("step", 0))  # slow from its first step
+        elif fault == "slow":
+            # the slowed step starts when the slow rank ended the step before it
+            before = wait_until(
+                lambda: [
+                    e for e in job.events("step", 0) if e["rank"] == rank and e["step"] == slow_from_step - 1
+                ],
+                90,
+                f"step {slow_from_step - 1} of rank {rank}",
+            )
+            fault_at = before[0]["ts"]
         seen = wait_until(
             lambda: [s for s in runtime.findings() if s.record.kind in finding_kinds],
             detect_timeout_seconds,
@@ -246,6 +263,28 @@ def run_fault(
         )
     except TimeoutError as exc:
         raise AssertionError(f"{exc}\n--- torchrun log ---\n{job.log_tail()}") from exc
+    finally:
+        job.stop()
+        runtime.stop()
+
+
+def run_healthy(
+    tmp: Path, seconds: float, *, step_seconds: float = 0.1, step_jitter: float = 0.0
+) -> tuple[list[Finding], int]:
+    """A fault-free job for `seconds` after its first step: every finding the runtime raised, and the steps
+    rank 0 completed (a false-positive run)."""
+    runtime = Runtime()
+    endpoint = runtime.start()
+    job = TorchrunJob(tmp, endpoint, step_seconds=step_seconds, extra=[f"--step-jitter={step_jitter}"])
+    try:
+        wait_until(lambda: job.events("step", 0), 90, "a first training step")
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and job.proc.poll() is None:
+            time.sleep(0.5)
+        if job.proc.poll() is not None:
+            raise AssertionError(f"the job ended early\n--- torchrun log ---\n{job.log_tail()}")
+        steps = max(e["step"] for e in job.events("step", 0) if e["rank"] == 0)
+        return [s.record for s in runtime.findings()], steps
     finally:
         job.stop()
         runtime.stop()
