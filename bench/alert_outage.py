@@ -51,4 +51,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from machine_load import measured
+
+    measured(main)

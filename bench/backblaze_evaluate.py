@@ -163,4 +163,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from machine_load import measured
+
+    measured(main)

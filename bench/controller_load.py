@@ -3,12 +3,15 @@ real agents send, for a growing number of hosts.
 
 Each simulated host ships one batch per flush interval (5 s): 5 rounds at 1 Hz of 8 GPU samples and 8 IB
 ports' counters, compacted as the agent compacts them (counters that did not move are not sent), taken from
-the simulator. Bodies are the agents' real wire format (gzip JSON). The generator keeps one keep-alive
-connection per worker thread and sends each host's batch on its own schedule (spread over the interval).
+the simulator. Bodies are the agents' real wire format (gzip JSON), built before each step starts, and sent
+from separate generator processes (--processes, default 2), each from worker threads holding one keep-alive
+connection apiece, so the generator's own CPU per request is small and not the limit being measured.
 
 Per step: ingest latency p50/p99 (send to reply, client side), batches sent / refused / failed, rows stored
 vs rows sent (loss), controller CPU (share of one core) and RSS, and the store's bytes and rows per
-host-day. The load generator runs on the same machine and its CPU is reported too.
+host-day. The load generator runs on the same machine: its CPU (while sending) is printed beside the
+controller's, and each row carries the load average before and after it (busy: other work held half the
+cores).
 
 Usage: python bench/controller_load.py [--hosts 256,1024,2048,4096] [--seconds 40] [--interval 5]
        python bench/controller_load.py --footprint   # rows and bytes per host-day, raw vs compacted
@@ -34,11 +37,13 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.machine_load import LoadWindow
 from fleetguard.controller.tokens import add_tokens
 from fleetguard.shipping.compact import Compactor
 from fleetguard.shipping.wire import OutgoingBatch, columns_by_table
@@ -97,36 +102,127 @@ class StepResult:
 
 
 class Generator:
-    def __init__(self, port: int, tokens: dict[str, str], text: str, workers: int) -> None:
+    """Sends the hosts' batches from `processes` child processes, so the generator's own interpreter is not
+    the limit being measured. Each child builds its gzip bodies before the step starts (the send time in a
+    body is its scheduled time), then sends them on schedule from worker threads, each holding one
+    keep-alive connection; it reports its result and the CPU it spent sending."""
+
+    def __init__(
+        self, port: int, tokens: dict[str, str], text: str, workers: int, processes: int = 2
+    ) -> None:
         self.port = port
         self.tokens = tokens
         self.text = text
-        self.jobs: queue.Queue[tuple[str, int, float] | None] = queue.Queue()
-        self.result: StepResult | None = None
-        self.lock = threading.Lock()
-        self.in_flight = 0
-        self.threads = [threading.Thread(target=self.work, daemon=True) for _ in range(workers)]
-        for t in self.threads:
-            t.start()
+        self.workers = workers
+        self.processes = max(1, processes)
+        self.cpu_seconds = 0.0  # the children's CPU while sending, summed over the steps so far
 
-    def work(self) -> None:
-        conn: http.client.HTTPConnection | None = None
-        while (job := self.jobs.get()) is not None:
-            with self.lock:
-                self.in_flight += 1
-            host, seq, due = job
+    def run_step(
+        self,
+        hosts: list[str],
+        seconds: float,
+        interval: float,
+        seqs: dict[str, int],
+        at_start: Callable[[], None] | None = None,
+    ) -> StepResult:
+        """Send every host's batches for `seconds`; `at_start` is called when the first send is due (after
+        the bodies were built), so a caller measures the sending part only."""
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("fork")
+        results: multiprocessing.Queue[tuple[StepResult, float]] = ctx.Queue()
+        per = [hosts[i :: self.processes] for i in range(self.processes)]
+        sends = len(hosts) * max(1, int(seconds / interval))
+        # time for the children to build their bodies (~0.3 ms each at gzip level 1) before the first send
+        start_wall = time.time() + 2.0 + 0.0004 * sends / self.processes
+        children = [
+            ctx.Process(
+                target=_drive,
+                args=(
+                    self.port,
+                    {h: self.tokens[h] for h in group},
+                    self.text,
+                    group,
+                    {h: seqs.get(h, 0) for h in group},
+                    seconds,
+                    interval,
+                    max(1, self.workers // self.processes),
+                    start_wall,
+                    results,
+                ),
+            )
+            for group in per
+            if group
+        ]
+        for child in children:
+            child.start()
+        time.sleep(max(0.0, start_wall - time.time()))
+        if at_start is not None:
+            at_start()
+        total = StepResult(len(hosts))
+        for _ in children:
+            r, cpu = results.get(timeout=seconds + 600)
+            self.cpu_seconds += cpu
+            total.sent += r.sent
+            total.ok += r.ok
+            total.failed += r.failed
+            total.late_sends += r.late_sends
+            total.latencies += r.latencies
+            for code, n in r.refused.items():
+                total.refused[code] = total.refused.get(code, 0) + n
+        for child in children:
+            child.join()
+        per_host = max(1, int(seconds / interval))
+        for h in hosts:
+            seqs[h] = seqs.get(h, 0) + per_host
+        return total
+
+    def stop(self) -> None:
+        """Nothing outlives a step: each step's children exit when it ends."""
+
+
+def _drive(
+    port: int,
+    tokens: dict[str, str],
+    text: str,
+    hosts: list[str],
+    seqs: dict[str, int],
+    seconds: float,
+    interval: float,
+    workers: int,
+    start_wall: float,
+    results: queue.Queue[tuple[StepResult, float]],
+) -> None:
+    """One generator process: pre-built bodies, sent on schedule by `workers` threads."""
+    per_host = max(1, int(seconds / interval))
+    rng = random.Random(hash(tuple(hosts[:4])))
+    schedule: list[tuple[float, bytes, str]] = []
+    for h in hosts:
+        offset = rng.uniform(0, interval)
+        for k in range(per_host):
+            due = start_wall + offset + k * interval
             body = gzip.compress(
-                self.text.replace("HOSTNAME", host)
-                .replace("SEQNUM", str(seq))
+                text.replace("HOSTNAME", h)
+                .replace("SEQNUM", str(seqs[h] + k + 1))
                 .replace("SENTTS", f"{due:.3f}")
                 .encode(),
                 compresslevel=1,
             )
-            headers = {"Content-Encoding": "gzip", "Authorization": f"Bearer {self.tokens[host]}"}
+            schedule.append((due, body, f"Bearer {tokens[h]}"))
+    schedule.sort(key=lambda item: item[0])
+    result = StepResult(len(hosts))
+    jobs: queue.Queue[tuple[bytes, str] | None] = queue.Queue()
+    lock = threading.Lock()
+
+    def work() -> None:
+        conn: http.client.HTTPConnection | None = None
+        while (job := jobs.get()) is not None:
+            body, auth = job
+            headers = {"Content-Encoding": "gzip", "Authorization": auth}
             t0 = time.monotonic()
             try:
                 if conn is None:
-                    conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+                    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
                 conn.request("POST", "/v1/ingest", body=body, headers=headers)
                 response = conn.getresponse()
                 response.read()
@@ -137,42 +233,40 @@ class Generator:
                 conn = None
                 status = 0
             elapsed = time.monotonic() - t0
-            with self.lock:
-                self.in_flight -= 1
-                r = self.result
-                assert r is not None
-                r.sent += 1
+            with lock:
+                result.sent += 1
                 if status == 200:
-                    r.ok += 1
-                    r.latencies.append(elapsed)
+                    result.ok += 1
+                    result.latencies.append(elapsed)
                 elif status == 0:
-                    r.failed += 1
+                    result.failed += 1
                 else:
-                    r.refused[status] = r.refused.get(status, 0) + 1
+                    result.refused[status] = result.refused.get(status, 0) + 1
+        if conn is not None:
+            conn.close()
 
-    def run_step(self, hosts: list[str], seconds: float, interval: float, seqs: dict[str, int]) -> StepResult:
-        self.result = StepResult(len(hosts))
-        start = time.monotonic()
-        offsets = {h: random.uniform(0, interval) for h in hosts}
-        schedule = sorted(
-            (start + offsets[h] + k * interval, h) for h in hosts for k in range(int(seconds / interval))
-        )
-        for due, host in schedule:
-            delay = due - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            elif delay < -0.5:
-                self.result.late_sends += 1
-            seqs[host] = seqs.get(host, 0) + 1
-            self.jobs.put((host, seqs[host], time.time()))
-        deadline = time.monotonic() + 300
-        while (self.jobs.qsize() or self.in_flight) and time.monotonic() < deadline:
-            time.sleep(0.05)  # every request of the step answered before it is counted
-        return self.result
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(workers)]
+    for t in threads:
+        t.start()
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    for due, body, auth in schedule:
+        delay = due - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        elif delay < -0.5:
+            result.late_sends += 1
+        jobs.put((body, auth))
+    for _ in threads:
+        jobs.put(None)
+    for t in threads:
+        t.join()
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    results.put((result, cpu))
 
-    def stop(self) -> None:
-        for _ in self.threads:
-            self.jobs.put(None)
+
+def _mark(marks: dict[str, float], pid: int) -> None:
+    marks["cpu"], marks["t"] = cpu_seconds(pid), time.monotonic()
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -218,28 +312,33 @@ def load(args: argparse.Namespace) -> None:
         stderr=(root / "ctl.log").open("w"),
     )
     time.sleep(3)
-    gen = Generator(args.port, tokens, text, args.workers)
+    gen = Generator(args.port, tokens, text, args.workers, args.processes)
     seqs: dict[str, int] = {}
     print(
         "| hosts | GPUs | batches/s | p50 ms | p99 ms | refused | failed | controller CPU (cores) | "
-        "controller RSS MB | generator CPU (cores) | late sends |"
+        "controller RSS MB | generator CPU (cores) | late sends | load before -> after |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     sent_ok = 0
     try:
         for n in steps:
-            c0, g0, t0 = cpu_seconds(ctl.pid), resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
-            r = gen.run_step(hosts_all[:n], args.seconds, args.interval, seqs)
-            wall = time.monotonic() - t0
-            g1 = resource.getrusage(resource.RUSAGE_SELF)
+            load_window = LoadWindow(own_load=0.0)
+            g0 = gen.cpu_seconds
+            marks: dict[str, float] = {}
+            r = gen.run_step(
+                hosts_all[:n], args.seconds, args.interval, seqs, lambda m=marks: _mark(m, ctl.pid)
+            )
+            wall = time.monotonic() - marks["t"]
+            c0 = marks["cpu"]
             ccpu = (cpu_seconds(ctl.pid) - c0) / wall
-            gcpu = (g1.ru_utime + g1.ru_stime - g0.ru_utime - g0.ru_stime) / wall
+            gcpu = (gen.cpu_seconds - g0) / wall
             sent_ok += r.ok
             p99 = quantile(r.latencies, 0.99)
             print(
                 f"| {n} | {8 * n} | {r.sent / wall:.0f} | {1000 * quantile(r.latencies, 0.5):.0f} | "
                 f"{1000 * p99:.0f} | {sum(r.refused.values())} {dict(r.refused) or ''} | {r.failed} | "
-                f"{ccpu:.2f} | {rss_mb(ctl.pid):.0f} | {gcpu:.2f} | {r.late_sends} |",
+                f"{ccpu:.2f} | {rss_mb(ctl.pid):.0f} | {gcpu:.2f} | {r.late_sends} | "
+                f"{load_window.close().cell()} |",
                 flush=True,
             )
             if p99 > args.stop_p99:
@@ -395,6 +494,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=40.0)
     parser.add_argument("--interval", type=int, default=5)
     parser.add_argument("--workers", type=int, default=512)
+    parser.add_argument(
+        "--processes", type=int, default=2, help="load generator processes (threads split over them)"
+    )
     parser.add_argument("--port", type=int, default=19580)
     parser.add_argument("--stop-p99", type=float, default=1.0)
     parser.add_argument("--footprint", action="store_true")

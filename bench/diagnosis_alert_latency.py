@@ -113,4 +113,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from machine_load import measured
+
+    measured(main)

@@ -8,6 +8,7 @@ benchmark itself adds, passed a fraction of the cores.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -37,3 +38,12 @@ class LoadWindow:
     def cell(self) -> str:
         after = f"{self.after:.1f}" if self.after is not None else "?"
         return f"{self.before:.1f} -> {after}" + (" (busy)" if self.busy else "")
+
+
+def measured(main: Callable[[], object], own_load: float = 0.0) -> None:
+    """Run a benchmark's main and print the load average around it, so its rows can be judged."""
+    window = LoadWindow(own_load=own_load)
+    try:
+        main()
+    finally:
+        print(f"\nload average (1 min) before -> after: {window.close().cell()}", flush=True)

@@ -211,4 +211,6 @@ def real_crash(service: RuntimeService, sink: Sink) -> float:
 
 
 if __name__ == "__main__":
-    main()
+    from machine_load import measured
+
+    measured(main)
