@@ -79,6 +79,7 @@ _OUR_PACKAGES = frozenset({"fleetguard", "collectors", "predictor", "diagnosis",
         "selfcheck": "fleetguard.selfcheck.cli:selfcheck_command",
         "policy": "fleetguard.incidents.cli:policy_group",
         "breaker": "fleetguard.incidents.cli:breaker_group",
+        "repairs": "fleetguard.incidents.repairs_cli:repairs_command",
         "alerts": "fleetguard.alerts.cli:alerts_group",
     },
 )

@@ -292,3 +292,40 @@ def repair_summary(con: duckdb.DuckDBPyConnection, since: float, now: float) -> 
         )
         for f, n, o, r, s, h, nh, hours, m in rows
     ]
+
+
+@dataclass(frozen=True)
+class OutNode:
+    """A repair whose node is still out of service, for operators: where it stands and why."""
+
+    host: str
+    node: str
+    fault: str
+    incident_id: str
+    state: RepairState
+    detail: str
+    out_hours: float
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "host": self.host,
+            "node": self.node,
+            "fault": self.fault,
+            "incident_id": self.incident_id,
+            "state": self.state.value,
+            "detail": self.detail,
+            "out_hours": round(self.out_hours, 3),
+        }
+
+
+def nodes_out(con: duckdb.DuckDBPyConnection, now: float, limit: int = 200) -> list[OutNode]:
+    """Repairs still out of service, longest out first."""
+    rows = con.execute(
+        f"SELECT host, node, fault, incident_id, state, detail, (? - {epoch_sql('drained_at')}) / 3600.0 "
+        "FROM repair_outcomes WHERE list_contains(?, state) ORDER BY drained_at LIMIT ?",
+        [now, sorted(s.value for s in OUT_STATES), limit],
+    ).fetchall()
+    return [
+        OutNode(str(h), str(n), str(f), str(i), RepairState(s), str(d), max(0.0, float(o)))
+        for h, n, f, i, s, d, o in rows
+    ]
