@@ -12,7 +12,8 @@ DAY = 24 * HOUR
 
 
 def write_repairs(con: duckdb.DuckDBPyConnection, now: float) -> None:
-    """xid:79: two repairs back in service (one held, one did not); xid:95: one still out (self-check failed)."""
+    """xid:79: two repairs back in service (one held, one did not); xid:95: one still out, its self-check
+    failed."""
 
     def drain(n: int, host: str, fault: str, at: float) -> str:
         repair_id = f"a-{n}"
@@ -29,7 +30,8 @@ def write_repairs(con: duckdb.DuckDBPyConnection, now: float) -> None:
     returned = drain(2, "node2", "xid:79", now - 3 * DAY)
     set_state(con, returned, RepairState.RESUMED, "self-check passed; resumed", now - 3 * DAY + 4 * HOUR)
     con.execute(
-        "INSERT INTO incident_openings VALUES ('node2|gpu|0|xid:79', make_timestamp(CAST(? * 1000000 AS BIGINT)))",
+        "INSERT INTO incident_openings VALUES "
+        "('node2|gpu|0|xid:79', make_timestamp(CAST(? * 1000000 AS BIGINT)))",
         [now - 2 * DAY],
     )
     out = drain(3, "node3", "xid:95", now - 6 * HOUR)

@@ -1,4 +1,4 @@
-"""`fleetguard repairs` over a real store: per fault kind, hours out of service and how often a repair held."""
+"""`fleetguard repairs` over a real store: per fault kind, hours out of service, how often a repair held."""
 
 from __future__ import annotations
 
