@@ -10,14 +10,23 @@ from typing import TYPE_CHECKING, Any
 from fleetguard.store.unstorable import UnstorableRows
 
 if TYPE_CHECKING:
-    from fleetguard.store.repair_tables import FaultRepairs, repair_summary
+    from fleetguard.store.repair_tables import FaultRepairs, OutNode, nodes_out, repair_summary
     from fleetguard.store.store import Store, StoreError, StoreLocked
 
-__all__ = ["FaultRepairs", "Store", "StoreError", "StoreLocked", "UnstorableRows", "repair_summary"]
+__all__ = [
+    "FaultRepairs",
+    "OutNode",
+    "Store",
+    "StoreError",
+    "StoreLocked",
+    "UnstorableRows",
+    "nodes_out",
+    "repair_summary",
+]
 
 _LAZY = frozenset({"Store", "StoreError", "StoreLocked"})
 # Read by the dashboard, which reaches the store through this package only.
-_LAZY_REPAIRS = frozenset({"FaultRepairs", "repair_summary"})
+_LAZY_REPAIRS = frozenset({"FaultRepairs", "OutNode", "nodes_out", "repair_summary"})
 
 
 def __getattr__(name: str) -> Any:
