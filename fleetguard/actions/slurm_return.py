@@ -45,6 +45,7 @@ class ReturnStep(StrEnum):
     NOT_OURS = "not_ours"  # drained by someone else: left alone
     INCIDENT_OPEN = "incident_open"  # the incident that drained it is still open
     OTHERS_OPEN = "others_open"  # another open incident on the host asks for a host-level repair
+    JOBS_RUNNING = "jobs_running"  # drained while jobs run: the self-check waits for them (it uses the GPUs)
     SELFCHECK_PENDING = "selfcheck_pending"  # asked of the host's agent (the controller): not answered yet
     SELFCHECK_FAILED = "selfcheck_failed"  # stays drained; the reason says why
     RESUMED = "resumed"
@@ -113,6 +114,11 @@ class NodeReturner:
         if others:
             detail = f"waits for {', '.join(others[:5])}"
             return ReturnResult(node, ReturnStep.OTHERS_OPEN, detail, incident_id)
+        if state.jobs_running:
+            # A drain lets running jobs finish; the self-check's compute and all-reduce would compete with
+            # them for the GPUs (and slow or fail either), so it waits until they are gone.
+            detail = "waits for its running jobs to finish before the self-check"
+            return ReturnResult(node, ReturnStep.JOBS_RUNNING, detail, incident_id)
         report = self.selfcheck() if selfcheck is None else selfcheck(incident_id)
         if report is None:
             return ReturnResult(node, ReturnStep.SELFCHECK_PENDING, "self-check asked for", incident_id)

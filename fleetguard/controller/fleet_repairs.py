@@ -192,9 +192,13 @@ class FleetRepairs:
             def verdict(incident_id: str, host: str = host) -> SelfcheckVerdict | None:
                 return self.checks.verdict(con, host, incident_id, now)
 
-            result = self.returner.reconcile(con, host, verdict)
-            with _transaction(con):
-                self._record(con, repairs, result, now)
+            try:
+                result = self.returner.reconcile(con, host, verdict)
+                with _transaction(con):
+                    self._record(con, repairs, result, now)
+            except Exception as exc:  # one host's failure (a refused command, a store error) spares the rest
+                log.warning("slurm: returning %s to service failed: %s", host, exc)
+                continue
             self._say(host, result)
             results.append(result)
         return results
@@ -220,7 +224,7 @@ class FleetRepairs:
             elif step is ReturnStep.SELFCHECK_FAILED:
                 set_selfcheck(con, repair.repair_id, command, False, result.detail, now)
                 set_state(con, repair.repair_id, RepairState.SELFCHECK_FAILED, result.detail, now)
-            elif step in (ReturnStep.INCIDENT_OPEN, ReturnStep.OTHERS_OPEN):
+            elif step in (ReturnStep.INCIDENT_OPEN, ReturnStep.OTHERS_OPEN, ReturnStep.JOBS_RUNNING):
                 set_state(con, repair.repair_id, RepairState.DRAINED, result.detail, now)
             else:  # FAILED: Slurm did not answer; the state stands, the detail says why
                 set_state(con, repair.repair_id, repair.state, result.detail, now)

@@ -6,6 +6,7 @@ a repair did not hold."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,20 +64,28 @@ class Loop:
 
     def answer_selfcheck(self, outcome: CommandOutcome, detail: str, at: float) -> str:
         """The host's agent acks the self-check the controller asked for (as its ingest batch would)."""
-        rows = self.store.connection.execute(
-            "SELECT command_id FROM host_commands WHERE host = 'node1' AND kind = ? AND acked_ts IS NULL",
-            [CommandKind.SELFCHECK.value],
-        ).fetchall()
+        rows = (
+            self.store.cursor()
+            .execute(
+                "SELECT command_id FROM host_commands WHERE host = 'node1' AND kind = ? AND acked_ts IS NULL",
+                [CommandKind.SELFCHECK.value],
+            )
+            .fetchall()
+        )
         assert len(rows) == 1, rows
         with self.store.transaction() as con:
             record_acks(con, "node1", [CommandAck(str(rows[0][0]), outcome, detail)], at)
         return str(rows[0][0])
 
     def outcomes(self) -> list[tuple[object, ...]]:
-        return self.store.connection.execute(
-            "SELECT incident_id, state, selfcheck_passed, selfcheck_failures, resumed_at IS NOT NULL, held, "
-            "returned_incident, escalated FROM repair_outcomes ORDER BY drained_at"
-        ).fetchall()
+        return (
+            self.store.cursor()
+            .execute(
+                "SELECT incident_id, state, selfcheck_passed, selfcheck_failures, resumed_at IS NOT NULL, held, "
+                "returned_incident, escalated FROM repair_outcomes ORDER BY drained_at"
+            )
+            .fetchall()
+        )
 
 
 def _config(tmp_path: Path, slurm: SlurmCluster) -> Config:
@@ -129,21 +138,25 @@ def test_the_controller_drains_asks_for_a_selfcheck_and_resumes_on_a_pass(loop: 
     assert loop.repairs.carry_out_requested() == 1
     incident_id = _incident(loop)
     assert f"fleetguard {incident_id}:" in loop.nodes.state(NODE).reason
-    ledger = loop.store.connection.execute("SELECT action, outcome, detail FROM incident_actions").fetchall()
+    ledger = loop.store.cursor().execute("SELECT action, outcome, detail FROM incident_actions").fetchall()
     assert ledger == [("drain", "succeeded", ledger[0][2])] and f"slurm node {NODE}" in ledger[0][2]
 
     assert loop.reconcile(T0 + 30) is ReturnStep.INCIDENT_OPEN  # no self-check while the fault is open
-    assert loop.store.connection.execute("SELECT count(*) FROM host_commands").fetchone() == (0,)
+    assert loop.store.cursor().execute("SELECT count(*) FROM host_commands").fetchone() == (0,)
     loop.resolve(incident_id, T0 + 60)
     assert loop.reconcile(T0 + 90) is ReturnStep.SELFCHECK_PENDING
     assert loop.reconcile(T0 + 120) is ReturnStep.SELFCHECK_PENDING  # asked once, not again
     command_id = loop.answer_selfcheck(CommandOutcome.DONE, "passed: 5 checks in 3.2 s", T0 + 130)
     assert loop.reconcile(T0 + 150) is ReturnStep.RESUMED
     assert not loop.nodes.state(NODE).out_of_service
-    row = loop.store.connection.execute(
-        "SELECT state, selfcheck_command, selfcheck_passed, epoch(resumed_at) - epoch(drained_at) "
-        "FROM repair_outcomes"
-    ).fetchone()
+    row = (
+        loop.store.cursor()
+        .execute(
+            "SELECT state, selfcheck_command, selfcheck_passed, epoch(resumed_at) - epoch(drained_at) "
+            "FROM repair_outcomes"
+        )
+        .fetchone()
+    )
     assert row is not None and row[:3] == ("resumed", command_id, True)
     assert 140 <= row[3] <= 150  # drained at T0 + 5, back at T0 + 150
     assert loop.reconcile(T0 + 180) is ReturnStep.IN_SERVICE  # nothing open any more
@@ -177,11 +190,11 @@ def test_a_node_drained_by_a_person_is_left_alone(loop: Loop, slurm: SlurmCluste
     assert (
         state.out_of_service and state.reason.startswith("hw: fan replaced") and state.incident_id() is None
     )
-    ledger = loop.store.connection.execute("SELECT action, outcome FROM incident_actions").fetchall()
+    ledger = loop.store.cursor().execute("SELECT action, outcome FROM incident_actions").fetchall()
     assert ledger == [("drain", "skipped")]
     assert loop.reconcile(T0 + 60) is ReturnStep.IN_SERVICE  # no repair of ours to walk back
     assert loop.outcomes() == []
-    assert loop.store.connection.execute("SELECT count(*) FROM host_commands").fetchone() == (0,)
+    assert loop.store.cursor().execute("SELECT count(*) FROM host_commands").fetchone() == (0,)
     assert loop.nodes.state(NODE).reason.startswith("hw: fan replaced")
 
 
@@ -225,3 +238,21 @@ def test_a_repair_that_did_not_hold_escalates_the_next_incident(loop: Loop) -> N
         0,
     )
     assert summary.held_fraction == 0.5 and 0 < summary.out_hours < 1
+
+
+def test_the_selfcheck_waits_for_the_jobs_a_drain_lets_finish(loop: Loop, slurm: SlurmCluster) -> None:
+    job = slurm.sbatch("sleep 8")
+    deadline = time.monotonic() + 60
+    while slurm.job_state(job) != "RUNNING" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    loop.fault(T0)
+    loop.repairs.carry_out_requested()
+    incident_id = _incident(loop)
+    loop.resolve(incident_id, T0 + 60)
+    assert loop.reconcile(T0 + 90) is ReturnStep.JOBS_RUNNING  # its GPUs are still the job's
+    assert loop.store.cursor().execute("SELECT count(*) FROM host_commands").fetchone() == (0,)
+    assert loop.outcomes()[0][1] == "drained"
+    while slurm.job_state(job) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert slurm.job_state(job) == "", "the job did not finish"
+    assert loop.reconcile(T0 + 120) is ReturnStep.SELFCHECK_PENDING
