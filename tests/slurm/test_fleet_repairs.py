@@ -81,8 +81,8 @@ class Loop:
         return (
             self.store.cursor()
             .execute(
-                "SELECT incident_id, state, selfcheck_passed, selfcheck_failures, resumed_at IS NOT NULL, held, "
-                "returned_incident, escalated FROM repair_outcomes ORDER BY drained_at"
+                "SELECT incident_id, state, selfcheck_passed, selfcheck_failures, resumed_at IS NOT NULL, "
+                "held, returned_incident, escalated FROM repair_outcomes ORDER BY drained_at"
             )
             .fetchall()
         )
