@@ -26,6 +26,7 @@ import duckdb
 
 from diagnosis.incident import ActionEntry, ActionOutcome, IncidentChange
 from diagnosis.model import IncidentKey, RepairAction
+from fleetguard.actions.repair_record import Transaction, note_drains, record_step
 from fleetguard.actions.slurm import SlurmNodes
 from fleetguard.actions.slurm_return import NodeReturner, ReturnResult, ReturnStep, SelfcheckVerdict
 from fleetguard.clock import Clock, SystemClock
@@ -35,17 +36,7 @@ from fleetguard.incidents.controller_task import IncidentTask
 from fleetguard.incidents.repairs import RepairExecutor
 from fleetguard.shipping.commands import CommandKind, CommandOutcome
 from fleetguard.store.incident_tables import epoch_sql, ts_sql
-from fleetguard.store.repair_tables import (
-    OpenRepair,
-    RepairState,
-    insert_drain,
-    judge_held,
-    new_drains,
-    open_repairs,
-    prune_repairs,
-    set_selfcheck,
-    set_state,
-)
+from fleetguard.store.repair_tables import OpenRepair, open_repairs
 
 log = logging.getLogger(__name__)
 
@@ -173,12 +164,10 @@ class FleetRepairs:
         """One pass: note new drains, decide which returned repairs held, then walk each drained host's
         node toward service. Returns what each host's pass found."""
         now = self.clock.time()
-        with _transaction(con):
-            for drain in new_drains(con, now - self.window_seconds):
-                insert_drain(con, drain, self.slurm.node_for(drain.host), now)
-            for repair_id, incident_id in judge_held(con, self.window_seconds, now):
+        keep = self.config.store.retention_days * 86400.0
+        with Transaction(con):
+            for repair_id, incident_id in note_drains(con, self.slurm, self.window_seconds, keep, now):
                 log.warning("repair %s did not hold: the fault came back (%s)", repair_id, incident_id)
-            prune_repairs(con, now - max(self.window_seconds, self.config.store.retention_days * 86400.0))
         by_host: dict[str, list[OpenRepair]] = {}
         for repair in open_repairs(con):
             by_host.setdefault(repair.host, []).append(repair)
@@ -194,40 +183,14 @@ class FleetRepairs:
 
             try:
                 result = self.returner.reconcile(con, host, verdict)
-                with _transaction(con):
-                    self._record(con, repairs, result, now)
+                with Transaction(con):
+                    record_step(con, repairs, result, self.checks.asked.get(host), now)
             except Exception as exc:  # one host's failure (a refused command, a store error) spares the rest
                 log.warning("slurm: returning %s to service failed: %s", host, exc)
                 continue
             self._say(host, result)
             results.append(result)
         return results
-
-    def _record(
-        self, con: duckdb.DuckDBPyConnection, repairs: list[OpenRepair], result: ReturnResult, now: float
-    ) -> None:
-        step = result.step
-        command = self.checks.asked.get(repairs[0].host)
-        for repair in repairs:
-            if step is ReturnStep.RESUMED:
-                set_selfcheck(con, repair.repair_id, command, True, "passed", now)
-                set_state(con, repair.repair_id, RepairState.RESUMED, result.detail, now)
-            elif step is ReturnStep.IN_SERVICE:
-                set_state(
-                    con, repair.repair_id, RepairState.RESUMED_ELSEWHERE, "in service, not by fleetguard", now
-                )
-            elif step is ReturnStep.NOT_OURS:
-                set_state(con, repair.repair_id, RepairState.TAKEN_OVER, result.detail, now)
-            elif step is ReturnStep.SELFCHECK_PENDING:
-                set_selfcheck(con, repair.repair_id, command, None, "asked", now)
-                set_state(con, repair.repair_id, RepairState.SELFCHECK_PENDING, result.detail, now)
-            elif step is ReturnStep.SELFCHECK_FAILED:
-                set_selfcheck(con, repair.repair_id, command, False, result.detail, now)
-                set_state(con, repair.repair_id, RepairState.SELFCHECK_FAILED, result.detail, now)
-            elif step in (ReturnStep.INCIDENT_OPEN, ReturnStep.OTHERS_OPEN, ReturnStep.JOBS_RUNNING):
-                set_state(con, repair.repair_id, RepairState.DRAINED, result.detail, now)
-            else:  # FAILED: Slurm did not answer; the state stands, the detail says why
-                set_state(con, repair.repair_id, repair.state, result.detail, now)
 
     def _say(self, host: str, result: ReturnResult) -> None:
         said = (result.step, result.detail)
@@ -267,17 +230,3 @@ class FleetRepairs:
                 self._wake.clear()
         finally:
             con.close()
-
-
-class _transaction:
-    """BEGIN ... COMMIT on the repair thread's own connection (ROLLBACK on error)."""
-
-    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
-        self.con = con
-
-    def __enter__(self) -> duckdb.DuckDBPyConnection:
-        self.con.execute("BEGIN TRANSACTION")
-        return self.con
-
-    def __exit__(self, kind: object, value: object, traceback: object) -> None:
-        self.con.execute("ROLLBACK" if kind is not None else "COMMIT")
