@@ -20,7 +20,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import duckdb
 
@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 # A failed self-check is asked again after this long (a node may have been fixed by hand meanwhile); a
 # passed one older than this is not trusted for a resume.
 RECHECK_SECONDS = 900.0
+STALE_SELFCHECK_SECONDS = 600.0  # delivered and not answered this long: something is wrong on the host
 MAX_QUEUED_DRAINS = 1024  # requested drains waiting for the repair thread (the breaker bounds them anyway)
 SLURM_ACTIONS = frozenset({RepairAction.DRAIN, RepairAction.DOWN})
 
@@ -59,6 +60,7 @@ class FleetSelfchecks:
 
     writer: IngestWriter
     asked: dict[str, str]  # host -> the self-check command its open repairs wait on
+    waiting: dict[str, str] = field(default_factory=dict)  # host -> what its unanswered command is doing
 
     def verdict(
         self, con: duckdb.DuckDBPyConnection, host: str, incident_id: str, now: float
@@ -69,7 +71,8 @@ class FleetSelfchecks:
             f"SELECT max({epoch_sql('resolved_at')}) FROM incidents WHERE host = ?", [host]
         ).fetchone()
         row = con.execute(
-            f"SELECT command_id, {epoch_sql('acked_ts')}, outcome, detail FROM host_commands "
+            f"SELECT command_id, {epoch_sql('acked_ts')}, outcome, detail, {epoch_sql('created_ts')}, "
+            "deliveries FROM host_commands "
             f"WHERE host = ? AND kind = ? AND created_ts >= {ts_sql()} ORDER BY created_ts DESC LIMIT 1",
             [host, CommandKind.SELFCHECK.value, float(since[0] or 0.0) if since else 0.0],
         ).fetchone()
@@ -78,14 +81,31 @@ class FleetSelfchecks:
                 host, CommandKind.SELFCHECK, None, f"fleetguard {incident_id}: self-check before resume"
             )
             self.asked[host] = command.command_id
+            self.waiting[host] = waiting_detail(command.command_id, 0.0, 0)
             return None
-        command_id, acked, outcome, detail = row
+        command_id, acked, outcome, detail, created, deliveries = row
         self.asked[host] = str(command_id)
         if acked is None:
-            return None  # queued or running: it rides on the host's ingest replies until acked
+            # Queued or running: it rides on the host's ingest replies until acked. Say which, for whoever
+            # wonders why the node is still out.
+            self.waiting[host] = waiting_detail(str(command_id), now - float(created), int(deliveries or 0))
+            return None
         if outcome == CommandOutcome.DONE.value:
             return SelfcheckVerdict(True)
         return SelfcheckVerdict(False, str(detail or "") or f"the agent answered {outcome}")
+
+
+def waiting_detail(command_id: str, age: float, deliveries: int) -> str:
+    text = f"self-check {command_id[:12]} asked {age:.0f} s ago"
+    if not deliveries:
+        return f"{text}, not delivered yet: the host has not shipped since (is its agent running?)"
+    if age > STALE_SELFCHECK_SECONDS:
+        # A self-check runs within its deadline (120 s by default); an agent from before this command kind
+        # skips it as unknown and never answers.
+        return (
+            f"{text}, delivered {deliveries} times, no answer: is the host's agent older than the controller?"
+        )
+    return f"{text}, delivered {deliveries} times, running"
 
 
 class FleetRepairs:
@@ -183,6 +203,8 @@ class FleetRepairs:
 
             try:
                 result = self.returner.reconcile(con, host, verdict)
+                if result.step is ReturnStep.SELFCHECK_PENDING and host in self.checks.waiting:
+                    result = replace(result, detail=self.checks.waiting[host])
                 with Transaction(con):
                     record_step(con, repairs, result, self.checks.asked.get(host), now)
             except Exception as exc:  # one host's failure (a refused command, a store error) spares the rest
@@ -200,6 +222,7 @@ class FleetRepairs:
         if result.step in (ReturnStep.RESUMED, ReturnStep.IN_SERVICE):
             self._said.pop(host, None)
             self.checks.asked.pop(host, None)
+            self.checks.waiting.pop(host, None)
 
     # ---- the thread -----------------------------------------------------------------------------------
 

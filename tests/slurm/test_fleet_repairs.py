@@ -146,6 +146,9 @@ def test_the_controller_drains_asks_for_a_selfcheck_and_resumes_on_a_pass(loop: 
     loop.resolve(incident_id, T0 + 60)
     assert loop.reconcile(T0 + 90) is ReturnStep.SELFCHECK_PENDING
     assert loop.reconcile(T0 + 120) is ReturnStep.SELFCHECK_PENDING  # asked once, not again
+    detail = loop.store.cursor().execute("SELECT detail FROM repair_outcomes").fetchone()
+    # Nothing from the host yet: the operator is told where the check is stuck.
+    assert detail is not None and "asked 30 s ago, not delivered yet" in detail[0]
     command_id = loop.answer_selfcheck(CommandOutcome.DONE, "passed: 5 checks in 3.2 s", T0 + 130)
     assert loop.reconcile(T0 + 150) is ReturnStep.RESUMED
     assert not loop.nodes.state(NODE).out_of_service
