@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 
 import duckdb
 
-from diagnosis.incident import ActionEntry, ActionOutcome, IncidentChange
+from diagnosis.incident import ActionEntry, ActionOutcome
 from diagnosis.model import IncidentKey, RepairAction
 from fleetguard.actions.repair_record import Transaction, note_drains, record_step
 from fleetguard.actions.slurm import SlurmNodes
@@ -129,6 +129,7 @@ class FleetRepairs:
         self.window_seconds = task.policy.escalation.window_seconds
         self.return_interval_seconds = return_interval_seconds or self.slurm.return_interval_seconds
         self._requested: collections.deque[tuple[ActionEntry, IncidentKey, str]] = collections.deque()
+        self._queued_ids: set[str] = set()  # in the queue or being carried out (each once)
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -140,21 +141,34 @@ class FleetRepairs:
 
     def incidents_task(self, con: duckdb.DuckDBPyConnection, now: float) -> None:
         """The incident round, then the Slurm repairs it requested handed to the repair thread."""
+        first = self.task.service is None
         self.task(con, now)
-        self.collect(self.task.last_changes)
+        if first and self.task.service is not None:
+            # Drains requested before a restart and never carried out: the ledger still says "requested",
+            # and nothing else would ever carry them out.
+            engine = self.task.service.engine
+            restored = [(engine.actions.get(i.incident_id), i) for i in engine.active()]
+            self._queue([(entry, i.key, i.summary) for entry, i in restored if entry is not None])
+        self._queue(
+            [
+                (entry, c.incident.key, c.incident.summary)
+                for c in self.task.last_changes
+                for entry in c.actions
+            ]
+        )
 
-    def collect(self, changes: list[IncidentChange]) -> None:
+    def _queue(self, entries: list[tuple[ActionEntry, IncidentKey, str]]) -> None:
         with self._lock:
-            for change in changes:
-                for entry in change.actions:
-                    if entry.outcome is not ActionOutcome.REQUESTED or entry.finished_at is not None:
-                        continue
-                    if entry.action not in SLURM_ACTIONS:
-                        continue  # other repairs stay the hosts' and operators' (as before)
-                    if len(self._requested) >= MAX_QUEUED_DRAINS:
-                        self.dropped += 1
-                        continue
-                    self._requested.append((entry, change.incident.key, change.incident.summary))
+            for entry, key, summary in entries:
+                if entry.outcome is not ActionOutcome.REQUESTED or entry.finished_at is not None:
+                    continue
+                if entry.action not in SLURM_ACTIONS or entry.action_id in self._queued_ids:
+                    continue  # other repairs stay the hosts' and operators' (as before)
+                if len(self._requested) >= MAX_QUEUED_DRAINS:
+                    self.dropped += 1
+                    continue
+                self._requested.append((entry, key, summary))
+                self._queued_ids.add(entry.action_id)
         if self._requested:
             self._wake.set()
 
@@ -168,7 +182,11 @@ class FleetRepairs:
                 if not self._requested:
                     return done
                 entry, key, summary = self._requested.popleft()
-            outcome, detail = self.executor.carry_out(entry, key, summary)
+            try:
+                outcome, detail = self.executor.carry_out(entry, key, summary)
+            finally:
+                with self._lock:
+                    self._queued_ids.discard(entry.action_id)
 
             def finish(
                 entry: ActionEntry = entry, outcome: ActionOutcome = outcome, detail: str = detail

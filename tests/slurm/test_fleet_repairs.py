@@ -259,3 +259,22 @@ def test_the_selfcheck_waits_for_the_jobs_a_drain_lets_finish(loop: Loop, slurm:
         time.sleep(0.5)
     assert slurm.job_state(job) == "", "the job did not finish"
     assert loop.reconcile(T0 + 120) is ReturnStep.SELFCHECK_PENDING
+
+
+def test_a_drain_requested_before_a_restart_is_carried_out_after_it(
+    loop: Loop, tmp_path: Path, slurm: SlurmCluster
+) -> None:
+    loop.fault(T0)  # requested; the controller stops before its repair thread runs scontrol
+    assert not loop.nodes.state(NODE).out_of_service
+    config = _config(tmp_path, slurm)
+    task = IncidentTask(config, loop.clock)
+    restarted = FleetRepairs(loop.repairs.writer, task, config, loop.clock)
+    with loop.store.transaction() as con:
+        restarted.incidents_task(con, T0 + 30)
+    assert restarted.carry_out_requested() == 1
+    assert loop.nodes.state(NODE).incident_id() is not None
+    ledger = loop.store.cursor().execute("SELECT action, outcome FROM incident_actions").fetchall()
+    assert ledger == [("drain", "succeeded")]
+    with loop.store.transaction() as con:
+        restarted.incidents_task(con, T0 + 60)
+    assert restarted.carry_out_requested() == 0  # carried out once
