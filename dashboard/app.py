@@ -14,7 +14,7 @@ from dash import dcc, html
 from dashboard.auth import read_operator_token
 from dashboard.context import DashboardContext, install
 from dashboard.operator import OperatorDesk, Resolver
-from dashboard.pages import alerts, fleet, gpu, host, incidents, jobs, network, policy, predictions
+from dashboard.pages import alerts, fleet, gpu, host, incidents, jobs, network, policy, predictions, repairs
 from dashboard.pages.live import PageSpec, register
 from dashboard.queries.base import StoreReader
 from dashboard.snapshot import FleetModel, SnapshotCache, build_fleet_model
@@ -28,6 +28,7 @@ PAGES: Final[tuple[PageSpec, ...]] = (
     jobs.LIST_PAGE,
     incidents.LIST_PAGE,
     predictions.PAGE,
+    repairs.PAGE,
     alerts.PAGE,
     policy.PAGE,
     host.PAGE,

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from diagnosis.breaker import BreakerState, CircuitBreaker
-from diagnosis.escalation import escalated_action, escalation_step
+from diagnosis.escalation import escalation_step, repair_did_not_hold, unheld_escalation
 from diagnosis.incident import (
     ACTIVE_STATES,
     ActionEntry,
@@ -72,6 +72,9 @@ class IncidentEngine:
         self.by_id: dict[str, IncidentKey] = {}
         self.actions: dict[str, ActionEntry] = {}  # latest ledger line per incident
         self.history: dict[IncidentKey, list[float]] = {}  # open / reopen times within the escalation window
+        # Incident key text -> when a repair of that fault last returned the host to service (the store's
+        # repair outcomes, refreshed each round): the fault back within the window escalates.
+        self.returned: dict[str, float] = {}
         self.hosts: set[str] = set()
         self._pending: dict[IncidentKey, _Pending] = {}
         self._cancels: dict[
@@ -251,16 +254,23 @@ class IncidentEngine:
 
     def _open(self, obs: Observation, pending: _Pending, now: float, round_: _Round) -> None:
         times = self._recurrence(obs.key, obs.ts)
-        step = escalation_step(times, obs.ts, self.policy.escalation)
+        unheld = self._repair_did_not_hold(obs)
+        step, action, severity = unheld_escalation(
+            obs.action,
+            escalation_step(times, obs.ts, self.policy.escalation),
+            unheld,
+            max((o.severity for o in pending.seen), key=lambda s: s.rank, default=obs.severity),
+            self.policy.escalation,
+        )
         first = pending.bursts[0][0] if pending.bursts else obs.ts
         incident = Incident(
             incident_id=incident_id(obs.key, obs.ts),
             key=obs.key,
             state=IncidentState.OPEN,
-            severity=max((o.severity for o in pending.seen), key=lambda s: s.rank, default=obs.severity),
-            action=escalated_action(obs.action, step, self.policy.escalation),
+            severity=severity,
+            action=action,
             rule=obs.rule,
-            summary=obs.message,
+            summary=_unheld_summary(obs.message, unheld),
             first_seen=min(first, pending.first_seen),
             last_seen=obs.ts,
             occurrences=pending.count,
@@ -270,29 +280,38 @@ class IncidentEngine:
         )
         self._put(incident)
         round_.mark(incident.incident_id, ChangeKind.OPENED)
+        if unheld:
+            round_.mark(incident.incident_id, ChangeKind.ESCALATED)
         round_.evidence[incident.incident_id] = tuple(pending.seen)
         self._request(incident, obs.ts, round_)
 
     def _reopen(self, current: Incident, obs: Observation, now: float, round_: _Round) -> None:
         times = self._recurrence(obs.key, obs.ts)
-        step = escalation_step(times, obs.ts, self.policy.escalation)
+        unheld = self._repair_did_not_hold(obs)
+        step, action, severity = unheld_escalation(
+            _base_action(current, obs),
+            escalation_step(times, obs.ts, self.policy.escalation),
+            unheld,
+            worst(current.severity, obs.severity),
+            self.policy.escalation,
+        )
         base = replace(current, action=current.action)
         reopened = replace(
             base,
             state=IncidentState.OPEN,
-            severity=worst(current.severity, obs.severity),
-            action=escalated_action(_base_action(current, obs), step, self.policy.escalation),
+            severity=severity,
+            action=action,
             last_seen=obs.ts,
             occurrences=current.occurrences + obs.count,
             resolved_at=None,
             resolution=Resolution.NONE,
             returns=current.returns + 1,
             escalation_step=step,
-            summary=obs.message,
+            summary=_unheld_summary(obs.message, unheld),
         )
         self._put(reopened)
         round_.mark(current.incident_id, ChangeKind.REOPENED)
-        if step > current.escalation_step:
+        if step > current.escalation_step or unheld:
             round_.mark(current.incident_id, ChangeKind.ESCALATED)
         round_.evidence[current.incident_id] = (obs,)
         last = self.actions.get(current.incident_id)
@@ -397,6 +416,9 @@ class IncidentEngine:
             self.by_id.pop(incident.incident_id, None)
             self.actions.pop(incident.incident_id, None)
 
+    def _repair_did_not_hold(self, obs: Observation) -> bool:
+        return repair_did_not_hold(self.returned.get(obs.key.text()), obs.ts, self.policy.escalation)
+
     def _recurrence(self, key: IncidentKey, ts: float) -> list[float]:
         window = self.policy.escalation.window_seconds
         times = [t for t in self.history.get(key, []) if ts - t <= window]
@@ -425,6 +447,10 @@ class IncidentEngine:
             )
         self._closed_snapshots = {}
         return out
+
+
+def _unheld_summary(message: str, unheld: bool) -> str:
+    return f"{message} (back after a repair that did not hold)" if unheld else message
 
 
 def _base_action(current: Incident, obs: Observation) -> RepairAction:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from diagnosis.model import RepairAction
+from diagnosis.model import RepairAction, Severity
 from diagnosis.policy import Escalation
 
 
@@ -19,3 +19,21 @@ def escalated_action(base: RepairAction, step: int, policy: Escalation) -> Repai
         return base
     index = min(policy.ladder.index(base) + step, len(policy.ladder) - 1)
     return policy.ladder[index]
+
+
+def repair_did_not_hold(returned_at: float | None, now: float, policy: Escalation) -> bool:
+    """The fault is back within the window after a repair of it returned the host to service: that repair
+    did not hold (the next incident goes a step up the ladder, or pages)."""
+    return returned_at is not None and 0.0 < now - returned_at <= policy.window_seconds
+
+
+def unheld_escalation(
+    base: RepairAction, step: int, unheld: bool, severity: Severity, policy: Escalation
+) -> tuple[int, RepairAction, Severity]:
+    """Step, action and severity once an unheld repair is counted: one rung up the ladder, and where that
+    changes nothing (an action off the ladder such as a drain, or its top rung) a page (critical)."""
+    action = escalated_action(base, step, policy)
+    if not unheld:
+        return step, action, severity
+    higher = escalated_action(base, step + 1, policy)
+    return step + 1, higher, severity if higher is not action else Severity.CRITICAL

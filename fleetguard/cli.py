@@ -79,6 +79,7 @@ _OUR_PACKAGES = frozenset({"fleetguard", "collectors", "predictor", "diagnosis",
         "selfcheck": "fleetguard.selfcheck.cli:selfcheck_command",
         "policy": "fleetguard.incidents.cli:policy_group",
         "breaker": "fleetguard.incidents.cli:breaker_group",
+        "repairs": "fleetguard.incidents.repairs_cli:repairs_command",
         "alerts": "fleetguard.alerts.cli:alerts_group",
     },
 )
@@ -181,11 +182,14 @@ def agent(
 
     shipping = None
     if config.agent.controller_url or config.agent.transport == "nats":
+        from fleetguard.selfcheck.command import selfcheck_runner
         from fleetguard.shipping.agent_side import open_shipping
+        from fleetguard.shipping.commands import CommandKind
         from fleetguard.shipping.errors import ShippingError
 
         try:
-            shipping = open_shipping(config, parts)
+            # The controller's repair loop asks for a self-check before it returns a drained node.
+            shipping = open_shipping(config, parts, {CommandKind.SELFCHECK: selfcheck_runner(config)})
         except ShippingError as exc:
             raise click.ClickException(str(exc)) from exc
     with startup_errors():

@@ -165,6 +165,8 @@ class SlurmNodes:
         if not before.out_of_service or before.incident_id() != incident_id:
             return SlurmResult(SlurmOutcome.NOT_OURS, node, f"not out for {incident_id}: left alone", before)
         reason = drain_reason(incident_id, summary)
+        if before.reason == reason:  # said already (a loop pass repeats it): no update, no read back
+            return SlurmResult(SlurmOutcome.ALREADY, node, f"reason: {reason}", before)
         result = self._scontrol("update", f"NodeName={node}", f"Reason={reason}")
         if not result.ok:
             return SlurmResult(SlurmOutcome.FAILED, node, f"scontrol update: {_tail(result)}")

@@ -45,6 +45,8 @@ class ReturnStep(StrEnum):
     NOT_OURS = "not_ours"  # drained by someone else: left alone
     INCIDENT_OPEN = "incident_open"  # the incident that drained it is still open
     OTHERS_OPEN = "others_open"  # another open incident on the host asks for a host-level repair
+    JOBS_RUNNING = "jobs_running"  # drained while jobs run: the self-check waits for them (it uses the GPUs)
+    SELFCHECK_PENDING = "selfcheck_pending"  # asked of the host's agent (the controller): not answered yet
     SELFCHECK_FAILED = "selfcheck_failed"  # stays drained; the reason says why
     RESUMED = "resumed"
     FAILED = "failed"  # Slurm could not be read or did not resume: tried again next pass
@@ -85,7 +87,15 @@ class NodeReturner:
             c = self.config
             self.nodes = SlurmNodes(c.scontrol, c.slurm_conf, c.timeout_seconds)
 
-    def reconcile(self, con: duckdb.DuckDBPyConnection, host: str) -> ReturnResult:
+    def reconcile(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        host: str,
+        selfcheck: Callable[[str], SelfcheckVerdict | None] | None = None,
+    ) -> ReturnResult:
+        """One pass for `host`'s node. `selfcheck`: the verdict for the incident that drained it, or None
+        while it is not in yet (the controller asks the host's agent for it); default: run `self.selfcheck`
+        here."""
         assert self.nodes is not None
         node = self.config.node_for(host)
         try:
@@ -104,7 +114,14 @@ class NodeReturner:
         if others:
             detail = f"waits for {', '.join(others[:5])}"
             return ReturnResult(node, ReturnStep.OTHERS_OPEN, detail, incident_id)
-        report = self.selfcheck()
+        if state.jobs_running:
+            # A drain lets running jobs finish; the self-check's compute and all-reduce would compete with
+            # them for the GPUs (and slow or fail either), so it waits until they are gone.
+            detail = "waits for its running jobs to finish before the self-check"
+            return ReturnResult(node, ReturnStep.JOBS_RUNNING, detail, incident_id)
+        report = self.selfcheck() if selfcheck is None else selfcheck(incident_id)
+        if report is None:
+            return ReturnResult(node, ReturnStep.SELFCHECK_PENDING, "self-check asked for", incident_id)
         if not report.passed:
             first = report.failure or "not passed"
             # The drain reason tells whoever looks at the node why it is still out.

@@ -116,7 +116,16 @@ def register_analysis(
         from fleetguard.incidents.controller_task import IncidentTask
 
         task = IncidentTask(config)
-        writer.every(config.diagnosis.interval_seconds, "incidents", task)
+        if config.actions.slurm.enabled:
+            # Slurm drains for the fleet and each drained node's way back (controller.fleet_repairs).
+            from fleetguard.controller.fleet_repairs import FleetRepairs
+
+            repairs = FleetRepairs(writer, task, config)
+            writer.every(config.diagnosis.interval_seconds, "incidents", repairs.incidents_task)
+            repairs.start()
+            stops.append(repairs.stop)
+        else:
+            writer.every(config.diagnosis.interval_seconds, "incidents", task)
         task.start_relay(writer.store)
         stops.append(task.stop_relay)
     return stops

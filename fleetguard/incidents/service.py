@@ -23,6 +23,7 @@ from fleetguard.incidents.evidence import capture
 from fleetguard.incidents.incident_store import EvidenceRow, IncidentStore
 from fleetguard.incidents.repairs import RepairExecutor
 from fleetguard.settings.alerts import WebhookConfig
+from fleetguard.store.repair_tables import recent_returns
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,8 @@ class IncidentService:
         return cls(engine, con, webhooks, executor, own_transactions)
 
     def round(self, signals: Signals, now: float) -> list[IncidentChange]:
+        # Repairs that returned a host lately: the same fault back within the window did not hold.
+        self.engine.returned = recent_returns(self.con, now - self.engine.policy.escalation.window_seconds)
         changes = self.engine.observe(signals, now)
         self.apply(changes, now)
         return changes

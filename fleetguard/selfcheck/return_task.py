@@ -1,19 +1,25 @@
 """The way back to service as a running task of `fleetguard up`: every `RETURN_INTERVAL_SECONDS` the local
 node is reconciled (`NodeReturner`): a node fleetguard drained resumes once its incident resolved, nothing
-else holds the host and a self-check passes. Each new step is logged once."""
+else holds the host and a self-check passes. Each new step is logged once, and recorded in `repair_outcomes`
+as the controller's loop records its fleet's (fleetguard.actions.repair_record)."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 
-from fleetguard.actions.slurm_return import NodeReturner, ReturnStep, SelfcheckVerdict
+import duckdb
+
+from fleetguard.actions.repair_record import Transaction, note_drains, record_step
+from fleetguard.actions.slurm_return import NodeReturner, ReturnResult, ReturnStep, SelfcheckVerdict
 from fleetguard.agent.agent import Agent
 from fleetguard.agent.extension import Extension
 from fleetguard.config import Config
 from fleetguard.selfcheck.run import selfcheck_host
 from fleetguard.settings.policy_files import load_policy
 from fleetguard.store import Store
+from fleetguard.store.repair_tables import open_repairs
 
 log = logging.getLogger(__name__)
 
@@ -31,13 +37,28 @@ def slurm_return_extension(config: Config, interval_seconds: float = RETURN_INTE
 
     def start(_agent: Agent, store: Store) -> None:
         returner = NodeReturner(config.actions.slurm, selfcheck)
+        window = load_policy(
+            config.diagnosis.policy_file or None, config.policy.tables
+        ).escalation.window_seconds
+        keep = config.store.retention_days * 86400.0
+
+        def one_pass(cursor: duckdb.DuckDBPyConnection) -> ReturnResult:
+            now = time.time()
+            with Transaction(cursor):
+                note_drains(cursor, config.actions.slurm, window, keep, now)
+            repairs = [r for r in open_repairs(cursor) if r.host == config.host]
+            result = returner.reconcile(cursor, config.host)
+            if repairs:
+                with Transaction(cursor):
+                    record_step(cursor, repairs, result, None, time.time())
+            return result
 
         def loop() -> None:
             cursor = store.cursor()
             said: tuple[ReturnStep, str] | None = None
             while not stop.wait(interval_seconds):
                 try:
-                    result = returner.reconcile(cursor, config.host)
+                    result = one_pass(cursor)
                 except Exception as exc:  # one bad pass must not end the loop
                     log.warning("slurm: returning %s to service failed: %s", config.host, exc)
                     continue

@@ -7,7 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-_SLURM_KEYS = frozenset({"enabled", "scontrol", "slurm_conf", "nodes", "timeout_seconds", "resume"})
+_SLURM_KEYS = frozenset(
+    {"enabled", "scontrol", "slurm_conf", "nodes", "timeout_seconds", "resume", "return_interval_seconds"}
+)
 
 
 @dataclass(frozen=True)
@@ -19,6 +21,8 @@ class SlurmConfig:
     nodes: Mapping[str, str] = field(default_factory=dict)
     timeout_seconds: float = 10.0
     resume: bool = True  # return a node fleetguard drained once its incident resolved and a self-check passed
+    # How often the controller walks its drained nodes back (each pass reads their Slurm state).
+    return_interval_seconds: float = 30.0
 
     def node_for(self, host: str) -> str:
         return self.nodes.get(host) or host.split(".", 1)[0]
@@ -60,6 +64,11 @@ def _parse_slurm(raw: Mapping[str, Any]) -> SlurmConfig:
         raise ValueError("actions.slurm.timeout_seconds: expected a number of seconds")
     if not 0.5 <= float(timeout) <= 600:
         raise ValueError("actions.slurm.timeout_seconds: must be between 0.5 and 600")
+    interval = raw.get("return_interval_seconds", base.return_interval_seconds)
+    if isinstance(interval, bool) or not isinstance(interval, int | float) or not math.isfinite(interval):
+        raise ValueError("actions.slurm.return_interval_seconds: expected a number of seconds")
+    if not 0.5 <= float(interval) <= 86400:
+        raise ValueError("actions.slurm.return_interval_seconds: must be between 0.5 and 86400")
     nodes = raw.get("nodes", {})
     if not isinstance(nodes, Mapping) or not all(
         isinstance(k, str) and isinstance(v, str) and v and "\x00" not in v and "=" not in v
@@ -73,4 +82,5 @@ def _parse_slurm(raw: Mapping[str, Any]) -> SlurmConfig:
         nodes=dict(nodes),
         timeout_seconds=float(timeout),
         resume=bool(raw.get("resume", base.resume)),
+        return_interval_seconds=float(interval),
     )

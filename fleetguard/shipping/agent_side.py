@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +45,28 @@ _OUTCOMES = {
 }
 
 
+# A command the host runs itself, not through the training runtime (the self-check): its outcome, its
+# detail, and records to ship with it (findings carrying the evidence). Given by the agent's entry point.
+HostRunner = Callable[[HostCommand], tuple[CommandOutcome, str, list[object]]]
+
+
+def host_runner(
+    runtime: Runner, own: Mapping[CommandKind, HostRunner], ship: Callable[[list[object]], None]
+) -> Runner:
+    """`own`'s kinds run here, their records shipped before their ack is taken; the rest go to `runtime`."""
+
+    def run(command: HostCommand) -> tuple[CommandOutcome, str]:
+        runner = own.get(command.kind)
+        if runner is None:
+            return runtime(command)
+        outcome, detail, records = runner(command)
+        if records:
+            ship(records)
+        return outcome, detail
+
+    return run
+
+
 def runtime_runner(parts: Mapping[str, object], host: str) -> Runner:
     """Run a controller's command through the host's training runtime (`parts["service"]`, set by
     fleetguard.runtime.extension once it runs), as the runtime's own actions are run."""
@@ -53,6 +75,8 @@ def runtime_runner(parts: Mapping[str, object], host: str) -> Runner:
         from fleetguard.actions.executor import ActionRequest
         from fleetguard.records.findings import Finding
 
+        if command.kind not in _ACTIONS:
+            return CommandOutcome.REFUSED, f"{command.kind.value} is not run by this agent"
         service = parts.get("service")
         if service is None:
             return CommandOutcome.REFUSED, "the training runtime is not running on this host"
@@ -129,7 +153,10 @@ def read_token(path_text: str) -> str:
     return token
 
 
-def open_shipping(config: Config, runtime_parts: Mapping[str, object]) -> Shipping:
+def open_shipping(
+    config: Config, runtime_parts: Mapping[str, object], own: Mapping[CommandKind, HostRunner] | None = None
+) -> Shipping:
+    """`own`: the command kinds this host runs itself (fleetguard.selfcheck.command), beside the runtime's."""
     agent = config.agent
     nats = agent.transport == "nats"
     token = "" if nats else read_token(agent.controller_token_file)
@@ -137,9 +164,11 @@ def open_shipping(config: Config, runtime_parts: Mapping[str, object]) -> Shippi
         spool = Spool(Path(agent.spool_dir), agent.spool_max_bytes)
     except OSError as exc:
         raise ShippingError(f"agent.spool_dir {agent.spool_dir}: {exc.strerror or exc}") from exc
+    buffers: list[SpoolBuffer] = []  # made below, once the channel it takes acks from exists
     channel = CommandChannel(
-        Path(agent.spool_dir) / "commands.jsonl", runtime_runner(runtime_parts, config.host)
-    )  # type: ignore[arg-type]
+        Path(agent.spool_dir) / "commands.jsonl",
+        host_runner(runtime_runner(runtime_parts, config.host), own or {}, lambda rows: buffers[0].add(rows)),
+    )
     shipper: Shipper | NatsShipper
     try:
         if nats:
@@ -151,6 +180,7 @@ def open_shipping(config: Config, runtime_parts: Mapping[str, object]) -> Shippi
     buffer = SpoolBuffer(
         spool, config.host, agent.flush_interval_seconds, channel=channel, on_appended=shipper.wake
     )
+    buffers.append(buffer)
     return Shipping(spool, buffer, shipper, channel, ShippingMetrics(spool, buffer, shipper))
 
 

@@ -11,6 +11,9 @@ class CommandKind(StrEnum):
     RESTART = "restart"  # restart a job's local worker group
     STOP = "stop"  # stop a job (its ranks here, and its scheduler's stop_command)
     CORDON = "cordon"  # run the host's cordon_command
+    # Run `fleetguard selfcheck` on the host: the repair loop's check before a drained node returns; the
+    # ack carries the verdict (done: passed, failed: the first failure), findings carry the evidence.
+    SELFCHECK = "selfcheck"
 
 
 class CommandOutcome(StrEnum):

@@ -10,11 +10,23 @@ from typing import TYPE_CHECKING, Any
 from fleetguard.store.unstorable import UnstorableRows
 
 if TYPE_CHECKING:
+    from fleetguard.store.repair_tables import FaultRepairs, OutNode, nodes_out, repair_summary
     from fleetguard.store.store import Store, StoreError, StoreLocked
 
-__all__ = ["Store", "StoreError", "StoreLocked", "UnstorableRows"]
+__all__ = [
+    "FaultRepairs",
+    "OutNode",
+    "Store",
+    "StoreError",
+    "StoreLocked",
+    "UnstorableRows",
+    "nodes_out",
+    "repair_summary",
+]
 
 _LAZY = frozenset({"Store", "StoreError", "StoreLocked"})
+# Read by the dashboard, which reaches the store through this package only.
+_LAZY_REPAIRS = frozenset({"FaultRepairs", "OutNode", "nodes_out", "repair_summary"})
 
 
 def __getattr__(name: str) -> Any:
@@ -22,4 +34,8 @@ def __getattr__(name: str) -> Any:
         from fleetguard.store import store
 
         return getattr(store, name)
+    if name in _LAZY_REPAIRS:
+        from fleetguard.store import repair_tables
+
+        return getattr(repair_tables, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -147,6 +147,8 @@ def test_the_slurm_section_is_checked_with_errors_naming_the_key(tmp_path: Path)
     for text, key in (
         ("[actions.slurm]\nenable = true\n", "actions.slurm.enable"),
         ("[actions.slurm]\ntimeout_seconds = 1e9\n", "actions.slurm.timeout_seconds"),
+        ("[actions.slurm]\nreturn_interval_seconds = 0\n", "actions.slurm.return_interval_seconds"),
+        ('[actions.slurm]\nreturn_interval_seconds = "soon"\n', "actions.slurm.return_interval_seconds"),
         ('[actions.slurm]\nnodes = { a = "x=y" }\n', "actions.slurm.nodes"),
         ("[actions]\nkubernetes = {}\n", "actions.kubernetes"),
     ):

@@ -17,7 +17,7 @@ from fleetguard.settings.actions import SlurmConfig
 from fleetguard.settings.diagnosis import DiagnosisConfig
 from fleetguard.settings.policy_files import load_policy
 from fleetguard.store import Store
-from tests.diagnosis.records import T0, xid
+from tests.diagnosis.records import xid
 from tests.slurm.cluster import NODE, SlurmCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -33,12 +33,13 @@ def test_the_task_resumes_the_node_after_its_incident_resolved_and_the_selfcheck
     )
     executor = RepairExecutor(DiagnosisConfig(), slurm=SlurmConfig(**{**slurm_table, "timeout_seconds": 15}))
     policy = load_policy(None, {"xid": {"79": {"action": "drain"}}})
-    service = IncidentService.open(store.cursor(), policy, T0, executor=executor)
-    service.round(Signals(events=[xid(79, T0)]), T0 + 1)
+    t0 = time.time() - 120  # the task records outcomes on the wall clock: the drain is recent
+    service = IncidentService.open(store.cursor(), policy, t0, executor=executor)
+    service.round(Signals(events=[xid(79, t0)]), t0 + 1)
     nodes = SlurmNodes(slurm_conf=str(slurm.conf))
     incident = nodes.state(NODE).incident_id()
     assert incident is not None
-    assert service.resolve(incident, T0 + 60)
+    assert service.resolve(incident, t0 + 60)
     task = slurm_return_extension(config, interval_seconds=0.5)
     task.start(None, store)  # type: ignore[arg-type]  # the task reads only the store
     try:
@@ -46,6 +47,12 @@ def test_the_task_resumes_the_node_after_its_incident_resolved_and_the_selfcheck
         while nodes.state(NODE).out_of_service and time.monotonic() < deadline:
             time.sleep(0.5)
         assert not nodes.state(NODE).out_of_service
+        task.stop()
+        # The way back is on record, as the controller records its fleet's.
+        rows = store.cursor().execute(
+            "SELECT incident_id, node, state, selfcheck_passed FROM repair_outcomes"
+        )
+        assert rows.fetchall() == [(incident, NODE, "resumed", True)]
     finally:
         task.stop()
         slurm.scontrol("update", f"NodeName={NODE}", "State=RESUME")
