@@ -4,6 +4,7 @@ did it is written to the registry's log with the change."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,3 +81,6 @@ class _transaction:
         if not self.began:
             return
         self.con.execute("ROLLBACK" if kind is not None else "COMMIT")
+
+
+Op = Callable[[], OpResult]
