@@ -137,7 +137,7 @@ class PredictorConfig:
     failure_xids: str = ""
     failure_kinds: list[str] = field(default_factory=lambda: ["gpu_fallen_off_bus", "gpu_lost"])
     # the training child's bounds: address space, CPU time, wall clock (then it is killed)
-    retrain_max_memory_mb: int = 2048
+    retrain_max_memory_mb: int = 4096
     retrain_max_cpu_seconds: int = 3600
     retrain_timeout_seconds: float = 3600.0
 

@@ -94,10 +94,10 @@ def retrain(args: argparse.Namespace) -> dict[str, Any]:
     spec = serving.spec
     xids = tuple(int(x) for x in args.failure_xids.split(",") if x.strip()) or DEFAULT_FATAL_XIDS
     kinds = tuple(k for k in args.failure_kinds.split(",") if k) or DEFAULT_FAILURE_KINDS
-    con = duckdb.connect()
+    # one worker thread from the start: each thread DuckDB starts reserves address space of its own
+    memory = f"{int(args.max_memory_mb * DUCKDB_SHARE)}MB"
+    con = duckdb.connect(config={"threads": 1, "memory_limit": memory})
     try:
-        con.execute(f"SET memory_limit = '{int(args.max_memory_mb * DUCKDB_SHARE)}MB'")
-        con.execute("SET threads = 1")
         for table, name in (("gpu_samples", SAMPLES_FILE), ("events", EVENTS_FILE)):
             path = str(args.snapshot / name).replace("'", "''")
             con.execute(f"CREATE TABLE {table} AS SELECT * FROM read_parquet('{path}')")

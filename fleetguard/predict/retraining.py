@@ -330,6 +330,8 @@ def _child_env() -> dict[str, str]:
     env = {k: os.environ[k] for k in keep if k in os.environ}
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
         env[var] = "1"
+    # glibc's per-thread malloc arenas reserve 64 MB of address space each: the limit is on address space
+    env["MALLOC_ARENA_MAX"] = "2"
     return env
 
 
