@@ -6,7 +6,7 @@ bench/controller_load.py's load generator (agents' real batches, one per host pe
 load: one with retraining off, one with `retrain_every_seconds = 1` measured only while the retrain child is
 alive (its work directory exists), so every request of the second row competed with a retrain.
 
-Usage: python bench/retrain_ingest.py [--hosts 128] [--seconds 40]
+Usage: python bench/retrain_ingest.py [--hosts 128] [--seconds 40] [--rounds 2]
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -71,9 +72,21 @@ def seed(root: Path) -> tuple[Path, Path]:
     return store, model_dir
 
 
-def run(args: argparse.Namespace, root: Path, store: Path, model_dir: Path, retrain: bool) -> str:
+def ready(port: int, seconds: float = 120.0) -> None:
+    """Until the controller answers /metrics (it opens and migrates its store first)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5):
+                return
+        except OSError:
+            time.sleep(0.5)
+    raise SystemExit(f"the controller did not answer on port {port} within {seconds:.0f} s")
+
+
+def run(args: argparse.Namespace, root: Path, store: Path, model_dir: Path, retrain: bool, n: int) -> str:
     tag = "with" if retrain else "without"
-    work = root / tag
+    work = root / f"{tag}-{n}"
     work.mkdir()
     db = work / "ctl.duckdb"
     db.write_bytes(store.read_bytes())
@@ -93,7 +106,7 @@ def run(args: argparse.Namespace, root: Path, store: Path, model_dir: Path, retr
     )
     gen = None
     try:
-        time.sleep(4)
+        ready(args.port)
         retrain_dir = model_dir / "retrain"
         if retrain:
             deadline = time.monotonic() + 120
@@ -127,11 +140,15 @@ def main() -> None:
     parser.add_argument("--interval", type=int, default=5)
     parser.add_argument("--workers", type=int, default=64)
     parser.add_argument("--port", type=int, default=19581)
+    parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="fg-retrain-ingest-"))
     print("writing the history and training the seed model ...", flush=True)
     store, model_dir = seed(root)
-    rows = [run(args, root, store, model_dir, retrain) for retrain in (False, True)]
+    # alternated, so a change in the shared machine's load falls on both
+    rows = [
+        run(args, root, store, model_dir, retrain, n) for n in range(args.rounds) for retrain in (False, True)
+    ]
     print(
         "| retrain | hosts | batches/s | p50 ms | p99 ms | refused | failed | controller CPU (cores) | "
         "retrain child alive | load (1 min) |"

@@ -25,18 +25,27 @@ class OpResult:
 
 
 def promote(
-    con: duckdb.DuckDBPyConnection, model_dir: Path | None, model_id: str, actor: str, now: float
+    con: duckdb.DuckDBPyConnection,
+    model_dir: Path | None,
+    model_id: str,
+    actor: str,
+    now: float,
+    *,
+    in_transaction: bool = False,
 ) -> OpResult:
-    """RegistryError when the id is unknown, active already, or its files are gone."""
+    """RegistryError when the id is unknown, active already, or its files are gone. `in_transaction`: the
+    caller holds one (the maintenance thread's tasks), else the change is a transaction of its own."""
     if model_dir is not None and not (model_path(model_dir, model_id) / "model.json").is_file():
         raise registry.RegistryError(f"model {model_id} has no files under {model_dir}")
-    with _transaction(con):
+    with _transaction(con, begin=not in_transaction):
         record = registry.promote(con, model_id, actor, now, "promoted by an operator")
     return OpResult(f"model {record.model_id} is active (promoted by {actor})", record.model_id)
 
 
-def rollback(con: duckdb.DuckDBPyConnection, actor: str, now: float) -> OpResult:
-    with _transaction(con):
+def rollback(
+    con: duckdb.DuckDBPyConnection, actor: str, now: float, *, in_transaction: bool = False
+) -> OpResult:
+    with _transaction(con, begin=not in_transaction):
         retired, restored = registry.rollback(con, actor, now)
     back = restored.model_id if restored else registry.BASE_MODEL
     where = "" if restored else " (the model in [predictor] model_dir)"
@@ -63,24 +72,20 @@ def listing(con: duckdb.DuckDBPyConnection, limit: int = 100) -> dict[str, Any]:
 
 
 class _transaction:
-    """BEGIN ... COMMIT, or ROLLBACK on any error; inside a caller's transaction (the maintenance thread's
-    tasks run in one), nothing is begun twice."""
+    """BEGIN ... COMMIT, or ROLLBACK on any error; nothing when the caller holds a transaction (DuckDB
+    aborts a transaction in which a second BEGIN is tried, so it is never tried)."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, begin: bool) -> None:
         self.con = con
-        self.began = False
+        self.begin = begin
 
     def __enter__(self) -> None:
-        try:
+        if self.begin:
             self.con.execute("BEGIN TRANSACTION")
-            self.began = True
-        except duckdb.TransactionException:
-            self.began = False  # already in one: the caller commits
 
     def __exit__(self, kind: object, value: object, tb: object) -> None:
-        if not self.began:
-            return
-        self.con.execute("ROLLBACK" if kind is not None else "COMMIT")
+        if self.begin:
+            self.con.execute("ROLLBACK" if kind is not None else "COMMIT")
 
 
 Op = Callable[[], OpResult]

@@ -292,9 +292,11 @@ class RetrainTask:
                 continue
             try:
                 if op.get("op") == "promote" and isinstance(op.get("model_id"), str):
-                    done = model_ops.promote(con, self.model_dir, op["model_id"], op["actor"], now)
+                    done = model_ops.promote(
+                        con, self.model_dir, op["model_id"], op["actor"], now, in_transaction=True
+                    )
                 elif op.get("op") == "rollback":
-                    done = model_ops.rollback(con, op["actor"], now)
+                    done = model_ops.rollback(con, op["actor"], now, in_transaction=True)
                 else:
                     continue
                 log.warning("model registry: %s", done.message)
