@@ -328,7 +328,7 @@ def snapshot(con: duckdb.DuckDBPyConnection, work: Path, since: float, end: floa
 
 def _child_env() -> dict[str, str]:
     """The parent's environment less its secrets' neighbours: what Python needs, one thread per library."""
-    keep = ("PATH", "HOME", "LANG", "LC_ALL", "PYTHONPATH", "VIRTUAL_ENV", "TMPDIR")
+    keep = ("PATH", "HOME", "LANG", "LC_ALL", "PYTHONPATH", "VIRTUAL_ENV", "TMPDIR", "LD_LIBRARY_PATH")
     env = {k: os.environ[k] for k in keep if k in os.environ}
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
         env[var] = "1"
