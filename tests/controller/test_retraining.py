@@ -243,3 +243,21 @@ def test_the_config_lists_the_models_a_retrain_can_fit() -> None:
     from fleetguard.config import RETRAIN_MODELS
 
     assert set(RETRAIN_MODELS) == set(ALL_MODELS)
+
+
+def test_a_retrain_past_its_wall_clock_limit_is_killed_and_the_serving_model_stays(
+    tmp_path: Path, seeded: tuple[Path, Path]
+) -> None:
+    controller, model_dir = _controller(tmp_path, seeded, retrain_timeout_seconds=1.0)
+    try:
+        entries = _wait(
+            "killed retrain",
+            120,
+            lambda: [e for e in controller.get("/v1/models").doc["log"] if e["action"] == "retrain-failed"],
+        )
+        doc = controller.get("/v1/models").doc
+    finally:
+        controller.running.stop()
+    assert "killed at the wall-clock limit of 1 s" in entries[0]["detail"]
+    assert doc["active"] == "(model_dir)" and doc["models"] == []
+    assert not list((model_dir / "models").glob(".*partial"))
