@@ -15,7 +15,7 @@ import socket
 import tomllib
 import typing
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -126,6 +126,20 @@ class PredictorConfig:
     # Only what the dashboard highlights: which GPUs become at-risk findings is the model's selection rule.
     risk_threshold: float = 0.5
     budget_k: int = 0  # at-risk GPUs per period fleet-wide; 0: the model's own K (its training budget)
+    # Retraining on the store (docs/prediction.md, "Retraining"): every retrain_every a child process trains
+    # a candidate on the last train_window and the gate compares it with the serving model on the last
+    # evaluate_window of known labels; 0: never. Needs model_dir (models are written and loaded only there).
+    retrain_every_seconds: float = 0.0
+    train_window_seconds: float = 7 * 86400.0
+    evaluate_window_seconds: float = 86400.0
+    retrain_model: str = "xgboost"
+    # what counts as a failure in the labels: XIDs (comma list; empty: the fatal ones) and event kinds
+    failure_xids: str = ""
+    failure_kinds: list[str] = field(default_factory=lambda: ["gpu_fallen_off_bus", "gpu_lost"])
+    # the training child's bounds: address space, CPU time, wall clock (then it is killed)
+    retrain_max_memory_mb: int = 4096
+    retrain_max_cpu_seconds: int = 3600
+    retrain_timeout_seconds: float = 3600.0
 
 
 @dataclass(frozen=True)
@@ -382,6 +396,12 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "predictor.score_interval_seconds": (1.0, _DAY),
     "predictor.risk_threshold": (0.0, 1.0),
     "predictor.budget_k": (0, 1_000_000),
+    "predictor.retrain_every_seconds": (0.0, 365 * _DAY),
+    "predictor.train_window_seconds": (60.0, 3650 * _DAY),
+    "predictor.evaluate_window_seconds": (60.0, 365 * _DAY),
+    "predictor.retrain_max_memory_mb": (64, 1 << 22),
+    "predictor.retrain_max_cpu_seconds": (1, 7 * 86400),
+    "predictor.retrain_timeout_seconds": (1.0, 7 * _DAY),
     "dashboard.port": _PORT,
     "dashboard.refresh_seconds": (1.0, 3600.0),
     "dashboard.replay_hours": (0.1, 168.0),
@@ -461,6 +481,7 @@ def _validate(config: Config) -> None:
         )
     need(0.0 <= config.predictor.risk_threshold <= 1.0, "predictor.risk_threshold", "must be within 0..1")
     need(config.predictor.score_interval_seconds > 0, "predictor.score_interval_seconds", "must be > 0")
+    _validate_retraining(config.predictor, need)
     _validate_shipping(config)
     if config.simulate.fleet:
         from collectors.simulated import parse_fleet_spec
@@ -541,3 +562,32 @@ def _check_nats_urls(key: str, urls: str) -> None:
             raise ConfigError(f"{key}: {url!r} is not nats://HOST:PORT or tls://HOST:PORT")
         if parsed.username or parsed.password:
             raise ConfigError(f"{key}: credentials go in the password or creds file, not the URL")
+
+
+# `[predictor] retrain_model`: the models a retrain can fit (predictor.registry.ALL_MODELS; kept here so that
+# loading the configuration never imports numpy; tests/predict/test_retraining.py checks they agree).
+RETRAIN_MODELS = ("xgboost", "mlp", "logistic", "random_forest", "parallel", "cascade")
+
+
+def _validate_retraining(p: PredictorConfig, need: Callable[[bool, str, str], None]) -> None:
+    need(
+        p.retrain_every_seconds == 0 or bool(p.model_dir),
+        "predictor.retrain_every_seconds",
+        "needs predictor.model_dir (retrained models are written and loaded only there)",
+    )
+    need(
+        p.retrain_model in RETRAIN_MODELS,
+        "predictor.retrain_model",
+        f"one of {', '.join(RETRAIN_MODELS)}",
+    )
+    words = [w.strip() for w in p.failure_xids.split(",") if w.strip()]
+    need(
+        all(w.isascii() and w.isdigit() and int(w) < 100_000 for w in words),
+        "predictor.failure_xids",
+        f"expected XID numbers separated by commas, got {p.failure_xids!r}",
+    )
+    need(
+        all(0 < len(k) <= 64 and k.replace("_", "").isalnum() for k in p.failure_kinds),
+        "predictor.failure_kinds",
+        "expected event kinds such as gpu_lost",
+    )

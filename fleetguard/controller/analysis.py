@@ -111,6 +111,13 @@ def register_analysis(
         if scorer is not None:
             maintenance.every(config.predictor.score_interval_seconds, "live scoring", scorer)
     stops: list[Callable[[], None]] = []
+    if config.predictor.model_dir:
+        # retraining and the registry's requests (fleetguard/predict/retraining.py): polled, never awaited
+        from fleetguard.predict.retraining import POLL_SECONDS, RetrainTask
+
+        retrain = RetrainTask(config.predictor, config.store.path, Path(config.predictor.model_dir))
+        maintenance.every(POLL_SECONDS, "retraining", retrain)
+        stops.append(retrain.stop)
     if incidents and config.diagnosis.enabled:
         # Incidents and alerts (fleetguard.incidents): the task runs inside the writer's transaction.
         from fleetguard.incidents.controller_task import IncidentTask

@@ -123,7 +123,9 @@ def start_controller(config: Config, clock: Clock | None = None) -> RunningContr
             stats,
             clock,
             ApiSettings(
-                read_needs_token=reads_need_token(address), silent_after_seconds=ctl.silent_after_seconds
+                read_needs_token=reads_need_token(address),
+                silent_after_seconds=ctl.silent_after_seconds,
+                model_dir=config.predictor.model_dir,
             ),
         )
         limits = Limits(

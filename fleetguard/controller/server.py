@@ -14,7 +14,7 @@ from typing import Any
 import duckdb
 
 from fleetguard.clock import Clock
-from fleetguard.controller import read_api
+from fleetguard.controller import model_api, read_api
 from fleetguard.controller.command_queue import CommandRefused
 from fleetguard.controller.ingest import IngestWriter
 from fleetguard.controller.stats import ControllerStats, render
@@ -34,6 +34,7 @@ MAX_CONCURRENT_PARSES = 2
 class ApiSettings:
     read_needs_token: bool  # reads_need_token(listen address): False on loopback only
     silent_after_seconds: float = 0.0
+    model_dir: str = ""  # [predictor] model_dir: the registry's models live there
 
 
 def reads_need_token(address: str) -> bool:
@@ -80,6 +81,9 @@ class ControllerApi:
             ("GET", "/v1/jobs"): self.jobs,
             ("GET", "/v1/findings"): self.findings,
             ("GET", "/metrics"): self.metrics,
+            ("GET", "/v1/models"): self.models,
+            ("POST", "/v1/models/promote"): self.promote_model,
+            ("POST", "/v1/models/rollback"): self.rollback_model,
         }
 
     def __call__(self, request: Request) -> Response:
@@ -91,6 +95,9 @@ class ControllerApi:
             return self.host(request)
         if any(path == request.path for _, path in self._routes):
             raise HttpError(405, f"{request.method} is not allowed on {request.path}")
+        if method == "GET" and request.path.startswith(model_api.PREFIX):
+            self._require_reader(request)
+            return model_api.show(self._cursor(), request)
         raise HttpError(404, f"no such endpoint {request.path[:100]}")
 
     # ---- ingest ---------------------------------------------------------------------------------------
@@ -239,6 +246,20 @@ class ControllerApi:
         self.stats.queue_depth = self.writer.queue_depth
         body = render(self.stats, self.writer.host_states(), self.clock.time(), self._silent)
         return Response(200, body, "text/plain; version=0.0.4; charset=utf-8")
+
+    # ---- the model registry: reads like the other reads, changes with an operator token only ----------
+
+    def models(self, request: Request) -> Response:
+        self._require_reader(request)
+        return model_api.listing(self._cursor())
+
+    def promote_model(self, request: Request) -> Response:
+        self._require_operator(request)
+        return model_api.promote(self._cursor(), self.settings.model_dir, request)
+
+    def rollback_model(self, request: Request) -> Response:
+        self._require_operator(request)
+        return model_api.rollback(self._cursor(), request)
 
     # ---- helpers --------------------------------------------------------------------------------------
 

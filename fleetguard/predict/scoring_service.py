@@ -9,14 +9,18 @@ controller stores predictions and findings, and its incident pipeline opens the 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 
 from fleetguard.predict.live import LiveScorer, ScoredRound, at_risk_findings
+from fleetguard.predict.model_files import serving_model
 from fleetguard.records.findings import Finding
 from fleetguard.records.prediction import Prediction
+
+log = logging.getLogger(__name__)
 
 MAX_FLAGGED_REMEMBERED = 100_000  # GPUs counted in the status line; a bound, not a fleet size
 
@@ -32,9 +36,33 @@ class ScoringService:
     """Not thread-safe: one loop (up's scoring thread, the controller's maintenance thread) owns it."""
 
     def __init__(self, model_dir: Path, budget_k: int = 0) -> None:
+        self.model_dir = model_dir
+        self.budget_k = budget_k
         self.scorer = LiveScorer(model_dir, budget_k=budget_k)
+        self._serving: Path = model_dir
+        self._refused: Path | None = None
         self._flagged: set[str] = set()
         self._last: ScoredRound | None = None
+
+    def follow_registry(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Serve the registry's active model (or model_dir's own): a promotion or rollback takes effect at
+        the next round, without a restart. A model that cannot load is logged once; the one serving stays."""
+        try:
+            wanted, _ = serving_model(con, self.model_dir)
+        except (duckdb.Error, ValueError) as exc:  # a store without the registry (older), a bad id
+            log.debug("model registry not read: %s", exc)
+            return
+        if wanted in (self._serving, self._refused):
+            return
+        try:
+            scorer = LiveScorer(wanted, budget_k=self.budget_k)
+        except (ValueError, OSError) as exc:  # ArtifactError is a ValueError
+            self._refused = wanted
+            serving = self.scorer.loaded.model_id
+            log.warning("model %s cannot serve (%s); %s keeps serving", wanted.name, exc, serving)
+            return
+        log.warning("scoring now with model %s (was %s)", scorer.loaded.model_id, self.scorer.loaded.model_id)
+        self.scorer, self._serving, self._refused = scorer, wanted, None
 
     @property
     def horizon_seconds(self) -> float:
@@ -43,6 +71,7 @@ class ScoringService:
     def round(self, con: duckdb.DuckDBPyConnection, now: float) -> ScoringRound:
         """Score the store's GPUs as of `now`; at-risk findings are stamped `now`, when they were raised
         (their id stays the step's, so a step scored twice raises nothing twice)."""
+        self.follow_registry(con)
         scored = self.scorer.score(con, now)
         self._last = scored
         if len(self._flagged) < MAX_FLAGGED_REMEMBERED:

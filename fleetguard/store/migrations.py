@@ -14,6 +14,7 @@ import duckdb
 
 from fleetguard.store.controller_tables import controller_ddl, rollup_ddl
 from fleetguard.store.incident_tables import create_alert_tables, create_incident_tables
+from fleetguard.store.model_registry import create_registry_tables
 from fleetguard.store.operator_tables import create_operator_tables
 from fleetguard.store.repair_tables import create_repair_tables
 from fleetguard.store.schema import TABLES, quote_ident
@@ -98,6 +99,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(12, "fleet controller: the host each action was taken on", _add_columns("actions", "host")),
     Migration(13, "alerts: silences, the outbox's send order, incidents' flap counts", create_silence_tables),
     Migration(14, "repairs: what each Slurm drain led to and whether it held", create_repair_tables),
+    Migration(15, "failure predictor: the model registry and its log", create_registry_tables),
 )
 
 CURRENT_VERSION = MIGRATIONS[-1].version

@@ -21,6 +21,7 @@ class Request(StrEnum):
     BREAKER_RESET = "breaker-reset"
     ALERTS_REPLAY = "alerts-replay"
     ALERTS_SILENCE = "alerts-silence"  # {"ops": [{"op": "add" | "end", ...}, ...]}, carried out in order
+    MODEL_OPS = "model-ops"  # {"ops": [{"op": "promote" | "rollback", "model_id", "actor"}, ...]}
 
 
 def request_path(store_path: str, request: Request) -> Path:
