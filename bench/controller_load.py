@@ -265,7 +265,7 @@ def _drive(
     results.put((result, cpu))
 
 
-def _mark(marks: dict[str, float], pid: int) -> None:
+def mark_start(marks: dict[str, float], pid: int) -> None:
     marks["cpu"], marks["t"] = cpu_seconds(pid), time.monotonic()
 
 
@@ -326,7 +326,7 @@ def load(args: argparse.Namespace) -> None:
             g0 = gen.cpu_seconds
             marks: dict[str, float] = {}
             r = gen.run_step(
-                hosts_all[:n], args.seconds, args.interval, seqs, lambda m=marks: _mark(m, ctl.pid)
+                hosts_all[:n], args.seconds, args.interval, seqs, lambda m=marks: mark_start(m, ctl.pid)
             )
             wall = time.monotonic() - marks["t"]
             c0 = marks["cpu"]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.controller_load import Generator, cpu_seconds, quantile, template
+from bench.controller_load import Generator, cpu_seconds, mark_start, quantile, template
 from fleetguard.controller.tokens import add_tokens
 
 
@@ -114,10 +114,10 @@ def run(args: argparse.Namespace, root: Path, store: Path, model_dir: Path, retr
                 time.sleep(0.2)
         text, _ = template(args.interval)
         gen = Generator(args.port, tokens, text, args.workers)
-        c0, t0 = cpu_seconds(ctl.pid), time.monotonic()
-        r = gen.run_step(hosts, args.seconds, args.interval, {})
-        wall = time.monotonic() - t0
-        ccpu = (cpu_seconds(ctl.pid) - c0) / wall
+        marks: dict[str, float] = {}  # taken when the first batch is due (after the bodies were built)
+        r = gen.run_step(hosts, args.seconds, args.interval, {}, lambda: mark_start(marks, ctl.pid))
+        wall = time.monotonic() - marks["t"]
+        ccpu = (cpu_seconds(ctl.pid) - marks["cpu"]) / wall
         alive = retrain and retrain_dir.is_dir() and any(retrain_dir.iterdir())
         load1 = os.getloadavg()[0]
     finally:
