@@ -152,12 +152,20 @@ class IngestWriter:
             finally:
                 done.set()
 
+        if self._stop.is_set():
+            raise BatchRefused(Refusal.OVERLOADED, "the controller is stopping")
         try:
             self._lanes[0].put(wrapped, timeout=timeout)
         except queue.Full:
             raise BatchRefused(Refusal.OVERLOADED, "the controller is behind; retry later") from None
-        if not done.wait(timeout):
-            raise BatchRefused(Refusal.OVERLOADED, "the controller is behind; retry later")
+        # Waited in slices: a writer that stops meanwhile (shutdown) never runs `fn`, and a caller on another
+        # thread (the repair loop) must not hold the shutdown up for the whole timeout.
+        deadline = time.monotonic() + timeout
+        while not done.wait(0.2):
+            if self._stop.is_set() and not any(t.is_alive() for t in self._threads):
+                raise BatchRefused(Refusal.OVERLOADED, "the controller stopped before this was written")
+            if time.monotonic() >= deadline:
+                raise BatchRefused(Refusal.OVERLOADED, "the controller is behind; retry later")
         if errors:
             raise errors[0]
 
