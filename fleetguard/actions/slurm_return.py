@@ -40,6 +40,31 @@ class SelfcheckVerdict:
     failure: str = ""  # the first failed check, for the drain reason
 
 
+# A failed self-check is asked again after this long (a node may have been fixed by hand meanwhile), on the
+# controller's fleet loop and on `up`'s own node alike; a pass older than this is not trusted for a resume.
+SELFCHECK_RECHECK_SECONDS = 900.0
+
+
+@dataclass
+class ThrottledSelfcheck:
+    """A self-check that, once failed, answers with that failure until SELFCHECK_RECHECK_SECONDS have passed
+    instead of running its GPU and collective tests again on every pass of the way back."""
+
+    run: Callable[[], SelfcheckVerdict]
+    now: Callable[[], float]
+    recheck_seconds: float = SELFCHECK_RECHECK_SECONDS
+    _failed: tuple[float, SelfcheckVerdict] | None = None
+
+    def __call__(self) -> SelfcheckVerdict:
+        if self._failed is not None:
+            at, verdict = self._failed
+            if self.now() - at < self.recheck_seconds:
+                return verdict
+        verdict = self.run()
+        self._failed = None if verdict.passed else (self.now(), verdict)
+        return verdict
+
+
 class ReturnStep(StrEnum):
     IN_SERVICE = "in_service"  # nothing to do
     NOT_OURS = "not_ours"  # drained by someone else: left alone

@@ -28,7 +28,13 @@ from diagnosis.incident import ActionEntry, ActionOutcome
 from diagnosis.model import IncidentKey, RepairAction
 from fleetguard.actions.repair_record import Transaction, note_drains, record_step
 from fleetguard.actions.slurm import SlurmNodes
-from fleetguard.actions.slurm_return import NodeReturner, ReturnResult, ReturnStep, SelfcheckVerdict
+from fleetguard.actions.slurm_return import (
+    SELFCHECK_RECHECK_SECONDS,
+    NodeReturner,
+    ReturnResult,
+    ReturnStep,
+    SelfcheckVerdict,
+)
 from fleetguard.clock import Clock, SystemClock
 from fleetguard.config import Config
 from fleetguard.controller.ingest import IngestWriter
@@ -40,9 +46,9 @@ from fleetguard.store.repair_tables import OpenRepair, open_repairs
 
 log = logging.getLogger(__name__)
 
-# A failed self-check is asked again after this long (a node may have been fixed by hand meanwhile); a
-# passed one older than this is not trusted for a resume.
-RECHECK_SECONDS = 900.0
+RECHECK_SECONDS = (
+    SELFCHECK_RECHECK_SECONDS  # a failed self-check is asked again after this; a pass as old is stale
+)
 STALE_SELFCHECK_SECONDS = 600.0  # delivered and not answered this long: something is wrong on the host
 MAX_QUEUED_DRAINS = 1024  # requested drains waiting for the repair thread (the breaker bounds them anyway)
 SLURM_ACTIONS = frozenset({RepairAction.DRAIN, RepairAction.DOWN})

@@ -12,7 +12,13 @@ import time
 import duckdb
 
 from fleetguard.actions.repair_record import Transaction, note_drains, record_step
-from fleetguard.actions.slurm_return import NodeReturner, ReturnResult, ReturnStep, SelfcheckVerdict
+from fleetguard.actions.slurm_return import (
+    NodeReturner,
+    ReturnResult,
+    ReturnStep,
+    SelfcheckVerdict,
+    ThrottledSelfcheck,
+)
 from fleetguard.agent.agent import Agent
 from fleetguard.agent.extension import Extension
 from fleetguard.config import Config
@@ -36,7 +42,8 @@ def slurm_return_extension(config: Config, interval_seconds: float = RETURN_INTE
         return SelfcheckVerdict(report.passed, report.first_failure())
 
     def start(_agent: Agent, store: Store) -> None:
-        returner = NodeReturner(config.actions.slurm, selfcheck)
+        # a failing node is not re-tested on every 30 s pass: its GPU tests would keep the host busy
+        returner = NodeReturner(config.actions.slurm, ThrottledSelfcheck(selfcheck, time.time))
         window = load_policy(
             config.diagnosis.policy_file or None, config.policy.tables
         ).escalation.window_seconds
