@@ -147,21 +147,9 @@ class FleetRepairs:
 
     def incidents_task(self, con: duckdb.DuckDBPyConnection, now: float) -> None:
         """The incident round, then the Slurm repairs it requested handed to the repair thread."""
-        first = self.task.service is None
         self.task(con, now)
-        if first and self.task.service is not None:
-            # Drains requested before a restart and never carried out: the ledger still says "requested",
-            # and nothing else would ever carry them out.
-            engine = self.task.service.engine
-            restored = [(engine.actions.get(i.incident_id), i) for i in engine.active()]
-            self._queue([(entry, i.key, i.summary) for entry, i in restored if entry is not None])
-        self._queue(
-            [
-                (entry, c.incident.key, c.incident.summary)
-                for c in self.task.last_changes
-                for entry in c.actions
-            ]
-        )
+        # the round's requests, and after a restart the drains requested before it and never carried out
+        self._queue([(p.entry, p.key, p.summary) for p in self.task.pending_repairs])
 
     def _queue(self, entries: list[tuple[ActionEntry, IncidentKey, str]]) -> None:
         with self._lock:

@@ -13,10 +13,12 @@ turn into host commands, and it reports their end with `task.action_finished(...
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 
 import duckdb
 
-from diagnosis.incident import ActionOutcome, IncidentChange
+from diagnosis.incident import ActionEntry, ActionOutcome, IncidentChange
+from diagnosis.model import IncidentKey
 from fleetguard.alerts.relay import AlertRelay
 from fleetguard.clock import Clock, SystemClock
 from fleetguard.config import Config
@@ -25,6 +27,35 @@ from fleetguard.incidents.rounds import incident_round
 from fleetguard.incidents.service import IncidentService
 from fleetguard.settings.policy_files import load_policy
 from fleetguard.store import Store
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRepair:
+    """A repair an incident asked for and nobody has carried out yet."""
+
+    entry: ActionEntry
+    key: IncidentKey
+    summary: str
+
+
+def _requested(changes: list[IncidentChange], restored: IncidentService | None) -> list[PendingRepair]:
+    out: list[PendingRepair] = []
+    seen: set[str] = set()
+    if restored is not None:
+        engine = restored.engine
+        for incident in engine.active():
+            entry = engine.actions.get(incident.incident_id)
+            if entry is not None:
+                out.append(PendingRepair(entry, incident.key, incident.summary))
+    out += [PendingRepair(e, c.incident.key, c.incident.summary) for c in changes for e in c.actions]
+    pending = []
+    for p in out:
+        if p.entry.outcome is not ActionOutcome.REQUESTED or p.entry.finished_at is not None:
+            continue
+        if p.entry.action_id not in seen:
+            seen.add(p.entry.action_id)
+            pending.append(p)
+    return pending
 
 
 class IncidentTask:
@@ -36,10 +67,15 @@ class IncidentTask:
         self.feed: StoreFeed | None = None
         self.relay: AlertRelay | None = None
         self.last_changes: list[IncidentChange] = []
+        self.pending_repairs: list[PendingRepair] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def __call__(self, con: duckdb.DuckDBPyConnection, now: float) -> None:
+        """One incident round. `pending_repairs` then holds what it asked for: the REQUESTED actions of
+        its changes and, on the first round after a start, those the store kept unfinished from before
+        (requested just before a restart: nothing else would ever carry them out)."""
+        restored = self.service is None
         if self.service is None or self.feed is None:
             webhooks = self.config.alerts.webhooks if self.config.alerts.enabled else ()
             self.service = IncidentService.open(
@@ -53,6 +89,7 @@ class IncidentTask:
         self.last_changes = incident_round(
             self.service, self.feed, self.relay, self.config.store.path, now, self.config.store.retention_days
         )
+        self.pending_repairs = _requested(self.last_changes, self.service if restored else None)
 
     def action_finished(self, action_id: str, outcome: ActionOutcome, detail: str, now: float) -> None:
         """A host command that carried out a requested repair ended (call inside a writer transaction)."""

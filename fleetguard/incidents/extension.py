@@ -13,7 +13,6 @@ from collections.abc import Iterator
 
 import duckdb
 
-from diagnosis.incident import ActionOutcome
 from fleetguard.agent.agent import Agent
 from fleetguard.agent.extension import Extension
 from fleetguard.alerts.outbox import counts
@@ -56,14 +55,11 @@ def carry_out_repairs(
 ) -> int:
     """The repairs the last round requested, each ended in the task (and stored) as it finishes."""
     done = 0
-    for change in task.last_changes:
-        for entry in change.actions:
-            if entry.outcome is not ActionOutcome.REQUESTED or entry.finished_at is not None:
-                continue
-            outcome, detail = executor.carry_out(entry, change.incident.key, change.incident.summary)
-            with transaction(con):
-                task.action_finished(entry.action_id, outcome, detail, clock.time())
-            done += 1
+    for pending in task.pending_repairs:
+        outcome, detail = executor.carry_out(pending.entry, pending.key, pending.summary)
+        with transaction(con):
+            task.action_finished(pending.entry.action_id, outcome, detail, clock.time())
+        done += 1
     return done
 
 
