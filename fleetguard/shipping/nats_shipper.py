@@ -160,7 +160,10 @@ class NatsTransport:
         thread.join(timeout=PUBLISH_TIMEOUT_SECONDS)
         if not thread.is_alive():
             loop.close()
+        # Whatever did not close in time belongs to the loop just ended: never reused on the next one.
         self._loop = self._thread = None
+        self._nc = self._js = None
+        self._commands = None
         self.connected = False
 
     def _call(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
