@@ -134,6 +134,12 @@ class GpuSampler:
         return now + interval * (1.0 + self._stagger) if first else now + interval
 
 
+def fast_sample(device: GpuDevice, host: str, now: float) -> GpuSample:
+    """A sample of the device's fast reading alone, no slow read, energy or GPM taken (`slow_read_ts` is
+    None, so nothing reads it as fresh): what a history sampled far apart records."""
+    return build_sample(host, now, device.identity, device.read_fast(), _NO_SLOW, None, None, None)
+
+
 def build_sample(
     host: str,
     now: float,
@@ -203,3 +209,4 @@ def build_sample(
 
 
 _NO_GPM = GpmReading()
+_NO_SLOW = SlowReading()

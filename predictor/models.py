@@ -67,12 +67,6 @@ def _signed_log(x: Matrix) -> npt.NDArray[np.float64]:
     return np.sign(v) * np.log1p(np.abs(v))
 
 
-def _balanced_weights(y: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    pos = max(1.0, float(y.sum()))
-    neg = max(1.0, float(len(y) - y.sum()))
-    return np.where(y > 0, 0.5 * len(y) / pos, 0.5 * len(y) / neg)
-
-
 def _save_npz(path: Path, arrays: dict[str, npt.NDArray[Any]]) -> None:
     """Plain numeric arrays only, so loading never needs allow_pickle."""
     savez: Any = np.savez

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from dashboard.queries.base import TS, Cursor, as_int, fetch
+from dashboard.queries.base import TS, Cursor, fetch
 
 MAX_ROWS: Final = 500
 
@@ -60,37 +60,3 @@ def recent_findings(
         )
         for r in rows
     ]
-
-
-_SEVERITY_SQL: Final = f"""
-SELECT severity, count(DISTINCT subject || '/' || kind) FROM findings
-WHERE ts >= {TS} AND ts <= {TS} GROUP BY severity
-"""
-
-
-def finding_counts_by_severity(cur: Cursor, since: float, until: float) -> dict[str, int]:
-    """Distinct (subject, kind) pairs: a finding re-raised every round is one problem, not many."""
-    return {str(r[0]): as_int(r[1]) for r in fetch(cur, _SEVERITY_SQL, [since, until])}
-
-
-@dataclass(frozen=True, slots=True)
-class ActionRow:
-    ts: float
-    action_id: str
-    action: str
-    target: str
-    finding_id: str | None
-    outcome: str
-    detail: str
-
-
-_ACTIONS_SQL: Final = f"""
-SELECT epoch(ts), action_id, action, target, finding_id, outcome, detail FROM actions
-WHERE ts >= {TS} AND ts <= {TS} AND (? IS NULL OR contains(target, ?))
-ORDER BY ts DESC LIMIT {MAX_ROWS}
-"""
-
-
-def recent_actions(cur: Cursor, since: float, until: float, target: str | None = None) -> list[ActionRow]:
-    rows = fetch(cur, _ACTIONS_SQL, [since, until, target, target])
-    return [ActionRow(float(r[0]), str(r[1]), str(r[2]), str(r[3]), r[4], str(r[5]), str(r[6])) for r in rows]

@@ -13,11 +13,14 @@ from fleetguard.argv import render_argv, run_argv, run_as_for
 from fleetguard.clock import Clock, SystemClock
 from fleetguard.jobcontrol.commands import CommandQueue
 from fleetguard.jobcontrol.trust import ProcessIdentity, job_owner
+from fleetguard.records.action_requests import ActionKind, ActionRequest
 from fleetguard.records.findings import ActionRecord
+
+__all__ = ["ActionExecutor", "ActionRequest", "ExecutorConfig"]
 
 log = logging.getLogger(__name__)
 
-ACTIONS = frozenset({"checkpoint", "restart", "cordon", "stop_crash_loop", "none"})
+ACTIONS = frozenset(ActionKind)
 
 
 @dataclass(frozen=True)
@@ -29,18 +32,6 @@ class ExecutorConfig:
     # argv that ends the job at its scheduler (scancel, kubectl delete job); empty: only the ranks are asked
     stop_command: tuple[str, ...] = ()
     command_timeout_seconds: float = 60.0
-
-
-@dataclass(frozen=True, slots=True)
-class ActionRequest:
-    """What to do, to which job, and why (the finding that is the evidence)."""
-
-    action: str
-    job_id: str
-    finding_id: str | None
-    reason: str
-    rank: int | None = None  # the rank the finding names, for {rank}/{pid}
-    host: str | None = None  # cordon: the host to cordon (default: this agent's host)
 
 
 class ActionExecutor:
@@ -71,9 +62,9 @@ class ActionExecutor:
         record = ActionRecord(
             ts=self.clock.time(),
             action_id=f"act-{uuid.uuid4().hex[:16]}",
-            action=request.action,
+            action=str(request.action),
             target=self._target(request),
-            finding_id=request.finding_id,
+            finding_id=request.evidence_id,
             outcome=outcome,
             detail=f"{request.reason}; {detail}" if request.reason else detail,
         )
@@ -82,20 +73,20 @@ class ActionExecutor:
 
     def _target(self, request: ActionRequest) -> str:
         # a `none` that names a host is a host action the policy refused (a cordon without host evidence)
-        if request.action == "cordon" or (request.action == "none" and request.host):
+        if request.action == ActionKind.CORDON or (request.action == ActionKind.NONE and request.host):
             return f"host/{request.host or self.config.host}"
         return f"job/{request.job_id}@{self.config.host}"
 
     def _dispatch(self, request: ActionRequest) -> tuple[str, str]:
         if request.action not in ACTIONS:
             return "failed", f"unknown action {request.action!r}"
-        if request.action == "none":
+        if request.action == ActionKind.NONE:
             return "skipped", "policy chose no action"
-        if request.action == "checkpoint":
+        if request.action == ActionKind.CHECKPOINT:
             return self._ask_ranks(request.job_id, "checkpoint", request.reason)
-        if request.action == "stop_crash_loop":
+        if request.action == ActionKind.STOP_CRASH_LOOP:
             return self._stop(request)
-        if request.action == "restart":
+        if request.action == ActionKind.RESTART:
             return self._restart(request)
         return self._cordon(request)
 
@@ -150,7 +141,9 @@ class ActionExecutor:
         target = ranks.get(request.rank) if request.rank is not None else None
         values = {
             "job": job_owner(request.job_id)[1],  # the id the ranks reported (the scheduler's), not the key
-            "host": (request.host or self.config.host) if request.action == "cordon" else self.config.host,
+            "host": (request.host or self.config.host)
+            if request.action == ActionKind.CORDON
+            else self.config.host,
             "rank": request.rank,
             "pid": target.pid if target is not None else None,
         }

@@ -109,11 +109,6 @@ def parse_node(line: str) -> NodeState:
     return NodeState(name, states, "" if reason in ("(null)", "None") else reason)
 
 
-def short_host(host: str) -> str:
-    """Slurm names nodes by their short host name by convention."""
-    return host.split(".", 1)[0]
-
-
 @dataclass
 class SlurmNodes:
     """The `scontrol` side of one cluster."""

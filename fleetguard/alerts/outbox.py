@@ -164,13 +164,6 @@ def due(con: duckdb.DuckDBPyConnection, now: float) -> list[DueAlert]:
     return [a for a in heads(con) if a.next_attempt_at <= now]
 
 
-def next_due_at(con: duckdb.DuckDBPyConnection) -> float | None:
-    row = con.execute(
-        f"SELECT min({epoch_sql('next_attempt_at')}) FROM alert_outbox WHERE status = 'pending'"
-    ).fetchall()
-    return None if not row or row[0][0] is None else float(row[0][0])
-
-
 def make_due(con: duckdb.DuckDBPyConnection, endpoint: str, now: float) -> None:
     """The endpoint answers again: its whole backlog is due now (it drains oldest first, at its rate)."""
     con.execute(

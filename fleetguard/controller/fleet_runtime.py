@@ -17,7 +17,6 @@ on one host because of another host's records.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import threading
 from collections import deque
@@ -27,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
+from diagnosis.fleet_policy import FleetMembership, FleetVerdict, decide_fleet_restart, with_decision
 from fleetguard.controller.columns import insert_records
 from fleetguard.controller.hosts import HostState
 from fleetguard.controller.validate import IngestBatch
@@ -219,28 +219,29 @@ class FleetRuntime:
         if job is not None and finding.rank is not None:
             host = job.claims.owner(finding.rank) or host
         out = replace(finding, finding_id=f"fleet:{finding.finding_id}", host=host)
-        if (
-            out.kind != "hang_localised"
-            or job is None
-            or host is None
-            or out.job_id is None
-            or self._act is None
-            or len(job.claims.by_host) < 2
-        ):
-            return out  # a job only one host reports: that host's agent acts on it
-        evidence = json.loads(out.evidence_json)
-        membership = job.claims.membership()
-        if membership.corroborated_multi_host and host in membership.hosts:
+        decision = decide_fleet_restart(out, _membership(job), controller_acts=self._act is not None)
+        if decision.verdict is FleetVerdict.RESTART and self._act is not None:
             # A hang across hosts: only the controller sees which host holds the culprit; that host's agent
             # restarts its part of the job (the others' agents see only ranks waiting in a collective).
-            self._act(FleetAction(host, CommandKind.RESTART, out.job_id, f"{out.summary} (fleet analysis)"))
-            evidence["restart_requested_of"] = host
-        else:
+            assert decision.host is not None and decision.job_id is not None
+            self._act(FleetAction(decision.host, CommandKind.RESTART, decision.job_id, decision.reason))
+        elif decision.verdict is FleetVerdict.WITHHELD:
             self.withheld_restarts += 1
-            evidence["restart_withheld"] = membership.why_not_corroborated()
-            log.warning("job %s: no fleet restart: %s", out.job_id, evidence["restart_withheld"])
-        evidence["membership_hosts"] = sorted(membership.hosts)
-        return replace(out, evidence_json=json.dumps(evidence, sort_keys=True, default=str))
+            log.warning("job %s: no fleet restart: %s", decision.job_id, decision.reason)
+        return with_decision(out, decision)
+
+
+def _membership(job: _Job | None) -> FleetMembership | None:
+    """The job's membership as the fleet policy reads it."""
+    if job is None:
+        return None
+    membership = job.claims.membership()
+    return FleetMembership(
+        reporting_hosts=len(job.claims.by_host),
+        hosts=membership.hosts,
+        corroborated=membership.corroborated_multi_host,
+        why_not=membership.why_not_corroborated(),
+    )
 
 
 def _world(hb: Heartbeat) -> int:

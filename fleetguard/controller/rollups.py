@@ -99,11 +99,6 @@ class Rollups:
             with self._lock:
                 self._minutes |= minutes
 
-    def touch_minutes(self, minutes: Iterable[int]) -> None:
-        """Mark minutes (epoch // 60) to recompute: for a store no ingest hook sees (`fleetguard up`)."""
-        with self._lock:
-            self._minutes.update(minutes)
-
     def __call__(self, con: duckdb.DuckDBPyConnection, now: float) -> None:
         with self._lock:
             minutes, self._minutes = self._minutes, set()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import hmac
 import json
 import os
 import secrets
@@ -174,7 +173,3 @@ class TokenBook:
         with self._lock:
             identity = self._by_hash.get(digest)
         return identity
-
-
-def same_host(a: str, b: str) -> bool:
-    return hmac.compare_digest(a.encode(), b.encode())

@@ -110,7 +110,3 @@ def select_records(
     ).fetchall()
     build: Callable[..., R] = record
     return [build(**dict(zip(present, row, strict=True))) for row in rows]
-
-
-def hosts_of(rows: Sequence[Any]) -> set[str]:
-    return {str(getattr(r, "host", "")) for r in rows}

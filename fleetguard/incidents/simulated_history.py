@@ -1,5 +1,7 @@
 """A seeded fleet history with faults, for `policy replay` tests, demos and the diagnosis benchmarks:
-GPU samples, XIDs (application noise, hardware faults, storms), IB counter deltas. Deterministic per seed."""
+GPU samples, XIDs (application noise, hardware faults, storms), IB counter deltas. Deterministic per seed.
+GPU samples come from scripted devices (collectors.scripted_device) through the one sample builder
+(collectors.gpu_sampling), as the live and simulated collectors' do."""
 
 from __future__ import annotations
 
@@ -7,6 +9,9 @@ import random
 import uuid
 from collections.abc import Iterator
 
+from collectors.gpu_device import FastReading, GpuIdentity
+from collectors.gpu_sampling import fast_sample
+from collectors.scripted_device import ScriptedGpuDevice
 from fleetguard.records.telemetry import Event, EventKind, GpuSample, NicCounterSample
 
 DAY = 86400.0
@@ -47,19 +52,18 @@ def _samples(rng: random.Random, host: str, uuids: list[str], t0: float, every: 
     hot_from = t0 + rng.random() * DAY * 0.75
     hot_until = hot_from + 3600.0 * rng.uniform(2, 6)
     for i, gpu_uuid in enumerate(uuids):
+        device = ScriptedGpuDevice(GpuIdentity(index=i, uuid=gpu_uuid, pci_bus_id=_pci(i)))
         t = t0
         while t < t0 + DAY:
             throttled = hot and i == 0 and hot_from <= t < hot_until
-            yield GpuSample(
-                ts=t,
-                host=host,
-                gpu_index=i,
-                uuid=gpu_uuid,
-                pci_bus_id=_pci(i),
-                temperature_celsius=92.0 if throttled else 60.0 + rng.random() * 10,
-                clocks_event_reasons=0x40 if throttled else 0x4,
-                remapped_rows_pending=False,
+            device.set_fast(
+                FastReading(
+                    temperature_celsius=92.0 if throttled else 60.0 + rng.random() * 10,
+                    clocks_event_reasons=0x40 if throttled else 0x4,
+                    remapped_rows_pending=False,
+                )
             )
+            yield fast_sample(device, host, t)
             t += every
 
 

@@ -5,6 +5,10 @@ device_id, ts, kind) for tests, the demo model and the scale benchmarks. A share
 failing, with one of several precursor patterns; some fail with no warning; healthy GPUs carry confounding
 noise; half way through, a new batch of GPUs arrives and a driver change shifts the baselines and the mix of
 failure patterns, so a model trained once on the first months drifts.
+
+It makes no `GpuSample`s (those come from a `GpuDevice` through collectors.gpu_sampling, as
+fleetguard.incidents.simulated_history's do): it writes the predictor's columns directly, a whole fleet's
+steps at a time, which is what lets the scale benchmarks generate 10^8 rows.
 """
 
 from __future__ import annotations

@@ -99,10 +99,6 @@ def check(sql_type: SqlType, field: str, value: object) -> int | float:
     return float(value) if sql_type is SqlType.DOUBLE else value
 
 
-def check_int32(field: str, value: object) -> int:
-    return int(check(SqlType.INTEGER, field, value))
-
-
 def check_int64(field: str, value: object) -> int:
     return int(check(SqlType.BIGINT, field, value))
 

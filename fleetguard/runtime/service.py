@@ -18,11 +18,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from fleetguard.actions.executor import ActionExecutor, ActionRequest, ExecutorConfig
+from fleetguard.actions.executor import ActionExecutor, ExecutorConfig
 from fleetguard.argv import check_template
 from fleetguard.clock import Clock
 from fleetguard.jobcontrol.commands import Command, CommandQueue
 from fleetguard.jobcontrol.procfs import is_alive
+from fleetguard.records.action_requests import ActionKind, ActionRequest
 from fleetguard.records.findings import ActionRecord, Finding
 from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
 from fleetguard.runtime.crashes import CrashTracker
@@ -424,16 +425,17 @@ class RuntimeService:
                     self.analyzer.observe(record)
             self._buffer(progress)
 
-    def run_actions(self, finding: Finding, requests: Sequence[ActionRequest]) -> list[ActionRecord]:
-        """Execute the plans for one finding in order; a restart that follows a checkpoint request waits
-        (up to checkpoint_timeout_seconds) for that checkpoint to complete first."""
+    def run_actions(self, requests: Sequence[ActionRequest]) -> list[ActionRecord]:
+        """Execute the requests in order (the plans for one finding, or what one controller command asks); a
+        restart that follows a checkpoint request waits (up to checkpoint_timeout_seconds) for that
+        checkpoint to complete first."""
         records: list[ActionRecord] = []
         checkpoint_before: int | None = None
         asked_checkpoint = False
         for request in requests:
             note = ""
             if (
-                request.action == "restart"
+                request.action == ActionKind.RESTART
                 and asked_checkpoint
                 and not self._wait_for_checkpoint(request.job_id, checkpoint_before)
             ):
@@ -442,15 +444,15 @@ class RuntimeService:
                     f"{self.config.checkpoint_timeout_seconds:.0f} s: restarted from checkpoint step "
                     f"{self._checkpoint_step(request.job_id)}"
                 )
-            if request.action == "checkpoint":
+            if request.action == ActionKind.CHECKPOINT:
                 checkpoint_before = self._checkpoint_step(request.job_id)
-            run = self._restart if request.action == "restart" else self.executor.execute
+            run = self._restart if request.action == ActionKind.RESTART else self.executor.execute
             record = run(request)
-            if request.action == "stop_crash_loop":
+            if request.action == ActionKind.STOP_CRASH_LOOP:
                 note = self._stop_delivery_note(record)
             if note:
                 record = replace(record, detail=f"{record.detail}; {note}")
-            if request.action == "checkpoint" and record.outcome == "requested":
+            if request.action == ActionKind.CHECKPOINT and record.outcome == "requested":
                 asked_checkpoint = True
             self.planner.action_done(request, record, self.ranks.job(request.job_id))
             records.append(record)
@@ -547,7 +549,7 @@ class RuntimeService:
                 return
             finding, requests = item
             try:
-                self.run_actions(finding, requests)
+                self.run_actions(requests)
             except Exception:
                 log.exception("runtime actions for finding %s failed", finding.finding_id)
 
@@ -613,7 +615,7 @@ class PolicyPlanner:
                 )
         return [
             ActionRequest(
-                action=p.action,
+                action=ActionKind(p.action),
                 job_id=p.job_id or job_id,
                 finding_id=p.finding_id,
                 reason=p.reason,
@@ -651,7 +653,7 @@ class PolicyPlanner:
                 del self._deferred[key]
 
     def action_done(self, request: ActionRequest, record: ActionRecord, job: JobInfo | None) -> None:
-        if request.action != "restart":
+        if request.action != ActionKind.RESTART:
             return
         with self._lock:
             state = self._states.get(request.job_id)
@@ -660,7 +662,7 @@ class PolicyPlanner:
             if job is not None and job.checkpoint_step is not None:
                 state = state.with_checkpoint(job.checkpoint_step)
             succeeded = record.outcome == "succeeded"
-            self._states[request.job_id] = state.with_restart_outcome(request.finding_id, succeeded)
+            self._states[request.job_id] = state.with_restart_outcome(request.evidence_id, succeeded)
 
 
 def _furthest_step(job: JobInfo) -> int | None:

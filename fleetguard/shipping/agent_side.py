@@ -16,6 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector as PromCollector
 
 from fleetguard.config import Config
+from fleetguard.records.action_requests import ActionKind, ActionRequest
 from fleetguard.secret_files import SecretFileError, read_secret_text
 from fleetguard.shipping.channel import CommandChannel, Runner
 from fleetguard.shipping.commands import CommandKind, CommandOutcome, HostCommand
@@ -32,10 +33,10 @@ SHUTDOWN_DRAIN_SECONDS = 5.0
 
 # A controller's command kind -> the runtime executor's action.
 _ACTIONS = {
-    CommandKind.CHECKPOINT: "checkpoint",
-    CommandKind.RESTART: "restart",
-    CommandKind.STOP: "stop_crash_loop",
-    CommandKind.CORDON: "cordon",
+    CommandKind.CHECKPOINT: ActionKind.CHECKPOINT,
+    CommandKind.RESTART: ActionKind.RESTART,
+    CommandKind.STOP: ActionKind.STOP_CRASH_LOOP,
+    CommandKind.CORDON: ActionKind.CORDON,
 }
 _OUTCOMES = {
     "succeeded": CommandOutcome.DONE,
@@ -72,9 +73,6 @@ def runtime_runner(parts: Mapping[str, object], host: str) -> Runner:
     fleetguard.runtime.extension once it runs), as the runtime's own actions are run."""
 
     def run(command: HostCommand) -> tuple[CommandOutcome, str]:
-        from fleetguard.actions.executor import ActionRequest
-        from fleetguard.records.findings import Finding
-
         if command.kind not in _ACTIONS:
             return CommandOutcome.REFUSED, f"{command.kind.value} is not run by this agent"
         service = parts.get("service")
@@ -82,20 +80,10 @@ def runtime_runner(parts: Mapping[str, object], host: str) -> Runner:
             return CommandOutcome.REFUSED, "the training runtime is not running on this host"
         if command.kind is not CommandKind.CORDON and not command.job_id:
             return CommandOutcome.REFUSED, f"{command.kind.value} needs a job id"
-        finding = Finding(
-            ts=time.time(),
-            finding_id=f"controller:{command.command_id}",
-            kind="controller_command",
-            severity="info",
-            subject=f"host/{host}",
-            summary=f"the controller asked for {command.kind.value}: {command.reason}",
-            host=host,
-            job_id=command.job_id,
+        request = ActionRequest.for_command(
+            _ACTIONS[command.kind], command.job_id, command.command_id, command.reason, host
         )
-        request = ActionRequest(
-            _ACTIONS[command.kind], command.job_id or "", finding.finding_id, command.reason, host=host
-        )
-        records = service.run_actions(finding, [request])  # type: ignore[attr-defined]
+        records = service.run_actions([request])  # type: ignore[attr-defined]
         if not records:
             return CommandOutcome.REFUSED, "no action was taken"
         last = records[-1]

@@ -7,9 +7,11 @@ that stored *this* publish: the stream's duplicate detection spans every subject
 may mean another host published a message under this id first; the batch is then published again under a
 random retry id, and the ledger (keyed by the subject's host) keeps it once if the first copy was ours.
 
-Order and backoff are the HTTP shipper's (fleetguard.shipping.drain): the newest batch first when one is new,
-then the backlog oldest first; failures back off exponentially with equal jitter. A batch too large for the
-server's max_payload can never be published: it is dropped and counted, like a 413 over HTTP.
+The drain loop is the HTTP shipper's (fleetguard.shipping.drain_loop; this module is its NATS transport): the
+newest batch first when one is new, then the backlog oldest first; failures back off exponentially with
+equal jitter. A batch too large for the server's max_payload can never be published: it is dropped and
+counted, like a 413 over HTTP. nats-py is asyncio: the transport runs its own event-loop thread, which the
+drain loop's thread waits on for each connect and publish.
 
 Commands from the controller: with a command channel, the shipper also pulls this host's durable consumer
 `cmd-<host>` on the pool's command stream (fleetguard.controller.nats_commands), hands each command to the
@@ -30,14 +32,21 @@ import secrets
 import threading
 import time
 import zlib
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fleetguard.shipping.channel import CommandChannel
 from fleetguard.shipping.commands import command_from_json
 from fleetguard.shipping.drain import Drain
-from fleetguard.shipping.errors import ShippingError
-from fleetguard.shipping.nats_connect import NatsLogin, NatsSettingsError, connect, make_login
+from fleetguard.shipping.drain_loop import DrainLoop, ShipperStats
+from fleetguard.shipping.errors import BatchRefused, ShippingError, TransportDown
+from fleetguard.shipping.nats_connect import (
+    FIRST_CONNECT_SECONDS,
+    NatsLogin,
+    NatsSettingsError,
+    connect,
+    make_login,
+)
 from fleetguard.shipping.nats_subjects import (
     MSG_ID_HEADER,
     command_consumer,
@@ -45,8 +54,7 @@ from fleetguard.shipping.nats_subjects import (
     msg_id,
     subject_for,
 )
-from fleetguard.shipping.shipper import ShipperStats
-from fleetguard.shipping.spool import Spool, SpoolRecord
+from fleetguard.shipping.spool import Spool
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -55,9 +63,9 @@ if TYPE_CHECKING:
     from fleetguard.config import Config
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 PUBLISH_TIMEOUT_SECONDS = 10.0
-IDLE_WAIT_SECONDS = 1.0
 COMMAND_FETCH = 16
 COMMAND_WAIT_SECONDS = 5.0  # a pull waits this long for a command (the next one starts right after)
 COMMAND_RETRY_SECONDS = 5.0  # no consumer yet (no command ever queued for this host), or NATS down
@@ -79,94 +87,148 @@ def batch_key(body: bytes) -> tuple[str, str, int]:
     return json.loads(match[1]), json.loads(match[2]), int(match[3])
 
 
-class NatsShipper:
-    """Same face as fleetguard.shipping.shipper.Shipper (wake, start, stop, stats) over JetStream."""
+class NatsTransport:
+    """Publishes to JetStream from its own event-loop thread (nats-py is asyncio); the drain loop's thread
+    calls `prepare` and `send`, which wait for the loop. Once connected, the same connection pulls this
+    host's commands into the channel."""
 
     def __init__(
         self,
-        spool: Spool,
         login: NatsLogin,
         pool: str,
         host: str,
-        *,
+        stats: ShipperStats,
         channel: CommandChannel | None = None,
-        clock: Callable[[], float],
-        rng: random.Random | None = None,
     ) -> None:
-        self.spool = spool
         self.login = login
         self.subject = subject_for(pool, host)
         self.host = host
         self.pool = pool
+        self.stats = stats
         self.channel = channel
+        self.connected = False
         self.commands_received = 0
         self._said: set[str] = set()  # server errors logged already
-        self.clock = clock
-        self.stats = ShipperStats()
-        self.connected = False
-        self._rng = rng or random.Random()
-        self._stop = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._wake: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
-        self.drain = Drain(spool, self._rng)
+        self._commands: asyncio.Task[None] | None = None
 
-    # ---- from other threads ---------------------------------------------------------------------------
+    # ---- from the drain loop's thread -----------------------------------------------------------------
 
-    def wake(self) -> None:
-        loop, event = self._loop, self._wake
-        if loop is not None and event is not None:
-            loop.call_soon_threadsafe(event.set)
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="fleetguard-nats-shipper", daemon=True)
-        self._thread.start()
-
-    def stop(self, drain_seconds: float = 0.0) -> None:
-        """Stop; with `drain_seconds`, first try that long to publish what is spooled (shutdown)."""
-        if drain_seconds > 0 and self._thread is not None:
-            deadline = self.clock() + drain_seconds
-            while self.spool.pending() and self.clock() < deadline and self.drain.failures == 0:
-                self.wake()
-                self._stop.wait(0.05)
-        self._stop.set()
-        self.wake()
-        if self._thread is not None:
-            self._thread.join(timeout=PUBLISH_TIMEOUT_SECONDS + 10)
-
-    # ---- the shipper's own thread ---------------------------------------------------------------------
-
-    def _run(self) -> None:
-        asyncio.run(self._main())
-
-    async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._wake = asyncio.Event()
-        commands: asyncio.Task[None] | None = None
+    def prepare(self) -> None:
+        """Connect unless connected (nats-py then reconnects by itself for ever); on connecting, start
+        pulling this host's commands."""
+        if self._js is not None:
+            return
         try:
-            while not self._stop.is_set():
-                delay = await self._step()
-                if commands is None and self._js is not None and self.channel is not None:
-                    commands = asyncio.create_task(self._pull_commands(self._js, self.channel))
-                if delay > 0 and not self._stop.is_set():
-                    await self._sleep(delay)
-        finally:
-            if commands is not None:
-                commands.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await commands
-            await self._disconnect()
+            self._call(self._connect(), FIRST_CONNECT_SECONDS + 5)
+        except Exception as exc:  # nats-py raises several unrelated types for "no server"
+            first = self.stats.errors == 0  # else said already (here or in _error)
+            if first:
+                log.warning("NATS %s unreachable (%s); batches stay spooled", self.login.urls, exc)
+            raise TransportDown(f"NATS {self.login.urls} unreachable ({exc})", said=True) from exc
+
+    def send(self, body: bytes) -> None:
+        import nats.errors
+        import nats.js.errors
+
+        try:
+            _, boot_id, seq = batch_key(body)
+        except ValueError as exc:
+            raise BatchRefused(f"it is unreadable ({exc})") from exc
+        try:
+            self._call(self._publish(body, boot_id, seq), 2 * PUBLISH_TIMEOUT_SECONDS + 5)
+        except nats.errors.MaxPayloadError as exc:
+            raise BatchRefused(f"it is larger than the NATS server takes ({exc})") from exc
+        except (nats.errors.Error, nats.js.errors.Error, OSError, TimeoutError) as exc:
+            # Not stored, or stored without the ack reaching us: publish again later, same message id.
+            raise TransportDown(f"publishing to NATS failed ({type(exc).__name__}: {exc})") from exc
+        self.stats.sent += 1
+
+    def close(self) -> None:
+        """Disconnect and end the event-loop thread (the next `prepare` starts both again)."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        try:
+            self._call(self._disconnect(), PUBLISH_TIMEOUT_SECONDS)
+        except Exception as exc:
+            log.debug("closing NATS: %s", exc)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=PUBLISH_TIMEOUT_SECONDS)
+        if not thread.is_alive():
+            loop.close()
+        # Whatever did not close in time belongs to the loop just ended: never reused on the next one.
+        self._loop = self._thread = None
+        self._nc = self._js = None
+        self._commands = None
+        self.connected = False
+
+    def _call(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
+        """Run `coro` on the event-loop thread (started if needed) and wait for its result."""
+        if self._loop is None:
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name="fleetguard-nats-loop", daemon=True)
+            thread.start()
+            self._loop, self._thread = loop, thread
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result(timeout)
+        except TimeoutError:
+            future.cancel()
+            raise
+
+    # ---- on the event loop ----------------------------------------------------------------------------
+
+    async def _connect(self) -> None:
+        self._nc = await connect(
+            self.login,
+            f"fleetguard-agent {self.host}",
+            on_error=self._error,
+            while_down="batches stay spooled until it is back",
+        )
+        self._js = self._nc.jetstream()
+        self.connected = True
+        log.info("connected to NATS %s", self._nc.connected_url)
+        if self.channel is not None:
+            self._commands = asyncio.create_task(self._pull_commands(self._js, self.channel))
+
+    async def _publish(self, body: bytes, boot_id: str, seq: int) -> None:
+        import nats.js.errors
+
+        assert self._js is not None
+        ack = await self._js.publish(
+            self.subject,
+            body,
+            timeout=PUBLISH_TIMEOUT_SECONDS,
+            headers={MSG_ID_HEADER: msg_id(self.subject, boot_id, seq)},
+        )
+        if ack.duplicate:
+            # The stream holds a message with this id, but whose? Our own earlier publish whose ack was
+            # lost, or another host's forged one (the stream's dedup spans every subject). Either way the
+            # batch is not proven stored: publish it again under an id nobody else can know. The
+            # controller's ledger, keyed by the subject's host, stores it once if it was ours.
+            self.stats.duplicates += 1
+            ack = await self._js.publish(
+                self.subject,
+                body,
+                timeout=PUBLISH_TIMEOUT_SECONDS,
+                headers={MSG_ID_HEADER: msg_id(self.subject, boot_id, seq, secrets.token_hex(16))},
+            )
+            if ack.duplicate:
+                raise nats.js.errors.Error(description="a fresh message id was answered duplicate")
 
     async def _pull_commands(self, js: JetStreamContext, channel: CommandChannel) -> None:
         """This host's commands, from its own consumer, into the channel's journal; acked to JetStream only
-        once journaled (a crash before the ack redelivers it, and the journal answers it, not run again)."""
+        once journaled (a crash before the ack redelivers it, and the journal answers it, not run again).
+        Runs until cancelled (at close)."""
         import nats.errors
 
         sub = None
         failing = False
-        while not self._stop.is_set():
+        while True:
             try:
                 if sub is None:
                     sub = await js.pull_subscribe_bind(
@@ -201,35 +263,6 @@ class NatsShipper:
                     sub = None
                 await asyncio.sleep(COMMAND_RETRY_SECONDS)
 
-    async def _sleep(self, seconds: float) -> None:
-        assert self._wake is not None
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), seconds)
-        self._wake.clear()
-
-    async def _step(self) -> float:
-        if self._js is None:
-            try:
-                self._nc = await connect(
-                    self.login,
-                    f"fleetguard-agent {self.host}",
-                    on_error=self._error,
-                    while_down="batches stay spooled until it is back",
-                )
-                self._js = self._nc.jetstream()
-                self.connected = True
-                log.info("connected to NATS %s", self._nc.connected_url)
-            except Exception as exc:  # nats-py raises several unrelated types for "no server"
-                first = self.stats.errors == 0  # else said already (here or in _error)
-                self.stats.errors += 1
-                if first:
-                    log.warning("NATS %s unreachable (%s); batches stay spooled", self.login.urls, exc)
-                return self.drain.failed()
-        record = self.drain.next_record()
-        if record is None:
-            return IDLE_WAIT_SECONDS
-        return await self.send(record)
-
     async def _error(self, exc: Exception) -> None:
         # Permission violations and the like; connection failures are logged once by `connect`.
         import nats.errors
@@ -250,70 +283,70 @@ class NatsShipper:
                 self._said.add(str(exc))
             log.warning("NATS: %s", exc)
 
-    async def send(self, record: SpoolRecord) -> float:
-        """Publish one record; return how long to wait before the next."""
-        import nats.errors
-        import nats.js.errors
-
-        assert self._js is not None
-        body = self.spool.read(record)
-        if body is None:
-            return 0.0
-        try:
-            _, boot_id, seq = batch_key(body)
-        except ValueError as exc:
-            log.error("spooled batch %d is unreadable (%s); dropped", record.record_id, exc)
-            self.stats.dropped_refused += 1
-            self.spool.ack(record.record_id)
-            return 0.0
-        try:
-            ack = await self._js.publish(
-                self.subject,
-                body,
-                timeout=PUBLISH_TIMEOUT_SECONDS,
-                headers={MSG_ID_HEADER: msg_id(self.subject, boot_id, seq)},
-            )
-            if ack.duplicate:
-                # The stream holds a message with this id, but whose? Our own earlier publish whose ack was
-                # lost, or another host's forged one (the stream's dedup spans every subject). Either way
-                # the batch is not proven stored: publish it again under an id nobody else can know. The
-                # controller's ledger, keyed by the subject's host, stores it once if it was ours.
-                self.stats.duplicates += 1
-                ack = await self._js.publish(
-                    self.subject,
-                    body,
-                    timeout=PUBLISH_TIMEOUT_SECONDS,
-                    headers={MSG_ID_HEADER: msg_id(self.subject, boot_id, seq, secrets.token_hex(16))},
-                )
-                if ack.duplicate:
-                    raise nats.js.errors.Error(description="a fresh message id was answered duplicate")
-        except nats.errors.MaxPayloadError as exc:
-            log.error("batch %d is larger than the NATS server takes (%s); dropped", record.record_id, exc)
-            self.stats.dropped_refused += 1
-            self.spool.ack(record.record_id)
-            return 0.0
-        except (nats.errors.Error, nats.js.errors.Error, OSError, TimeoutError) as exc:
-            # Not stored, or stored without the ack reaching us: publish again later, same message id.
-            self.stats.errors += 1
-            if self.drain.failures == 0:
-                log.warning(
-                    "publishing to NATS failed (%s: %s); batches stay spooled", type(exc).__name__, exc
-                )
-            return self.drain.unreachable()
-        self.stats.sent += 1
-        self.stats.committed += 1
-        self.stats.last_success_ts = self.clock()
-        self.drain.succeeded()
-        self.spool.ack(record.record_id)
-        return 0.0
-
     async def _disconnect(self) -> None:
+        commands, self._commands = self._commands, None
+        if commands is not None:
+            commands.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await commands
         nc, self._nc, self._js = self._nc, None, None
         if nc is not None:
             try:
                 await nc.close()
             except Exception as exc:
                 log.debug("closing NATS: %s", exc)
+
+
+class NatsShipper:
+    """Same face as fleetguard.shipping.shipper.Shipper (wake, start, stop, stats): the one drain loop
+    (fleetguard.shipping.drain_loop) with NatsTransport."""
+
+    def __init__(
+        self,
+        spool: Spool,
+        login: NatsLogin,
+        pool: str,
+        host: str,
+        *,
+        channel: CommandChannel | None = None,
+        clock: Callable[[], float],
+        rng: random.Random | None = None,
+    ) -> None:
+        self.spool = spool
+        self.channel = channel
+        self.stats = ShipperStats()
+        self.transport = NatsTransport(login, pool, host, self.stats, channel)
+        self._loop = DrainLoop(
+            spool,
+            self.transport,
+            self.stats,
+            clock=clock,
+            rng=rng or random.Random(),
+            thread_name="fleetguard-nats-shipper",
+            join_seconds=2 * PUBLISH_TIMEOUT_SECONDS + 10,
+        )
+
+    @property
+    def drain(self) -> Drain:
+        return self._loop.drain
+
+    @property
+    def connected(self) -> bool:
+        return self.transport.connected
+
+    @property
+    def commands_received(self) -> int:
+        return self.transport.commands_received
+
+    def wake(self) -> None:
+        self._loop.wake()
+
+    def start(self) -> None:
+        self._loop.start()
+
+    def stop(self, drain_seconds: float = 0.0) -> None:
+        """Stop; with `drain_seconds`, first try that long to publish what is spooled (shutdown)."""
+        self._loop.stop(drain_seconds)
 
 
 def open_nats_shipper(config: Config, spool: Spool, channel: CommandChannel | None) -> NatsShipper:

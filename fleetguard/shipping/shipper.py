@@ -1,10 +1,10 @@
-"""The shipper thread: sends spooled batches to the controller, deletes them once committed.
+"""The agent's shipper over HTTP: sends spooled batches to the controller, deletes them once committed.
 
-Order: the newest batch first whenever one is new since the last send (live data is never stuck behind a
-backlog), otherwise the oldest (the backlog drains between live batches). Failures back off exponentially
-with equal jitter (capped). Both as for the NATS shipper: fleetguard.shipping.drain. 429/503 honour
-Retry-After; a batch the controller refuses for its content (400/413) is dropped and counted, since sending
-it again cannot succeed; 401/403 keep everything and retry slowly (a token problem must not lose data).
+One drain loop for both shippers (fleetguard.shipping.drain_loop: the newest batch first whenever one is
+new, then the backlog oldest first; failures back off exponentially with equal jitter, capped); this module
+is its HTTP transport. 429/503 honour Retry-After; a batch the controller refuses for its content (400/413)
+is dropped and counted, since sending it again cannot succeed; 401/403 keep everything and retry slowly (a
+token problem must not lose data).
 """
 
 from __future__ import annotations
@@ -13,16 +13,18 @@ import http.client
 import json
 import logging
 import random
-import threading
 import urllib.parse
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from fleetguard.shipping.channel import CommandChannel
 from fleetguard.shipping.commands import command_from_json
 from fleetguard.shipping.drain import Drain
+from fleetguard.shipping.drain_loop import DrainLoop, ShipperStats
+from fleetguard.shipping.errors import BatchRefused, RetryLater, SendFailed, TransportDown
 from fleetguard.shipping.spool import Spool, SpoolRecord
 from fleetguard.shipping.wire import CONTENT_ENCODING, CONTENT_TYPE
+
+__all__ = ["HttpTransport", "Shipper", "ShipperStats"]
 
 log = logging.getLogger(__name__)
 
@@ -31,111 +33,45 @@ REQUEST_TIMEOUT_SECONDS = 30.0
 MAX_REPLY_BYTES = 1 << 20
 
 
-@dataclass
-class ShipperStats:
-    sent: int = 0
-    committed: int = 0
-    duplicates: int = 0
-    refused: dict[int, int] = field(default_factory=dict)  # by HTTP status
-    dropped_refused: int = 0  # batches the controller refused for their content: deleted
-    errors: int = 0  # no answer (connection refused, timeout)
-    bad_commands: int = 0
-    last_success_ts: float = 0.0
+class HttpTransport:
+    """POST /v1/ingest to the controller: a batch is stored when the answer is 200. The reply's commands go
+    to the command channel."""
 
-
-class Shipper:
     def __init__(
         self,
-        spool: Spool,
         url: str,
         token: str,
-        *,
+        stats: ShipperStats,
+        rng: random.Random,
         channel: CommandChannel | None = None,
-        clock: Callable[[], float],
-        rng: random.Random | None = None,
     ) -> None:
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise ValueError(f"controller URL {url!r}: expected http(s)://HOST[:PORT]")
-        self.spool = spool
         self._parsed = parsed
         self._path = (parsed.path.rstrip("/") or "") + "/v1/ingest"
         self._token = token
+        self.stats = stats
+        self._rng = rng
         self.channel = channel
-        self.clock = clock
-        self.stats = ShipperStats()
-        self._rng = rng or random.Random()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._conn: http.client.HTTPConnection | None = None
-        self.drain = Drain(spool, self._rng)
 
-    def wake(self) -> None:
-        """A new batch is in the spool."""
-        self._wake.set()
+    def prepare(self) -> None:
+        """Nothing to open ahead: a connection is made by the first send."""
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="fleetguard-shipper", daemon=True)
-        self._thread.start()
-
-    def stop(self, drain_seconds: float = 0.0) -> None:
-        """Stop; with `drain_seconds`, first try that long to send what is spooled (shutdown)."""
-        if drain_seconds > 0 and self._thread is not None:
-            deadline = self.clock() + drain_seconds
-            while self.spool.pending() and self.clock() < deadline and self.drain.failures == 0:
-                self._wake.set()
-                self._stop.wait(0.05)
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=REQUEST_TIMEOUT_SECONDS + 5)
-        self._close()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            record = self.drain.next_record()
-            if record is None:
-                self._wake.wait(1.0)
-                self._wake.clear()
-                continue
-            try:
-                delay = self.send(record)
-            except Exception:  # a bug must not end shipping: the batch stays spooled, tried again later
-                log.exception("shipping batch %d failed", record.record_id)
-                self._close()
-                delay = self.drain.failed()
-            if delay > 0:
-                self._stop.wait(delay)
-
-    def send(self, record: SpoolRecord) -> float:
-        """Send one record; return how long to wait before the next send."""
-        body = self.spool.read(record)
-        if body is None:
-            return 0.0
+    def send(self, body: bytes) -> None:
         try:
             status, headers, reply = self._post(body)
         except (OSError, http.client.HTTPException) as exc:
-            self._close()
-            self.stats.errors += 1
-            if self.drain.failures == 0:
-                log.warning("controller %s unreachable (%s); batches stay spooled", self._parsed.netloc, exc)
-            return self.drain.unreachable()
+            self.close()
+            raise TransportDown(f"controller {self._parsed.netloc} unreachable ({exc})") from exc
         self.stats.sent += 1
         if status == 200:
-            self._committed(record, reply)
-            return 0.0
+            self._committed(reply)
+            return
         self.stats.refused[status] = self.stats.refused.get(status, 0) + 1
         if status in (400, 413):
-            log.error(
-                "controller refused batch %d for good (%d: %s); dropped",
-                record.record_id,
-                status,
-                reply[:200],
-            )
-            self.stats.dropped_refused += 1
-            self.spool.ack(record.record_id)
-            return 0.0
+            raise BatchRefused(f"the controller refused it for good ({status}: {reply[:200]!r})")
         if status in (401, 403):
             log.error(
                 "controller refused this agent's token (%d: %s); retrying in %.0f s",
@@ -143,16 +79,12 @@ class Shipper:
                 reply[:200],
                 AUTH_RETRY_SECONDS,
             )
-            return AUTH_RETRY_SECONDS * (0.5 + self._rng.random())
+            raise RetryLater(f"token refused ({status})", AUTH_RETRY_SECONDS * (0.5 + self._rng.random()))
         if status in (429, 503):
-            return self._retry_after(headers.get("retry-after"))
-        return self.drain.failed()
+            raise RetryLater(f"controller busy ({status})", self._retry_after(headers.get("retry-after")))
+        raise SendFailed(f"controller answered {status}")
 
-    def _committed(self, record: SpoolRecord, reply: bytes) -> None:
-        self.drain.succeeded()
-        self.spool.ack(record.record_id)
-        self.stats.committed += 1
-        self.stats.last_success_ts = self.clock()
+    def _committed(self, reply: bytes) -> None:
         try:
             doc = json.loads(reply)
         except ValueError:
@@ -180,8 +112,6 @@ class Shipper:
         seconds = min(max(seconds, 0.1), 60.0)
         return seconds * (1.0 + 0.5 * self._rng.random())
 
-    # ---- HTTP -----------------------------------------------------------------------------------------
-
     def _post(self, body: bytes) -> tuple[int, dict[str, str], bytes]:
         conn = self._connection()
         conn.request(
@@ -198,7 +128,7 @@ class Shipper:
         reply = response.read(MAX_REPLY_BYTES)
         headers = {k.lower(): v for k, v in response.getheaders()}
         if response.will_close:
-            self._close()
+            self.close()
         return response.status, headers, reply
 
     def _connection(self) -> http.client.HTTPConnection:
@@ -210,7 +140,55 @@ class Shipper:
                 self._conn = http.client.HTTPConnection(host, port, timeout=REQUEST_TIMEOUT_SECONDS)
         return self._conn
 
-    def _close(self) -> None:
+    def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+class Shipper:
+    """The agent's shipper over HTTP: the drain loop (fleetguard.shipping.drain_loop) with HttpTransport."""
+
+    def __init__(
+        self,
+        spool: Spool,
+        url: str,
+        token: str,
+        *,
+        channel: CommandChannel | None = None,
+        clock: Callable[[], float],
+        rng: random.Random | None = None,
+    ) -> None:
+        rng = rng or random.Random()
+        self.spool = spool
+        self.channel = channel
+        self.stats = ShipperStats()
+        self.transport = HttpTransport(url, token, self.stats, rng, channel)
+        self._loop = DrainLoop(
+            spool,
+            self.transport,
+            self.stats,
+            clock=clock,
+            rng=rng,
+            thread_name="fleetguard-shipper",
+            join_seconds=REQUEST_TIMEOUT_SECONDS + 5,
+        )
+
+    @property
+    def drain(self) -> Drain:
+        return self._loop.drain
+
+    def wake(self) -> None:
+        """A new batch is in the spool."""
+        self._loop.wake()
+
+    def start(self) -> None:
+        self._loop.start()
+
+    def stop(self, drain_seconds: float = 0.0) -> None:
+        """Stop; with `drain_seconds`, first try that long to send what is spooled (shutdown)."""
+        self._loop.stop(drain_seconds)
+
+    def send(self, record: SpoolRecord) -> float:
+        """Send one record; return how long to wait before the next send."""
+        return self._loop.ship(record)

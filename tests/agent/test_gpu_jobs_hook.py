@@ -87,7 +87,7 @@ def test_the_job_using_an_at_risk_gpu_is_named_and_asked_to_checkpoint(
     finding, requests = service._actions.get_nowait()
     assert finding == named
     assert [(r.action, r.job_id) for r in requests] == [("checkpoint", TRAIN)]
-    records = service.run_actions(finding, requests)
+    records = service.run_actions(requests)
     assert [(r.action, r.outcome) for r in records] == [("checkpoint", "requested")]
     assert [c.kind for c in service.commands.take(TRAIN, 0)] == ["checkpoint"]
     assert service.commands.take(OTHER, 0) == []  # the job on the healthy GPU is left alone

@@ -51,7 +51,7 @@ def run_queued_actions(service: RuntimeService) -> list[ActionRecord]:
     while not service._actions.empty():
         item = service._actions.get()
         assert item is not None
-        records.extend(service.run_actions(*item))
+        records.extend(service.run_actions(item[1]))
     return records
 
 
@@ -110,8 +110,7 @@ def test_exits_the_service_caused_are_not_crashes(ranks) -> None:
     service = make_service(clock, sink)
     for r, p in enumerate(ranks):
         report(service, clock, r, p.pid, step=5)
-    finding = Finding(clock.time(), "f-1", "hung_rank", "critical", f"job/{JOB}/rank/1", "hung", job_id=JOB)
-    service.run_actions(finding, [ActionRequest("restart", JOB, "f-1", "test")])
+    service.run_actions([ActionRequest("restart", JOB, "f-1", "test")])
     for r, p in enumerate(ranks):
         service.handle_exit(ProcessExit(p.pid, (JOB, r), -15))
     assert service.tick_once() == []
@@ -193,10 +192,8 @@ def test_a_restart_after_a_checkpoint_request_waits_for_that_checkpoint(ranks) -
 
     restart_started: list[float] = []
     service.executor.execute = watching_execute  # type: ignore[method-assign]
-    finding = Finding(clock.time(), "f-9", "straggler", "warning", f"job/{JOB}/rank/2", "slow", job_id=JOB)
     start = clock.monotonic()
     records = service.run_actions(
-        finding,
         [
             ActionRequest("checkpoint", JOB, "f-9", "slow"),
             ActionRequest("restart", JOB, "f-9", "slow"),
@@ -213,10 +210,8 @@ def test_a_checkpoint_that_never_completes_delays_the_restart_only_until_the_tim
     service = make_service(clock, sink, checkpoint_timeout_seconds=30.0)
     for r, p in enumerate(ranks):
         report(service, clock, r, p.pid, step=5)
-    finding = Finding(clock.time(), "f-9", "straggler", "warning", f"job/{JOB}/rank/2", "slow", job_id=JOB)
     start = clock.monotonic()
     records = service.run_actions(
-        finding,
         [
             ActionRequest("checkpoint", JOB, "f-9", "slow"),
             ActionRequest("restart", JOB, "f-9", "slow"),
@@ -315,10 +310,7 @@ def test_a_crash_loop_is_stopped_with_a_stop_command_instead_of_a_fourth_restart
         carried_out(service, clock, requests, "succeeded")
         clock.advance(60.0)
     assert planned == ["restart", "restart", "restart", "stop_crash_loop"]
-    stop = Finding(
-        clock.time(), "f-s", "dead_rank", "critical", f"job/{JOB}/rank/0", "dead", job_id=JOB, rank=0
-    )
-    [record] = service.run_actions(stop, [ActionRequest("stop_crash_loop", JOB, "f-s", "crash loop")])
+    [record] = service.run_actions([ActionRequest("stop_crash_loop", JOB, "f-s", "crash loop")])
     assert record.outcome == "requested"
     assert [c.kind for c in service.commands.take(JOB, 0)] == ["stop"]
     service.stop()
@@ -418,8 +410,7 @@ def test_a_crash_after_a_failed_restart_is_still_a_finding(ranks) -> None:
     service = make_service(clock, sink, restart_command=("false",))
     for r, p in enumerate(ranks):
         report(service, clock, r, p.pid, step=5)
-    stuck = Finding(clock.time(), "f-1", "hang_localised", "critical", f"job/{JOB}", "hung", job_id=JOB)
-    [record] = service.run_actions(stuck, [ActionRequest("restart", JOB, "f-1", "test")])
+    [record] = service.run_actions([ActionRequest("restart", JOB, "f-1", "test")])
     assert record.outcome == "failed"
     ranks[2].send_signal(signal.SIGKILL)
     ranks[2].wait()
@@ -436,7 +427,7 @@ def test_a_failed_restart_is_not_counted_as_a_restart(ranks) -> None:
     dead = Finding(
         clock.time(), "f-1", "dead_rank", "critical", f"job/{JOB}/rank/0", "dead", job_id=JOB, rank=0
     )
-    service.run_actions(dead, service.planner(dead, service.ranks.job(JOB)))
+    service.run_actions(service.planner(dead, service.ranks.job(JOB)))
     assert service.planner.state(JOB).restarts == ()  # type: ignore[attr-defined]
     service.stop()
 
@@ -446,9 +437,7 @@ def test_a_checkpoint_timeout_is_written_into_the_restart_record(ranks) -> None:
     service = make_service(clock, sink, checkpoint_timeout_seconds=30.0)
     for r, p in enumerate(ranks):
         report(service, clock, r, p.pid, step=5, checkpoint_step=4)
-    finding = Finding(clock.time(), "f-9", "straggler", "warning", f"job/{JOB}/rank/2", "slow", job_id=JOB)
     _, restart = service.run_actions(
-        finding,
         [
             ActionRequest("checkpoint", JOB, "f-9", "slow"),
             ActionRequest("restart", JOB, "f-9", "slow"),
@@ -462,8 +451,7 @@ def test_the_stop_record_says_when_the_ranks_receive_the_stop(ranks) -> None:
     clock, sink = FakeClock(), Sink()
     service = make_service(clock, sink)
     report(service, clock, 0, ranks[0].pid, step=3)
-    stop = Finding(clock.time(), "f-s", "dead_rank", "critical", f"job/{JOB}/rank/0", "dead", job_id=JOB)
-    [record] = service.run_actions(stop, [ActionRequest("stop_crash_loop", JOB, "f-s", "crash loop")])
+    [record] = service.run_actions([ActionRequest("stop_crash_loop", JOB, "f-s", "crash loop")])
     assert "next step boundary" in record.detail
     service.stop()
 
@@ -472,8 +460,7 @@ def test_the_stop_record_warns_that_a_restart_command_has_no_stop_counterpart(ra
     clock, sink = FakeClock(), Sink()
     service = make_service(clock, sink, restart_command=("scontrol", "requeue", "{job}"))
     report(service, clock, 0, ranks[0].pid, step=3)
-    stop = Finding(clock.time(), "f-s", "dead_rank", "critical", f"job/{JOB}/rank/0", "dead", job_id=JOB)
-    [record] = service.run_actions(stop, [ActionRequest("stop_crash_loop", JOB, "f-s", "crash loop")])
+    [record] = service.run_actions([ActionRequest("stop_crash_loop", JOB, "f-s", "crash loop")])
     assert "runtime.stop_command is not: the scheduler may restart" in record.detail
     service.stop()
 
@@ -537,8 +524,7 @@ def test_a_pid_that_is_not_the_senders_is_neither_watched_nor_signalled(ranks) -
     )
     service.handle_report(report)
     assert victim.pid not in service.watcher.watched()
-    stuck = Finding(clock.time(), "f-1", "hang_localised", "critical", f"job/{JOB}", "hung", job_id=JOB)
-    [record] = service.run_actions(stuck, [ActionRequest("restart", JOB, "f-1", "test")])
+    [record] = service.run_actions([ActionRequest("restart", JOB, "f-1", "test")])
     assert record.outcome != "succeeded"
     assert victim.poll() is None  # still running: nothing was signalled
     assert len(sink.of(Heartbeat)) + len(service._pending) >= 1  # the report itself was kept as telemetry
@@ -556,3 +542,47 @@ def test_a_checkpoint_asked_of_a_group_that_was_replaced_is_dropped_but_a_stop_i
     report(service, clock, 0, new[0].pid, step=5)  # torchrun's next worker group starts reporting
     assert [c.kind for c in service.commands.pending(JOB, 1)] == ["stop"]
     service.stop()
+
+
+def test_a_controller_command_runs_as_a_typed_request_and_the_ledger_names_the_command(ranks) -> None:
+    from fleetguard.records.action_requests import ActionKind
+    from fleetguard.shipping.agent_side import runtime_runner
+    from fleetguard.shipping.commands import CommandKind, CommandOutcome, HostCommand
+
+    clock, sink = FakeClock(), Sink()
+    service = make_service(clock, sink)
+    for r, p in enumerate(ranks):
+        report(service, clock, r, p.pid, step=5)
+    run = runtime_runner({"service": service}, "node1")
+    outcome, detail = run(HostCommand("c-1", CommandKind.CHECKPOINT, JOB, "the controller asks"))
+    assert outcome is CommandOutcome.DONE and "the controller asks" in detail
+    [record] = sink.of(ActionRecord)
+    assert (record.action, record.outcome, record.finding_id) == ("checkpoint", "requested", "controller:c-1")
+    # no made-up finding stands in for the command: the command is the evidence
+    assert not [f for f in sink.of(Finding) if f.kind == "controller_command"]
+    assert (
+        ActionRequest.for_command(ActionKind.RESTART, JOB, "c-2", "r", "node1").evidence_id
+        == "controller:c-2"
+    )
+
+
+def test_a_controller_command_without_a_job_is_refused_before_it_reaches_the_runtime() -> None:
+    from fleetguard.shipping.agent_side import runtime_runner
+    from fleetguard.shipping.commands import CommandKind, CommandOutcome, HostCommand
+
+    clock, sink = FakeClock(), Sink()
+    service = make_service(clock, sink)
+    run = runtime_runner({"service": service}, "node1")
+    outcome, detail = run(HostCommand("c-1", CommandKind.RESTART, None, "why"))
+    assert outcome is CommandOutcome.REFUSED and "needs a job id" in detail
+    assert sink.of(ActionRecord) == []
+    outcome, _ = runtime_runner({}, "node1")(HostCommand("c-2", CommandKind.CHECKPOINT, JOB, "why"))
+    assert outcome is CommandOutcome.REFUSED
+
+
+def test_an_action_request_answers_a_finding_or_a_command_not_both() -> None:
+    from fleetguard.records.action_requests import ActionKind
+
+    with pytest.raises(ValueError, match="not both"):
+        ActionRequest(ActionKind.RESTART, JOB, "f-1", "r", command_id="c-1")
+    assert ActionRequest(ActionKind.RESTART, JOB, "f-1", "r").evidence_id == "f-1"

@@ -1,5 +1,5 @@
-"""ThrottledSelfcheck: `up`'s way back does not re-run a failing self-check (GPU and collective tests) on every
-30 s pass; it asks again once SELFCHECK_RECHECK_SECONDS have passed, and a pass is never held back."""
+"""ThrottledSelfcheck: `up`'s way back does not re-run a failing self-check (GPU and collective tests) on
+every 30 s pass; it asks again once SELFCHECK_RECHECK_SECONDS have passed, and a pass is never held back."""
 
 from __future__ import annotations
 
