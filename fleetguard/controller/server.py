@@ -191,7 +191,13 @@ class ControllerApi:
 
     def fleet(self, request: Request) -> Response:
         self._require_reader(request)
-        doc = read_api.fleet(self._cursor(), self.writer.host_states(), self.clock.time(), self._silent)
+        doc = read_api.fleet(
+            self._cursor(),
+            self.writer.host_states(),
+            self.clock.time(),
+            self._silent,
+            queue_batches=self.writer.queue_depth,
+        )
         return Response.json(200, doc)
 
     def hosts(self, request: Request) -> Response:
@@ -199,6 +205,7 @@ class ControllerApi:
         return Response.json(
             200,
             read_api.host_list(
+                self._cursor(),
                 self.writer.host_states(),
                 self.clock.time(),
                 self._silent,

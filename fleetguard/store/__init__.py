@@ -10,11 +10,22 @@ from typing import TYPE_CHECKING, Any
 from fleetguard.store.unstorable import UnstorableRows
 
 if TYPE_CHECKING:
+    from fleetguard.store.health_inputs import HostSeen, hosts_seen, open_incidents
     from fleetguard.store.store import Store, StoreError, StoreLocked
 
-__all__ = ["Store", "StoreError", "StoreLocked", "UnstorableRows"]
+__all__ = [
+    "HostSeen",
+    "Store",
+    "StoreError",
+    "StoreLocked",
+    "UnstorableRows",
+    "hosts_seen",
+    "open_incidents",
+]
 
 _LAZY = frozenset({"Store", "StoreError", "StoreLocked"})
+# The health model's inputs (open incidents, hosts' liveness): read by the read API and the dashboard alike.
+_HEALTH = frozenset({"HostSeen", "hosts_seen", "open_incidents"})
 
 
 def __getattr__(name: str) -> Any:
@@ -22,4 +33,8 @@ def __getattr__(name: str) -> Any:
         from fleetguard.store import store
 
         return getattr(store, name)
+    if name in _HEALTH:
+        from fleetguard.store import health_inputs
+
+        return getattr(health_inputs, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
