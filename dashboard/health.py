@@ -13,6 +13,7 @@ from typing import Final
 
 from diagnosis.health import SEVERITY_ORDER as SEVERITY_ORDER  # re-exported for the pages
 from diagnosis.health import Health as Health
+from diagnosis.health import worst as worst
 
 COLOURS: Final[dict[Health, str]] = {
     Health.HEALTHY: "#2e9e5b",
