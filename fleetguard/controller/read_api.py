@@ -10,7 +10,7 @@ from typing import Any
 
 import duckdb
 
-from diagnosis.health import SEVERITY_ORDER, OpenIncident, Verdict, host_verdicts, rank
+from diagnosis.health import SEVERITY_ORDER, Health, OpenIncident, Verdict, host_verdicts, rank
 from fleetguard.controller.hosts import HostState, to_json
 from fleetguard.store import open_incidents
 
@@ -90,6 +90,13 @@ def fleet(
             "queue_batches": queue_batches,
         },
     }
+
+
+def host_health(
+    cur: duckdb.DuckDBPyConnection, hosts: list[HostState], now: float, silent_after: float
+) -> dict[str, Health]:
+    """Each host's state in the one health model, for /metrics."""
+    return {h: v.health for h, v in _verdicts(hosts, open_incidents(cur), now, silent_after).items()}
 
 
 def _verdicts(

@@ -290,7 +290,9 @@ class ControllerApi:
         # Host names, job and silence states: as much a read of the fleet as /v1/hosts, so the same rule.
         self._require_reader(request)
         self.stats.queue_depth = self.writer.queue_depth
-        body = render(self.stats, self.writer.host_states(), self.clock.time(), self._silent)
+        hosts, now = self.writer.host_states(), self.clock.time()
+        health = read_api.host_health(self._cursor(), hosts, now, self._silent)
+        body = render(self.stats, hosts, now, self._silent, health)
         return Response(200, body, "text/plain; version=0.0.4; charset=utf-8")
 
     # ---- helpers --------------------------------------------------------------------------------------

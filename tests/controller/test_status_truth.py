@@ -7,6 +7,7 @@ status`, `alerts status` and `policy replay` work while the store is held; a wro
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import tempfile
 import time
@@ -48,12 +49,17 @@ def _api_answer(base: str) -> dict[str, Any]:
 
 def _answer(fleet: dict[str, Any], hosts: list[dict[str, Any]]) -> dict[str, Any]:
     return {
-        "hosts": {h["host"]: (h["health"], h["reason"], h["open_incidents"]) for h in hosts},
+        "hosts": {h["host"]: (h["health"], _steady(h["reason"]), h["open_incidents"]) for h in hosts},
         "open_incidents": fleet["open_incidents"],
         "worst": [i["incident_id"] for i in fleet["worst_incidents"]],
         "breaker": fleet["breaker"]["tripped"],
         "health": fleet["health"],
     }
+
+
+def _steady(reason: str) -> str:
+    """A silent host's reason counts its seconds of silence: the same reason a second later."""
+    return re.sub(r"^no data for \d+ s", "no data for N s", reason)
 
 
 def _model_answer(base: str, now: float, workdir: Path) -> dict[str, Any]:
@@ -73,10 +79,18 @@ def _model_answer(base: str, now: float, workdir: Path) -> dict[str, Any]:
         con.close()
     open_ids = [i.incident_id for h in model.hosts for i in h.incidents]
     return {
-        "hosts": {h.host: (h.health.value, h.reason, len(h.incidents)) for h in model.hosts},
+        "hosts": {h.host: (h.health.value, _steady(h.reason), len(h.incidents)) for h in model.hosts},
         "open_incidents": len(open_ids),
         "breaker": bool(breaker and breaker[0]),
     }
+
+
+def _metrics_health(base: str) -> dict[str, str]:
+    """host -> state from /metrics' fleetguard_controller_host_health (the state whose series reads 1)."""
+    with urllib.request.urlopen(base + "/metrics", timeout=30) as response:
+        text = response.read().decode()
+    pattern = re.compile(r'^fleetguard_controller_host_health\{host="([^"]+)",state="(\w+)"\} 1$', re.M)
+    return dict(pattern.findall(text))
 
 
 def _settled(base: str, attempts: int = 20) -> dict[str, Any]:
@@ -104,6 +118,7 @@ def _agree(base: str, status_args: list[str], workdir: Path) -> dict[str, Any]:
         if _api_answer(base) != api or status != api:
             continue  # it moved while we read: read again
         assert model == {k: api[k] for k in ("hosts", "open_incidents", "breaker")}
+        assert _metrics_health(base) == {host: h[0] for host, h in api["hosts"].items()}
         # And the person's view says the same: each host with its health, the worst incident named.
         text = _cli("status", *status_args)
         assert text.returncode == 0, text.stderr
