@@ -10,6 +10,7 @@ import json
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -102,8 +103,8 @@ def _ago(seconds: object) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str]:
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
     widths[-1] = 0  # the last column (a reason, a summary) is not padded
     line = "  ".join(f"{{:{w}s}}" for w in widths)
     return ["  " + line.format(*header).rstrip()] + ["  " + line.format(*r).rstrip() for r in rows]
@@ -172,7 +173,7 @@ def render_status(status: dict[str, Any]) -> str:
         at_risk = [f for f in status.get("findings", []) if f.get("kind") == "at_risk_gpu"][:10]
     if at_risk:
         lines += ["", "at-risk GPUs:"]
-        rows = [
+        risky = [
             (
                 str(f.get("host") or "-"),
                 str(f.get("gpu_uuid") or "-"),
@@ -181,5 +182,5 @@ def render_status(status: dict[str, Any]) -> str:
             )
             for f in at_risk
         ]
-        lines += _table(("HOST", "GPU", "JOB", "SUMMARY"), rows)
+        lines += _table(("HOST", "GPU", "JOB", "SUMMARY"), risky)
     return "\n".join(lines) + "\n"
