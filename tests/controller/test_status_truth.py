@@ -266,6 +266,11 @@ def test_up_serves_the_read_api_and_the_commands_ask_it(tmp_path: Path) -> None:
         replay = _cli("policy", "replay", "--config", str(config), "--since", "1h", "--step", "5")
         assert replay.returncode == 0, replay.stderr
         assert "incidents" in replay.stdout and "{" not in replay.stdout
+        query = _cli(
+            "query", "SELECT count(*) AS n FROM incidents", "--config", str(config), "--format", "json"
+        )
+        assert query.returncode == 0, query.stderr
+        assert json.loads(query.stdout)[0]["n"] >= 1
         with tempfile.TemporaryDirectory(dir=tmp_path) as out:
             exported = _cli("export", "--parquet", out, "--config", str(config))
             assert exported.returncode == 0, exported.stderr
