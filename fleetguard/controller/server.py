@@ -274,10 +274,10 @@ class ControllerApi:
     def export_file(self, request: Request) -> Response:
         self._require_reader(request)
         parts = request.path[len("/v1/export/") :].split("/")
-        if len(parts) != 2:
-            raise HttpError(404, "expected /v1/export/<export id>/<table>")
+        if len(parts) != 3:
+            raise HttpError(404, "expected /v1/export/<export id>/<table>/<part>")
         try:
-            body = self.exports.file(parts[0], urllib.parse.unquote(parts[1]))
+            body = self.exports.file(*(urllib.parse.unquote(p) for p in parts))
         except ExportRefused as exc:
             raise HttpError(exc.status, str(exc)) from exc
         return Response(200, body, "application/vnd.apache.parquet")

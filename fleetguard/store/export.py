@@ -10,6 +10,7 @@ that the command fetches through the read API and lays out here the same way.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -70,9 +71,15 @@ def write_layout(
     return written
 
 
+# A snapshot's table is written in parts of about this size (whole Parquet row groups), so each answer that
+# carries one is bounded however large the table: a controller's month of GPU samples is many parts.
+PART_BYTES: Final = "64MB"
+
+
 def write_snapshot(con: duckdb.DuckDBPyConnection, out: Path, *, operator: bool) -> dict[str, int]:
-    """Every table as `out/<table>.parquet`, all read in one transaction (a consistent snapshot while the
-    writer goes on); rows per table. `operator` False leaves out the operator-only columns."""
+    """Every table as Parquet parts `out/<table>/data_<n>.parquet`, all read in one transaction (a
+    consistent snapshot while the writer goes on); rows per table. `operator` False leaves out the
+    operator-only columns."""
     written: dict[str, int] = {}
     con.execute("BEGIN TRANSACTION")
     try:
@@ -81,31 +88,54 @@ def write_snapshot(con: duckdb.DuckDBPyConnection, out: Path, *, operator: bool)
             select = f"SELECT * EXCLUDE ({', '.join(hidden)})" if hidden else "SELECT *"
             row = con.execute(f"SELECT count(*) FROM {name}").fetchone()
             written[name] = int(row[0]) if row else 0
-            target = quote_literal(str(out / f"{name}.parquet"))
-            con.execute(f"COPY ({select} FROM {name}) TO {target} (FORMAT parquet)")
+            if written[name] == 0:
+                continue
+            target = quote_literal(str(out / name))
+            con.execute(
+                f"COPY ({select} FROM {name}) TO {target} (FORMAT parquet, FILE_SIZE_BYTES '{PART_BYTES}')"
+            )
     finally:
         con.execute("ROLLBACK")  # read only: nothing to keep
     return written
 
 
+def parts(directory: Path) -> list[str]:
+    """The part files of one table of a snapshot, in order."""
+    if not directory.is_dir():
+        return []
+    return sorted((p.name for p in directory.glob("*.parquet")), key=lambda n: (len(n), n))
+
+
+def _source(snapshot: Path, name: str) -> str:
+    return f"read_parquet({quote_literal(str(snapshot / name / '*.parquet'))})"
+
+
 def fetch_snapshot(base: str, token: str | None, into: Path) -> dict[str, int]:
-    """Ask the running process at `base` for a snapshot of every table and fetch each table with rows into
-    `into/<table>.parquet`; rows per table. ReadApiError if it cannot."""
+    """Ask the running process at `base` for a snapshot of every table and fetch the parts of each table with
+    rows into `into/<table>/`; rows per table. ReadApiError if it cannot."""
     from fleetguard.read_client import ReadApiError, get_json, request
 
     doc = get_json(base, "/v1/export", token, method="POST", doc={})
-    export_id, tables = doc.get("export_id"), doc.get("tables")
-    if not isinstance(export_id, str) or not isinstance(tables, dict):
+    export_id, tables, files = doc.get("export_id"), doc.get("tables"), doc.get("files")
+    if not isinstance(export_id, str) or not isinstance(tables, dict) or not isinstance(files, dict):
         raise ReadApiError(f"{base}/v1/export answered no export")
     into.mkdir(parents=True, exist_ok=True)
     fetched: dict[str, int] = {}
     for name, rows in sorted(tables.items()):
-        if not isinstance(rows, int) or rows <= 0 or not name.isidentifier():
+        names = files.get(name)
+        if not isinstance(rows, int) or rows <= 0 or not name.isidentifier() or not isinstance(names, list):
             continue
-        _, body = request(base, f"/v1/export/{export_id}/{name}", token)
-        (into / f"{name}.parquet").write_bytes(body)
+        (into / name).mkdir()
+        for part in names:
+            if not isinstance(part, str) or not _PART.fullmatch(part):
+                raise ReadApiError(f"{base}/v1/export named a part {str(part)[:40]!r}")
+            _, body = request(base, f"/v1/export/{export_id}/{name}/{part}", token)
+            (into / name / part).write_bytes(body)
         fetched[name] = rows
     return fetched
+
+
+_PART = re.compile(r"data_[0-9]{1,6}\.parquet")
 
 
 def layout_from_snapshot(snapshot: Path, out: Path, names: Iterable[str]) -> dict[str, int]:
@@ -114,12 +144,7 @@ def layout_from_snapshot(snapshot: Path, out: Path, names: Iterable[str]) -> dic
 
     con = duckdb.connect(":memory:")
     try:
-        return write_layout(
-            con,
-            out,
-            names,
-            lambda name: f"read_parquet({quote_literal(str(snapshot / (name + '.parquet')))})",
-        )
+        return write_layout(con, out, names, lambda name: _source(snapshot, name))
     finally:
         con.close()
 
@@ -127,5 +152,4 @@ def layout_from_snapshot(snapshot: Path, out: Path, names: Iterable[str]) -> dic
 def snapshot_views(con: duckdb.DuckDBPyConnection, snapshot: Path, names: Iterable[str]) -> None:
     """A view per fetched table, so code that reads a store's tables by name reads the snapshot."""
     for name in names:
-        path = quote_literal(str(snapshot / f"{name}.parquet"))
-        con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet({path})")
+        con.execute(f"CREATE VIEW {name} AS SELECT * FROM {_source(snapshot, name)}")

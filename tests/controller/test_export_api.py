@@ -31,14 +31,15 @@ def test_a_snapshot_of_every_table_is_fetched_and_laid_out(controller: Controlle
     assert {"gpu_samples", "incidents", "incident_actions", "fleet_hosts", "alert_outbox"} <= set(tables)
     assert tables["gpu_samples"] == 2 and tables["fleet_hosts"] == 1
     export_id = made.doc["export_id"]
-    body = controller.get(f"/v1/export/{export_id}/fleet_hosts").doc
+    assert made.doc["files"]["fleet_hosts"] == ["data_0.parquet"]
+    body = controller.get(f"/v1/export/{export_id}/fleet_hosts/data_0.parquet").doc
     hosts = pq.read_table(io.BytesIO(body))
     assert hosts.num_rows == 1 and "boot_id" not in hosts.column_names  # no operator token: no boot ids
 
     snapshot = tmp_path / "snap"
     fetched = fetch_snapshot(controller.url, controller.tokens["operator"], snapshot)
     assert fetched == {name: n for name, n in fetched.items() if n > 0}
-    assert "boot_id" in pq.read_table(snapshot / "fleet_hosts.parquet").column_names  # an operator's
+    assert "boot_id" in pq.read_table(snapshot / "fleet_hosts" / "data_0.parquet").column_names  # operator's
     out = tmp_path / "out"
     written = layout_from_snapshot(snapshot, out, fetched)
     assert written["gpu_samples"] == 2
@@ -49,14 +50,17 @@ def test_a_snapshot_of_every_table_is_fetched_and_laid_out(controller: Controlle
 @pytest.mark.parametrize(
     "path",
     [
-        "/v1/export/0123456789abcdef0123456789abcdef/gpu_samples",  # an id that was never made
+        "/v1/export/0123456789abcdef0123456789abcdef/gpu_samples/data_0.parquet",  # an id never made
         "/v1/export/../../etc/passwd",
-        "/v1/export/{id}/..%2F..%2Fetc%2Fpasswd",
-        "/v1/export/{id}/not_a_table",
-        "/v1/export/{id}",
+        "/v1/export/{id}/gpu_samples/..%2F..%2F..%2Fetc%2Fpasswd",
+        "/v1/export/{id}/..%2Fgpu_samples/data_0.parquet",
+        "/v1/export/{id}/not_a_table/data_0.parquet",
+        "/v1/export/{id}/gpu_samples/data_9.parquet",
+        "/v1/export/{id}/gpu_samples",
     ],
 )
 def test_made_up_ids_and_tables_are_404(controller: Controller, path: str) -> None:
+    assert controller.ship(batch("node-a", 1)).status == 200
     made = controller.post("/v1/export", b"{}", None, encoding="identity")
     reply = controller.get(path.format(id=made.doc["export_id"]))
     assert reply.status == 404, reply.doc

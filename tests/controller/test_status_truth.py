@@ -72,7 +72,7 @@ def _model_answer(base: str, now: float, workdir: Path) -> dict[str, Any]:
         migrate(con)
         for name in fetched:
             con.execute(f"DROP TABLE IF EXISTS {name}")
-            con.execute(f"CREATE TABLE {name} AS SELECT * FROM read_parquet('{snap / name}.parquet')")
+            con.execute(f"CREATE TABLE {name} AS SELECT * FROM read_parquet('{snap / name}/*.parquet')")
         model = build_fleet_model(con, now, 0.5, SILENT_AFTER)
         breaker = con.execute("SELECT coalesce(bool_or(tripped), false) FROM breaker_state").fetchone()
     finally:
