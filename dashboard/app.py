@@ -65,7 +65,7 @@ def create_app(
     def build() -> FleetModel:
         cur = store_reader.cursor()
         try:
-            return build_fleet_model(cur, clock(), threshold)
+            return build_fleet_model(cur, clock(), threshold, config.controller.silent_after_seconds)
         finally:
             cur.close()
 

@@ -1,4 +1,8 @@
-"""The fleet as the pages show it: every GPU, port and host with its health, from the query rows (pure)."""
+"""The fleet as the pages show it: every GPU, port and host with its health, from the query rows (pure).
+
+Health is the one model of `diagnosis.health` (as in `fleetguard status` and the read API): a host's from its
+liveness and open incidents; a GPU's or port's from its host's liveness, its own open incidents and what its
+newest sample shows (`dashboard.health`), which can only make it worse."""
 
 from __future__ import annotations
 
@@ -7,10 +11,21 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from dashboard.health import GpuSignals, Health, PortSignals, gpu_health, port_health, worst
+from dashboard.health import SILENT_AFTER_SECONDS, GpuSignals, PortSignals, gpu_health, port_health
 from dashboard.queries.events import EventCount
 from dashboard.queries.gpus import GpuState
 from dashboard.queries.network import PortCounters, PortState
+from diagnosis.health import (
+    Health,
+    Liveness,
+    OpenIncident,
+    Verdict,
+    by_host,
+    host_verdicts,
+    judge,
+    liveness_of,
+    rank,
+)
 
 _LOST_KINDS = frozenset({"gpu_lost", "gpu_fallen_off_bus"})
 
@@ -61,6 +76,7 @@ class HostView:
     last_ts: float = 0.0
     gpus: list[GpuView] = field(default_factory=list)
     ports: list[PortView] = field(default_factory=list)
+    incidents: list[OpenIncident] = field(default_factory=list)
 
     def gpu_counts(self) -> Counter[Health]:
         return Counter(g.health for g in self.gpus)
@@ -106,8 +122,12 @@ def gpu_views(
     risk_by_uuid: Mapping[str, float],
     now: float,
     threshold: float,
+    incidents: Sequence[OpenIncident] = (),
+    liveness: Mapping[str, Liveness] | None = None,
 ) -> list[GpuView]:
+    """`incidents` the open ones (those of a GPU name its uuid); `liveness` each host's (hosts_liveness)."""
     faults = _faults_by_gpu(events)
+    mine = _by_component(incidents, "gpu")
     out = []
     for s in states:
         f = _merge(faults.get((s.host, s.gpu_index)), faults.get((s.host, s.pci_bus_id or "")))
@@ -125,17 +145,26 @@ def gpu_views(
             risk=risk,
             risk_threshold=threshold,
         )
-        health, reason = gpu_health(signals)
-        out.append(GpuView(s, health, reason, risk, f.all_xids))
+        verdict = judge(
+            (liveness or {}).get(s.host), mine.get((s.host, s.uuid), []), Verdict(*gpu_health(signals))
+        )
+        out.append(GpuView(s, verdict.health, verdict.reason, risk, f.all_xids))
     return out
 
 
-def port_views(states: Sequence[PortState], counters: Iterable[PortCounters], now: float) -> list[PortView]:
+def port_views(
+    states: Sequence[PortState],
+    counters: Iterable[PortCounters],
+    now: float,
+    incidents: Sequence[OpenIncident] = (),
+    liveness: Mapping[str, Liveness] | None = None,
+) -> list[PortView]:
     by_port = {(c.host, c.device, c.port): c for c in counters}
+    mine = _by_component(incidents, "port")
     out = []
     for s in states:
         c = by_port.get((s.host, s.device, s.port))
-        health, reason = port_health(
+        observed = port_health(
             PortSignals(
                 age_seconds=now - s.last_ts,
                 state=s.state,
@@ -143,12 +172,43 @@ def port_views(states: Sequence[PortState], counters: Iterable[PortCounters], no
                 error_delta=c.errors if c else 0,
             )
         )
-        out.append(PortView(s, c, health, reason))
+        part = mine.get((s.host, f"{s.device}/{s.port}"), [])
+        verdict = judge((liveness or {}).get(s.host), part, Verdict(*observed))
+        out.append(PortView(s, c, verdict.health, verdict.reason))
     return out
 
 
-def host_views(gpus: Iterable[GpuView], ports: Iterable[PortView]) -> list[HostView]:
-    """Hosts sorted worst first, then by name."""
+def _by_component(incidents: Sequence[OpenIncident], kind: str) -> dict[tuple[str, str], list[OpenIncident]]:
+    out: dict[tuple[str, str], list[OpenIncident]] = {}
+    for i in incidents:
+        if i.component_kind == kind:
+            out.setdefault((i.host, i.component_id), []).append(i)
+    return out
+
+
+def hosts_liveness(
+    seen: Iterable[tuple[str, float, float]], now: float, configured_silent_seconds: float
+) -> dict[str, Liveness]:
+    """Each host's liveness from (host, last seen, flush interval), as the read API decides it."""
+    return {
+        host: liveness_of(last, interval, now, configured_silent_seconds) for host, last, interval in seen
+    }
+
+
+def host_views(
+    gpus: Iterable[GpuView],
+    ports: Iterable[PortView],
+    incidents: Sequence[OpenIncident] = (),
+    liveness: Mapping[str, Liveness] | None = None,
+    now: float | None = None,
+) -> list[HostView]:
+    """Hosts sorted worst first, then by name: every host with a GPU or port in view, every host the store
+    has heard from (`liveness`) and every host with an open incident.
+
+    A host's health is `diagnosis.health`'s verdict on its liveness and open incidents, the one the read API
+    and `fleetguard status` give. A host the store keeps no liveness for (a store no controller ingest
+    wrote) is judged by the age of its newest sample. What a part's own sample shows (hot, throttled) colours
+    that part; the host row counts such parts beside its health."""
     hosts: dict[str, HostView] = {}
     for g in gpus:
         h = hosts.setdefault(g.state.host, HostView(g.state.host))
@@ -158,14 +218,18 @@ def host_views(gpus: Iterable[GpuView], ports: Iterable[PortView]) -> list[HostV
         h = hosts.setdefault(p.state.host, HostView(p.state.host))
         h.ports.append(p)
         h.last_ts = max(h.last_ts, p.state.last_ts)
-    for h in hosts.values():
-        parts: list[GpuView | PortView] = [*h.gpus, *h.ports]
-        h.health = worst(x.health for x in parts)
-        h.reason = next((_label(x) for x in parts if x.health == h.health and x.reason), "")
-    rank = {
-        state: i for i, state in enumerate((Health.FAILED, Health.SILENT, Health.DEGRADED, Health.HEALTHY))
-    }
-    return sorted(hosts.values(), key=lambda h: (rank[h.health], h.host))
+    known = dict(liveness or {})
+    for host, h in hosts.items():
+        if host not in known and now is not None and h.last_ts > 0:
+            known[host] = Liveness(max(0.0, now - h.last_ts), SILENT_AFTER_SECONDS)
+    grouped = by_host(incidents)
+    for host, verdict in host_verdicts(known, incidents).items():
+        h = hosts.setdefault(host, HostView(host))
+        h.health, h.reason = verdict.health, verdict.reason
+        h.incidents = grouped.get(host, [])
+        if host in (liveness or {}) and now is not None:
+            h.last_ts = max(h.last_ts, now - known[host].age_seconds)
+    return sorted(hosts.values(), key=lambda h: (rank(h.health), h.host))
 
 
 def _label(part: GpuView | PortView) -> str:

@@ -1,26 +1,19 @@
-"""Health states of GPUs, ports and hosts, and the pure rules that decide them from their latest state.
+"""What the dashboard observes of GPUs and ports from their newest samples, and the colour of each state.
 
-One vocabulary and one colour per state across every page, so an operator reads a colour the same way
-everywhere: failed (red) > silent (grey) > degraded (amber) > healthy (green).
+The states themselves and how a host's or part's health is decided (open incidents and liveness, with these
+observations able only to make a part worse) are the one health model in `diagnosis.health`, shared with
+`fleetguard status`, the read API and /metrics. One vocabulary and one colour per state across every page:
+failed (red) > silent (grey) > degraded (amber) > healthy (green).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Final
 
-
-class Health(StrEnum):
-    HEALTHY = "healthy"
-    DEGRADED = "degraded"
-    FAILED = "failed"
-    SILENT = "silent"
-
-
-# Worst first: a host is as bad as its worst part.
-SEVERITY_ORDER: Final = (Health.FAILED, Health.SILENT, Health.DEGRADED, Health.HEALTHY)
+from diagnosis.health import SEVERITY_ORDER as SEVERITY_ORDER  # re-exported for the pages
+from diagnosis.health import Health as Health
+from diagnosis.health import worst as worst
 
 COLOURS: Final[dict[Health, str]] = {
     Health.HEALTHY: "#2e9e5b",
@@ -104,15 +97,6 @@ def port_health(s: PortSignals) -> tuple[Health, str]:
     if s.error_delta > 0:
         return Health.DEGRADED, f"{s.error_delta} errors"
     return Health.HEALTHY, ""
-
-
-def worst(states: Iterable[Health]) -> Health:
-    """The worst of the states; a host whose every part is silent is silent, one with none is silent too."""
-    present = set(states)
-    for state in SEVERITY_ORDER:
-        if state in present:
-            return state
-    return Health.SILENT
 
 
 def throttle_text(reasons: int) -> str:

@@ -17,12 +17,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from dashboard.fleet_view import GpuView, HostView, PortView, gpu_views, host_views, port_views
-from dashboard.queries.base import Cursor
+from dashboard.fleet_view import (
+    GpuView,
+    HostView,
+    PortView,
+    gpu_views,
+    host_views,
+    hosts_liveness,
+    port_views,
+)
+from dashboard.queries.base import Cursor, tables
 from dashboard.queries.events import EventCount, event_counts
 from dashboard.queries.gpus import LIVE_WINDOW_SECONDS, latest_gpu_states
 from dashboard.queries.network import port_counters, port_states
 from dashboard.queries.predictions import risk_by_device
+from diagnosis.health import Liveness, OpenIncident
+from fleetguard.store import hosts_seen, open_incidents
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +48,27 @@ class FleetModel:
     events: list[EventCount]
 
 
-def build_fleet_model(cur: Cursor, now: float, risk_threshold: float) -> FleetModel:
+def health_inputs(
+    cur: Cursor, now: float, silent_after_seconds: float, host: str | None = None
+) -> tuple[list[OpenIncident], dict[str, Liveness]]:
+    """The open incidents and each host's liveness, through the store API the read API uses too (so both
+    decide the same health); empty for a store without the tables (older than the incidents schema)."""
+    have = tables(cur)
+    incidents = open_incidents(cur) if "incidents" in have else []
+    seen = hosts_seen(cur) if "fleet_hosts" in have else []
+    if host is not None:
+        incidents = [i for i in incidents if i.host == host]
+        seen = [h for h in seen if h.host == host]
+    return incidents, hosts_liveness(
+        ((h.host, h.last_seen, h.interval_seconds) for h in seen), now, silent_after_seconds
+    )
+
+
+def build_fleet_model(
+    cur: Cursor, now: float, risk_threshold: float, silent_after_seconds: float = 0.0
+) -> FleetModel:
+    """`silent_after_seconds`: controller.silent_after_seconds (0: three flush intervals plus a margin)."""
+    incidents, liveness = health_inputs(cur, now, silent_after_seconds)
     states = latest_gpu_states(cur, now)
     events = event_counts(cur, now - FAULT_WINDOW_SECONDS, now)
     risks = risk_by_device(cur, now)
@@ -46,9 +76,11 @@ def build_fleet_model(cur: Cursor, now: float, risk_threshold: float) -> FleetMo
         port_states(cur, now - LIVE_WINDOW_SECONDS, now),
         port_counters(cur, now - FAULT_WINDOW_SECONDS, now),
         now,
+        incidents,
+        liveness,
     )
-    gpus = gpu_views(states, events, risks, now, risk_threshold)
-    return FleetModel(now, gpus, ports, host_views(gpus, ports), events)
+    gpus = gpu_views(states, events, risks, now, risk_threshold, incidents, liveness)
+    return FleetModel(now, gpus, ports, host_views(gpus, ports, incidents, liveness, now), events)
 
 
 _NEVER = float("-inf")

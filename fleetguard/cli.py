@@ -16,6 +16,7 @@ import click
 
 from fleetguard import __version__
 from fleetguard.config_options import config_options, load
+from fleetguard.read_client import token_option
 from fleetguard.startup import StartupError, one_line
 
 
@@ -282,28 +283,54 @@ def collect(
     help="Directory for hive-partitioned Parquet (TABLE/dt=YYYY-MM-DD/host=H/).",
 )
 @config_options
-def export(parquet_dir: str, config_path: str | None, store_path: str | None) -> None:
-    """Export the store to hive-partitioned Parquet for offline training and ad-hoc queries."""
-    from fleetguard.store import Store, StoreError
+@token_option
+def export(parquet_dir: str, config_path: str | None, store_path: str | None, token_file: str | None) -> None:
+    """Export every table of the store (incidents and alerts included) to Parquet for offline training and
+    ad-hoc queries; while a controller or `up` holds the store, a consistent snapshot through its read API."""
+    from fleetguard.store import Store, StoreError, StoreLocked
 
     config = load(config_path, **{"store.path": store_path})
     try:
         store = Store.open(config.store.path, read_only=True)
+    except StoreLocked as exc:
+        written = _export_through(exc, Path(parquet_dir), token_file)
+        store = None
     except StoreError as exc:
         raise click.ClickException(f"store.path: {one_line(str(exc))}") from exc
     except OSError as exc:
         raise click.ClickException(f"store.path {config.store.path}: {exc.strerror or exc}") from exc
-    try:
-        with store:
-            written = store.export_parquet(Path(parquet_dir))
-    except StoreError as exc:
-        raise click.ClickException(one_line(str(exc))) from exc
-    except OSError as exc:  # the Parquet directory cannot be made or written
-        raise click.ClickException(f"--parquet {parquet_dir}: {exc.strerror or exc}") from exc
+    if store is not None:
+        try:
+            with store:
+                written = store.export_parquet(Path(parquet_dir))
+        except StoreError as exc:
+            raise click.ClickException(one_line(str(exc))) from exc
+        except OSError as exc:  # the Parquet directory cannot be made or written
+            raise click.ClickException(f"--parquet {parquet_dir}: {exc.strerror or exc}") from exc
+    click.echo(f"{'TABLE':24s} {'ROWS':>10s}")
     for table, rows in written.items():
-        click.echo(f"{table:20s} {rows:>10d} rows")
+        click.echo(f"{table:24s} {rows:>10d}")
     if not written:
         click.echo("the store is empty: nothing exported")
+
+
+def _export_through(locked: Exception, out: Path, token_file: str | None) -> dict[str, int]:
+    """Export from the process that holds the store (its read API), as this user, into `out`."""
+    import tempfile
+
+    from fleetguard.read_client import ReadApiError, ask_holder_url, read_token
+    from fleetguard.store.export import fetch_snapshot, layout_from_snapshot
+
+    url, who = ask_holder_url(locked)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=".fleetguard-fetch-", dir=out) as tmp:
+            fetched = fetch_snapshot(url, read_token(token_file), Path(tmp))
+            return layout_from_snapshot(Path(tmp), out, fetched)
+    except ReadApiError as exc:
+        raise click.ClickException(f"the store is held by {who}, which did not answer: {exc}") from exc
+    except OSError as exc:
+        raise click.ClickException(f"--parquet {out}: {exc.strerror or exc}") from exc
 
 
 def main() -> None:

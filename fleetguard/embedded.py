@@ -86,6 +86,10 @@ def run_embedded(
             )
         if "url" in dashboard_parts:
             out.write(f"  dashboard {dashboard_parts['url']}\n")
+        if sink.api_url:
+            out.write(
+                f"  read API  {sink.api_url}/v1/fleet  (fleetguard status --controller {sink.api_url})\n"
+            )
         for note in sources.unavailable:
             out.write(f"  note      {note}\n")
         out.write("  stop with Ctrl-C (everything buffered is flushed first)\n")
@@ -101,6 +105,7 @@ def run_embedded(
         SystemClock(),
         runtime_runner(runtime_parts, config.host),
         incidents=False,  # the incidents extension above (repairs, metrics, status line)
+        serve_api=True,  # the controller's read API: `fleetguard status` and friends ask it
     )
     run_daemon(
         config,

@@ -33,6 +33,7 @@ from dashboard.queries.incidents import incidents
 from dashboard.queries.jobs import jobs
 from dashboard.queries.network import port_counters, port_states
 from dashboard.queries.predictions import latest_risks
+from dashboard.snapshot import health_inputs
 
 FAULT_WINDOW_SECONDS: Final = 3600.0
 HISTORY_SECONDS: Final = 86400.0
@@ -45,10 +46,13 @@ def render(ctx: DashboardContext, params: Params) -> Any:
         states = latest_gpu_states(cur, now, host)
         counts = event_counts(cur, now - FAULT_WINDOW_SECONDS, now, host)
         risks = latest_risks(cur, now, host)
+        open_now, liveness = health_inputs(cur, now, ctx.config.controller.silent_after_seconds, host)
         ports = port_views(
             port_states(cur, now - LIVE_WINDOW_SECONDS, now, host),
             port_counters(cur, now - FAULT_WINDOW_SECONDS, now, host),
             now,
+            open_now,
+            liveness,
         )
         events = recent_events(cur, now - HISTORY_SECONDS, now, host)
         findings = recent_findings(cur, now - HISTORY_SECONDS, now, host=host)
@@ -56,8 +60,9 @@ def render(ctx: DashboardContext, params: Params) -> Any:
         host_incidents = (
             incidents(cur, now - HISTORY_SECONDS, host=host) if "incidents" in tables(cur) else None
         )
-    gpus = gpu_views(states, counts, {r.device_id: r.risk for r in risks}, now, ctx.risk_threshold)
-    views = host_views(gpus, ports)
+    risk_of = {r.device_id: r.risk for r in risks}
+    gpus = gpu_views(states, counts, risk_of, now, ctx.risk_threshold, open_now, liveness)
+    views = host_views(gpus, ports, open_now, liveness, now)
     if not views:
         return html.Div(
             [

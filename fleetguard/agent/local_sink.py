@@ -3,12 +3,16 @@ handling, poison-row isolation and rejected-rows file), retention runs here, and
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from fleetguard.agent.buffer import WriteBuffer
 from fleetguard.agent.limits import AGENT_DUCKDB, bound_native_threads, raise_open_file_limit
 from fleetguard.startup import StartupError, one_line, os_reason
 from fleetguard.store import Store, StoreError
+from fleetguard.store.holder import HolderKind, announce, withdraw
+
+log = logging.getLogger(__name__)
 
 
 class LocalStoreSink:
@@ -35,12 +39,17 @@ class LocalStoreSink:
         return None
 
     def start(self) -> None:
-        pass
+        # Named when another command finds the store locked (an agent serves no read API to ask instead).
+        try:
+            announce(self._store.path, HolderKind.AGENT)
+        except OSError as exc:  # a convenience for error messages: never stop the agent over it
+            log.warning("cannot note this agent beside its store: %s", exc)
 
     def apply_retention(self, days: float) -> None:
         self._store.apply_retention(days)
 
     def close(self) -> None:
+        withdraw(self._store.path)
         self._store.close()
 
     def summary(self) -> dict[str, object]:

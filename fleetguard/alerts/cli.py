@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import getpass
 import os
+import sys
 import time
 
 import click
 
 from fleetguard.config_options import config_options, load
+from fleetguard.read_client import ask_holder, token_option
 from fleetguard.store import Store, StoreError, StoreLocked
 
 
@@ -20,33 +22,23 @@ def alerts_group() -> None:
 
 @alerts_group.command("status")
 @config_options
-def alerts_status(config_path: str | None, store_path: str | None) -> None:
-    """Outbox rows per endpoint and status, and the latest errors."""
-    from fleetguard.alerts.outbox import counts
-    from fleetguard.alerts.silences import active_silences
+@token_option
+def alerts_status(config_path: str | None, store_path: str | None, token_file: str | None) -> None:
+    """Outbox rows per endpoint and status, and the latest errors (from the running controller or `up`
+    when one holds the store)."""
+    from fleetguard.alerts.status_doc import alerts_status as status_doc
+    from fleetguard.alerts.status_doc import render_alerts_status
 
     config = load(config_path, **{"store.path": store_path})
     now = time.time()
     try:
         with Store.open(config.store.path, read_only=True) as store:
-            by = counts(store.connection)
-            errors = store.connection.execute(
-                "SELECT endpoint, last_error FROM alert_outbox WHERE last_error <> '' "
-                "ORDER BY next_attempt_at DESC LIMIT 5"
-            ).fetchall()
-            silences = active_silences(store.connection, now)
+            doc = status_doc(store.connection, now)
+    except StoreLocked as exc:
+        doc = ask_holder(exc, "/v1/alerts", token_file)
     except StoreError as exc:
         raise click.ClickException(str(exc)) from exc
-    if not by:
-        click.echo("no alerts yet")
-    for (endpoint, status), n in sorted(by.items()):
-        click.echo(f"{endpoint:24s} {status:10s} {n:>8d}")
-    for endpoint, error in errors:
-        click.echo(f"  last error {endpoint}: {error}")
-    click.echo(f"{len(silences)} active silence(s)")
-    for s in silences:
-        left = (s.expires_at - now) / 60.0
-        click.echo(f"  {s.silence_id}  {s.describe()}  {left:.0f} min left  by {s.created_by}: {s.reason}")
+    sys.stdout.write(render_alerts_status(doc, now))
 
 
 def _operator() -> str:

@@ -74,19 +74,29 @@ def token_command(
 
 
 @click.command("status")
-@click.option("--controller", "url", help="Controller URL (default: from [agent] controller_url, or local).")
+@click.option(
+    "--controller",
+    "url",
+    help="Controller or `up` URL (default: [agent] controller_url, else the process holding store.path).",
+)
 @click.option("--token-file", type=click.Path(dir_okay=False), help="Operator token (needed off loopback).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML config file.")
-@click.option("--json", "as_json", is_flag=True, help="Print the JSON of /v1/fleet and /v1/hosts.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: /v1/fleet, /v1/hosts and the findings.")
 @click.option("--fleet", "fleet_urls", help="Several controllers (URL1,URL2,...): one view merged from all.")
 def status_command(
     url: str | None, token_file: str | None, config_path: str | None, as_json: bool, fleet_urls: str | None
 ) -> None:
-    """The fleet at a glance: hosts, silent hosts, GPUs, open findings, at-risk GPUs."""
+    """The fleet at a glance: hosts by health with the reason, open incidents (the worst listed), the
+    breaker, at-risk GPUs with their jobs, silent hosts, ingest lag (--json for scripts)."""
     from fleetguard.controller.status_view import StatusError, fetch_status, render_status
+    from fleetguard.store.holder import read_holder
 
     config = load(config_path)
-    base = url or config.agent.controller_url or f"http://{config.controller.listen}"
+    # Default: the agent's controller, else the process holding this host's store (`up` or a controller,
+    # at the port it bound), else controller.listen.
+    holder = read_holder(config.store.path)
+    local = holder.url if holder is not None and holder.url else f"http://{config.controller.listen}"
+    base = url or config.agent.controller_url or local
     token_path = token_file or config.agent.controller_token_file or None
     try:
         if fleet_urls:

@@ -68,7 +68,17 @@ def merge(readings: list[ControllerReading]) -> dict[str, Any]:
                 hosts[host["host"]] = doc
         findings.extend({**f, "controller": reading.url} for f in reading.status["findings"])
     findings.sort(key=lambda f: float(f.get("ts") or 0.0), reverse=True)
-    merged_hosts = sorted(hosts.values(), key=lambda h: str(h["host"]))
+    merged_hosts = sorted(hosts.values(), key=lambda h: (rank_of(h), str(h["host"])))
+    answered = [r.status["fleet"] for r in readings if r.status is not None]
+    by_severity: dict[str, int] = {}
+    for fleet in answered:
+        for severity, n in (fleet.get("open_incidents_by_severity") or {}).items():
+            by_severity[severity] = by_severity.get(severity, 0) + int(n)
+    worst = sorted(
+        (i for fleet in answered for i in fleet.get("worst_incidents") or []),
+        key=lambda i: (_SEVERITY_RANK.get(str(i["severity"]), 1), float(i.get("opened_ts") or 0.0)),
+    )
+    tripped = [f["breaker"] for f in answered if (f.get("breaker") or {}).get("tripped")]
     return {
         "fleet": {
             "hosts": len(merged_hosts),
@@ -77,6 +87,16 @@ def merge(readings: list[ControllerReading]) -> dict[str, Any]:
             "jobs": jobs,
             "open_findings": open_findings,
             "at_risk_gpus": at_risk,
+            "health": {
+                state: sum(1 for h in merged_hosts if h.get("health") == state)
+                for state in ("failed", "silent", "degraded", "healthy")
+            },
+            "open_incidents": sum(int(f.get("open_incidents", 0)) for f in answered),
+            "open_incidents_by_severity": by_severity,
+            "worst_incidents": worst[:10],
+            # Each controller has its own breaker: the merged one is open when any is, with its reason.
+            "breaker": tripped[0] if tripped else {"tripped": False, "since_ts": None, "reason": ""},
+            "at_risk": [a for f in answered for a in f.get("at_risk") or []][:10],
         },
         "hosts": merged_hosts,
         "findings": findings,
@@ -86,6 +106,14 @@ def merge(readings: list[ControllerReading]) -> dict[str, Any]:
             for r in readings
         ],
     }
+
+
+_SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
+_HEALTH_RANK = {"failed": 0, "silent": 1, "degraded": 2, "healthy": 3}
+
+
+def rank_of(host: dict[str, Any]) -> int:
+    return _HEALTH_RANK.get(str(host.get("health")), 1 if host.get("silent") else 3)
 
 
 def render_fleet(merged: dict[str, Any]) -> str:

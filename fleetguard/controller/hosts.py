@@ -6,10 +6,9 @@ from dataclasses import dataclass
 
 import duckdb
 
-# A host is silent once it has not been heard for this many of its flush intervals, plus a margin for a
-# loaded network or controller.
-SILENT_INTERVALS = 3.0
-SILENT_MARGIN_SECONDS = 10.0
+from diagnosis.health import SILENT_INTERVALS as SILENT_INTERVALS  # the one health model's rule
+from diagnosis.health import SILENT_MARGIN_SECONDS as SILENT_MARGIN_SECONDS
+from diagnosis.health import Liveness, silent_after
 
 
 @dataclass
@@ -27,9 +26,10 @@ class HostState:
     agent_version: str
 
     def silent_after(self, configured_seconds: float) -> float:
-        if configured_seconds > 0:
-            return configured_seconds
-        return SILENT_INTERVALS * self.interval_seconds + SILENT_MARGIN_SECONDS
+        return silent_after(self.interval_seconds, configured_seconds)
+
+    def liveness(self, now: float, configured_seconds: float = 0.0) -> Liveness:
+        return Liveness(max(0.0, now - self.last_seen), self.silent_after(configured_seconds))
 
     def is_silent(self, now: float, configured_seconds: float = 0.0) -> bool:
         return now - self.last_seen > self.silent_after(configured_seconds)

@@ -28,12 +28,18 @@ from fleetguard.config import Config
 from fleetguard.controller.analysis import register_analysis
 from fleetguard.controller.ingest import IngestWriter, Pending
 from fleetguard.controller.maintenance import Maintenance
+from fleetguard.controller.process import split_listen
+from fleetguard.controller.server import ApiSettings, ControllerApi, reads_need_token
 from fleetguard.controller.stats import ControllerStats
+from fleetguard.controller.tokens import TokenBook, TokenFileError
 from fleetguard.controller.validate import MAX_ROWS, BatchRefused, IngestBatch, Refusal, parse_batch
+from fleetguard.httpserve import HttpServer, Limits
 from fleetguard.shipping.channel import CommandChannel, Runner
 from fleetguard.shipping.commands import CommandAck
 from fleetguard.shipping.wire import OutgoingBatch, columns_by_table
+from fleetguard.startup import StartupError, os_reason
 from fleetguard.store import Store
+from fleetguard.store.holder import HolderKind, announce, withdraw
 
 log = logging.getLogger(__name__)
 
@@ -247,10 +253,18 @@ class InProcessController:
     periodic analysis, and the IngestBuffer that feeds them."""
 
     def __init__(
-        self, config: Config, clock: Clock, runner: Runner | None = None, *, incidents: bool = True
+        self,
+        config: Config,
+        clock: Clock,
+        runner: Runner | None = None,
+        *,
+        incidents: bool = True,
+        serve_api: bool = False,
     ) -> None:
         """`runner` carries out the commands ingest replies bring for this host (the training runtime's
-        actions); `incidents=False` leaves incidents to a part of its own (`up`'s incidents extension)."""
+        actions); `incidents=False` leaves incidents to a part of its own (`up`'s incidents extension);
+        `serve_api` serves the controller's read API on controller.listen (`up`: `fleetguard status`,
+        `breaker status`, `alerts status` and `export` ask it while it holds the store)."""
         self._store = open_store(config.store.path)
         try:
             self.stats = ControllerStats()
@@ -266,6 +280,13 @@ class InProcessController:
             self._buffer = IngestBuffer(
                 self.writer, config.host, config.agent.flush_interval_seconds, clock, channel=self.channel
             )
+            self.api_server: HttpServer | None = None
+            self.api: ControllerApi | None = None
+            self.api_url = ""
+            if serve_api:
+                self.api, self.api_server, self.api_url = _serve_read_api(
+                    config, self._store, self.writer, self.stats, clock
+                )
         except BaseException:
             self._store.close()
             raise
@@ -287,6 +308,9 @@ class InProcessController:
             self.channel.start()
         self.writer.start()
         self.maintenance.start()
+        if self.api_server is not None:
+            self.api_server.start()
+            announce(self._store.path, HolderKind.UP, self.api_url)
 
     def apply_retention(self, days: float) -> None:
         """The controller's maintenance runs retention (register_analysis)."""
@@ -296,6 +320,10 @@ class InProcessController:
         closes."""
         if self.channel is not None:
             self.channel.stop()
+        if self.api_server is not None and self.api is not None:
+            self.api_server.stop()
+            self.api.close()
+            withdraw(self._store.path)
         self.writer.stop()
         self.maintenance.stop()
         for stop in self._stops:
@@ -309,3 +337,33 @@ class InProcessController:
             "uncommitted_batches": self._buffer.uncommitted_batches,
             "boot_id": self._buffer.boot_id,
         }
+
+
+def _serve_read_api(
+    config: Config, store: Store, writer: IngestWriter, stats: ControllerStats, clock: Clock
+) -> tuple[ControllerApi, HttpServer, str]:
+    """The controller's read API over `up`'s store, bound now (started with the sink): on loopback by
+    default, with the operator tokens of controller.tokens_file off it, as the controller's."""
+    address, port = split_listen(config.controller.listen)
+    try:
+        tokens = TokenBook(Path(config.controller.tokens_file))
+    except TokenFileError as exc:
+        raise StartupError(str(exc)) from exc
+    settings = ApiSettings(
+        read_needs_token=reads_need_token(address),
+        silent_after_seconds=config.controller.silent_after_seconds,
+        model_dir=config.predictor.model_dir,  # the registry's reads; promotions need the operator token
+        reads_only=True,
+    )
+    api = ControllerApi(store, writer, tokens, stats, clock, settings)
+    limits = Limits(workers=8, max_body_bytes=1 << 16, request_timeout_seconds=30.0)
+    try:
+        server = HttpServer(api, address, port, limits, name="fleetguard-read-api")
+    except OSError as exc:
+        raise StartupError(
+            f"controller.listen: `up` serves the read API there and cannot listen on {address}:{port}: "
+            f"{os_reason(exc)} (set controller.listen to a free HOST:PORT; port 0 takes any)"
+        ) from exc
+    host = "127.0.0.1" if address in ("0.0.0.0", "::", "") else address  # noqa: S104 (read back)
+    host = f"[{host}]" if ":" in host else host
+    return api, server, f"http://{host}:{server.port}"

@@ -26,6 +26,7 @@ from fleetguard.httpserve import HttpServer, Limits
 from fleetguard.sd_notify import Notifier
 from fleetguard.secret_files import SecretFileError, open_secret_file
 from fleetguard.store import Store
+from fleetguard.store.holder import HolderKind, announce, withdraw
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,8 @@ class RunningController:
             return
         self.stopped = True
         self.server.stop()
+        self.api.close()
+        withdraw(self.store.path)
         for stop_source in self.sources:
             stop_source()
         self.writer.stop()
@@ -144,6 +147,8 @@ def start_controller(config: Config, clock: Clock | None = None) -> RunningContr
     maintenance.start()
     server.start()
     running = RunningController(store, writer, maintenance, server, api, on_stop)
+    scheme = "https" if tls is not None else "http"
+    announce(store.path, HolderKind.CONTROLLER, f"{scheme}://{_url_host(address)}:{server.port}")
     if config.dashboard.enabled:
         try:
             running.dashboard_url = _start_dashboard(config, running)
@@ -159,6 +164,13 @@ def start_controller(config: Config, clock: Clock | None = None) -> RunningContr
             running.stop()
             raise
     return running
+
+
+def _url_host(address: str) -> str:
+    """Where a client on this host reaches a listener bound to `address`."""
+    if address in ("", "0.0.0.0", "::"):  # noqa: S104 (read back, not bound here)
+        return "127.0.0.1"
+    return f"[{address}]" if ":" in address else address
 
 
 def _start_dashboard(config: Config, running: RunningController) -> str | None:

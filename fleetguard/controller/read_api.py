@@ -10,11 +10,14 @@ from typing import Any
 
 import duckdb
 
+from diagnosis.health import SEVERITY_ORDER, Health, OpenIncident, Verdict, host_verdicts, rank
 from fleetguard.controller.hosts import HostState, to_json
+from fleetguard.store import open_incidents
 
-RECENT_SECONDS = 3600.0  # "open" findings: raised within this (incidents bring open/resolved later)
+RECENT_SECONDS = 3600.0  # "open" findings: raised within this (incidents are open until resolved)
 JOB_SECONDS = 600.0  # a job is listed while one of its ranks sent a heartbeat within this
 MAX_LIMIT = 10_000
+WORST_LISTED = 10  # open incidents and at-risk GPUs listed in /v1/fleet (the counts cover all)
 
 
 def _rows(cur: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> list[dict[str, Any]]:
@@ -38,8 +41,16 @@ def _since(seconds: float) -> str:
 
 
 def fleet(
-    cur: duckdb.DuckDBPyConnection, hosts: list[HostState], now: float, silent_after: float
+    cur: duckdb.DuckDBPyConnection,
+    hosts: list[HostState],
+    now: float,
+    silent_after: float,
+    *,
+    queue_batches: int = 0,
 ) -> dict[str, Any]:
+    """The fleet at a glance, with the one health model's verdict per host (diagnosis.health): the counts
+    `fleetguard status` prints, the worst open incidents, the breaker, the at-risk GPUs with their jobs and
+    how far ingest is behind."""
     counts = cur.execute(
         "SELECT count(*) FILTER (WHERE kind <> 'at_risk_gpu'), "
         "count(DISTINCT gpu_uuid) FILTER (WHERE kind = 'at_risk_gpu') "
@@ -49,6 +60,12 @@ def fleet(
     jobs = cur.execute(
         f"SELECT count(DISTINCT job_id) FROM heartbeats WHERE ts >= {_since(JOB_SECONDS)}", [now]
     ).fetchone()
+    incidents = open_incidents(cur)
+    verdicts = _verdicts(hosts, incidents, now, silent_after)
+    live = [h for h in hosts if not h.is_silent(now, silent_after)]
+    by_severity = {"critical": 0, "warning": 0, "info": 0}
+    for incident in incidents:
+        by_severity[incident.severity.value] = by_severity.get(incident.severity.value, 0) + 1
     return {
         "generated_ts": now,
         "hosts": len(hosts),
@@ -57,21 +74,110 @@ def fleet(
         "open_findings": int(counts[0]) if counts else 0,
         "at_risk_gpus": int(counts[1]) if counts else 0,
         "jobs": int(jobs[0]) if jobs else 0,
+        "health": {
+            state.value: sum(1 for v in verdicts.values() if v.health is state) for state in SEVERITY_ORDER
+        },
+        "open_incidents": len(incidents),
+        "open_incidents_by_severity": by_severity,
+        "worst_incidents": [_incident(i) for i in incidents[:WORST_LISTED]],
+        "breaker": breaker(cur),
+        "at_risk": at_risk(cur, now),
+        "ingest": {
+            # The agent's send to the controller's commit of each live host's newest batch (clock skew
+            # between the two included), and the batches waiting for the writer.
+            "lag_seconds": max((max(0.0, h.last_seen - h.last_sent) for h in live), default=0.0),
+            "newest_commit_age_seconds": min((now - h.last_seen for h in hosts), default=None),
+            "queue_batches": queue_batches,
+        },
     }
 
 
+def host_health(
+    cur: duckdb.DuckDBPyConnection, hosts: list[HostState], now: float, silent_after: float
+) -> dict[str, Health]:
+    """Each host's state in the one health model, for /metrics."""
+    return {h: v.health for h, v in _verdicts(hosts, open_incidents(cur), now, silent_after).items()}
+
+
+def _verdicts(
+    hosts: list[HostState], incidents: list[OpenIncident], now: float, silent_after: float
+) -> dict[str, Verdict]:
+    liveness = {h.host: h.liveness(now, silent_after) for h in hosts}
+    known = set(liveness)
+    # A host this controller never heard from (an incident left from another store) is not one of its hosts.
+    return host_verdicts(liveness, [i for i in incidents if i.host in known])
+
+
+def _incident(incident: OpenIncident) -> dict[str, Any]:
+    return {
+        "incident_id": incident.incident_id,
+        "host": incident.host,
+        "component_kind": incident.component_kind,
+        "component_id": incident.component_id,
+        "severity": incident.severity.value,
+        "summary": incident.summary,
+        "opened_ts": incident.opened_at,
+    }
+
+
+def breaker(cur: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    """The repair breaker: open (tripped) or closed, since when and what tripped it."""
+    row = cur.execute("SELECT tripped, epoch(tripped_at), reason FROM breaker_state WHERE id = 1").fetchone()
+    if row is None or not row[0]:
+        return {"tripped": False, "since_ts": None, "reason": ""}
+    return {"tripped": True, "since_ts": _plain(row[1]), "reason": str(row[2])}
+
+
+def at_risk(cur: duckdb.DuckDBPyConnection, now: float) -> list[dict[str, Any]]:
+    """The GPUs found at risk within the hour, riskiest first, each with the job using it when known."""
+    return _rows(
+        cur,
+        "SELECT host, gpu_uuid, job_id, summary, epoch(ts) AS ts FROM findings "
+        f"WHERE kind = 'at_risk_gpu' AND ts >= {_since(RECENT_SECONDS)} "
+        "QUALIFY row_number() OVER (PARTITION BY gpu_uuid ORDER BY ts DESC) = 1 "
+        f"ORDER BY ts DESC LIMIT {WORST_LISTED}",
+        [now],
+    )
+
+
 def host_list(
-    hosts: list[HostState], now: float, silent_after: float, *, boot_ids: bool = True
+    cur: duckdb.DuckDBPyConnection,
+    hosts: list[HostState],
+    now: float,
+    silent_after: float,
+    *,
+    boot_ids: bool = True,
 ) -> dict[str, Any]:
-    return {"hosts": [_host(h, now, silent_after, boot_ids) for h in sorted(hosts, key=lambda h: h.host)]}
+    """Every host with its health and reason, the worst first (failed, silent, degraded, healthy)."""
+    incidents = open_incidents(cur)
+    verdicts = _verdicts(hosts, incidents, now, silent_after)
+    counts: dict[str, int] = {}
+    for incident in incidents:
+        counts[incident.host] = counts.get(incident.host, 0) + 1
+    docs = [
+        _host(h, now, silent_after, boot_ids, verdicts[h.host], counts.get(h.host, 0))
+        for h in sorted(hosts, key=lambda h: (rank(verdicts[h.host].health), h.host))
+    ]
+    return {"hosts": docs}
 
 
-def _host(state: HostState, now: float, silent_after: float, boot_ids: bool) -> dict[str, object]:
+def _host(
+    state: HostState,
+    now: float,
+    silent_after: float,
+    boot_ids: bool,
+    verdict: Verdict | None = None,
+    incidents: int = 0,
+) -> dict[str, object]:
     """A host's state; its boot id only for operators: with a host's boot id, another host could forge the
     message ids of that host's batches (see fleetguard.shipping.nats_subjects.msg_id)."""
     doc = to_json(state, now, silent_after)
     if not boot_ids:
         doc.pop("boot_id", None)
+    if verdict is not None:
+        doc["health"] = verdict.health.value
+        doc["reason"] = verdict.reason
+        doc["open_incidents"] = incidents
     return doc
 
 
@@ -113,8 +219,11 @@ def host_detail(
         "WHERE host = ? ORDER BY ts DESC LIMIT 50",
         [state.host],
     )
+    incidents = [i for i in open_incidents(cur) if i.host == state.host]
+    verdict = host_verdicts({state.host: state.liveness(now, silent_after)}, incidents)[state.host]
     return {
-        "host": _host(state, now, silent_after, boot_ids),
+        "host": _host(state, now, silent_after, boot_ids, verdict, len(incidents)),
+        "open_incidents": [_incident(i) for i in incidents],
         "gpus": gpus,
         "nics": nics,
         "events": events,

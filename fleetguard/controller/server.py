@@ -16,6 +16,7 @@ import duckdb
 from fleetguard.clock import Clock
 from fleetguard.controller import model_api, read_api
 from fleetguard.controller.command_queue import CommandRefused
+from fleetguard.controller.export_api import ExportRefused, ExportSnapshots
 from fleetguard.controller.ingest import IngestWriter
 from fleetguard.controller.stats import ControllerStats, render
 from fleetguard.controller.tokens import Identity, Role, TokenBook
@@ -35,6 +36,8 @@ class ApiSettings:
     read_needs_token: bool  # reads_need_token(listen address): False on loopback only
     silent_after_seconds: float = 0.0
     model_dir: str = ""  # [predictor] model_dir: the registry's models live there
+    # `up`'s API: the reads only. Its agent ships in process; nothing else may ship to it or queue commands.
+    reads_only: bool = False
 
 
 def reads_need_token(address: str) -> bool:
@@ -72,6 +75,7 @@ class ControllerApi:
         self._lock = threading.Lock()
         self._parsing = threading.BoundedSemaphore(MAX_CONCURRENT_PARSES)
         self._local = threading.local()
+        self.exports = ExportSnapshots(store.path)
         self._routes: dict[tuple[str, str], Callable[[Request], Response]] = {
             ("POST", "/v1/ingest"): self.ingest,
             ("POST", "/v1/commands"): self.queue_command,
@@ -80,11 +84,16 @@ class ControllerApi:
             ("GET", "/v1/hosts"): self.hosts,
             ("GET", "/v1/jobs"): self.jobs,
             ("GET", "/v1/findings"): self.findings,
+            ("GET", "/v1/breaker"): self.breaker,
+            ("GET", "/v1/alerts"): self.alerts,
+            ("POST", "/v1/export"): self.export,
             ("GET", "/metrics"): self.metrics,
             ("GET", "/v1/models"): self.models,
             ("POST", "/v1/models/promote"): self.promote_model,
             ("POST", "/v1/models/rollback"): self.rollback_model,
         }
+        if settings.reads_only:
+            del self._routes[("POST", "/v1/ingest")], self._routes[("POST", "/v1/commands")]
 
     def __call__(self, request: Request) -> Response:
         method = "GET" if request.method == "HEAD" else request.method
@@ -93,6 +102,8 @@ class ControllerApi:
             return route(request)
         if method == "GET" and request.path.startswith("/v1/hosts/"):
             return self.host(request)
+        if method == "GET" and request.path.startswith("/v1/export/"):
+            return self.export_file(request)
         if any(path == request.path for _, path in self._routes):
             raise HttpError(405, f"{request.method} is not allowed on {request.path}")
         if method == "GET" and request.path.startswith(model_api.PREFIX):
@@ -198,7 +209,13 @@ class ControllerApi:
 
     def fleet(self, request: Request) -> Response:
         self._require_reader(request)
-        doc = read_api.fleet(self._cursor(), self.writer.host_states(), self.clock.time(), self._silent)
+        doc = read_api.fleet(
+            self._cursor(),
+            self.writer.host_states(),
+            self.clock.time(),
+            self._silent,
+            queue_batches=self.writer.queue_depth,
+        )
         return Response.json(200, doc)
 
     def hosts(self, request: Request) -> Response:
@@ -206,6 +223,7 @@ class ControllerApi:
         return Response.json(
             200,
             read_api.host_list(
+                self._cursor(),
                 self.writer.host_states(),
                 self.clock.time(),
                 self._silent,
@@ -240,11 +258,48 @@ class ControllerApi:
         )
         return Response.json(200, doc)
 
+    def breaker(self, request: Request) -> Response:
+        self._require_reader(request)
+        return Response.json(200, read_api.breaker(self._cursor()))
+
+    def alerts(self, request: Request) -> Response:
+        self._require_reader(request)
+        from fleetguard.alerts.status_doc import alerts_status
+
+        return Response.json(200, alerts_status(self._cursor(), self.clock.time()))
+
+    def export(self, request: Request) -> Response:
+        """A consistent snapshot of every table, kept for the caller to fetch (controller/export_api.py).
+        Reads of the whole history: the reads' rule, and boot ids for operators only (as /v1/hosts)."""
+        self._require_reader(request)
+        try:
+            doc = self.exports.make(self._cursor(), operator=self._is_operator(request))
+        except ExportRefused as exc:
+            raise HttpError(exc.status, str(exc)) from exc
+        return Response.json(201, doc)
+
+    def export_file(self, request: Request) -> Response:
+        self._require_reader(request)
+        parts = request.path[len("/v1/export/") :].split("/")
+        if len(parts) != 3:
+            raise HttpError(404, "expected /v1/export/<export id>/<table>/<part>")
+        try:
+            body = self.exports.file(*(urllib.parse.unquote(p) for p in parts))
+        except ExportRefused as exc:
+            raise HttpError(exc.status, str(exc)) from exc
+        return Response(200, body, "application/vnd.apache.parquet")
+
+    def close(self) -> None:
+        """Remove what the API keeps on disk (an export's snapshot); after the server has stopped."""
+        self.exports.close()
+
     def metrics(self, request: Request) -> Response:
         # Host names, job and silence states: as much a read of the fleet as /v1/hosts, so the same rule.
         self._require_reader(request)
         self.stats.queue_depth = self.writer.queue_depth
-        body = render(self.stats, self.writer.host_states(), self.clock.time(), self._silent)
+        hosts, now = self.writer.host_states(), self.clock.time()
+        health = read_api.host_health(self._cursor(), hosts, now, self._silent)
+        body = render(self.stats, hosts, now, self._silent, health)
         return Response(200, body, "text/plain; version=0.0.4; charset=utf-8")
 
     # ---- the model registry: reads like the other reads, changes with an operator token only ----------

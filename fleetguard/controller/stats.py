@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from diagnosis.health import SEVERITY_ORDER, Health
 from fleetguard.controller.hosts import HostState
 
 # Ingest latency is a histogram, not precomputed quantiles: quantiles cannot be aggregated across controllers
@@ -62,8 +63,15 @@ def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def render(stats: ControllerStats, hosts: list[HostState], now: float, silent_after: float) -> bytes:
-    """Prometheus text exposition (version 0.0.4)."""
+def render(
+    stats: ControllerStats,
+    hosts: list[HostState],
+    now: float,
+    silent_after: float,
+    health: Mapping[str, Health] | None = None,
+) -> bytes:
+    """Prometheus text exposition (version 0.0.4). `health`: each host's state in the one health model
+    (diagnosis.health, as `fleetguard status` and the dashboard show it)."""
     out: list[str] = []
 
     def metric(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
@@ -156,6 +164,24 @@ def render(stats: ControllerStats, hosts: list[HostState], now: float, silent_af
         "Per host: seconds since it was last heard.",
         [(f'{{host="{_label(h.host)}"}}', max(0.0, now - h.last_seen)) for h in hosts],
     )
+    if health is not None:
+        states = list(SEVERITY_ORDER)
+        metric(
+            "fleetguard_controller_hosts_by_health",
+            "gauge",
+            "Hosts in each health state (healthy, degraded, failed, silent), as `fleetguard status` counts.",
+            [(f'{{state="{s.value}"}}', sum(1 for v in health.values() if v is s)) for s in states],
+        )
+        metric(
+            "fleetguard_controller_host_health",
+            "gauge",
+            "Per host and state: 1 for the host's health now (from its open incidents and liveness), else 0.",
+            [
+                (f'{{host="{_label(host)}",state="{s.value}"}}', 1.0 if state is s else 0.0)
+                for host, state in sorted(health.items())
+                for s in states
+            ],
+        )
     for lines in stats.extra:
         out.extend(lines())
     return ("\n".join(out) + "\n").encode()

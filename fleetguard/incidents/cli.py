@@ -14,6 +14,7 @@ from diagnosis.policy_load import PolicyError
 from diagnosis.replay import ReplayReport, compare, replay
 from fleetguard.config import Config
 from fleetguard.config_options import config_options, load
+from fleetguard.read_client import ask_holder, token_option
 from fleetguard.settings.policy_files import load_policy
 from fleetguard.store import Store, StoreError, StoreLocked
 
@@ -114,6 +115,7 @@ def policy_check(policy_path: str | None, config_path: str | None) -> None:
     "--step", type=click.FloatRange(1, 3600), default=60.0, show_default=True, help="Round, seconds."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@token_option
 def policy_replay(
     config_path: str | None,
     store_path: str | None,
@@ -121,6 +123,7 @@ def policy_replay(
     policy_path: str | None,
     step: float,
     as_json: bool,
+    token_file: str | None,
 ) -> None:
     """What the policy would have done over recorded history (and, with --policy, what that one would have
     done instead): incidents, actions, alerts. Reads the store only."""
@@ -134,19 +137,55 @@ def policy_replay(
     current = _policy(config)
     other = _policy(config, policy_path) if policy_path else None
     started = time.monotonic()
+
+    def run(con: Any) -> tuple[ReplayReport, ReplayReport | None, float, float]:
+        span = history_span(con)
+        if span is None:
+            raise click.ClickException(f"store {config.store.path} holds no history to replay")
+        begin, end = max(span[0], span[1] - seconds), span[1] + step
+        a = replay(current, history_rounds(con, begin, end, step), end)
+        b = replay(other, history_rounds(con, begin, end, step), end) if other else None
+        return a, b, begin, end
+
     try:
         with Store.open(config.store.path, read_only=True) as store:
-            span = history_span(store.connection)
-            if span is None:
-                raise click.ClickException(f"store {config.store.path} holds no history to replay")
-            begin, end = max(span[0], span[1] - seconds), span[1] + step
-            a = replay(current, history_rounds(store.connection, begin, end, step), end)
-            b = replay(other, history_rounds(store.connection, begin, end, step), end) if other else None
+            a, b, begin, end = run(store.connection)
     except StoreLocked as exc:
-        raise click.ClickException(str(exc)) from exc
+        a, b, begin, end = _through_holder(exc, token_file, run)
     except StoreError as exc:
         raise click.ClickException(str(exc)) from exc
     _print_replay(a, b, begin, end, time.monotonic() - started, as_json)
+
+
+def _through_holder(locked: StoreLocked, token_file: str | None, run: Any) -> Any:
+    """Replay over a snapshot of the history the running controller or `up` holds (fetched through its read
+    API into a temporary directory, read in an in-memory DuckDB): the replay's CPU is spent here, not in the
+    process that ingests."""
+    import tempfile
+    from pathlib import Path
+
+    import duckdb
+
+    from fleetguard.read_client import ReadApiError, ask_holder_url, read_token
+    from fleetguard.store.export import fetch_snapshot, snapshot_views
+
+    url, who = ask_holder_url(locked)
+    try:
+        with tempfile.TemporaryDirectory(prefix="fleetguard-replay-") as tmp:
+            fetched = fetch_snapshot(url, read_token(token_file), Path(tmp))
+            con = duckdb.connect(":memory:")
+            try:
+                from fleetguard.store.migrations import migrate
+
+                migrate(con)  # every table, empty: those the snapshot brings are replaced by views
+                for name in fetched:
+                    con.execute(f"DROP TABLE IF EXISTS {name}")
+                snapshot_views(con, Path(tmp), fetched)
+                return run(con)
+            finally:
+                con.close()
+    except ReadApiError as exc:
+        raise click.ClickException(f"the store is held by {who}, which did not answer: {exc}") from exc
 
 
 def _print_replay(
@@ -200,18 +239,26 @@ def breaker_group() -> None:
 
 @breaker_group.command("status")
 @config_options
-def breaker_status(config_path: str | None, store_path: str | None) -> None:
-    """Whether the breaker is open, since when and why."""
+@token_option
+def breaker_status(config_path: str | None, store_path: str | None, token_file: str | None) -> None:
+    """Whether the breaker is open, since when and why (from the running controller or `up` when one holds
+    the store)."""
     config = load(config_path, **{"store.path": store_path})
     try:
         with Store.open(config.store.path, read_only=True) as store:
             rows = store.connection.execute(
-                "SELECT tripped, CAST(tripped_at AS VARCHAR), reason FROM breaker_state WHERE id = 1"
+                "SELECT tripped, epoch(tripped_at), reason FROM breaker_state WHERE id = 1"
             ).fetchall()
+        doc = {"tripped": bool(rows and rows[0][0]), "since_ts": rows[0][1] if rows else None}
+        doc["reason"] = rows[0][2] if rows else ""
+    except StoreLocked as exc:
+        doc = ask_holder(exc, "/v1/breaker", token_file)
     except StoreError as exc:
         raise click.ClickException(str(exc)) from exc
-    if rows and rows[0][0]:
-        click.echo(f"OPEN since {rows[0][1]} UTC: {rows[0][2]}")
+    if doc.get("tripped"):
+        since = doc.get("since_ts")
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(float(since))) if since is not None else "?"
+        click.echo(f"OPEN since {when} UTC: {doc.get('reason', '')}")
         click.echo("  repairs are held; after looking, run: fleetguard breaker reset [--process-backlog]")
     else:
         click.echo("closed: repairs go ahead")

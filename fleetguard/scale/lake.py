@@ -70,14 +70,20 @@ def open_lake(lake: Path) -> tuple[duckdb.DuckDBPyConnection, dict[str, list[str
 def run_query(lake: Path, sql: str, max_rows: int) -> QueryResult:
     con, _ = open_lake(lake)
     try:
+        return query_connection(con, sql, max_rows)
+    finally:
+        con.close()
+
+
+def query_connection(con: duckdb.DuckDBPyConnection, sql: str, max_rows: int) -> QueryResult:
+    """`sql` on `con` (a lake's views, a store opened read-only, a running process's snapshot)."""
+    try:
         cursor = con.execute(sql)
         columns = [str(d[0]) for d in cursor.description or []]
         rows = cursor.fetchmany(max_rows) if columns else []
         return QueryResult(columns, rows)
     except duckdb.Error as exc:
         raise LakeError(" ".join(str(exc).split())) from exc
-    finally:
-        con.close()
 
 
 def _cell(value: object) -> str:

@@ -10,23 +10,29 @@ from typing import TYPE_CHECKING, Any
 from fleetguard.store.unstorable import UnstorableRows
 
 if TYPE_CHECKING:
+    from fleetguard.store.health_inputs import HostSeen, hosts_seen, open_incidents
     from fleetguard.store.repair_tables import FaultRepairs, OutNode, nodes_out, repair_summary
     from fleetguard.store.store import Store, StoreError, StoreLocked
 
 __all__ = [
     "FaultRepairs",
+    "HostSeen",
     "OutNode",
     "Store",
     "StoreError",
     "StoreLocked",
     "UnstorableRows",
+    "hosts_seen",
     "nodes_out",
+    "open_incidents",
     "repair_summary",
 ]
 
 _LAZY = frozenset({"Store", "StoreError", "StoreLocked"})
 # Read by the dashboard, which reaches the store through this package only.
 _LAZY_REPAIRS = frozenset({"FaultRepairs", "OutNode", "nodes_out", "repair_summary"})
+# The health model's inputs (open incidents, hosts' liveness): read by the read API and the dashboard alike.
+_HEALTH = frozenset({"HostSeen", "hosts_seen", "open_incidents"})
 
 
 def __getattr__(name: str) -> Any:
@@ -38,4 +44,8 @@ def __getattr__(name: str) -> Any:
         from fleetguard.store import repair_tables
 
         return getattr(repair_tables, name)
+    if name in _HEALTH:
+        from fleetguard.store import health_inputs
+
+        return getattr(health_inputs, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

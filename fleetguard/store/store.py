@@ -24,6 +24,7 @@ from typing import Any
 import duckdb
 
 from fleetguard.store.engine_limits import EngineLimits as EngineLimits  # re-exported
+from fleetguard.store.holder import Holder, read_holder
 from fleetguard.store.location import UnsafeStoreLocation, check_store_location
 from fleetguard.store.migrations import CURRENT_VERSION, migrate, schema_version
 from fleetguard.store.schema import TABLE_BY_RECORD, TABLES, Column, Table, quote_ident
@@ -46,7 +47,24 @@ class StoreError(Exception):
 
 
 class StoreLocked(StoreError):
-    """Another process holds the store's write lock."""
+    """Another process holds the store's write lock; `holder` says which when it announced itself."""
+
+    def __init__(self, message: str, holder: Holder | None = None) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+    @classmethod
+    def of(cls, target: str) -> StoreLocked:
+        holder = read_holder(target)
+        if holder is None:
+            who = "another process (a running `fleetguard controller`, `fleetguard up` or `fleetguard agent`)"
+        else:
+            who = holder.describe()
+        return cls(
+            f"store {target} is open for writing by {who}; stop it first, or point this command at another "
+            "store",
+            holder,
+        )
 
 
 def _quote_literal(text: str) -> str:
@@ -101,10 +119,7 @@ class Store:
                 limits.apply_after_connect(con)
         except duckdb.IOException as exc:
             if "lock" in str(exc).lower():
-                raise StoreLocked(
-                    f"store {target} is open for writing by another process (a running `fleetguard up` or "
-                    "`fleetguard agent`); stop it first, or point this command at another store"
-                ) from exc
+                raise StoreLocked.of(target) from exc
             raise StoreError(f"cannot open store {target}: {exc}") from exc
         except duckdb.Error as exc:
             raise StoreError(f"cannot open store {target}: {exc}") from exc
@@ -306,48 +321,34 @@ class Store:
         return {r[0] for r in self._con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
 
     def export_parquet(self, out_dir: str | Path, tables: Iterable[str] | None = None) -> dict[str, int]:
-        """Write hive-partitioned Parquet, `OUT/<table>/dt=YYYY-MM-DD/host=H/*.parquet`; rows per table.
+        """Write every table (or `tables`) to Parquet in the layout of fleetguard/store/export.py: the
+        telemetry tables `OUT/<table>/dt=YYYY-MM-DD/host=H/*.parquet`, the others (incidents, alerts ...)
+        `OUT/<table>/<table>.parquet`; rows per table.
 
         A table's directory is replaced whole, so a repeated export never duplicates rows. A store of an older
         schema version opened read-only has not been upgraded and lacks the newer tables: those are skipped,
         with a warning that says how to upgrade it.
         """
-        with self._lock:
-            return self._export_parquet(Path(out_dir), list(tables) if tables is not None else list(TABLES))
+        from fleetguard.store.export import exportable_tables, write_layout
 
-    def _export_parquet(self, out: Path, names: list[str]) -> dict[str, int]:
-        unknown = [name for name in names if name not in TABLES]
-        if unknown:
-            raise StoreError(f"unknown table {unknown[0]!r}")
-        existing = self._existing_tables()
-        missing = [name for name in names if name not in existing]
-        if missing:
-            log.warning(
-                "store %s has schema version %d (this fleetguard writes %d) and no table %s yet: not "
-                "exported; open it for writing once (`fleetguard agent` or `fleetguard up`) to upgrade it",
-                self.path,
-                schema_version(self._con),
-                CURRENT_VERSION,
-                ", ".join(missing),
-            )
-        out.mkdir(parents=True, exist_ok=True)
-        written: dict[str, int] = {}
-        for name in names:
-            if name in missing:
-                continue
-            table = TABLES[name]
-            row = self._con.execute(f"SELECT count(*) FROM {name}").fetchall()
-            count = int(row[0][0]) if row else 0
-            if count == 0:
-                continue
-            partitions = "dt, host" if table.partition_by_host else "dt"
-            target = _quote_literal(str(out / name))
-            self._con.execute(
-                f"COPY (SELECT *, CAST(ts AS DATE) AS dt FROM {name}) TO {target} "
-                f"(FORMAT parquet, PARTITION_BY ({partitions}), OVERWRITE true)"
-            )
-            written[name] = count
-        return written
+        with self._lock:
+            existing = exportable_tables(self._con)
+            names = list(tables) if tables is not None else sorted({*existing, *TABLES})
+            unknown = [name for name in names if name not in TABLES and name not in existing]
+            if tables is not None and unknown:
+                raise StoreError(f"unknown table {unknown[0]!r}")
+            missing = [name for name in TABLES if name in names and name not in existing]
+            if missing:
+                log.warning(
+                    "store %s has schema version %d (this fleetguard writes %d) and no table %s yet: not "
+                    "exported; open it for writing once (`fleetguard agent` or `fleetguard up`) to upgrade "
+                    "it",
+                    self.path,
+                    schema_version(self._con),
+                    CURRENT_VERSION,
+                    ", ".join(missing),
+                )
+            return write_layout(self._con, Path(out_dir), [n for n in names if n in existing])
 
 
 # The numpy type that holds each column type exactly; others (VARCHAR) travel as Python objects.

@@ -28,7 +28,7 @@ from dashboard.queries.gpus import bucket_seconds, gpu_series, latest_gpu_states
 from dashboard.queries.jobs import jobs, step_grid
 from dashboard.queries.network import port_counters, port_states
 from dashboard.queries.predictions import risk_by_device
-from dashboard.snapshot import FleetModel, SnapshotCache
+from dashboard.snapshot import FleetModel, SnapshotCache, health_inputs
 from fleetguard.config import ConfigError, load_config
 from fleetguard.store import Store
 from tests.dashboard.fleet_store import JOB_ID, SLOW_RANK, BuiltFleet
@@ -100,24 +100,44 @@ def test_views_over_the_built_store_find_each_scripted_fault(fleet: BuiltFleet) 
     now = fleet.end_ts
     with Store.open(fleet.path, read_only=True) as store:
         cur = store.cursor()
+        incidents, liveness = health_inputs(cur, now, 0.0)
         gpus = gpu_views(
             latest_gpu_states(cur, now),
             event_counts(cur, now - 3600, now),
             risk_by_device(cur, now),
             now,
             0.5,
+            incidents,
+            liveness,
         )
-        ports = port_views(port_states(cur, now - 600, now), port_counters(cur, now - 3600, now), now)
+        ports = port_views(
+            port_states(cur, now - 600, now), port_counters(cur, now - 3600, now), now, incidents, liveness
+        )
     by_uuid = {g.state.uuid: g for g in gpus}
     assert by_uuid[fleet.failed_gpu_uuid].health == Health.FAILED
     assert by_uuid[fleet.lost_gpu_uuid].health == Health.FAILED
     assert by_uuid[fleet.hot_gpu_uuid].health == Health.DEGRADED
     assert by_uuid[fleet.at_risk_uuid].risk == pytest.approx(fleet.at_risk_score)
     flapping = [p for p in ports if (p.state.host, p.state.device) == fleet.flapping_port]
-    assert flapping and flapping[0].health == Health.DEGRADED
-    hosts = {h.host: h for h in host_views(gpus, ports)}
+    # Its flaps observed (degraded) and its open incident (critical in the shipped policy): the worse wins.
+    assert flapping
+    where = (flapping[0].state.host, f"{flapping[0].state.device}/{flapping[0].state.port}")
+    port_incidents = [i for i in incidents if (i.host, i.component_id) == where]
+    expected = Health.FAILED if any(i.severity == "critical" for i in port_incidents) else Health.DEGRADED
+    assert flapping[0].health == expected
+    hosts = {h.host: h for h in host_views(gpus, ports, incidents, liveness, now)}
     assert hosts["sim-host-silent"].health == Health.SILENT
+    assert hosts["sim-host-silent"].reason.startswith("no data for")
+    # The host's health is its worst open incident's (the incident engine ran over this history).
     assert hosts["sim-host-001"].health == Health.FAILED
+    worst_open = hosts["sim-host-001"].incidents[0]
+    assert hosts["sim-host-001"].reason.startswith(worst_open.summary)
+    # A GPU with an open incident is never healthy, whatever its newest sample shows.
+    by_gpu = {(i.host, i.component_id) for i in incidents if i.component_kind == "gpu"}
+    assert by_gpu
+    for g in gpus:
+        if (g.state.host, g.state.uuid) in by_gpu:
+            assert g.health != Health.HEALTHY, g
 
 
 def test_gpu_series_is_bucketed_to_a_bounded_number_of_points(fleet: BuiltFleet) -> None:

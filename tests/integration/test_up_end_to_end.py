@@ -37,6 +37,7 @@ def test_up_on_a_simulated_fleet_serves_metrics_and_live_risk_scores(tmp_path: P
             "FLEETGUARD_AGENT_FLUSH_INTERVAL_SECONDS": "1",
             "FLEETGUARD_RUNTIME_PORT": str(free_port()),
             "FLEETGUARD_DASHBOARD_PORT": str(free_port()),
+            "FLEETGUARD_CONTROLLER_LISTEN": "127.0.0.1:0",  # up's read API: any free port
             "FLEETGUARD_COLLECTORS_KMSG_STATE_PATH": str(tmp_path / "kmsg.seq"),
         },
     )
@@ -78,6 +79,7 @@ def test_up_stores_every_round_exactly_once_through_the_controllers_ingest_ledge
             **os.environ,
             "FLEETGUARD_AGENT_FLUSH_INTERVAL_SECONDS": "1",
             "FLEETGUARD_DASHBOARD_ENABLED": "false",
+            "FLEETGUARD_CONTROLLER_LISTEN": "127.0.0.1:0",  # up's read API: any free port
             "FLEETGUARD_COLLECTORS_KMSG_STATE_PATH": str(tmp_path / "kmsg.seq"),
         },
     )

@@ -43,7 +43,7 @@ def test_status_fleet_merges_controllers_and_counts_each_host_once(tmp_path: Pat
         assert text.exit_code == 0, text.output
         assert f"controller {red.url}: 3 hosts" in text.output
         assert f"controller {blue.url}: 2 hosts" in text.output
-        assert "hosts 4 " in text.output
+        assert "fleet     4 hosts (" in text.output
     finally:
         red.running.stop()
         blue.running.stop()
@@ -57,7 +57,7 @@ def test_an_unreachable_controller_is_named_and_the_others_still_shown(tmp_path:
         result = CliRunner().invoke(cli, ["status", "--fleet", f"{red.url},{dead}"])
         assert result.exit_code == 0, result.output
         assert f"controller {dead}: UNREACHABLE" in result.output
-        assert "hosts 3 " in result.output
+        assert "fleet     3 hosts (" in result.output
     finally:
         red.running.stop()
         blue.running.stop()
