@@ -4,8 +4,8 @@ of the 11 GPUs the fault script leaves alone, and no prediction acts or counts t
 The scripted faults run over the first three minutes of the fleet's clock (collectors/simulated_faults.py).
 `up` runs in-process on a FakeClock (tests/integration/inprocess.py): the same daemon, store, scoring and
 incident loops as the command line, each round made at the time a real run makes it, without waiting three
-real minutes. The demo model is trained once, before, and handed over as `predictor.model_dir` (the same
-model `up --simulate` trains at start-up).
+real minutes. The demo model is trained once per session (tests/conftest.py) and handed over as
+`predictor.model_dir` (the same model `up --simulate` trains at start-up).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import pytest
 
 from collectors.simulated_faults import default_demo_faults
 from fleetguard.config import load_config
-from fleetguard.predict.demo_model import train_demo_model
 from tests.integration.inprocess import InProcessUp
 
 pytestmark = [pytest.mark.integration]
@@ -31,11 +30,6 @@ CLOCK_LOOPS = 4
 
 class _Shape:
     host_count, gpus_per_host, ports_per_host = HOSTS, GPUS, 8
-
-
-@pytest.fixture(scope="module")
-def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return train_demo_model(tmp_path_factory.mktemp("demo") / "model", seed=0)
 
 
 def test_three_minutes_of_the_demo_flag_faulty_gpus_not_quiet_ones(tmp_path: Path, demo_model: Path) -> None:

@@ -50,12 +50,10 @@ def one_line_failure(result: subprocess.CompletedProcess[str], *needles: str) ->
     return lines[0]
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real model directory, for `predict` (which reads the model before the store)."""
-    from fleetguard.predict.demo_model import train_demo_model
-
-    return train_demo_model(tmp_path_factory.mktemp("model") / "demo", seed=0)
+@pytest.fixture
+def model_dir(demo_model: Path) -> Path:
+    """A real model directory, for `predict` (which reads the model before the store): the session's."""
+    return demo_model
 
 
 def test_predict_with_a_corrupt_or_locked_store(
