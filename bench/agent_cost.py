@@ -35,7 +35,8 @@ def peak_rss_mb(pid: int) -> float:
 
 def scrape(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        return resp.read().decode()
+        text: str = resp.read().decode()
+        return text
 
 
 def metric(text: str, name: str) -> float:

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fleetguard import client as fg
 from fleetguard.clock import SystemClock
-from fleetguard.jobcontrol.commands import CommandQueue
+from fleetguard.jobcontrol.commands import Command, CommandQueue
 from fleetguard.runtime.protocol import RankReport
 from fleetguard.runtime.server import RuntimeServer
 
@@ -38,7 +38,7 @@ def main() -> None:
     commands = CommandQueue()
     received: list[int] = []
 
-    def on_report(report: RankReport) -> list:
+    def on_report(report: RankReport) -> list[Command]:
         received.append(len(report.timings))
         return commands.take(*report.key)
 

@@ -189,7 +189,7 @@ def store_stats(path: Path) -> tuple[int, int]:
     con = duckdb.connect(str(path), read_only=True)
     try:
         rows = sum(
-            int(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0])  # type: ignore[index]
+            int(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0])  # type: ignore[index,misc]
             for t in ("gpu_samples", "nic_samples", "nic_counters", "events")
         )
     finally:

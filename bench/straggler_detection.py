@@ -12,7 +12,7 @@ import argparse
 import math
 import statistics
 
-from straggler_sim import JOB, SimConfig, run_job
+from straggler_sim import JOB, SimConfig, run_job  # type: ignore[import-not-found]  # run as a script (python bench/...): its sibling is on sys.path
 
 from straggler.analysis import RuntimeAnalyzer
 

@@ -11,7 +11,7 @@ import argparse
 import time
 from collections import Counter
 
-from straggler_sim import SimConfig, run_job
+from straggler_sim import SimConfig, run_job  # type: ignore[import-not-found]  # run as a script (python bench/...): its sibling is on sys.path
 
 
 def main() -> None:

@@ -84,7 +84,9 @@ def test_the_job_using_an_at_risk_gpu_is_named_and_asked_to_checkpoint(
 
     assert (named.job_id, named.rank, named.gpu_uuid) == (TRAIN, 1, gpus[1].uuid)
     assert f"used by job {TRAIN} (rank 1 on GPU 1)" in named.summary
-    finding, requests = service._actions.get_nowait()
+    item = service._actions.get_nowait()
+    assert item is not None
+    finding, requests = item
     assert finding == named
     assert [(r.action, r.job_id) for r in requests] == [("checkpoint", TRAIN)]
     records = service.run_actions(finding, requests)

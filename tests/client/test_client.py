@@ -294,11 +294,15 @@ def test_numpy_steps_and_sequence_numbers_are_reported_as_plain_integers(server)
 
     srv, collected = server
     client = fg.Client(identity(), endpoint=f"127.0.0.1:{srv.port}", heartbeat_interval_seconds=60.0)
-    client.step(np.int64(3))
+    client.step(np.int64(3))  # type: ignore[arg-type]  # numpy integers, as training code passes them
     client.collective(
-        "world", enqueued=np.int64(9), started=np.int32(9), completed=np.int64(8), size=np.int64(4)
+        "world",
+        enqueued=np.int64(9),  # type: ignore[arg-type]
+        started=np.int32(9),  # type: ignore[arg-type]
+        completed=np.int64(8),  # type: ignore[arg-type]
+        size=np.int64(4),  # type: ignore[arg-type]
     )
-    client.checkpoint_done(np.int64(2))
+    client.checkpoint_done(np.int64(2))  # type: ignore[arg-type]
     assert client.report_once()
     client.close()
     report = collected.reports[-1]

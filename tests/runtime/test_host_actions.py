@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -101,7 +102,8 @@ class Running:
     ranks: list[subprocess.Popen[str]]
 
     def stop(self) -> None:
-        for proc in [*self.ranks, self.agent]:
+        procs: list[subprocess.Popen[Any]] = [*self.ranks, self.agent]
+        for proc in procs:
             if proc.poll() is None:
                 proc.kill()
             proc.wait(timeout=30)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import pytest
 
@@ -30,7 +31,7 @@ class Sink:
     def __call__(self, batch: Sequence[object]) -> None:
         self.records.extend(batch)
 
-    def of(self, kind: type) -> list:
+    def of(self, kind: type) -> list[Any]:
         return [r for r in self.records if isinstance(r, kind)]
 
 
@@ -349,7 +350,7 @@ class ScriptedAnalyzer:
         self.next: list[Finding] = []
 
     def register_job(
-        self, job_id: str, world_size: int, started_at: float, *, local_ranks: object = ()
+        self, job_id: str, world_size: int, started_at: float, *, local_ranks: Iterable[int] = ()
     ) -> None:
         pass
 
@@ -359,7 +360,14 @@ class ScriptedAnalyzer:
     def observe(self, record: object) -> None:
         pass
 
-    def process_exited(self, job_id: str, rank: int, exit_code: int | None, now: float) -> None:
+    def process_exited(
+        self,
+        job_id: str,
+        rank: int,
+        exit_code: int | None,
+        now: float,
+        detail: Mapping[str, object] | None = None,
+    ) -> None:
         pass
 
     def tick(self, now: float) -> list[Finding]:
@@ -391,7 +399,7 @@ def restarted_at_the_start(service: RuntimeService, clock: FakeClock, ranks) -> 
 
 
 def queued(service: RuntimeService) -> list[tuple[str | None, str]]:
-    out = []
+    out: list[tuple[str | None, str]] = []
     while not service._actions.empty():
         item = service._actions.get()
         assert item is not None

@@ -90,7 +90,9 @@ def _consumer(running: RunningController) -> NatsConsumer:
     return consumer
 
 
-def _wait(condition: Callable[[], bool], timeout: float = 60, step: Callable[[], None] | None = None) -> None:
+def _wait(
+    condition: Callable[[], bool], timeout: float = 60, step: Callable[[], object] | None = None
+) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "condition never held"
