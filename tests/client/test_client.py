@@ -79,7 +79,7 @@ def test_an_exception_inside_a_section_propagates_unchanged_and_is_not_timed() -
     client.step(0)
     with pytest.raises(KeyError), client.section("compute"):
         raise KeyError("user error")
-    assert len(client._timings) == 0
+    assert client.queued_timings == 0
 
 
 def test_module_functions_do_nothing_before_attach() -> None:
@@ -131,7 +131,7 @@ def test_a_checkpoint_command_comes_back_and_runs_the_callback_at_the_next_step(
     srv, collected = server
     client = fg.Client(identity(), endpoint=f"127.0.0.1:{srv.port}", start=False)
     calls: list[int] = []
-    client.on_checkpoint(lambda: calls.append(client._step or 0))
+    client.on_checkpoint(lambda: calls.append(client.current_step or 0))
     client.step(1)
     collected.commands.push(JOB, [3], "checkpoint", "straggler")
     client.report_once()
@@ -190,7 +190,7 @@ def test_the_timing_queue_is_bounded_and_counts_what_it_drops() -> None:
     for _ in range(fg.MAX_QUEUED_TIMINGS + 10):
         with client.section("compute"):
             pass
-    assert len(client._timings) == fg.MAX_QUEUED_TIMINGS
+    assert client.queued_timings == fg.MAX_QUEUED_TIMINGS
     assert client.stats.dropped_timings == 10
 
 

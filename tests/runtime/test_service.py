@@ -49,10 +49,8 @@ def report(
 
 def run_queued_actions(service: RuntimeService) -> list[ActionRecord]:
     records: list[ActionRecord] = []
-    while not service._actions.empty():
-        item = service._actions.get()
-        assert item is not None
-        records.extend(service.run_actions(*item))
+    for finding, requests in service.take_planned():
+        records.extend(service.run_actions(finding, requests))
     return records
 
 
@@ -400,10 +398,8 @@ def restarted_at_the_start(service: RuntimeService, clock: FakeClock, ranks) -> 
 
 def queued(service: RuntimeService) -> list[tuple[str | None, str]]:
     out: list[tuple[str | None, str]] = []
-    while not service._actions.empty():
-        item = service._actions.get()
-        assert item is not None
-        out.extend((r.finding_id, r.action) for r in item[1])
+    for _finding, requests in service.take_planned():
+        out.extend((r.finding_id, r.action) for r in requests)
     return out
 
 
@@ -549,7 +545,8 @@ def test_a_pid_that_is_not_the_senders_is_neither_watched_nor_signalled(ranks) -
     [record] = service.run_actions(stuck, [ActionRequest("restart", JOB, "f-1", "test")])
     assert record.outcome != "succeeded"
     assert victim.poll() is None  # still running: nothing was signalled
-    assert len(sink.of(Heartbeat)) + len(service._pending) >= 1  # the report itself was kept as telemetry
+    service.flush()
+    assert len(sink.of(Heartbeat)) >= 1  # the report itself was kept as telemetry
     service.stop()
 
 
