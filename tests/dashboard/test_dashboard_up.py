@@ -24,7 +24,7 @@ def _banner_url(out: Path, proc: subprocess.Popen[bytes]) -> str:
         if match:
             return match.group(1)
         assert proc.poll() is None, out.read_text()
-        time.sleep(0.2)
+        time.sleep(0.2)  # polling a real fleetguard up process: it offers no event to wait on
     raise AssertionError(f"no dashboard URL in the banner:\n{out.read_text()}")
 
 

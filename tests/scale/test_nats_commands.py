@@ -98,7 +98,7 @@ def _wait(
         assert time.monotonic() < deadline, "condition never held"
         if step is not None:
             step()
-        time.sleep(0.1)
+        time.sleep(0.1)  # polling a real NATS server and its clients: it offers no event to wait on
 
 
 def _login(nats: NatsServer, user: str) -> NatsLogin:

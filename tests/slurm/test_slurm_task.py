@@ -45,7 +45,7 @@ def test_the_task_resumes_the_node_after_its_incident_resolved_and_the_selfcheck
     try:
         deadline = time.monotonic() + 200
         while nodes.state(NODE).out_of_service and time.monotonic() < deadline:
-            time.sleep(0.5)
+            time.sleep(0.5)  # polling a real slurmctld's node state: it offers no event to wait on
         assert not nodes.state(NODE).out_of_service
     finally:
         task.stop()
