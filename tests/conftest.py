@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -82,8 +83,8 @@ def _demo_model_key() -> str:
 def demo_model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The demo model `up --simulate` trains at start-up (seed 0), trained once per session for every test
     that hands `up` or `predict` a model, and kept in pytest's cache between sessions under a key of its
-    sources and libraries: training is deterministic under its seed
-    (tests/predictor/test_predictor_store.py), and takes a minute of a loaded 2-core machine."""
+    sources and libraries: training is deterministic under its seed (tests/predictor/test_predictor_store.py
+    checks it for the hourly shape), and takes a minute or more of a loaded 2-core machine."""
     from fleetguard.predict.demo_model import train_demo_model
 
     cache = getattr(request.config, "cache", None)  # absent under -p no:cacheprovider
@@ -92,8 +93,11 @@ def demo_model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     kept = Path(cache.mkdir(f"demo-model-{_demo_model_key()}")) / "model"
     if not kept.is_dir():
         trained = train_demo_model(tmp_path_factory.mktemp("demo") / "model", seed=0)
-        partial = kept.with_name("model.partial")
+        partial = kept.with_name(f"model.partial-{os.getpid()}")  # one per session: two may train at once
         shutil.rmtree(partial, ignore_errors=True)
         shutil.copytree(trained, partial)
-        partial.rename(kept)  # whole or absent: a session stopped mid-copy leaves no half a model
+        try:
+            partial.rename(kept)  # whole or absent: a session stopped mid-copy leaves no half a model
+        except OSError:  # another session kept the same model first
+            shutil.rmtree(partial, ignore_errors=True)
     return kept
