@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fleetguard.agent.daemon_deps import DaemonDeps, StopSwitch
@@ -13,8 +14,9 @@ from fleetguard.clock import FakeClock
 from fleetguard.config import Config
 from fleetguard.embedded import run_embedded
 
-# Real seconds one step may take before the test fails: a loop that never returns to its wait is stuck.
-STEP_TIMEOUT_SECONDS = 120.0
+# Real seconds one step may take before the test fails: a loop that never returns to its wait is stuck. The
+# first step of a run without a model includes training the demo model (minutes on a loaded 2-core machine).
+STEP_TIMEOUT_SECONDS = 240.0
 
 
 @dataclass
@@ -61,6 +63,21 @@ class InProcessUp:
                 continue
             self.clock.advance(step_seconds)
             deadline = time.monotonic() + STEP_TIMEOUT_SECONDS
+
+    def run_until(
+        self, condition: Callable[[], bool], step_seconds: float, loops: int, max_clock_seconds: float
+    ) -> bool:
+        """Like `run`, until `condition` holds between two steps (or `max_clock_seconds` of the clock have
+        passed: False)."""
+        assert self._thread is not None
+        start = self.clock.monotonic()
+        while self.clock.monotonic() - start < max_clock_seconds:
+            assert self._thread.is_alive(), "fleetguard up stopped:\n" + self.out.getvalue()
+            self.clock.wait_until_idle(loops, STEP_TIMEOUT_SECONDS)
+            if condition():
+                return True
+            self.clock.advance(step_seconds)
+        return False
 
     def stop(self) -> None:
         """Stop it (as SIGTERM would) if still running, and wait for the final flush."""
