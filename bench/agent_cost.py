@@ -35,7 +35,8 @@ def peak_rss_mb(pid: int) -> float:
 
 def scrape(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        return resp.read().decode()
+        text: str = resp.read().decode()
+        return text
 
 
 def metric(text: str, name: str) -> float:
@@ -101,6 +102,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from machine_load import measured
+    from machine_load import measured  # type: ignore[import-not-found]  # a sibling script: bench/ is on sys.path when run
 
     measured(main)

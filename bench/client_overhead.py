@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fleetguard import client as fg
 from fleetguard.clock import SystemClock
-from fleetguard.jobcontrol.commands import CommandQueue
+from fleetguard.jobcontrol.commands import Command, CommandQueue
 from fleetguard.runtime.protocol import RankReport
 from fleetguard.runtime.server import RuntimeServer
 
@@ -38,7 +38,7 @@ def main() -> None:
     commands = CommandQueue()
     received: list[int] = []
 
-    def on_report(report: RankReport) -> list:
+    def on_report(report: RankReport) -> list[Command]:
         received.append(len(report.timings))
         return commands.take(*report.key)
 
@@ -85,6 +85,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from machine_load import measured
+    from machine_load import measured  # type: ignore[import-not-found]  # a sibling script: bench/ is on sys.path when run
 
     measured(main)

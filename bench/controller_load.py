@@ -39,6 +39,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -283,7 +284,7 @@ def store_stats(path: Path) -> tuple[int, int]:
     con = duckdb.connect(str(path), read_only=True)
     try:
         rows = sum(
-            int(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0])  # type: ignore[index]
+            int(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0])  # type: ignore[index,misc]
             for t in ("gpu_samples", "nic_samples", "nic_counters", "events")
         )
     finally:
@@ -326,7 +327,7 @@ def load(args: argparse.Namespace) -> None:
             g0 = gen.cpu_seconds
             marks: dict[str, float] = {}
             r = gen.run_step(
-                hosts_all[:n], args.seconds, args.interval, seqs, lambda m=marks: mark_start(m, ctl.pid)
+                hosts_all[:n], args.seconds, args.interval, seqs, partial(mark_start, marks, ctl.pid)
             )
             wall = time.monotonic() - marks["t"]
             c0 = marks["cpu"]

@@ -125,14 +125,14 @@ def main() -> None:
     from fleetguard.predict.simulated_history import HistorySpec, write_parquet
 
     with tempfile.TemporaryDirectory(prefix="fg-dask-bench-") as tmp:
-        samples, failures, rows = write_parquet(
+        samples_file, failures_file, rows = write_parquet(
             HistorySpec(n_gpus=args.gpus, n_steps=24 * args.days, seed=0), Path(tmp), gpus_per_chunk=250
         )
         print(f"{rows} samples ({args.gpus} GPUs x {args.days} days, hourly)", flush=True)
         results = {}
         for mode, extra in (("single", []), ("dask", [str(args.workers)])):
             proc = subprocess.run(
-                [sys.executable, __file__, f"--{mode}", str(samples), str(failures), *extra],
+                [sys.executable, __file__, f"--{mode}", str(samples_file), str(failures_file), *extra],
                 capture_output=True,
                 text=True,
                 check=True,
@@ -154,6 +154,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from machine_load import measured
+    from machine_load import measured  # type: ignore[import-not-found]  # a sibling script: bench/ is on sys.path when run
 
     measured(main)

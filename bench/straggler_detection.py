@@ -12,7 +12,7 @@ import argparse
 import math
 import statistics
 
-from straggler_sim import JOB, SimConfig, run_job
+from straggler_sim import JOB, SimConfig, run_job  # type: ignore[import-not-found]  # run as a script (python bench/...): its sibling is on sys.path
 
 from straggler.analysis import RuntimeAnalyzer
 
@@ -80,6 +80,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from machine_load import measured
+    from machine_load import measured  # type: ignore[import-not-found]  # a sibling script: bench/ is on sys.path when run
 
     measured(main)

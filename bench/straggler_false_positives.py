@@ -14,8 +14,9 @@ import argparse
 import time
 from collections import Counter
 
-from machine_load import one_minute
-from straggler_sim import SimConfig, run_job
+# run as a script (python bench/...): its siblings are on sys.path
+from machine_load import one_minute  # type: ignore[import-not-found]
+from straggler_sim import SimConfig, run_job  # type: ignore[import-not-found]
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from machine_load import LoadWindow
+from machine_load import LoadWindow  # type: ignore[import-not-found]  # a sibling script: bench/ is on sys.path when run
 
 from tests.runtime.torchrun_job import run_fault, run_healthy
 

@@ -264,6 +264,16 @@ class Client:
             size,
         )
 
+    @property
+    def current_step(self) -> int | None:
+        """The step the rank is in (the last `step` or `step_begin`), None before the first."""
+        return self._step
+
+    @property
+    def queued_timings(self) -> int:
+        """Timings measured and not yet reported (bounded by MAX_QUEUED_TIMINGS; older ones are dropped)."""
+        return len(self._timings)
+
     def checkpoint_requested(self) -> bool:
         """True from a checkpoint request until `checkpoint_done` is called."""
         return self._checkpoint_pending

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, TextIO, cast
 from diagnosis.drain_marks import DrainMarks
 from fleetguard.agent.agent import Agent
 from fleetguard.agent.daemon import run_daemon
+from fleetguard.agent.daemon_deps import DaemonDeps
 from fleetguard.agent.extension import Extension
 from fleetguard.agent.gpu_jobs import GpuJobs, RuntimePlanner, act_on_gpu_findings
 from fleetguard.agent.sources import NoSources, Sources, build_sources
-from fleetguard.clock import SystemClock
 from fleetguard.config import Config
 from fleetguard.runtime.extension import runtime_extension
 from fleetguard.status import StatusPrinter
@@ -34,10 +34,13 @@ def run_embedded(
     runtime: bool = True,
     predict: bool = True,
     out: TextIO = sys.stdout,
+    deps: DaemonDeps | None = None,
 ) -> int:
-    """Run until SIGTERM; return the process exit code (2 when there is nothing to sample)."""
+    """Run until SIGTERM; return the process exit code (2 when there is nothing to sample). `deps`: what the
+    daemon takes from the world (fleetguard/agent/daemon_deps.py), production's by default."""
+    deps = deps or DaemonDeps.production()
     try:
-        sources = build_sources(config, require_gpu=True)
+        sources = build_sources(config, require_gpu=True, clock=deps.clock)
     except NoSources as exc:
         out.write(f"fleetguard up: {exc}\n")
         return 2
@@ -102,7 +105,7 @@ def run_embedded(
 
     sink = InProcessController(
         config,
-        SystemClock(),
+        deps.clock,
         runtime_runner(runtime_parts, config.host),
         incidents=False,  # the incidents extension above (repairs, metrics, status line)
         serve_api=True,  # the controller's read API: `fleetguard status` and friends ask it
@@ -117,6 +120,7 @@ def run_embedded(
         duration_seconds=duration_seconds,
         out=out,
         sink=sink,
+        deps=deps,
     )
     return 0
 
@@ -199,7 +203,7 @@ def _scoring_extension(
                 interval = config.predictor.score_interval_seconds
                 if not predictions:
                     interval = min(interval, config.agent.flush_interval_seconds)
-                stop_event.wait(interval)
+                agent.clock.wait(stop_event, interval)
 
         thread = threading.Thread(target=loop, name="fleetguard-scoring", daemon=True)
         thread.start()

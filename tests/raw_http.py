@@ -41,5 +41,5 @@ def poll(condition: Callable[[], bool], timeout: float, every: float = 0.02) -> 
     while time.monotonic() < deadline:
         if condition():
             return True
-        time.sleep(every)
+        time.sleep(every)  # polling a real server (the caller's condition): it offers no event to wait on
     return condition()

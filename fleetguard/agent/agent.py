@@ -121,6 +121,7 @@ class Agent:
         schedule: Schedule | None = None,
         apply_retention: Callable[[float], object] | None = None,
         on_round: Callable[[RoundReport], None] | None = None,
+        wait: Waiter | None = None,
     ) -> None:
         self.collectors = list(collectors)
         self.buffer = buffer
@@ -130,6 +131,7 @@ class Agent:
         self.schedule = schedule or Schedule()
         self._apply_retention = apply_retention
         self._on_round = on_round
+        self._wait = wait or wait_on_poll
         self._streams = [c for c in self.collectors if _fileno(c) is not None]
         self._periodic = [c for c in self.collectors if _fileno(c) is None]
         self._error_logged: set[str] = set()
@@ -367,18 +369,42 @@ class Agent:
         timeout = 0.0 if backlog else max(0.0, until - self.clock.monotonic())
         fds = {fd: c for c in self._streams if (fd := _fileno(c)) is not None} if streaming else {}
         wait_fds = list(fds) + ([wakeup_fd] if wakeup_fd is not None else [])
-        if not wait_fds:
-            if timeout > 0:
-                stop.wait(timeout)
-            readable: list[int] = []
-        else:
-            readable = poll_readable(wait_fds, timeout)
+        readable = self._wait(wait_fds, timeout, stop)
         if wakeup_fd is not None and wakeup_fd in readable:
             _drain_fd(wakeup_fd)
         ready = [fds[fd] for fd in readable if fd in fds]
         ready += [c for c in backlog if c not in ready]
         if ready:
             self.read_streams(ready)
+
+
+Waiter = Callable[[list[int], float, threading.Event], list[int]]
+"""How the loop waits between rounds: (descriptors, seconds, stop) -> the descriptors that became readable."""
+
+
+def wait_on_poll(fds: list[int], seconds: float, stop: threading.Event) -> list[int]:
+    """The daemon's wait, in real time: until a descriptor is readable (the signal wakeup pipe among them),
+    `stop` is set (when there is no descriptor to watch) or `seconds` pass."""
+    if not fds:
+        if seconds > 0:
+            stop.wait(seconds)
+        return []
+    return poll_readable(fds, seconds)
+
+
+def wait_on_clock(clock: Clock) -> Waiter:
+    """A wait on `clock` (a FakeClock in tests): descriptors readable now are read at once, otherwise the loop
+    waits until the clock has moved `seconds` on or `stop` is set. A descriptor that becomes readable while
+    it waits is read when the clock next moves: in tests, time is what drives the loop."""
+
+    def wait(fds: list[int], seconds: float, stop: threading.Event) -> list[int]:
+        ready = poll_readable(fds, 0.0) if fds else []
+        if ready or seconds <= 0:
+            return ready
+        clock.wait(stop, seconds)
+        return poll_readable(fds, 0.0) if fds else []
+
+    return wait
 
 
 def poll_readable(fds: list[int], timeout_seconds: float) -> list[int]:

@@ -6,7 +6,6 @@ import contextlib
 import json
 import logging
 import os
-import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -15,12 +14,11 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from collectors.protocol import Collector
 from fleetguard.agent.agent import Agent, EventFolder, RoundReport, Schedule
+from fleetguard.agent.daemon_deps import DaemonDeps
 from fleetguard.agent.extension import Extension
-from fleetguard.agent.limits import bound_native_threads, raise_open_file_limit
 from fleetguard.agent.metrics import MetricsState
-from fleetguard.agent.metrics_http import serve_metrics
 from fleetguard.agent.sink import Sink
-from fleetguard.clock import SystemClock
+from fleetguard.clock import Clock
 from fleetguard.config import Config
 from fleetguard.httpserve import HttpServer
 from fleetguard.sd_notify import Notifier, WatchdogPinger, slow_rounds_warning
@@ -56,26 +54,26 @@ def run_daemon(
     duration_seconds: float | None = None,
     out: TextIO = sys.stdout,
     sink: Sink | None = None,
+    deps: DaemonDeps | None = None,
 ) -> DaemonResult:
     """Run until SIGTERM/SIGINT (or `duration_seconds`), then flush everything and return a summary.
 
     Rows go to `sink` (chosen by the caller: the spool of an agent that ships to a controller, the
     controller's ingest inside `up`), by default a local store at store.path. The daemon owns the sink from
-    here: it starts it and closes it after the final flush."""
-    bound_native_threads()  # before anything imports numpy, whose BLAS would start a pool per core
-    raise_open_file_limit()  # connections local users hold must not take the descriptors the agent needs
+    here: it starts it and closes it after the final flush. `deps` is what it takes from the world (clock,
+    store, /metrics server, signals, systemd): production's by default, a FakeClock's in tests."""
+    deps = deps or DaemonDeps.production()
+    deps.prepare_process()
     if sink is None:
-        from fleetguard.agent.local_sink import LocalStoreSink  # loads DuckDB: only for an agent keeping one
-
-        sink = LocalStoreSink.open(config.store.path)
+        sink = deps.open_sink(config)
     buffer = sink.buffer
-    systemd = Notifier.from_environment()
+    systemd = deps.notifier()
     on_round = _with_watchdog(systemd, config, on_round)
     metrics = MetricsState()
     if sink.metrics is not None:
         metrics.extra.append(sink.metrics)
     try:
-        server = _serve_metrics(config, metrics)
+        server = _serve_metrics(config, metrics, deps)
     except BaseException:
         sink.close()
         raise
@@ -85,7 +83,7 @@ def run_daemon(
         collectors,
         buffer,
         metrics,
-        SystemClock(),
+        deps.clock,
         folder=folder,
         schedule=Schedule(
             sample_interval_seconds=config.agent.sample_interval_seconds,
@@ -94,6 +92,7 @@ def run_daemon(
         ),
         apply_retention=sink.apply_retention,
         on_round=on_round,
+        wait=deps.wait,
     )
     stop = threading.Event()
     read_fd, write_fd = os.pipe()
@@ -105,8 +104,8 @@ def run_daemon(
         with contextlib.suppress(OSError):
             os.write(write_fd, b"x")
 
-    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
-    timer = threading.Timer(duration_seconds, request_stop, (0, None)) if duration_seconds else None
+    restore_stop = deps.install_stop(request_stop)
+    timer = _duration_timer(deps.clock, stop, duration_seconds, request_stop) if duration_seconds else None
     started: list[Extension] = []
     try:
         for ext in extensions:
@@ -117,14 +116,14 @@ def run_daemon(
         if systemd is not None:
             systemd.ready(f"sampling; /metrics on port {port}")
         if timer is not None:
-            timer.daemon = True
             timer.start()
         agent.run(stop, wakeup_fd=read_fd)
     finally:
         if systemd is not None:
             systemd.stopping()  # the final flush may take TimeoutStopSec; not a hang
-        if timer is not None:
-            timer.cancel()
+        stop.set()  # the duration timer, if still waiting, ends now
+        if timer is not None and timer.ident is not None:  # started
+            timer.join()
         # Order matters: every extension stops accepting and hands over what it acknowledged, then the
         # final flush stores it.
         for ext in reversed(started):
@@ -135,8 +134,7 @@ def run_daemon(
         agent.shutdown()
         sink.close()
         server.stop()
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+        restore_stop()
         os.close(read_fd)
         os.close(write_fd)
         if systemd is not None:
@@ -177,10 +175,22 @@ def _with_watchdog(
     return round_done
 
 
-def _serve_metrics(config: Config, metrics: MetricsState) -> HttpServer:
+def _duration_timer(
+    clock: Clock, stop: threading.Event, seconds: float, request_stop: Callable[[int, object], None]
+) -> threading.Thread:
+    """`--duration`: stop after `seconds` on the daemon's clock (a FakeClock's in tests), unless stopped."""
+
+    def run() -> None:
+        if not clock.wait(stop, seconds):
+            request_stop(0, None)
+
+    return threading.Thread(target=run, name="fleetguard-duration", daemon=True)
+
+
+def _serve_metrics(config: Config, metrics: MetricsState, deps: DaemonDeps) -> HttpServer:
     address, port = config.agent.metrics_address, config.agent.metrics_port
     try:
-        return serve_metrics(metrics, address, port)
+        return deps.serve_metrics(metrics, address, port)
     except OSError as exc:
         raise StartupError(
             f"cannot serve /metrics on {address} port {port} (agent.metrics_address, agent.metrics_port): "

@@ -10,6 +10,7 @@ from typing import Any
 from collectors.gpu_sampling import SamplingPlan
 from collectors.protocol import Collector, CollectorUnavailable
 from fleetguard.agent.agent import EventFolder
+from fleetguard.clock import Clock, SystemClock
 from fleetguard.config import Config
 
 log = logging.getLogger(__name__)
@@ -37,10 +38,13 @@ def build_folder(config: Config) -> EventFolder | None:
     return EventDeduplicator(window_seconds=config.agent.event_dedup_window_seconds)
 
 
-def build_sources(config: Config, *, kmsg_file: str | None = None, require_gpu: bool = False) -> Sources:
-    """Collectors for this config. Raises NoSources when nothing at all can be sampled."""
+def build_sources(
+    config: Config, *, kmsg_file: str | None = None, require_gpu: bool = False, clock: Clock | None = None
+) -> Sources:
+    """Collectors for this config. Raises NoSources when nothing at all can be sampled. A simulated fleet
+    starts at `clock`'s time (the daemon's: a FakeClock's in tests)."""
     if config.simulate.fleet:
-        return _simulated(config)
+        return _simulated(config, (clock or SystemClock()).time())
     collectors: list[Collector] = []
     unavailable: list[str] = []
     host = config.host
@@ -123,7 +127,7 @@ def _kernel_log(config: Config, kmsg_file: str | None) -> tuple[Collector | None
     return collector, None
 
 
-def _simulated(config: Config) -> Sources:
+def _simulated(config: Config, start_ts: float) -> Sources:
     from collectors.simulated import (
         SimulatedFleet,
         SimulatedGpuCollector,
@@ -136,13 +140,13 @@ def _simulated(config: Config) -> Sources:
     hosts, gpus = parse_fleet_spec(config.simulate.fleet)
     # One simulated host with agent.host set is that host (each agent of a test fleet ships as itself).
     names = [config.agent.host] if hosts == 1 and config.agent.host else []
-    fleet = SimulatedFleet(hosts, gpus, seed=config.simulate.seed, start_ts=time.time(), host_names=names)
+    fleet = SimulatedFleet(hosts, gpus, seed=config.simulate.seed, start_ts=start_ts, host_names=names)
     if config.simulate.faults:
         fleet = SimulatedFleet(
             hosts,
             gpus,
             seed=config.simulate.seed,
-            start_ts=time.time(),
+            start_ts=start_ts,
             faults=default_demo_faults(fleet),
             host_names=names,
         )

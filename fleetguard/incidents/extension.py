@@ -17,7 +17,7 @@ from fleetguard.agent.agent import Agent
 from fleetguard.agent.extension import Extension
 from fleetguard.alerts.outbox import counts
 from fleetguard.alerts.relay import AlertRelay
-from fleetguard.clock import Clock, SystemClock
+from fleetguard.clock import Clock
 from fleetguard.config import Config
 from fleetguard.incidents.controller_task import IncidentTask
 from fleetguard.incidents.metrics import IncidentMetrics, IncidentSnapshot, open_counts
@@ -71,7 +71,7 @@ def incidents_extension(config: Config, summary: IncidentSummary | None = None) 
     tasks: list[IncidentTask] = []
 
     def start(agent: Agent, store: Store) -> None:
-        clock = SystemClock()
+        clock = agent.clock  # the daemon's: a FakeClock's when a test runs `up` in-process
         task = IncidentTask(config, clock)
         tasks.append(task)
         executor = RepairExecutor(config.diagnosis, slurm=config.actions.slurm)
@@ -91,7 +91,7 @@ def incidents_extension(config: Config, summary: IncidentSummary | None = None) 
                         _publish(task.service, task.relay, metrics, summary)
                 except Exception as exc:  # one bad round must not end incident tracking
                     log.warning("incident round failed: %s", exc)
-                wake.wait(config.diagnosis.interval_seconds)
+                clock.wait(wake, config.diagnosis.interval_seconds)
 
         threads.append(threading.Thread(target=loop, name="fleetguard-incidents", daemon=True))
         for thread in threads:

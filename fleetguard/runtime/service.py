@@ -542,6 +542,20 @@ class RuntimeService:
                 self.stats.tick_errors += 1
                 log.exception("runtime analysis tick failed")
 
+    def take_planned(self) -> list[tuple[Finding, list[ActionRequest]]]:
+        """The actions planned for findings and not yet taken by the action thread, in order, taken off
+        the queue: for a service that was not started (a tool or test that plans, then runs `run_actions`)."""
+        planned: list[tuple[Finding, list[ActionRequest]]] = []
+        while True:
+            try:
+                item = self._actions.get_nowait()
+            except queue.Empty:
+                return planned
+            if item is None:  # stop()'s sentinel, for the action thread: left for it
+                self._actions.put(None)
+                return planned
+            planned.append(item)
+
     def _action_loop(self) -> None:
         while True:
             item = self._actions.get()

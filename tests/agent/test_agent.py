@@ -6,6 +6,7 @@ import dataclasses
 import logging
 import threading
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -25,11 +26,10 @@ def make_agent(
     *collectors: ScriptedCollector | ResumableStream,
     clock: FakeClock | None = None,
     rejected: Path | None = None,
-    **kwargs: object,
+    **kwargs: Any,
 ) -> Agent:
-    return Agent(
-        list(collectors), WriteBuffer(store, rejected), MetricsState(), clock or FakeClock(), **kwargs
-    )  # type: ignore[arg-type]
+    buffer = WriteBuffer(store, rejected)
+    return Agent(list(collectors), buffer, MetricsState(), clock or FakeClock(), **kwargs)
 
 
 def test_a_round_buffers_every_sample_and_a_flush_stores_them(store: Store) -> None:

@@ -84,14 +84,14 @@ def test_the_job_using_an_at_risk_gpu_is_named_and_asked_to_checkpoint(
 
     assert (named.job_id, named.rank, named.gpu_uuid) == (TRAIN, 1, gpus[1].uuid)
     assert f"used by job {TRAIN} (rank 1 on GPU 1)" in named.summary
-    finding, requests = service._actions.get_nowait()
+    [(finding, requests)] = service.take_planned()
     assert finding == named
     assert [(r.action, r.job_id) for r in requests] == [("checkpoint", TRAIN)]
     records = service.run_actions(requests)
     assert [(r.action, r.outcome) for r in records] == [("checkpoint", "requested")]
     assert [c.kind for c in service.commands.take(TRAIN, 0)] == ["checkpoint"]
     assert service.commands.take(OTHER, 0) == []  # the job on the healthy GPU is left alone
-    assert service._actions.empty()
+    assert service.take_planned() == []
 
 
 def test_without_a_runtime_or_a_rank_on_the_gpu_the_finding_is_stored_as_it_came(
@@ -106,7 +106,7 @@ def test_without_a_runtime_or_a_rank_on_the_gpu_the_finding_is_stored_as_it_came
     assert act_on_gpu_findings([finding], GpuJobs([collector]), None) == [finding]
     service = RuntimeService(RuntimeServiceConfig(host="node1", port=0), FakeClock(T0), Sink())
     assert act_on_gpu_findings([finding], GpuJobs([collector]), service) == [finding]
-    assert service._actions.empty()
+    assert service.take_planned() == []
 
 
 def test_only_pids_the_runtime_trusts_take_part(ranks: list[subprocess.Popen[bytes]]) -> None:

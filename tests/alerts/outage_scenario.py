@@ -48,7 +48,7 @@ def _wait_for(path: Path, seconds: float) -> None:
     while not path.exists():
         if time.monotonic() > deadline:
             raise TimeoutError(f"{path} did not appear")
-        time.sleep(0.05)
+        time.sleep(0.05)  # polling a real process's file: it offers no event to wait on
 
 
 def _read_log(path: Path) -> list[dict[str, Any]]:
@@ -108,6 +108,7 @@ def run_outage(
             env={
                 **os.environ,
                 "FLEETGUARD_AGENT_FLUSH_INTERVAL_SECONDS": "1",
+                "FLEETGUARD_CONTROLLER_LISTEN": "127.0.0.1:0",  # up's read API: any free port
                 "FLEETGUARD_DASHBOARD_ENABLED": "false",
                 "FLEETGUARD_COLLECTORS_KMSG_STATE_PATH": str(folder / "kmsg.seq"),
             },
@@ -122,7 +123,7 @@ def run_outage(
                 break
             if time.monotonic() > deadline or up.poll() is not None:
                 raise TimeoutError("no outage could be staged: no alert was refused")
-            time.sleep(0.2)
+            time.sleep(0.2)  # polling a real fleetguard up process: it offers no event to wait on
         down.unlink()
         returned_at = time.time()
         stop_at = time.monotonic() + after_seconds

@@ -47,7 +47,7 @@ def receiver(secret: str | None, answer: Answer = always_ok, port: int = 0) -> I
             if status == 200:
                 self._accept(body, headers)
             if delay:
-                time.sleep(delay)
+                time.sleep(delay)  # the scenario: a receiver slow to answer
             self.send_response(status)
             for name, value in extra.items():
                 self.send_header(name, value)

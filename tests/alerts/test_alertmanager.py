@@ -70,7 +70,7 @@ def alertmanager(tmp_path: Path) -> Iterator[str]:
                 pass
             assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else "exited"
             assert time.monotonic() < deadline, "alertmanager did not become ready"
-            time.sleep(0.1)
+            time.sleep(0.1)  # polling a real Alertmanager starting: it offers no event to wait on
         yield base
     finally:
         proc.terminate()
@@ -89,7 +89,7 @@ def wait_for(condition: Any, timeout: float = 30.0) -> Any:
         value = condition()
         if value or time.monotonic() > deadline:
             return value
-        time.sleep(0.1)
+        time.sleep(0.1)  # polling a real Alertmanager process: it offers no event to wait on
 
 
 def test_alertmanager_receives_deduplicates_and_resolves(alertmanager: str, store: Store) -> None:

@@ -79,7 +79,7 @@ def test_an_exception_inside_a_section_propagates_unchanged_and_is_not_timed() -
     client.step(0)
     with pytest.raises(KeyError), client.section("compute"):
         raise KeyError("user error")
-    assert len(client._timings) == 0
+    assert client.queued_timings == 0
 
 
 def test_module_functions_do_nothing_before_attach() -> None:
@@ -131,7 +131,7 @@ def test_a_checkpoint_command_comes_back_and_runs_the_callback_at_the_next_step(
     srv, collected = server
     client = fg.Client(identity(), endpoint=f"127.0.0.1:{srv.port}", start=False)
     calls: list[int] = []
-    client.on_checkpoint(lambda: calls.append(client._step or 0))
+    client.on_checkpoint(lambda: calls.append(client.current_step or 0))
     client.step(1)
     collected.commands.push(JOB, [3], "checkpoint", "straggler")
     client.report_once()
@@ -190,7 +190,7 @@ def test_the_timing_queue_is_bounded_and_counts_what_it_drops() -> None:
     for _ in range(fg.MAX_QUEUED_TIMINGS + 10):
         with client.section("compute"):
             pass
-    assert len(client._timings) == fg.MAX_QUEUED_TIMINGS
+    assert client.queued_timings == fg.MAX_QUEUED_TIMINGS
     assert client.stats.dropped_timings == 10
 
 
@@ -294,11 +294,15 @@ def test_numpy_steps_and_sequence_numbers_are_reported_as_plain_integers(server)
 
     srv, collected = server
     client = fg.Client(identity(), endpoint=f"127.0.0.1:{srv.port}", heartbeat_interval_seconds=60.0)
-    client.step(np.int64(3))
+    client.step(np.int64(3))  # type: ignore[arg-type]  # numpy integers, as training code passes them
     client.collective(
-        "world", enqueued=np.int64(9), started=np.int32(9), completed=np.int64(8), size=np.int64(4)
+        "world",
+        enqueued=np.int64(9),  # type: ignore[arg-type]
+        started=np.int32(9),  # type: ignore[arg-type]
+        completed=np.int64(8),  # type: ignore[arg-type]
+        size=np.int64(4),  # type: ignore[arg-type]
     )
-    client.checkpoint_done(np.int64(2))
+    client.checkpoint_done(np.int64(2))  # type: ignore[arg-type]
     assert client.report_once()
     client.close()
     report = collected.reports[-1]

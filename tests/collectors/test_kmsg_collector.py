@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-import collectors.kmsg as kmsg_module
 from collectors.kmsg import KmsgCollector
 from collectors.protocol import Collector, CollectorUnavailable
 from fleetguard.records.telemetry import Event, EventKind
@@ -202,7 +201,7 @@ def test_ring_buffer_overrun_is_counted_and_reading_continues(
         return real_read(fd, n)
 
     collector = make(kmsg, boot_id)
-    monkeypatch.setattr(kmsg_module.os, "read", read_with_one_epipe)
+    monkeypatch.setattr("collectors.kmsg.os.read", read_with_one_epipe)
     events = collector.collect(NOW).events
     assert collector.problems()["overrun"] == 1
     assert len(events) == 8
@@ -274,7 +273,7 @@ def test_permission_denied_is_unavailable_and_says_what_to_do(
     def deny(path: str, flags: int) -> int:
         raise PermissionError(errno.EPERM, "Operation not permitted", path)
 
-    monkeypatch.setattr(kmsg_module.os, "open", deny)
+    monkeypatch.setattr("collectors.kmsg.os.open", deny)
     with pytest.raises(CollectorUnavailable, match="CAP_SYSLOG"):
         make(kmsg, boot_id)
 

@@ -26,7 +26,7 @@ def fixture_copy(tmp_path: Path, name: str) -> Path:
 
 
 def utc(*args: int) -> float:
-    return datetime(*args, tzinfo=UTC).timestamp()  # type: ignore[misc]
+    return datetime(*args, tzinfo=UTC).timestamp()  # type: ignore[misc,arg-type]
 
 
 def test_is_a_collector(tmp_path: Path) -> None:

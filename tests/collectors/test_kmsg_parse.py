@@ -18,7 +18,7 @@ from collectors.kmsg_parse import (
 
 
 def _epoch(*args: int) -> float:
-    return datetime(*args, tzinfo=UTC).timestamp()  # type: ignore[misc]
+    return datetime(*args, tzinfo=UTC).timestamp()  # type: ignore[misc,arg-type]
 
 
 def test_raw_kmsg_record_gives_level_facility_sequence_and_uptime() -> None:

@@ -66,6 +66,7 @@ def test_the_incident_history_is_unchanged_by_its_move_onto_the_device_seam() ->
     records = [r for day in history(4, 3, seed=3, gpus_per_host=2) for r in day]
     digest = hashlib.sha256()
     for r in records:
+        assert dataclasses.is_dataclass(r) and not isinstance(r, type)
         digest.update(repr((type(r).__name__, dataclasses.astuple(r))).encode())
     hot = [r for r in records if isinstance(r, GpuSample) and r.temperature_celsius == 92.0]
     assert len(records) == 2316 and len(hot) == 5

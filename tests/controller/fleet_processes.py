@@ -72,7 +72,7 @@ class Fleet:
             except (urllib.error.URLError, OSError):
                 if proc.poll() is not None:
                     raise RuntimeError((self.root / "controller.log").read_text()) from None
-                time.sleep(0.1)
+                time.sleep(0.1)  # polling a real controller process: it offers no event to wait on
         raise TimeoutError("controller did not start")
 
     def agent_config(self, host: str, seed: int, runtime: str = "enabled = false\n") -> Path:
@@ -129,7 +129,7 @@ class Fleet:
                     return
             except (urllib.error.URLError, OSError):
                 pass
-            time.sleep(0.2)
+            time.sleep(0.2)  # polling a real controller process: it offers no event to wait on
         raise TimeoutError(f"hosts {names} never shipped")
 
 

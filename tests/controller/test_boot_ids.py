@@ -45,7 +45,7 @@ def test_boot_ids_are_served_to_operators_and_to_no_host(quick_silence: Controll
         f["kind"] == "host_silent" for f in c.get("/v1/findings?since=0", operator).doc["findings"]
     ):
         assert time.monotonic() < deadline, "no host_silent finding"
-        time.sleep(0.2)
+        time.sleep(0.2)  # polling a real controller's analysis: it offers no event to wait on
     assert _silent_evidence(c, operator)["boot_id"] == "secret-boot"
     for token in (None, host_b):
         evidence = _silent_evidence(c, token)

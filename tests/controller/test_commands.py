@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -20,9 +21,11 @@ from tests.controller.helpers import Controller, batch, gpu_rows
 class Recorder:
     def __init__(self) -> None:
         self.runs: list[HostCommand] = []
+        self.ran = threading.Event()  # set by the channel's worker thread once a command has run
 
     def __call__(self, command: HostCommand) -> tuple[CommandOutcome, str]:
         self.runs.append(command)
+        self.ran.set()
         return CommandOutcome.DONE, "cordoned"
 
 
@@ -61,9 +64,7 @@ def test_a_command_survives_a_lost_reply_and_runs_once(controller: Controller, t
     buffer = SpoolBuffer(spool, "node-a", 1.0, channel=channel)
     try:
         _ship_round(buffer, shipper, spool)  # the reply carries the command again: it runs
-        deadline = time.monotonic() + 30
-        while not recorder.runs and time.monotonic() < deadline:
-            time.sleep(0.01)
+        recorder.ran.wait(30)  # the channel runs it on its worker thread
         _ship_round(buffer, shipper, spool)  # maybe delivered again before the ack: not run again
         for _ in range(3):
             time.sleep(0.05)

@@ -53,7 +53,7 @@ def test_a_cordon_from_the_controller_runs_once_on_the_right_host(tmp_path: Path
         command_id = _post_command(fleet, operator, "a1")
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not any(c["acked_ts"] for c in _commands(fleet)):
-            time.sleep(0.2)
+            time.sleep(0.2)  # polling a real fleet of processes: it offers no event to wait on
         time.sleep(3)  # more batches and replies: the command must not run again
         [command] = _commands(fleet)
         summary(agent)

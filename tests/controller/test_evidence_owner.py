@@ -73,7 +73,7 @@ def test_a_host_claiming_another_hosts_job_first_gets_no_restart_queued_for_it(
         time.sleep(0.03)  # several analysis ticks over the run
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not _commands(controller, "node-b"):
-        time.sleep(0.2)
+        time.sleep(0.2)  # polling a real controller's analysis: it offers no event to wait on
     node_b = _commands(controller, "node-b")
     assert [(c["kind"], c["job_id"]) for c in node_b] == [("restart", "job-9@uid0")]
     assert _commands(controller, "node-a") == []  # job-7 is node-a's alone, whatever evil claimed

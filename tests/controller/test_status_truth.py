@@ -125,6 +125,7 @@ def _agree(base: str, status_args: list[str], workdir: Path) -> dict[str, Any]:
         for host, (health, _reason, _n) in api["hosts"].items():
             assert any(host in line and health in line for line in text.stdout.splitlines()), text.stdout
         assert f"incidents {api['open_incidents']} open" in text.stdout
+        assert isinstance(doc, dict)
         return doc
     raise AssertionError("status and the read API never agreed on a quiet fleet")
 

@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from collectors.protocol import Collector
 from collectors.simulated import (
     EccRampThenDbe,
     GpuFallOffBus,
@@ -18,6 +19,7 @@ from collectors.simulated import (
     SimulatedNicCollector,
     ThermalThrottle,
 )
+from collectors.simulated_faults import FaultScript
 from fleetguard.records.findings import ActionRecord, Finding
 from fleetguard.records.prediction import Prediction
 from fleetguard.records.runtime import Heartbeat, StepTiming
@@ -49,14 +51,18 @@ class BuiltFleet:
 
 def build_fleet_store(path: Path) -> BuiltFleet:
     start = END_TS - SPAN_SECONDS
-    faults = [
+    faults: list[FaultScript] = [
         EccRampThenDbe(host=1, gpu=2, start_seconds=30, ramp_seconds=100, corrected_errors=300),
         GpuFallOffBus(host=3, gpu=3, start_seconds=170),
         ThermalThrottle(host=2, gpu=0, start_seconds=150, duration_seconds=400, ramp_seconds=40),
         IbLinkFlap(host=0, port=1, start_seconds=240, down_seconds=8),
     ]
     fleet = SimulatedFleet(4, 4, ports_per_host=2, seed=7, faults=faults, start_ts=start)
-    collectors = [SimulatedGpuCollector(fleet), SimulatedNicCollector(fleet), SimulatedKmsgCollector(fleet)]
+    collectors: list[Collector] = [
+        SimulatedGpuCollector(fleet),
+        SimulatedNicCollector(fleet),
+        SimulatedKmsgCollector(fleet),
+    ]
     with Store.open(path) as store:
         t = start
         while t <= END_TS:

@@ -84,7 +84,7 @@ def test_one_address_beyond_its_share_is_answered_503_while_another_gets_the_pag
     deadline = time.monotonic() + WAIT_SECONDS
     while server.server.stats.connections_accepted < MAX_CONNECTIONS_PER_ADDRESS:
         assert time.monotonic() < deadline
-        time.sleep(0.05)
+        time.sleep(0.05)  # polling a real server's accept loop: it offers no event to wait on
     refused = get_root(server.port, "127.0.0.2", sockets)
     assert refused.startswith(b"HTTP/1.1 503 ") and b"too many connections from this address" in refused
     assert get_root(server.port, "127.0.0.3", sockets).startswith(b"HTTP/1.1 200 ")
@@ -93,7 +93,7 @@ def test_one_address_beyond_its_share_is_answered_503_while_another_gets_the_pag
     deadline = time.monotonic() + WAIT_SECONDS
     while not get_root(server.port, "127.0.0.2", sockets).startswith(b"HTTP/1.1 200 "):  # the share is back
         assert time.monotonic() < deadline
-        time.sleep(0.1)
+        time.sleep(0.1)  # polling a real server's accept loop: it offers no event to wait on
 
 
 def test_a_dash_callback_is_answered_through_the_adapter(serve: Serve, sockets: list[socket.socket]) -> None:

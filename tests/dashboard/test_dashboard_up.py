@@ -3,6 +3,7 @@ the fleet page in Chromium shows the simulated hosts and GPUs."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -24,7 +25,7 @@ def _banner_url(out: Path, proc: subprocess.Popen[bytes]) -> str:
         if match:
             return match.group(1)
         assert proc.poll() is None, out.read_text()
-        time.sleep(0.2)
+        time.sleep(0.2)  # polling a real fleetguard up process: it offers no event to wait on
     raise AssertionError(f"no dashboard URL in the banner:\n{out.read_text()}")
 
 
@@ -53,6 +54,7 @@ def test_up_serves_the_dashboard_of_its_simulated_fleet(tmp_path: Path) -> None:
             stdout=sink,
             stderr=subprocess.STDOUT,
             cwd=tmp_path,
+            env={**os.environ, "FLEETGUARD_CONTROLLER_LISTEN": "127.0.0.1:0"},  # up's read API: any free port
         )
     try:
         url = _banner_url(out, proc)

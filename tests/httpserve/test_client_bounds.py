@@ -62,7 +62,7 @@ def test_a_head_trickled_a_byte_at_a_time_is_cut_off_at_the_head_deadline(
         for byte in head:
             sock.sendall(bytes([byte]))
             sent += 1
-            time.sleep(0.05)
+            time.sleep(0.05)  # the scenario: a client that sends its head one byte at a time
     except OSError:
         pass  # closed by the server: the write after its close is refused
     assert sent < len(head)  # each byte came well within any per-byte timeout, yet the head's deadline held

@@ -74,7 +74,7 @@ def poll(condition: Callable[[], bool]) -> bool:
     while time.monotonic() < deadline:
         if condition():
             return True
-        time.sleep(0.02)
+        time.sleep(0.02)  # polling a real server's worker threads: it offers no event to wait on
     return condition()
 
 

@@ -3,6 +3,7 @@ evidence and actions, on a fake clock: collectors -> store -> feed -> incident s
 
 from __future__ import annotations
 
+from collectors.protocol import Collector
 from collectors.simulated import (
     SimulatedFleet,
     SimulatedGpuCollector,
@@ -23,7 +24,11 @@ from tests.diagnosis.records import T0
 def test_the_demo_faults_become_incidents_with_evidence_and_actions(store: Store) -> None:
     shape = SimulatedFleet(8, 8, seed=0, start_ts=T0)
     fleet = SimulatedFleet(8, 8, seed=0, start_ts=T0, faults=default_demo_faults(shape))
-    collectors = [SimulatedGpuCollector(fleet), SimulatedNicCollector(fleet), SimulatedKmsgCollector(fleet)]
+    collectors: list[Collector] = [
+        SimulatedGpuCollector(fleet),
+        SimulatedNicCollector(fleet),
+        SimulatedKmsgCollector(fleet),
+    ]
     service = IncidentService.open(
         store.cursor(), load_policy(), T0, executor=RepairExecutor(DiagnosisConfig())
     )

@@ -1,67 +1,61 @@
 """The demo tells the truth: three minutes of `fleetguard up --simulate 2x8` score every GPU, flag at most one
 of the 11 GPUs the fault script leaves alone, and no prediction acts or counts toward the repair breaker.
 
-The scripted faults run on the wall clock over the first three minutes (collectors/simulated_faults.py), so
-the run takes that long; the demo model is trained once, before, and handed over as `predictor.model_dir`
-(the same model `up --simulate` trains at start-up).
+The scripted faults run over the first three minutes of the fleet's clock (collectors/simulated_faults.py).
+`up` runs in-process on a FakeClock (tests/integration/inprocess.py): the same daemon, store, scoring and
+incident loops as the command line, each round made at the time a real run makes it, without waiting three
+real minutes. The demo model is trained once per session (tests/conftest.py) and handed over as
+`predictor.model_dir` (the same model `up --simulate` trains at start-up).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
 from pathlib import Path
 
 import duckdb
 import pytest
 
 from collectors.simulated_faults import default_demo_faults
-from fleetguard.predict.demo_model import train_demo_model
-from tests.integration.daemon import FLEETGUARD
+from fleetguard.config import load_config
+from tests.integration.inprocess import InProcessUp
 
-# the demo model is trained first (about a minute on a loaded 2-core machine), then three minutes of `up`
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.integration]
 
 HOSTS, GPUS = 2, 8
 RUN_SECONDS = 185  # the fault script's last fault starts at 170 s
+# The loops of `up` that wait on its clock: the agent's, the --duration timer, live scoring, incidents.
+CLOCK_LOOPS = 4
 
 
 class _Shape:
     host_count, gpus_per_host, ports_per_host = HOSTS, GPUS, 8
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return train_demo_model(tmp_path_factory.mktemp("demo") / "model", seed=0)
-
-
 def test_three_minutes_of_the_demo_flag_faulty_gpus_not_quiet_ones(tmp_path: Path, demo_model: Path) -> None:
     store = tmp_path / "fleetguard.duckdb"
-    args = ["--simulate", f"{HOSTS}x{GPUS}", "--metrics-port", "0", "--duration", str(RUN_SECONDS)]
-    proc = subprocess.run(
-        [FLEETGUARD, "up", *args, "--store", str(store)],
-        capture_output=True,
-        text=True,
-        timeout=RUN_SECONDS + 120,
-        env={
-            **os.environ,
-            "FLEETGUARD_PREDICTOR_MODEL_DIR": str(demo_model),
-            "FLEETGUARD_PREDICTOR_SCORE_INTERVAL_SECONDS": "5",
-            "FLEETGUARD_AGENT_FLUSH_INTERVAL_SECONDS": "1",
-            "FLEETGUARD_RUNTIME_PORT": str(free_port()),
-            "FLEETGUARD_DASHBOARD_ENABLED": "false",
-            "FLEETGUARD_COLLECTORS_KMSG_STATE_PATH": str(tmp_path / "kmsg.seq"),
+    config = load_config(
+        env={},  # the test's own settings only, whatever the environment holds
+        overrides={
+            "simulate.fleet": f"{HOSTS}x{GPUS}",
+            "store.path": str(store),
+            "agent.metrics_port": 0,
+            "predictor.model_dir": str(demo_model),
+            "predictor.score_interval_seconds": 5,
+            "agent.flush_interval_seconds": 1,
+            "runtime.port": 0,
+            "controller.listen": "127.0.0.1:0",  # up's read API: any free port
+            "dashboard.enabled": False,
+            "collectors.kmsg_state_path": str(tmp_path / "kmsg.seq"),
         },
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    up = InProcessUp(config, duration_seconds=RUN_SECONDS)
+    up.start()
+    try:
+        up.run(step_seconds=config.agent.sample_interval_seconds, loops=CLOCK_LOOPS)
+    finally:
+        up.stop()
+    assert up.exit_code == 0, up.out.getvalue()
     scripted = {(f"sim-host-{f.host:03d}", f.gpu) for f in default_demo_faults(_Shape()) if hasattr(f, "gpu")}
     assert len(scripted) == 5
     con = duckdb.connect(str(store), read_only=True)

@@ -66,7 +66,7 @@ class SlowAnalyzer(RuntimeAnalyzer):
     under load does): reports queue up inside the service, so many are in flight when the daemon stops."""
 
     def observe(self, record: RuntimeRecord, now: float | None = None) -> None:
-        time.sleep(0.02)
+        time.sleep(0.02)  # the scenario: analysis slower than reports arrive
         super().observe(record, now)
 
 

@@ -33,6 +33,7 @@ def run(args: list[str], tmp: Path, env: dict[str, str] | None = None) -> subpro
     base |= {
         "FLEETGUARD_COLLECTORS_KMSG_STATE_PATH": str(tmp / "kmsg.seq"),
         "FLEETGUARD_RUNTIME_PORT": "0",
+        "FLEETGUARD_CONTROLLER_LISTEN": "127.0.0.1:0",  # up's read API: any free port
     }
     return subprocess.run(
         [FLEETGUARD, *args], capture_output=True, text=True, timeout=120, env=base | (env or {}), cwd=tmp
@@ -50,12 +51,10 @@ def one_line_failure(result: subprocess.CompletedProcess[str], *needles: str) ->
     return lines[0]
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real model directory, for `predict` (which reads the model before the store)."""
-    from fleetguard.predict.demo_model import train_demo_model
-
-    return train_demo_model(tmp_path_factory.mktemp("model") / "demo", seed=0)
+@pytest.fixture
+def model_dir(demo_model: Path) -> Path:
+    """A real model directory, for `predict` (which reads the model before the store): the session's."""
+    return demo_model
 
 
 def test_predict_with_a_corrupt_or_locked_store(
@@ -178,6 +177,7 @@ def test_a_store_in_a_directory_the_user_cannot_write(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETGUARD_")} | {
         "FLEETGUARD_COLLECTORS_KMSG_STATE_PATH": "/nonexistent/kmsg.seq",
         "FLEETGUARD_RUNTIME_PORT": "0",
+        "FLEETGUARD_CONTROLLER_LISTEN": "127.0.0.1:0",  # up's read API: any free port
     }
     result = subprocess.run(
         [sys.executable, "-c", AS_NOBODY, *DAEMONS["agent"], "--store", str(store)],

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from fleetguard.predict.cli import COMMANDS, evaluate_command, predict_command, train_command
 
 if TYPE_CHECKING:
-    from conftest import History
+    from tests.predictor.conftest import History
 
 Writer = Callable[[Path, dict[str, list[object]]], Path]
 

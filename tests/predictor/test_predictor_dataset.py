@@ -23,7 +23,7 @@ from predictor.dataset import (
 )
 
 if TYPE_CHECKING:
-    from conftest import History
+    from tests.predictor.conftest import History
 
 DAY = 86400.0
 Writer = Callable[[Path, dict[str, list[object]]], Path]
@@ -74,7 +74,7 @@ def _leaks(history: History, tmp_path: Path) -> bool:
     peeks = False
     for inst in (base, later):
         others = [j for j, n in enumerate(inst.feature_names) if n not in common]
-        peeks |= bool(inst.x[np.ix_(inst.ts <= cutoff, others)].any())
+        peeks |= bool(inst.x[np.ix_(inst.ts <= cutoff, np.array(others, dtype=np.intp))].any())
         inst.x = inst.x[:, [inst.feature_names.index(n) for n in common]]
     before = _features_at_or_before(base, cutoff)
     after = _features_at_or_before(later, cutoff)

@@ -24,7 +24,7 @@ from predictor.dataset import (
 from predictor.selection import select_causal_k
 
 if TYPE_CHECKING:
-    from conftest import History
+    from tests.predictor.conftest import History
 
 DAY = 86400.0
 

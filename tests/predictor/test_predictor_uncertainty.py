@@ -20,7 +20,7 @@ def _scored(devices: int, days: int, fail_share: float, seed: int) -> Scored:
     fails = rng.random(devices) < fail_share
     fail_day = np.where(fails, rng.integers(days // 2, days, devices), 10**6)
     label = (fails[dev] & (day <= fail_day[dev]) & (day >= fail_day[dev] - 3)).astype(np.float64)
-    ts = T0 + day * DAY
+    ts = (T0 + day * DAY).astype(np.float64)
     return Scored(
         period=day.astype(np.int64),
         device_id=np.array([f"d{d}" for d in dev], dtype=object),

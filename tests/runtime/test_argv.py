@@ -99,7 +99,7 @@ def test_a_timed_out_command_is_killed_with_the_children_holding_its_output(tmp_
     for _ in range(50):
         if _gone(child):
             break
-        time.sleep(0.1)
+        time.sleep(0.1)  # polling a real process's exit, seen in /proc: it offers no event to wait on
     assert _gone(child)
 
 

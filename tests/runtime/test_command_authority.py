@@ -20,6 +20,7 @@ from fleetguard.actions.executor import ActionExecutor, ActionRequest, ExecutorC
 from fleetguard.clock import SystemClock
 from fleetguard.jobcontrol.commands import CommandQueue
 from fleetguard.jobcontrol.trust import job_key
+from fleetguard.records.action_requests import ActionKind
 
 NOBODY = 65534
 
@@ -42,7 +43,9 @@ def _run(tmp_path: Path, action: str, owner: int, **config: object) -> tuple[str
     out = tmp_path / "who.txt"
     cfg = ExecutorConfig(host="node1", **config)  # type: ignore[arg-type]
     executor = ActionExecutor(cfg, SystemClock(), CommandQueue(), lambda job: {})
-    request = ActionRequest(action=action, job_id=job_key(owner, "12345"), finding_id="f", reason="r")
+    request = ActionRequest(
+        action=ActionKind(action), job_id=job_key(owner, "12345"), finding_id="f", reason="r"
+    )
     record = executor.execute(request)
     return str(record.outcome), out.read_text().strip() if out.exists() else ""
 

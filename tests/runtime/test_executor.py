@@ -11,6 +11,7 @@ from fleetguard.actions.executor import ActionExecutor, ActionRequest, ExecutorC
 from fleetguard.clock import FakeClock, SystemClock
 from fleetguard.jobcontrol.commands import CommandQueue
 from fleetguard.jobcontrol.trust import ProcessIdentity, identify, job_key
+from fleetguard.records.action_requests import ActionKind
 from tests.runtime.helpers import sleeper
 
 JOB = job_key(os.getuid(), "job-a")  # the sleepers below are this user's: the job's owner
@@ -29,7 +30,7 @@ def executor(ranks: dict[int, int], **config: object) -> tuple[ActionExecutor, C
 
 
 def request(action: str, rank: int | None = 2) -> ActionRequest:
-    return ActionRequest(action=action, job_id=JOB, finding_id="f-1", reason="because", rank=rank)
+    return ActionRequest(action=ActionKind(action), job_id=JOB, finding_id="f-1", reason="because", rank=rank)
 
 
 def test_a_checkpoint_request_is_queued_for_every_local_rank_and_recorded() -> None:

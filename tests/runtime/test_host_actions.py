@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -101,7 +102,8 @@ class Running:
     ranks: list[subprocess.Popen[str]]
 
     def stop(self) -> None:
-        for proc in [*self.ranks, self.agent]:
+        procs: list[subprocess.Popen[Any]] = [*self.ranks, self.agent]
+        for proc in procs:
             if proc.poll() is None:
                 proc.kill()
             proc.wait(timeout=30)
@@ -117,7 +119,7 @@ def _endpoint(log: Path, agent: subprocess.Popen[bytes]) -> str:
         if found:
             return found.group(1)
         assert agent.poll() is None, log.read_text()
-        time.sleep(0.1)
+        time.sleep(0.1)  # polling a real agent process's log: it offers no event to wait on
     raise TimeoutError(log.read_text())
 
 
@@ -155,7 +157,7 @@ def _wait_for(path: Path, timeout: float) -> str:
     while time.monotonic() < deadline:
         if path.exists() and path.read_text():
             return path.read_text()
-        time.sleep(0.2)
+        time.sleep(0.2)  # polling a real file another process writes: it offers no event to wait on
     return ""
 
 

@@ -7,6 +7,8 @@ import json
 import os
 import socket
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -34,7 +36,7 @@ def served():
     server.stop()
 
 
-def post(port: int, body: bytes, path: str = "/v1/report") -> tuple[int, dict]:
+def post(port: int, body: bytes, path: str = "/v1/report") -> tuple[int, dict[str, Any]]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
     conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
     response = conn.getresponse()
@@ -131,7 +133,7 @@ def test_a_kept_alive_connection_is_refused_once_the_server_stops() -> None:
 
 def test_a_report_naming_a_pid_the_sender_does_not_own_is_kept_but_marked_untrusted() -> None:
     seen: list[RankReport] = []
-    srv = RuntimeServer(lambda r: seen.append(r) or [], host="agent", clock=FakeClock(), port=0)
+    srv = RuntimeServer(keep_in(seen), host="agent", clock=FakeClock(), port=0)
     sender = Sender(uid=os.getuid() + 4242, socket_inode=1)  # not the owner of the pid it names
     status, _ = srv.handle_body(report_body(pid=os.getpid()), sender)
     assert status == 200 and seen[0].pid_trusted is False and srv.stats.untrusted_pids == 1
@@ -140,7 +142,7 @@ def test_a_report_naming_a_pid_the_sender_does_not_own_is_kept_but_marked_untrus
 
 def test_two_users_reporting_the_same_job_id_are_two_jobs() -> None:
     seen: list[RankReport] = []
-    srv = RuntimeServer(lambda r: seen.append(r) or [], host="agent", clock=FakeClock(), port=0)
+    srv = RuntimeServer(keep_in(seen), host="agent", clock=FakeClock(), port=0)
     assert srv.handle_body(report_body(job_id="job-a"), Sender(uid=1001))[0] == 200
     assert srv.handle_body(report_body(job_id="job-a"), Sender(uid=0))[0] == 200
     assert [r.heartbeat.job_id for r in seen] == [job_key(1001, "job-a"), job_key(0, "job-a")]
@@ -233,3 +235,13 @@ def test_what_one_connection_remembers_about_pids_is_bounded(served) -> None:
         assert status == 200
     assert len(memo) <= 16
     assert len(reports) == 5000
+
+
+def keep_in(seen: list[RankReport]) -> Callable[[RankReport], list[Command]]:
+    """A report handler that keeps each report and sends no command back."""
+
+    def handle(report: RankReport) -> list[Command]:
+        seen.append(report)
+        return []
+
+    return handle

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,7 @@ from fleetguard.argv import ArgvTemplateError
 from fleetguard.clock import FakeClock
 from fleetguard.config import Config, RuntimeConfig
 from fleetguard.jobcontrol.trust import job_key
+from fleetguard.records.action_requests import ActionKind
 from fleetguard.records.findings import ActionRecord, Finding
 from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
 from fleetguard.runtime.pid_watcher import ProcessExit
@@ -30,7 +32,7 @@ class Sink:
     def __call__(self, batch: Sequence[object]) -> None:
         self.records.extend(batch)
 
-    def of(self, kind: type) -> list:
+    def of(self, kind: type) -> list[Any]:
         return [r for r in self.records if isinstance(r, kind)]
 
 
@@ -48,10 +50,8 @@ def report(
 
 def run_queued_actions(service: RuntimeService) -> list[ActionRecord]:
     records: list[ActionRecord] = []
-    while not service._actions.empty():
-        item = service._actions.get()
-        assert item is not None
-        records.extend(service.run_actions(item[1]))
+    for _finding, requests in service.take_planned():
+        records.extend(service.run_actions(requests))
     return records
 
 
@@ -110,7 +110,7 @@ def test_exits_the_service_caused_are_not_crashes(ranks) -> None:
     service = make_service(clock, sink)
     for r, p in enumerate(ranks):
         report(service, clock, r, p.pid, step=5)
-    service.run_actions([ActionRequest("restart", JOB, "f-1", "test")])
+    service.run_actions([ActionRequest(ActionKind.RESTART, JOB, "f-1", "test")])
     for r, p in enumerate(ranks):
         service.handle_exit(ProcessExit(p.pid, (JOB, r), -15))
     assert service.tick_once() == []
@@ -195,8 +195,8 @@ def test_a_restart_after_a_checkpoint_request_waits_for_that_checkpoint(ranks) -
     start = clock.monotonic()
     records = service.run_actions(
         [
-            ActionRequest("checkpoint", JOB, "f-9", "slow"),
-            ActionRequest("restart", JOB, "f-9", "slow"),
+            ActionRequest(ActionKind.CHECKPOINT, JOB, "f-9", "slow"),
+            ActionRequest(ActionKind.RESTART, JOB, "f-9", "slow"),
         ],
     )
     assert [(a.action, a.outcome) for a in records] == [("checkpoint", "requested"), ("restart", "succeeded")]
@@ -213,8 +213,8 @@ def test_a_checkpoint_that_never_completes_delays_the_restart_only_until_the_tim
     start = clock.monotonic()
     records = service.run_actions(
         [
-            ActionRequest("checkpoint", JOB, "f-9", "slow"),
-            ActionRequest("restart", JOB, "f-9", "slow"),
+            ActionRequest(ActionKind.CHECKPOINT, JOB, "f-9", "slow"),
+            ActionRequest(ActionKind.RESTART, JOB, "f-9", "slow"),
         ],
     )
     assert [a.action for a in records] == ["checkpoint", "restart"]
@@ -310,7 +310,7 @@ def test_a_crash_loop_is_stopped_with_a_stop_command_instead_of_a_fourth_restart
         carried_out(service, clock, requests, "succeeded")
         clock.advance(60.0)
     assert planned == ["restart", "restart", "restart", "stop_crash_loop"]
-    [record] = service.run_actions([ActionRequest("stop_crash_loop", JOB, "f-s", "crash loop")])
+    [record] = service.run_actions([ActionRequest(ActionKind.STOP_CRASH_LOOP, JOB, "f-s", "crash loop")])
     assert record.outcome == "requested"
     assert [c.kind for c in service.commands.take(JOB, 0)] == ["stop"]
     service.stop()
@@ -341,7 +341,7 @@ class ScriptedAnalyzer:
         self.next: list[Finding] = []
 
     def register_job(
-        self, job_id: str, world_size: int, started_at: float, *, local_ranks: object = ()
+        self, job_id: str, world_size: int, started_at: float, *, local_ranks: Iterable[int] = ()
     ) -> None:
         pass
 
@@ -351,7 +351,14 @@ class ScriptedAnalyzer:
     def observe(self, record: object) -> None:
         pass
 
-    def process_exited(self, job_id: str, rank: int, exit_code: int | None, now: float) -> None:
+    def process_exited(
+        self,
+        job_id: str,
+        rank: int,
+        exit_code: int | None,
+        now: float,
+        detail: Mapping[str, object] | None = None,
+    ) -> None:
         pass
 
     def tick(self, now: float) -> list[Finding]:
@@ -383,11 +390,9 @@ def restarted_at_the_start(service: RuntimeService, clock: FakeClock, ranks) -> 
 
 
 def queued(service: RuntimeService) -> list[tuple[str | None, str]]:
-    out = []
-    while not service._actions.empty():
-        item = service._actions.get()
-        assert item is not None
-        out.extend((r.finding_id, r.action) for r in item[1])
+    out: list[tuple[str | None, str]] = []
+    for _finding, requests in service.take_planned():
+        out.extend((r.finding_id, r.action) for r in requests)
     return out
 
 
@@ -410,7 +415,7 @@ def test_a_crash_after_a_failed_restart_is_still_a_finding(ranks) -> None:
     service = make_service(clock, sink, restart_command=("false",))
     for r, p in enumerate(ranks):
         report(service, clock, r, p.pid, step=5)
-    [record] = service.run_actions([ActionRequest("restart", JOB, "f-1", "test")])
+    [record] = service.run_actions([ActionRequest(ActionKind.RESTART, JOB, "f-1", "test")])
     assert record.outcome == "failed"
     ranks[2].send_signal(signal.SIGKILL)
     ranks[2].wait()
@@ -439,8 +444,8 @@ def test_a_checkpoint_timeout_is_written_into_the_restart_record(ranks) -> None:
         report(service, clock, r, p.pid, step=5, checkpoint_step=4)
     _, restart = service.run_actions(
         [
-            ActionRequest("checkpoint", JOB, "f-9", "slow"),
-            ActionRequest("restart", JOB, "f-9", "slow"),
+            ActionRequest(ActionKind.CHECKPOINT, JOB, "f-9", "slow"),
+            ActionRequest(ActionKind.RESTART, JOB, "f-9", "slow"),
         ],
     )
     assert "checkpoint did not complete within 30 s: restarted from checkpoint step 4" in restart.detail
@@ -451,7 +456,7 @@ def test_the_stop_record_says_when_the_ranks_receive_the_stop(ranks) -> None:
     clock, sink = FakeClock(), Sink()
     service = make_service(clock, sink)
     report(service, clock, 0, ranks[0].pid, step=3)
-    [record] = service.run_actions([ActionRequest("stop_crash_loop", JOB, "f-s", "crash loop")])
+    [record] = service.run_actions([ActionRequest(ActionKind.STOP_CRASH_LOOP, JOB, "f-s", "crash loop")])
     assert "next step boundary" in record.detail
     service.stop()
 
@@ -460,7 +465,7 @@ def test_the_stop_record_warns_that_a_restart_command_has_no_stop_counterpart(ra
     clock, sink = FakeClock(), Sink()
     service = make_service(clock, sink, restart_command=("scontrol", "requeue", "{job}"))
     report(service, clock, 0, ranks[0].pid, step=3)
-    [record] = service.run_actions([ActionRequest("stop_crash_loop", JOB, "f-s", "crash loop")])
+    [record] = service.run_actions([ActionRequest(ActionKind.STOP_CRASH_LOOP, JOB, "f-s", "crash loop")])
     assert "runtime.stop_command is not: the scheduler may restart" in record.detail
     service.stop()
 
@@ -524,10 +529,11 @@ def test_a_pid_that_is_not_the_senders_is_neither_watched_nor_signalled(ranks) -
     )
     service.handle_report(report)
     assert victim.pid not in service.watcher.watched()
-    [record] = service.run_actions([ActionRequest("restart", JOB, "f-1", "test")])
+    [record] = service.run_actions([ActionRequest(ActionKind.RESTART, JOB, "f-1", "test")])
     assert record.outcome != "succeeded"
     assert victim.poll() is None  # still running: nothing was signalled
-    assert len(sink.of(Heartbeat)) + len(service._pending) >= 1  # the report itself was kept as telemetry
+    service.flush()
+    assert len(sink.of(Heartbeat)) >= 1  # the report itself was kept as telemetry
     service.stop()
 
 

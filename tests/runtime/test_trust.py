@@ -26,6 +26,7 @@ from fleetguard.jobcontrol.trust import (
     signal_owned,
     trusted_pid,
 )
+from fleetguard.records.action_requests import ActionKind
 from fleetguard.records.findings import ActionRecord, Finding
 from fleetguard.runtime.crashes import CRASH_SETTLE_SECONDS
 from fleetguard.runtime.service import RuntimeService, RuntimeServiceConfig
@@ -97,7 +98,7 @@ def test_a_root_report_naming_pid_1_is_telemetry_only_and_a_restart_signals_noth
     assert 1 not in svc.watcher.watched()
     key = job_key(os.getuid(), "job-a")
     assert svc.ranks.live_ranks(key) == {0: None}
-    [record] = svc.run_actions([ActionRequest("restart", key, "f-1", "silence")])
+    [record] = svc.run_actions([ActionRequest(ActionKind.RESTART, key, "f-1", "silence")])
     assert record.outcome == "skipped" and "may signal" in record.detail
 
 

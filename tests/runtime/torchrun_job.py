@@ -176,6 +176,7 @@ def wait_until(
         value = predicate()
         if value:
             return value
+        # polling a real training job (processes, files): it offers no event to wait on
         time.sleep(poll_seconds)
     raise TimeoutError(f"waited {timeout_seconds:g} s for {what}")
 

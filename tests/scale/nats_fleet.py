@@ -67,7 +67,7 @@ class PoolController:
             except (urllib.error.URLError, OSError):
                 if proc.poll() is not None:
                     raise RuntimeError(log_path.read_text()) from None
-                time.sleep(0.1)
+                time.sleep(0.1)  # polling a real controller process: it offers no event to wait on
         raise TimeoutError("controller did not start")
 
     def hosts(self) -> dict[str, Any]:
@@ -85,7 +85,7 @@ class PoolController:
                     return
             except (urllib.error.URLError, OSError):
                 pass
-            time.sleep(0.2)
+            time.sleep(0.2)  # polling a real controller process: it offers no event to wait on
         got = {h: hosts.get(h, {}).get("rows") for h in expected}
         raise TimeoutError(f"pool {self.pool}: expected rows {expected}, controller has {got}")
 

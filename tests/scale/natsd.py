@@ -105,7 +105,7 @@ class NatsServer:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=1):
                     return
             except OSError:
-                time.sleep(0.05)
+                time.sleep(0.05)  # polling a real nats-server starting: it offers no event to wait on
         raise TimeoutError("nats-server did not start")
 
     def kill(self) -> None:

@@ -101,7 +101,12 @@ def test_dask_training_matches_single_process(history: tuple[Path, Path]) -> Non
     assert single.train_pr_auc is not None and distributed.train_pr_auc is not None
     assert abs(single.train_pr_auc - distributed.train_pr_auc) <= MAX_PR_AUC_GAP
     known = ~np.isnan(inst.label)
-    gap = abs(average_precision(inst.label[known], a[known]) - average_precision(inst.label[known], b[known]))
+    ap_a, ap_b = (
+        average_precision(inst.label[known], a[known]),
+        average_precision(inst.label[known], b[known]),
+    )
+    assert ap_a is not None and ap_b is not None
+    gap = abs(ap_a - ap_b)
     assert gap <= MAX_PR_AUC_GAP, gap
     con.close()
 

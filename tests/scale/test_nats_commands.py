@@ -90,13 +90,15 @@ def _consumer(running: RunningController) -> NatsConsumer:
     return consumer
 
 
-def _wait(condition: Callable[[], bool], timeout: float = 60, step: Callable[[], None] | None = None) -> None:
+def _wait(
+    condition: Callable[[], bool], timeout: float = 60, step: Callable[[], object] | None = None
+) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "condition never held"
         if step is not None:
             step()
-        time.sleep(0.1)
+        time.sleep(0.1)  # polling a real NATS server and its clients: it offers no event to wait on
 
 
 def _login(nats: NatsServer, user: str) -> NatsLogin:

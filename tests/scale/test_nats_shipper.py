@@ -27,7 +27,7 @@ def _wait(condition: Callable[[], bool], timeout: float = 60) -> None:
     while time.monotonic() < deadline:
         if condition():
             return
-        time.sleep(0.1)
+        time.sleep(0.1)  # polling a real NATS server and its clients: it offers no event to wait on
     raise TimeoutError("condition never held")
 
 

@@ -159,7 +159,7 @@ class SlurmCluster:
             proc = self.procs.get(what)
             if proc is not None and proc.poll() is not None:
                 break
-            time.sleep(0.2)
+            time.sleep(0.2)  # polling a real daemon starting: it offers no event to wait on
         logs = "\n".join(p.read_text(errors="replace")[-1500:] for p in sorted(self.root.glob("*.out")))
         raise RuntimeError(f"{what} did not start:\n{logs}")
 

@@ -22,7 +22,7 @@ def _until(condition: Callable[[], bool], timeout: float = 60) -> None:
     while time.monotonic() < deadline:
         if condition():
             return
-        time.sleep(0.2)
+        time.sleep(0.2)  # polling a real slurm cluster: it offers no event to wait on
     raise TimeoutError("condition never held")
 
 

@@ -4,6 +4,7 @@ for an incident that has resolved comes back after a real self-check (a simulate
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 def test_the_task_resumes_the_node_after_its_incident_resolved_and_the_selfcheck_passed(
     store: Store, slurm: SlurmCluster
 ) -> None:
-    slurm_table = {"enabled": True, "slurm_conf": str(slurm.conf), "nodes": {"node1": NODE}}
+    slurm_table: dict[str, Any] = {"enabled": True, "slurm_conf": str(slurm.conf), "nodes": {"node1": NODE}}
     config = load_config(
         env={},
         overrides={"agent.host": "node1", "simulate.fleet": "1x2", "actions.slurm": slurm_table},
@@ -45,7 +46,7 @@ def test_the_task_resumes_the_node_after_its_incident_resolved_and_the_selfcheck
     try:
         deadline = time.monotonic() + 200
         while nodes.state(NODE).out_of_service and time.monotonic() < deadline:
-            time.sleep(0.5)
+            time.sleep(0.5)  # polling a real slurmctld's node state: it offers no event to wait on
         assert not nodes.state(NODE).out_of_service
         task.stop()
         # The way back is on record, as the controller records its fleet's.

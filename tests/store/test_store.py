@@ -429,10 +429,12 @@ def test_export_writes_hive_partitions_by_day_and_host_and_never_duplicates(
         "gpu_samples/dt=2025-11-23/host=a",
     ]
     assert list(out.glob("actions/dt=*/host=*/*.parquet"))  # actions carry a host since schema v12
-    rows = duckdb.sql(
+    relation = duckdb.sql(
         f"SELECT host, count(*) FROM read_parquet('{out}/gpu_samples/**/*.parquet', hive_partitioning=true) "
         "GROUP BY host ORDER BY host"
-    ).fetchall()
+    )
+    assert relation is not None
+    rows = relation.fetchall()
     assert rows == [("a", 2), ("b", 1)]
 
 

@@ -98,7 +98,7 @@ def test_earliest_blocked_group_holds_the_root_cause() -> None:
     ]
     d = diag(progress)
     assert (d.process_group, d.kind, d.suspect_ranks) == ("dp", "gpu_stream_blocked", (1,))
-    assert set(d.evidence["blocked_groups"]) == {"dp", "tp0"}  # type: ignore[arg-type]
+    assert set(d.evidence["blocked_groups"]) == {"dp", "tp0"}  # type: ignore[call-overload]
 
 
 def test_group_blocked_only_because_its_suspect_waits_in_another_group_is_a_consequence() -> None:
