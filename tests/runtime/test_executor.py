@@ -6,6 +6,9 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import cast
+
+import pytest
 
 from fleetguard.actions.executor import ActionExecutor, ActionRequest, ExecutorConfig
 from fleetguard.clock import FakeClock, SystemClock
@@ -101,9 +104,12 @@ def test_restart_with_no_live_ranks_is_skipped() -> None:
     assert ex.execute(request("restart")).outcome == "skipped"
 
 
-def test_an_unknown_action_is_recorded_as_failed() -> None:
+def test_an_unknown_action_is_refused_by_its_type_and_recorded_as_failed_if_it_slips_through() -> None:
+    with pytest.raises(ValueError):
+        ActionKind("reboot")  # where requests are built from outside (commands, policy), the enum refuses it
     ex, _ = executor({})
-    assert ex.execute(request("reboot")).outcome == "failed"
+    slipped = ActionRequest(action=cast(ActionKind, "reboot"), job_id=JOB, finding_id="f-1", reason="because")
+    assert ex.execute(slipped).outcome == "failed"
 
 
 def test_records_carry_the_clock_time_and_unique_ids() -> None:
