@@ -53,7 +53,7 @@ from fleetguard.records.telemetry import Batch, Event
 SOURCE: Final = "kmsg"
 # /dev/kmsg rejects a read() buffer smaller than the record (EINVAL); record + dictionary is <= 8 KiB.
 _READ_BYTES: Final = 16 * 1024
-# Lines one collect handles (~2 us each in a storm of raw records): a storm is worked through in slices, never in one go.
+# Lines one collect handles (~2 us each in a storm of raw records): a storm is worked through in slices.
 DEFAULT_MAX_LINES_PER_COLLECT: Final = 5_000
 # Reads failing this many times in a row (EIO ...): the log is given up (`stopped`), and NVML reports XIDs.
 STOP_AFTER_FAILED_READS: Final = 5
