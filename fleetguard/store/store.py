@@ -189,8 +189,8 @@ class Store:
         else:
             columns = list(zip(*map(getter, rows), strict=True))
         # Columns travel as typed list parameters that DuckDB unnests: no numpy in the agent (~15 MB of its
-        # RSS), and with DuckDB 2.0 no more CPU per value than registering numpy arrays was (bench/
-        # store_ingest.py). Values a column cannot hold are named first, in Python, before any SQL.
+        # RSS) for ~6% more CPU than numpy arrays at the agent's flush size (~1,000 records), ~2x on batches
+        # of 5,000 (BENCHMARKS.md, issue 22). Values a column cannot hold are named first, before any SQL.
         unfit: dict[int, str] = {}
         for column, values in zip(table.columns, columns, strict=True):
             unfit.update(_unfit(column, values))
