@@ -86,6 +86,23 @@ class EventDeduplicator:
         window.last_ts = max(window.last_ts, event.last_ts if event.last_ts is not None else event.ts)
         return out
 
+    def add_repeat(self, key: DedupKey, ts: float) -> bool:
+        """Count one more occurrence of the event with `key` at `ts` without building it: True when it was
+        counted (exactly what `add` would do with it), False when `add` must take the whole event because
+        it would open a window or be a window's first repeat, whose fields the folded row keeps.
+
+        Why: in a storm nearly every line is such a repeat, and building an Event for each was most of
+        what a line cost."""
+        window = self._windows.get(key)
+        if window is None or window.first_repeat is None or ts >= window.start_ts + self.window_seconds:
+            return False
+        occurrence_key = (key[1], key[2])
+        self._occurrences[occurrence_key] = self._occurrences.get(occurrence_key, 0) + 1
+        window.repeats += 1
+        if ts > window.last_ts:
+            window.last_ts = ts
+        return True
+
     def drain(self, now: float, force: bool = False) -> list[Event]:
         """Close every window that ended at or before `now` (all with `force`); return the folded rows."""
         closing = [

@@ -18,6 +18,8 @@ reading goes on with the oldest record still there). Where to start:
 
 Repeats inside one read are folded (`collectors.event_dedup.fold_burst`) so that a storm replayed from the
 ring buffer or a large file is a handful of rows; folding across reads is the agent's EventDeduplicator.
+The live collector does this at ~2 us a line in a storm (against ~10): a raw record's header is read without
+building a KernelLine, each distinct message is classified once, and a repeat is counted without an Event.
 
 A storm must not starve the agent's sampling: one `collect` handles at most `max_lines_per_collect` lines and
 says `has_backlog` when more is waiting, which the agent reads between rounds within its own time budget.
@@ -40,10 +42,10 @@ from datetime import tzinfo
 from pathlib import Path
 from typing import Final, Literal
 
-from collectors.event_dedup import DEFAULT_WINDOW_SECONDS, fold_burst
+from collectors.event_dedup import DEFAULT_WINDOW_SECONDS, DedupKey, EventDeduplicator, fold_burst
 from collectors.file_tail import FileTail, TailResult
-from collectors.kmsg_classify import MAX_MESSAGE_CHARS, classify_kernel_message
-from collectors.kmsg_parse import KernelLine, Unparsed, parse_kernel_line
+from collectors.kmsg_classify import MAX_MESSAGE_CHARS, KernelFault, classify_kernel_message
+from collectors.kmsg_parse import KernelLine, Unparsed, parse_kernel_line, parse_kmsg_record
 from collectors.protocol import CollectorUnavailable
 from fleetguard.private_files import read_own_file, replace_file
 from fleetguard.records.telemetry import Batch, Event
@@ -51,12 +53,14 @@ from fleetguard.records.telemetry import Batch, Event
 SOURCE: Final = "kmsg"
 # /dev/kmsg rejects a read() buffer smaller than the record (EINVAL); record + dictionary is <= 8 KiB.
 _READ_BYTES: Final = 16 * 1024
-# Lines one collect handles (~10 us each): a storm is worked through in slices, never in one go.
+# Lines one collect handles (~2 us each in a storm of raw records): a storm is worked through in slices.
 DEFAULT_MAX_LINES_PER_COLLECT: Final = 5_000
 # Reads failing this many times in a row (EIO ...): the log is given up (`stopped`), and NVML reports XIDs.
 STOP_AFTER_FAILED_READS: Final = 5
 DEFAULT_MAX_BYTES_PER_COLLECT: Final = 512 * 1024  # for a saved log: about as many lines
 DEFAULT_BOOT_ID_PATH: Final = "/proc/sys/kernel/random/boot_id"
+# Distinct messages whose classification is remembered (each at most MAX_MESSAGE_CHARS: <= 2 MiB in all).
+_FAULT_CACHE_ENTRIES: Final = 512
 
 Start = Literal["beginning", "end"]
 
@@ -67,24 +71,30 @@ def kernel_event(line: KernelLine, host: str, now: float, boot_time: float | Non
     fault = classify_kernel_message(line.message)
     if fault is None:
         return None
-    if line.ts is not None:
-        ts = line.ts
-    elif line.uptime_seconds is not None and boot_time is not None:
-        ts = min(boot_time + line.uptime_seconds, now)
-    else:
-        ts = now
+    ts = line.ts if line.ts is not None else uptime_to_wall(line.uptime_seconds, now, boot_time)
+    return fault_event(fault, host, line.message, ts, line.seq)
+
+
+def uptime_to_wall(uptime_seconds: float | None, now: float, boot_time: float | None) -> float:
+    """Wall time of a boot-relative record: `now` without a boot time, and never later than `now`."""
+    if uptime_seconds is None or boot_time is None:
+        return now
+    return min(boot_time + uptime_seconds, now)
+
+
+def fault_event(fault: KernelFault, host: str, message: str, ts: float, seq: int | None) -> Event:
     return Event(
         ts=ts,
         host=host,
         kind=fault.kind,
         source=SOURCE,
-        message=line.message[:MAX_MESSAGE_CHARS].strip(),
+        message=message[:MAX_MESSAGE_CHARS].strip(),
         code=fault.code,
         pci_bus_id=fault.pci_bus_id,
         device=fault.device,
         pid=fault.pid,
         process_name=fault.process_name,
-        seq=line.seq,
+        seq=seq,
     )
 
 
@@ -104,6 +114,7 @@ class _LineEvents:
         self.tz = tz
         self.fold_window_seconds = fold_window_seconds
         self.problems: dict[str, int] = {}
+        self._faults: dict[str, tuple[KernelFault, DedupKey] | None] = {}
 
     def count(self, reason: str, n: int = 1) -> None:
         self.problems[reason] = self.problems.get(reason, 0) + n
@@ -125,6 +136,25 @@ class _LineEvents:
         except Exception:
             self.count("parser_error")
             return None
+
+    def fault(self, message: str) -> tuple[KernelFault, DedupKey] | None:
+        """What `message` reports and the key its events fold under, or None. Remembered per message: a storm
+        repeats a handful of messages hundreds of thousands of times (bounded: cleared when full)."""
+        try:
+            return self._faults[message]
+        except KeyError:
+            pass
+        fault = classify_kernel_message(message)
+        found = None if fault is None else (fault, _fault_key(self.host, fault))
+        if len(self._faults) >= _FAULT_CACHE_ENTRIES:
+            self._faults.clear()
+        self._faults[message] = found
+        return found
+
+
+def _fault_key(host: str, fault: KernelFault) -> DedupKey:
+    """The `dedup_key` of the events `fault` becomes on `host`."""
+    return (host, fault.kind, fault.code, fault.pci_bus_id, fault.device)
 
 
 class KmsgCollector:
@@ -202,7 +232,13 @@ class KmsgCollector:
         return self._more or bool(self._pending)
 
     def collect(self, now: float) -> Batch:
-        events = fold_burst(self._events(now), self._lines.fold_window_seconds)
+        window = self._lines.fold_window_seconds
+        if window is None:
+            return Batch(events=list(self._events(now)))
+        folder = EventDeduplicator(window)
+        events: list[Event] = []
+        self._fold_lines(now, folder, events)
+        events.extend(folder.drain(0.0, force=True))
         return Batch(events=events)
 
     def problems(self) -> Mapping[str, int]:
@@ -238,11 +274,44 @@ class KmsgCollector:
     def _events(self, now: float) -> Iterator[Event]:
         for text in self._read_lines():
             line = self._lines.parse(text)
-            if line is None or not self._is_new(line):
+            if line is None or not self._is_new(line.seq):
                 continue
             event = self._lines.event(line, now)
             if event is not None:
                 yield event
+
+    def _fold_lines(self, now: float, folder: EventDeduplicator, out: list[Event]) -> None:
+        """Read, parse and fold one slice of lines into `out` (what folding releases) and `folder`.
+
+        The same events as `fold_burst(self._events(now))`, at a fraction of the cost per line: a raw
+        record's header is read without building a KernelLine, its message is classified once per distinct
+        text, and a repeat inside an open window is counted without building its Event. Any other form
+        (a file or pipe standing in for /dev/kmsg may carry dmesg lines) takes the general parser."""
+        lines = self._lines
+        boot_time = lines.boot_time
+        for text in self._read_lines():
+            try:
+                record = parse_kmsg_record(text)
+                if record is None:
+                    line = lines.parse(text)
+                    if line is None or not self._is_new(line.seq):
+                        continue
+                    event = lines.event(line, now)
+                    if event is not None:
+                        out.extend(folder.add(event))
+                    continue
+                seq, uptime, message = record
+                if not self._is_new(seq):
+                    continue
+                found = lines.fault(message)
+                if found is None:
+                    continue
+                fault, key = found
+                ts = now if boot_time is None else min(boot_time + uptime, now)
+                if not folder.add_repeat(key, ts):
+                    out.extend(folder.add(fault_event(fault, self.host, message, ts, seq)))
+            except Exception:  # a parser bug must cost one line, not the collector (fuzzed, but still)
+                lines.count("parser_error")
 
     def _read_lines(self) -> Iterator[str]:
         """Up to `max_lines_per_collect` lines (each read counts as one, so lineless junk is bounded too)."""
@@ -308,19 +377,19 @@ class KmsgCollector:
         self._stopped = True
         self.close()
 
-    def _is_new(self, line: KernelLine) -> bool:
-        if line.seq is None:
+    def _is_new(self, seq: int | None) -> bool:
+        if seq is None:
             return True
         if self._last_seq is not None:
-            if line.seq <= self._last_seq:
+            if seq <= self._last_seq:
                 self.skipped_replayed += 1
                 return False
-            if line.seq > self._last_seq + 1 and self._resumed:
+            if seq > self._last_seq + 1 and self._resumed:
                 # Records between the two were overwritten before we read them (ring buffer overrun, or
                 # logged while the agent was down and already rotated out).
-                self._lines.count("records_lost", line.seq - self._last_seq - 1)
+                self._lines.count("records_lost", seq - self._last_seq - 1)
         self._resumed = True
-        self._last_seq = line.seq
+        self._last_seq = seq
         return True
 
     def _load_state(self) -> int | None:

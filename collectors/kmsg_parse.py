@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from typing import Final
 
-from fleetguard.records.bounds import SqlType, fits
+from fleetguard.records.bounds import INT64_MAX, SqlType, fits
 
 LEVEL_NAMES: Final = ("emerg", "alert", "crit", "err", "warn", "notice", "info", "debug")
 FACILITY_NAMES: Final = (
@@ -120,6 +120,24 @@ def parse_kernel_line(line: str, tz: tzinfo | None = None) -> KernelLine | Unpar
     return Unparsed("unknown_format")
 
 
+_KMSG_FLAGS: Final = frozenset(("-", "c", "+", ""))
+
+
+def parse_kmsg_record(line: str) -> tuple[int, float, str] | None:
+    """A raw /dev/kmsg record as (sequence number, seconds since boot, message), without building a
+    KernelLine: what the kernel-log collector needs of each line of a storm. None for anything that is not
+    a well-formed raw record (then `parse_kernel_line` says what it is); for every line it does take, the
+    answer is the one `parse_kernel_line` gives."""
+    line = line.rstrip("\r\n")
+    header = _KMSG_HEADER.match(line)
+    if header is None or header.group(4) not in _KMSG_FLAGS:
+        return None
+    seq = int(header.group(2))
+    if seq > INT64_MAX:  # as in _parse_kmsg: the stored column is BIGINT
+        return None
+    return seq, int(header.group(3)) / 1_000_000, line[header.end() :]
+
+
 @functools.lru_cache(maxsize=4096)
 def _ctime_epoch(fields: tuple[str, ...], tz: tzinfo | None) -> float | None:
     """("Feb", "23", "16", "24", "18", "2025") -> epoch seconds. Cached: a storm repeats the same second
@@ -138,7 +156,7 @@ def _ctime_epoch(fields: tuple[str, ...], tz: tzinfo | None) -> float | None:
 def _parse_kmsg(line: str, header: re.Match[str]) -> KernelLine | Unparsed:
     prival = int(header.group(1))
     flags = header.group(4)
-    if flags not in ("-", "c", "+", ""):
+    if flags not in _KMSG_FLAGS:
         return Unparsed("bad_kmsg_header")
     seq = int(header.group(2))
     if not fits(SqlType.BIGINT, seq):  # the kernel's u64 never gets there; the stored column is BIGINT

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from fleetguard.agent.agent import Waiter, wait_on_clock, wait_on_poll
-from fleetguard.agent.limits import bound_native_threads, raise_open_file_limit
+from fleetguard.agent.limits import bound_malloc_arenas, bound_native_threads, raise_open_file_limit
 from fleetguard.agent.metrics import MetricsState
 from fleetguard.agent.metrics_http import serve_metrics
 from fleetguard.clock import Clock, SystemClock
@@ -55,6 +55,7 @@ def prepare_process() -> None:
     """Process-wide limits, set before anything imports numpy (whose BLAS starts a pool per core) and before
     local users' connections can take the descriptors the agent needs."""
     bound_native_threads()
+    bound_malloc_arenas()  # before the agent starts its threads
     raise_open_file_limit()
 
 

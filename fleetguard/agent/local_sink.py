@@ -58,7 +58,7 @@ class LocalStoreSink:
 
 def open_store(path: str) -> Store:
     """The store for writing, or a StartupError naming store.path and why it cannot be used."""
-    bound_native_threads()  # before the store's first numpy import starts a BLAS pool per core
+    bound_native_threads()  # before any numpy import (an extension's) starts a BLAS pool per core
     raise_open_file_limit()  # connections local users hold must not take the descriptors the agent needs
     try:
         return Store.open(path, limits=AGENT_DUCKDB)

@@ -4,8 +4,8 @@ One DuckDB connection is not safe for two threads at once (they share its transa
 views), so every use of it here holds the store's lock; other threads read through their own `cursor()`.
 
 Two write paths, both one statement per table per batch, never row-by-row:
-- `append(records)`: record dataclasses (the agent's path). Columns travel as numpy arrays of the type each
-  column's SQL type says, so the agent needs neither pandas nor pyarrow.
+- `append(records)`: record dataclasses (the agent's path). Columns travel as list parameters cast to the
+  type each column's SQL type says, so the agent needs neither numpy, pandas nor pyarrow.
 - `append_columns(table, frame)`: a pandas DataFrame, Arrow table or dict of columns (bulk ingest), scanned by
   DuckDB in place.
 """
@@ -33,6 +33,7 @@ from fleetguard.store.unstorable import (
     bad_integers,
     bad_timestamps,
     integer_type,
+    integers_ok,
     timestamps_ok,
 )
 
@@ -187,28 +188,32 @@ class Store:
             columns: list[Sequence[Any]] = [[getter(r) for r in rows]]
         else:
             columns = list(zip(*map(getter, rows), strict=True))
-        # DuckDB scans numpy arrays in C; Python lists passed as parameters cost ~4x more CPU per value,
-        # and pyarrow would add ~40 MB to the agent. numpy costs ~7 MB.
-        batch: dict[str, Any] = {}
+        # Columns travel as typed list parameters that DuckDB unnests: no numpy in the agent (~15 MB of its
+        # RSS) for ~6% more CPU than numpy arrays at the agent's flush size (~1,000 records), ~2x on batches
+        # of 5,000 (BENCHMARKS.md, issue 22). Values a column cannot hold are named first, before any SQL.
         unfit: dict[int, str] = {}
         for column, values in zip(table.columns, columns, strict=True):
-            batch[column.name] = array = _numpy_column(column, values)
-            unfit.update(_unfit(column, values, array))
+            unfit.update(_unfit(column, values))
         if unfit:
             # Named here, before any SQL: the caller sets exactly these rows aside and stores the rest.
             raise UnstorableRows(table.name, [(rows[i], reason) for i, reason in sorted(unfit.items())])
-        tx.register(_ROWS_VIEW, batch)
-        self._con.execute(self._records_insert_sql(table))
+        self._con.execute(self._records_insert_sql(table), [list(values) for values in columns])
 
     def _records_insert_sql(self, table: Table) -> str:
         sql = self._insert_sql.get(table.name)
         if sql is None:
+            # Each list is cast to its column's type before it is unnested: inferring the type from the values
+            # would make a batch mixing small counters and one past 2**63 a rounded DOUBLE.
+            lists = ", ".join(
+                f"unnest(${i}::{'DOUBLE' if c.is_timestamp else c.sql_type}[]) AS {quote_ident(c.name)}"
+                for i, c in enumerate(table.columns, start=1)
+            )
             exprs = [
                 _epoch_to_timestamp(quote_ident(c.name)) if c.is_timestamp else quote_ident(c.name)
                 for c in table.columns
             ]
             names = ", ".join(quote_ident(n) for n in table.column_names)
-            sql = f"INSERT INTO {table.name} ({names}) SELECT {', '.join(exprs)} FROM {_ROWS_VIEW}"
+            sql = f"INSERT INTO {table.name} ({names}) SELECT {', '.join(exprs)} FROM (SELECT {lists})"
             self._insert_sql[table.name] = sql
         return sql
 
@@ -351,48 +356,13 @@ class Store:
             return write_layout(self._con, Path(out_dir), [n for n in names if n in existing])
 
 
-# The numpy type that holds each column type exactly; others (VARCHAR) travel as Python objects.
-_NUMPY_DTYPES: dict[str, str] = {
-    "BIGINT": "int64",
-    "UBIGINT": "uint64",
-    "DOUBLE": "float64",
-    "TIMESTAMP": "float64",  # epoch seconds, converted in SQL
-}
-
-
-def _numpy_column(column: Column, values: Sequence[Any]) -> Any:
-    """A column as a numpy array DuckDB can scan, of the type its SQL type says: inferring the type from the
-    values would make a batch mixing small counters and one past 2**63 float64 (rounded).
-
-    A column holding None stays an object array, so None is NULL (a float array would turn it into NaN, which
-    is not missing). So does a value the type cannot hold: `_unfit` names it before DuckDB would refuse it."""
-    import numpy as np
-
-    dtype = _NUMPY_DTYPES.get(column.sql_type)
-    if dtype is not None and not any(v is None for v in values):
-        try:
-            return np.array(values, dtype=dtype)
-        except (OverflowError, ValueError, TypeError):
-            pass
-    elif column.sql_type == "BOOLEAN":
-        # np.array(..., dtype=bool) would take any truthy value, a string included, as True.
-        array = np.asarray(values)
-        if array.dtype == np.bool_:
-            return array
-    objects = np.empty(len(values), dtype=object)
-    objects[:] = values
-    return objects
-
-
-def _unfit(column: Column, values: Sequence[Any], array: Any) -> dict[int, str]:
-    """Index -> reason for the values of `column` it cannot hold. A typed array numpy built is within its
-    integer type's range already; only timestamps need a (vectorised) look then."""
+def _unfit(column: Column, values: Sequence[Any]) -> dict[int, str]:
+    """Index -> reason for the values of `column` it cannot hold (integer and timestamp columns; DuckDB
+    converts the rest as it always did)."""
     if column.is_timestamp:
-        if array.dtype != object and timestamps_ok(array):
-            return {}
-        return bad_timestamps(column, values)
+        return {} if timestamps_ok(values) else bad_timestamps(column, values)
     sql_type = integer_type(column)
-    if sql_type is None or array.dtype != object:
+    if sql_type is None or integers_ok(sql_type, values):
         return {}
     return bad_integers(column, sql_type, values)
 

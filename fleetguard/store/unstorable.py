@@ -3,7 +3,7 @@
 Parsers at the edge check what they read (fleetguard.records.bounds); this is the store's own last line: a
 value past its column's range that got through would otherwise make DuckDB refuse the whole batch, and the
 agent would have to find the row by trial. Only the integer and timestamp columns are checked (a DOUBLE holds
-any float, inf and NaN included), and on the fast path (a column numpy converts whole) at numpy speed.
+any float, inf and NaN included), and on the fast path (a column of plain numbers) by min, max and sum in C.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from fleetguard.records.bounds import SqlType, fits
+from fleetguard.records.bounds import INTEGER_RANGES, SqlType, fits
 from fleetguard.store.schema import Column
 
 # DuckDB's TIMESTAMP is microseconds since 1970 in an int64: +-9.2e12 s (about year 294,000). Epoch seconds
@@ -59,11 +59,26 @@ def bad_timestamps(column: Column, values: Sequence[Any]) -> dict[int, str]:
     }
 
 
-def timestamps_ok(array: Any) -> bool:
-    """Whether every value of a float64 numpy array of epoch seconds is a storable time (vectorised)."""
-    import numpy as np
+def timestamps_ok(values: Sequence[Any]) -> bool:
+    """Whether every value is a storable time, at C speed for the usual column of plain numbers: True means
+    `bad_timestamps` would find nothing; False means it must look (it may still find nothing)."""
+    if not values or not all(type(v) is float or type(v) is int for v in values):
+        return not values
+    try:
+        low, high = min(values), max(values)
+        return math.isfinite(sum(values)) and max(-low, high) <= TIMESTAMP_LIMIT_SECONDS
+    except OverflowError:  # an int too large for a float
+        return False
 
-    return bool(np.all(np.abs(array) <= TIMESTAMP_LIMIT_SECONDS))  # False for NaN too
+
+def integers_ok(sql_type: SqlType, values: Sequence[Any]) -> bool:
+    """Whether no int is outside `sql_type`'s range, at C speed for a column of plain numbers: True means
+    `bad_integers` would find nothing; False means it must look (it may still find nothing)."""
+    low, high = INTEGER_RANGES[sql_type]
+    try:
+        return not values or (low <= min(values) and max(values) <= high)
+    except TypeError:  # None (NULL) or a value of another type among them
+        return False
 
 
 def _timestamp_ok(value: Any) -> bool:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetguard.agent.limits import AGENT_DUCKDB, bound_native_threads
+from fleetguard.agent.limits import AGENT_DUCKDB, bound_malloc_arenas, bound_native_threads
 from fleetguard.store.store import EngineLimits, Store
 
 # A fresh process opens the store as the agent does (or as DuckDB would by default), writes, imports numpy
@@ -84,3 +84,20 @@ def test_the_open_file_limit_is_raised_toward_the_hard_limit() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split("\n")[:2] == ["6000 6000", "6000 6000"]  # capped at hard, never lowered
+
+
+def test_malloc_arenas_are_left_to_an_operator_who_set_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "8")
+    assert bound_malloc_arenas() is False
+
+
+def test_malloc_arenas_are_capped_in_a_fresh_process(tmp_path: Path) -> None:
+    """glibc takes the cap (mallopt answers 1); a process that then starts threads runs as before."""
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    probe = (
+        "import threading; from fleetguard.agent.limits import bound_malloc_arenas; "
+        "ok = bound_malloc_arenas(); t = threading.Thread(target=lambda: bytearray(1 << 20)); t.start(); "
+        "t.join(); print(ok)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == "True"

@@ -179,3 +179,24 @@ def test_sum_of_emitted_counts_equals_raw_occurrences(
     assert sum(e.count for e in emitted) == added
     assert sum(folder.occurrences().values()) == added
     assert folder.open_windows == 0
+
+
+def test_a_repeat_counted_by_key_is_what_adding_it_would_do() -> None:
+    """add_repeat (the kernel-log collector's storm path) counts only what `add` would fold into an open
+    window's repeats, and leaves the rest (a window to open, its first repeat, a late one) to `add`."""
+    events = [xid(T0 + i * 0.5) for i in range(10)] + [xid(T0 + 61), xid(T0 + 61.5), xid(T0 + 2, code=48)]
+    by_add, by_key = EventDeduplicator(60), EventDeduplicator(60)
+    out_add: list[Event] = []
+    out_key: list[Event] = []
+    declined = 0
+    for e in events:
+        out_add.extend(by_add.add(e))
+        if not by_key.add_repeat(dedup_key(e), e.ts):
+            declined += 1
+            out_key.extend(by_key.add(e))
+    out_add.extend(by_add.drain(0.0, force=True))
+    out_key.extend(by_key.drain(0.0, force=True))
+    assert out_key == out_add
+    assert by_key.occurrences() == by_add.occurrences()
+    # opened, first repeat; the late one opens a window, then its first repeat; code 48 opens its own
+    assert declined == 5

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from collectors.event_dedup import fold_burst
 from collectors.kmsg import KmsgCollector
 from collectors.protocol import Collector, CollectorUnavailable
 from fleetguard.records.telemetry import Event, EventKind
@@ -398,3 +399,40 @@ def test_a_state_file_another_user_wrote_is_not_believed(kmsg: Path, boot_id: Pa
     state.write_text(json.dumps({"boot_id": boot_id.read_text().strip(), "seq": 10**9}))
     os.chown(state, 65534, 65534)
     assert len(make(kmsg, boot_id, state_path=str(state)).collect(NOW).events) == 8
+
+
+def test_a_storm_folds_to_what_the_general_parser_and_fold_burst_give(
+    tmp_path: Path, boot_id: Path, kmsg: Path
+) -> None:
+    """The collector's storm path (raw headers read directly, classification remembered per message,
+    repeats counted without an Event each) gives the same events and problem counts as parsing every
+    line with parse_kernel_line and folding with fold_burst, over raw records mixed with other lines."""
+    lines = (FIXTURES / "kmsg_raw.txt").read_text().splitlines(keepends=True)
+    seq = max(int(line.split(",")[1]) for line in lines if line[0].isdigit())
+    for i in range(3000):
+        seq += 1 if i != 1500 else 40  # a gap: records lost
+        message = xid_line(79 if i % 7 else 48).replace("pid=7", f"pid={7 + i // 1000}")
+        lines.append(record(seq, message, usec=300_000_000 + 1000 * i))
+        if i % 500 == 0:
+            lines += [
+                record(seq - 3, xid_line()),  # replayed: skipped
+                "[  227.996636] NVRM: Xid (PCI:0000:9b:00): 13, pid=1, name=p, Graphics Exception\n",
+                "4,1x,2,-;bad header\n",
+                " SUBSYSTEM=pci\n",
+                record(seq, "sd 0:0:0:0: [sda] Synchronize Cache(10) failed"),
+                record(seq + 1, "nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal"),
+            ]
+            seq += 1
+    lines.append(record(seq + 1, xid_line(79), usec=300_000_000 + 70_000_000))  # past the window
+    (tmp_path / "storm").write_text("".join(lines))
+    fast = make(tmp_path / "storm", boot_id, max_lines_per_collect=1_000_000)
+    general = make(tmp_path / "storm", boot_id, max_lines_per_collect=1_000_000, fold_window_seconds=None)
+    got = fast.collect(NOW).events
+    expected = fold_burst(general.collect(NOW).events, 60.0)
+    assert got == expected
+    assert fast.problems() == general.problems()
+    assert fast.problems()["records_lost"] == 39
+    in_fixture = sum(e.count for e in make(kmsg, boot_id).collect(NOW).events if e.kind == EventKind.XID)
+    xids = sum(e.count for e in got if e.kind == EventKind.XID)
+    assert xids == in_fixture + 3000 + 6 + 1  # the storm, the dmesg lines, the late one
+    assert len(got) < 20

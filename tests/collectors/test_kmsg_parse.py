@@ -14,6 +14,7 @@ from collectors.kmsg_parse import (
     KernelLine,
     Unparsed,
     parse_kernel_line,
+    parse_kmsg_record,
 )
 
 
@@ -148,3 +149,32 @@ def test_trailing_newline_and_carriage_return_are_not_part_of_the_message() -> N
     line = parse_kernel_line("[    1.5] msg\r\n")
     assert isinstance(line, KernelLine)
     assert line.message == "msg"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "4,3964,206764307,-;NVRM: Xid (PCI:0000:9b:00): 119, pid=1, name=x, t",
+        "6,3961,206200002,-,caller=T1;nvidia-nvlink: Nvlink Core is being initialized",
+        "4,12,5,c;a message; with a semicolon\r\n",
+        "4,12,5,+;",
+        "4,12,5,x;bad flags",
+        "4,9223372036854775808,5,-;sequence past BIGINT",
+        "4,9223372036854775807,5,-;the largest sequence a BIGINT holds",
+        " SUBSYSTEM=pci",
+        "",
+        "[  227.996636] NVRM: Xid (PCI:0000:9b:00): 79, pid=7, name=p, GPU has fallen off the bus.",
+        "2025-01-21T04:41:44,285060+00:00 kernel line",
+        "12,34 not a header; at all",
+    ],
+)
+def test_the_raw_record_shortcut_agrees_with_the_general_parser(line: str) -> None:
+    """parse_kmsg_record (the collector's storm path) takes only well-formed raw records, and for those
+    gives what parse_kernel_line gives."""
+    record = parse_kmsg_record(line)
+    parsed = parse_kernel_line(line)
+    if record is None:
+        assert not (isinstance(parsed, KernelLine) and parsed.form == FORM_KMSG)
+        return
+    assert isinstance(parsed, KernelLine)
+    assert record == (parsed.seq, parsed.uptime_seconds, parsed.message)

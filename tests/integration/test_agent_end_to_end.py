@@ -13,7 +13,7 @@ import pytest
 
 from fleetguard import client as fg
 from tests.controller.fleet_processes import Fleet, free_port, stop, summary
-from tests.integration.daemon import Daemon
+from tests.integration.daemon import Daemon, scrape
 
 pytestmark = pytest.mark.integration
 
@@ -48,16 +48,20 @@ def test_metrics_are_served_while_sampling(tmp_path: Path) -> None:
 
 
 def test_the_agent_process_loads_none_of_the_heavy_libraries(tmp_path: Path) -> None:
-    """The host daemon stays light: no pandas, pyarrow, scikit-learn, xgboost or dash in its address space."""
+    """The host daemon stays light: no numpy, pandas, pyarrow, scikit-learn, xgboost or dash in its address
+    space, once it has stored rows (the store's write path is where numpy used to come in)."""
     daemon = Daemon(["agent", "--simulate", "1x8"], tmp_path, env={"FLEETGUARD_RUNTIME_ENABLED": "true"})
     try:
         daemon.wait_for_rounds(2)
-        daemon.metrics()  # a scrape has run the Prometheus collector too
+        deadline = time.monotonic() + 60
+        while not scrape(daemon.port).get("fleetguard_store_rows_written_total{table=gpu_samples}"):
+            assert time.monotonic() < deadline, "no rows stored within 60 s"
+            time.sleep(0.2)  # polling a real process until its first flush, bounded by the deadline
         maps = Path(f"/proc/{daemon.proc.pid}/maps").read_text()
     finally:
         daemon.stop()
     assert "/_duckdb." in maps  # the check does see the extension modules the agent loads
-    for heavy in ("/pandas/", "/pyarrow/", "/sklearn/", "/xgboost/", "/dash/", "/torch/"):
+    for heavy in ("/numpy/", "/pandas/", "/pyarrow/", "/sklearn/", "/xgboost/", "/dash/", "/torch/"):
         assert heavy not in maps, f"the agent loaded {heavy.strip('/')}"
 
 

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from fleetguard.records import bounds
 from fleetguard.records.bounds import INTEGER_RANGES, OutOfRange, SqlType
+from fleetguard.store import unstorable
 from fleetguard.store.schema import TABLES
 
 
@@ -104,3 +105,40 @@ def test_parse_int_agrees_with_int_for_short_text(text: str) -> None:
     assert parsed is None or parsed == expected
     if expected is not None and abs(expected) < 10**20:
         assert parsed == expected
+
+
+_column_values = st.lists(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**70), 2**70),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.sampled_from([2**63 - 1, -(2**63), 2**64 - 1, 9.2e12, -9.2e12, 9.3e12, "x"]),
+    ),
+    max_size=12,
+)
+
+
+@given(values=_column_values, sql_type=st.sampled_from([SqlType.BIGINT, SqlType.UBIGINT]))
+def test_the_quick_integer_check_passes_only_what_the_full_one_finds_nothing_in(
+    values: list[object], sql_type: SqlType
+) -> None:
+    """integers_ok (min and max in C, the store's usual path) never passes a column where bad_integers
+    would name a value, and passes every column of plain ints within range."""
+    column = next(c for t in TABLES.values() for c in t.columns if c.sql_type == sql_type.value)
+    if unstorable.integers_ok(sql_type, values):
+        assert unstorable.bad_integers(column, sql_type, values) == {}
+    low, high = INTEGER_RANGES[sql_type]
+    if all(type(v) is int and low <= v <= high for v in values):  # type: ignore[operator]
+        assert unstorable.integers_ok(sql_type, values)
+
+
+@given(values=_column_values)
+def test_the_quick_timestamp_check_passes_only_what_the_full_one_finds_nothing_in(
+    values: list[object],
+) -> None:
+    column = next(c for t in TABLES.values() for c in t.columns if c.is_timestamp)
+    if unstorable.timestamps_ok(values):
+        assert unstorable.bad_timestamps(column, values) == {}
+    if all(type(v) is float and math.isfinite(v) and abs(v) <= 9e12 for v in values):  # type: ignore[arg-type]
+        assert unstorable.timestamps_ok(values)
