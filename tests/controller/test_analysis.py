@@ -11,7 +11,7 @@ from fleetguard.controller.ingest import IngestWriter, Pending
 from fleetguard.controller.rollups import Rollups
 from fleetguard.controller.stats import ControllerStats
 from fleetguard.controller.validate import parse_batch
-from fleetguard.records.telemetry import Event, GpuSample, NicCounterSample
+from fleetguard.records.telemetry import Event, EventKind, GpuSample, NicCounterSample
 from fleetguard.shipping.wire import OutgoingBatch, columns_by_table, encode
 from fleetguard.store import Store
 
@@ -106,7 +106,7 @@ def test_rollups_summarise_each_minute_and_hour_and_fold_in_late_data(store: Sto
 
 
 def _xid(ts: float, host: str, code: int) -> Event:
-    return Event(ts, host, "xid", "kmsg", f"NVRM: Xid {code}", code=code)
+    return Event(ts, host, EventKind.XID, "kmsg", f"NVRM: Xid {code}", code=code)
 
 
 def test_the_same_xid_on_many_hosts_within_the_window_is_one_fleet_finding(store: Store) -> None:
