@@ -504,6 +504,8 @@ def _finding(
     evidence: Mapping[str, object],
     severity: Severity = Severity.CRITICAL,
 ) -> Finding:
+    """The factory of this module's kinds (dead, hung, error, terminated ranks): one shape, read back as
+    `records.evidence.RankEvidence`; the id is the rank and the time it was seen."""
     return Finding(
         ts=now,
         finding_id=finding_id(kind, job_id, rank, now),

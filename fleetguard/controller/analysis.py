@@ -42,7 +42,7 @@ class SilentHosts:
     def __call__(self, con: duckdb.DuckDBPyConnection, now: float) -> None:
         if self._reported is None:
             rows = con.execute("SELECT finding_id FROM findings WHERE kind = 'host_silent'").fetchall()
-            self._reported = {str(r[0]) for r in rows}
+            self._reported = {_in_current_scheme(str(r[0])) for r in rows}
         findings = []
         for host in self.writer.host_states():
             if not host.is_silent(now, self.silent_after_seconds):
@@ -58,6 +58,17 @@ class SilentHosts:
 def host_silent_id(host: HostState) -> str:
     """One silence of one host is one finding, however often it is checked: the id names its last sign."""
     return finding_id(FindingKind.HOST_SILENT, host.host, host.last_seen)
+
+
+def _in_current_scheme(stored: str) -> str:
+    """A stored host_silent id as `host_silent_id` writes it. Before the one id scheme it was
+    "host_silent:<host>:<ts>" (the same millisecond text): read as the new id, a silence reported before an
+    upgrade is not reported again after it."""
+    legacy = f"{FindingKind.HOST_SILENT.value}:"
+    if not stored.startswith(legacy):
+        return stored
+    host, _, seen = stored[len(legacy) :].rpartition(":")
+    return f"{FindingKind.HOST_SILENT.value}/{host}/{seen}"
 
 
 def host_silent_finding(host: HostState, now: float, silent_after_seconds: float) -> Finding:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from fleetguard.clock import FakeClock
-from fleetguard.controller.analysis import SilentHosts
+from fleetguard.controller.analysis import SilentHosts, host_silent_finding
 from fleetguard.controller.correlation import FleetCorrelation, FleetEvent, correlate
 from fleetguard.controller.ingest import IngestWriter, Pending
 from fleetguard.controller.rollups import Rollups
@@ -58,6 +59,21 @@ def test_a_host_silent_past_three_intervals_is_one_finding_until_it_speaks_again
     assert [(k, h) for k, h, _ in _findings(store)] == [("host_silent", "node-a")] * 2 + [
         ("host_silent", "node-b")
     ]
+
+
+def test_a_silence_reported_under_the_old_id_scheme_is_not_reported_again(store: Store) -> None:
+    clock = FakeClock(T0)
+    writer = IngestWriter(store, clock, ControllerStats())
+    _commit(writer, "node-a", 1, [], T0)
+    [host] = writer.host_states()
+    clock.advance(60.0)
+    before_upgrade = replace(
+        host_silent_finding(host, clock.time(), 0.0), finding_id=f"host_silent:node-a:{host.last_seen:.3f}"
+    )
+    store.append([before_upgrade])
+    with store.transaction() as con:
+        SilentHosts(writer, 0.0)(con, clock.time())  # the upgraded controller, same silence
+    assert [(k, h) for k, h, _ in _findings(store)] == [("host_silent", "node-a")]
 
 
 def test_rollups_summarise_each_minute_and_hour_and_fold_in_late_data(store: Store) -> None:
