@@ -64,7 +64,7 @@ def finding_id(kind: FindingKind, *identity: str | int | float) -> str:
     A stage that passes on a finding it did not raise derives from the original id instead: the controller's
     copy of an agent's finding is "fleet:<id>", one per job using an at-risk GPU "<id>/job/<job id>"."""
     parts = [f"{p:.3f}" if isinstance(p, float) else str(p) for p in identity]
-    return "/".join([kind.value, *parts])
+    return "/".join([str(kind), *parts])  # str(): a member is its text
 
 
 # The controller's copy of a finding an agent raised (an agent may not write ids with this prefix).
