@@ -86,7 +86,7 @@ def main() -> None:
                     Event(
                         ts=now,
                         host=host,
-                        kind=EventKind.XID.value,
+                        kind=EventKind.XID,
                         source="kmsg",
                         message="NVRM: Xid 79",
                         code=79,

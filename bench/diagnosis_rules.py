@@ -84,7 +84,7 @@ def round_signals(hosts: int, now: float, rng: random.Random) -> Signals:
                 Event(
                     ts=now,
                     host=host,
-                    kind=EventKind.XID.value,
+                    kind=EventKind.XID,
                     source="kmsg",
                     message="NVRM: Xid 79",
                     code=79,

@@ -50,7 +50,7 @@ class XidReader:
                 Event(
                     ts=ts,
                     host=host,
-                    kind=EventKind.XID.value,
+                    kind=EventKind.XID,
                     source="kmsg",
                     message="NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus",
                     code=79,

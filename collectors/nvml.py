@@ -240,7 +240,7 @@ class NvmlCollector:
             Event(
                 ts=now,
                 host=self.host,
-                kind=EventKind.GPU_LOST.value,
+                kind=EventKind.GPU_LOST,
                 source=SOURCE,
                 message=f"NVML: GPU {gpu.index} ({gpu.pci_bus_id or 'unknown bus'}, {gpu.uuid}) is lost: "
                 f"{lost.detail}",
@@ -329,7 +329,7 @@ class NvmlCollector:
         return Event(
             ts=now,
             host=self.host,
-            kind=EventKind.XID.value,
+            kind=EventKind.XID,
             source=SOURCE,
             message=f"NVML: Xid {xid} on {where}",
             code=xid,

@@ -215,7 +215,7 @@ class RdmaCollector:
             Event(
                 ts=now,
                 host=self.host,
-                kind=EventKind.LINK_DOWN.value,
+                kind=EventKind.LINK_DOWN,
                 source=SOURCE,
                 message=message,
                 device=port.device,

@@ -233,7 +233,7 @@ class SimulatedFleet:
         event = Event(
             ts=self._now,
             host=host.name,
-            kind=kind.value,
+            kind=kind,
             source=SOURCE,
             message=message,
             code=code,
@@ -414,7 +414,7 @@ def _gpu_lost_event(now: float, host: str, gpu: SimGpu) -> Event:
     return Event(
         ts=now,
         host=host,
-        kind=EventKind.GPU_LOST.value,
+        kind=EventKind.GPU_LOST,
         source=SOURCE,
         message=f"GPU {gpu.index} ({gpu.pci_bus_id}, {gpu.uuid}): NVML: GPU is lost",
         pci_bus_id=gpu.pci_bus_id,
@@ -481,7 +481,7 @@ class SimulatedNicCollector(_SimulatedCollector):
             Event(
                 ts=now,
                 host=name,
-                kind=EventKind.LINK_DOWN.value,
+                kind=EventKind.LINK_DOWN,
                 source=SOURCE,
                 message=message,
                 device=device,

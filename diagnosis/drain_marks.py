@@ -11,16 +11,15 @@ selection rule already allows only K per period fleet-wide, and MAX_MARKS caps w
 
 from __future__ import annotations
 
-import json
-import uuid as uuid_mod
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from diagnosis.gpu_jobs import GpuUsage, usage_of
-from fleetguard.records.findings import Finding
+from fleetguard.records.evidence import evidence_json
+from fleetguard.records.findings import Finding, FindingKind, Severity, finding_id
 
 MAX_MARKS = 1024
-IDLE_KIND = "at_risk_gpu_idle"
+IDLE_KIND = FindingKind.AT_RISK_GPU_IDLE
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,15 +79,15 @@ class DrainMarks:
 def idle_finding(mark: DrainMark, now: float) -> Finding:
     return Finding(
         ts=now,
-        finding_id=str(uuid_mod.uuid5(uuid_mod.NAMESPACE_URL, f"{IDLE_KIND}/{mark.finding_id}")),
+        finding_id=finding_id(IDLE_KIND, mark.finding_id),
         kind=IDLE_KIND,
-        severity="warning",
+        severity=Severity.WARNING,
         subject=f"{mark.host}/{mark.gpu_uuid}",
         summary=f"GPU {mark.gpu_uuid} on {mark.host}: predicted at risk ({mark.risk:.0%}) and now idle, "
         "so it can be drained without stopping a job",
         host=mark.host or None,
         gpu_uuid=mark.gpu_uuid,
-        evidence_json=json.dumps(
+        evidence_json=evidence_json(
             {"at_risk_finding": mark.finding_id, "risk": mark.risk, "marked_at": mark.marked_at}
         ),
     )

@@ -16,13 +16,13 @@ the restart, or leave the finding to the host's own agent. The multi-host counte
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from fleetguard.records.findings import Finding
+from fleetguard.records.evidence import with_more_evidence
+from fleetguard.records.findings import Finding, FindingKind
 
-FLEET_RESTART_KIND = "hang_localised"
+FLEET_RESTART_KIND = FindingKind.HANG_LOCALISED
 
 
 class FleetVerdict(StrEnum):
@@ -79,10 +79,9 @@ def with_decision(finding: Finding, decision: FleetDecision) -> Finding:
     """The finding with the decision in its evidence (what was asked of whom, or why nothing was)."""
     if decision.verdict is FleetVerdict.AGENT_ACTS:
         return finding
-    evidence = json.loads(finding.evidence_json)
+    more: dict[str, object] = {"membership_hosts": list(decision.membership_hosts)}
     if decision.verdict is FleetVerdict.RESTART:
-        evidence["restart_requested_of"] = decision.host
+        more["restart_requested_of"] = decision.host
     else:
-        evidence["restart_withheld"] = decision.reason
-    evidence["membership_hosts"] = list(decision.membership_hosts)
-    return replace(finding, evidence_json=json.dumps(evidence, sort_keys=True, default=str))
+        more["restart_withheld"] = decision.reason
+    return replace(finding, evidence_json=with_more_evidence(finding.evidence_json, more))

@@ -12,12 +12,11 @@ action (checkpoint) goes to that job.
 
 from __future__ import annotations
 
-import json
-import uuid as uuid_mod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from collectors.gpu_device import GpuProcesses
+from fleetguard.records.evidence import with_more_evidence
 from fleetguard.records.findings import Finding
 
 
@@ -111,7 +110,7 @@ def _for_job(finding: Finding, usage: GpuUsage, job: JobOnGpu, *, derive_id: boo
     ranks = ", ".join(str(r) for r in job.ranks)
     finding_id = finding.finding_id
     if derive_id:
-        finding_id = str(uuid_mod.uuid5(uuid_mod.NAMESPACE_URL, f"{finding.finding_id}/job/{job.job_id}"))
+        finding_id = f"{finding.finding_id}/job/{job.job_id}"  # one per job (records.findings.finding_id)
     return replace(
         finding,
         finding_id=finding_id,
@@ -124,14 +123,5 @@ def _for_job(finding: Finding, usage: GpuUsage, job: JobOnGpu, *, derive_id: boo
 
 
 def _with_jobs(evidence_json: str, usage: GpuUsage) -> str:
-    try:
-        evidence = json.loads(evidence_json)
-    except ValueError:
-        evidence = {"evidence": evidence_json}
-    if not isinstance(evidence, dict):
-        evidence = {"evidence": evidence}
-    evidence["gpu_jobs"] = [
-        {"job_id": j.job_id, "ranks": list(j.ranks), "pids": list(j.pids)} for j in usage.jobs
-    ]
-    evidence["gpu_other_pids"] = list(usage.other_pids)
-    return json.dumps(evidence, sort_keys=True)
+    jobs = [{"job_id": j.job_id, "ranks": list(j.ranks), "pids": list(j.pids)} for j in usage.jobs]
+    return with_more_evidence(evidence_json, {"gpu_jobs": jobs, "gpu_other_pids": list(usage.other_pids)})

@@ -11,11 +11,11 @@ Pure functions over plain records.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Iterable, Set
 from dataclasses import dataclass
 
 from collectors.gpu_device import GpuProcesses
+from fleetguard.records.evidence import hang_evidence
 from fleetguard.records.findings import Finding
 from fleetguard.records.telemetry import Event, EventKind
 
@@ -24,7 +24,7 @@ from fleetguard.records.telemetry import Event, EventKind
 HOST_SOURCES = frozenset({"kmsg", "nvml", "simulated"})
 # A GPU gone is a fault whatever else is known; an XID counts when the catalogue calls it fatal (hardware,
 # firmware, driver), never an application XID (13, 31, 43: a program's own fault, which a user can cause).
-_GPU_GONE = frozenset({EventKind.GPU_FALLEN_OFF_BUS.value, EventKind.GPU_LOST.value})
+_GPU_GONE = frozenset({EventKind.GPU_FALLEN_OFF_BUS, EventKind.GPU_LOST})
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +32,7 @@ class HostFault:
     """A hardware fault the agent saw on one of its GPUs."""
 
     ts: float
-    kind: str  # an EventKind value
+    kind: EventKind
     source: str
     code: int | None = None
     gpu_index: int | None = None
@@ -40,7 +40,7 @@ class HostFault:
     pid: int | None = None  # the process the kernel attributed it to, when it said
 
     def describe(self) -> str:
-        what = f"XID {self.code}" if self.kind == EventKind.XID.value else self.kind.replace("_", " ")
+        what = f"XID {self.code}" if self.kind == EventKind.XID else self.kind.replace("_", " ")
         where = self.pci_bus_id or (f"GPU {self.gpu_index}" if self.gpu_index is not None else "a GPU")
         return f"{what} on {where} ({self.source})"
 
@@ -69,7 +69,7 @@ def host_fault(event: Event, fatal_xids: Set[int]) -> HostFault | None:
     if event.source not in HOST_SOURCES:
         return None
     gone = event.kind in _GPU_GONE
-    if not gone and not (event.kind == EventKind.XID.value and event.code in fatal_xids):
+    if not gone and not (event.kind == EventKind.XID and event.code in fatal_xids):
         return None
     return HostFault(
         event.ts, event.kind, event.source, event.code, event.gpu_index, event.pci_bus_id, event.pid
@@ -108,11 +108,4 @@ def suspect_ranks(finding: Finding) -> tuple[int, ...]:
     """The ranks a runtime finding blames: its rank, or a localised hang's suspects."""
     if finding.rank is not None:
         return (finding.rank,)
-    try:
-        evidence = json.loads(finding.evidence_json)
-    except ValueError:
-        return ()
-    ranks = evidence.get("suspect_ranks") if isinstance(evidence, dict) else None
-    if not isinstance(ranks, list):
-        return ()
-    return tuple(r for r in ranks if isinstance(r, int) and not isinstance(r, bool))
+    return hang_evidence(finding).suspect_ranks

@@ -8,6 +8,9 @@ from enum import StrEnum
 
 from diagnosis.model import IncidentKey, Observation, RepairAction, Severity
 
+# ActionOutcome is defined once, with the action ledger's record; imported from here too.
+from fleetguard.records.findings import ActionOutcome as ActionOutcome
+
 
 class IncidentState(StrEnum):
     OPEN = "open"  # seen, nothing done yet (or the action was held by the breaker)
@@ -26,15 +29,6 @@ class ChangeKind(StrEnum):
     ESCALATED = "escalated"
     RESOLVED = "resolved"
     CLOSED = "closed"
-
-
-class ActionOutcome(StrEnum):
-    REQUESTED = "requested"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    SKIPPED = "skipped"  # nothing is configured to carry it out
-    HELD = "held"  # the circuit breaker is open
-    DEFERRED = "deferred"  # the repair rate limit was reached
 
 
 class Resolution(StrEnum):

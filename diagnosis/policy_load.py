@@ -26,6 +26,7 @@ from diagnosis.policy import (
     SelfcheckPolicy,
     XidRule,
 )
+from fleetguard.records.rows import DataclassRecord
 
 E = TypeVar("E", bound=StrEnum)
 
@@ -241,14 +242,14 @@ def _named(document: Mapping[str, Any], section: str, where: str, build: Any) ->
     return out
 
 
-T = TypeVar("T")
+T = TypeVar("T", bound=DataclassRecord)
 
 
 def _dataclass(
     base: T, table: Mapping[str, Any], where: str, skip: frozenset[str] | set[str] = frozenset()
 ) -> T:
     """Override scalar fields of a frozen dataclass from a table, each checked against its default's type."""
-    names = {f.name for f in fields(base)} - set(skip)  # type: ignore[arg-type]
+    names = {f.name for f in fields(base)} - set(skip)
     _known(table, names, where)
     changes: dict[str, Any] = {}
     for name in table:
@@ -261,7 +262,7 @@ def _dataclass(
             changes[name] = _count(table, name, where, current, minimum=0)
         else:
             changes[name] = _number(table, name, where, float(current))
-    return replace(base, **changes)  # type: ignore[type-var]
+    return replace(base, **changes)
 
 
 def _known(table: Mapping[str, Any], known: Iterable[str], where: str) -> None:

@@ -20,17 +20,17 @@ reports back whether each restart succeeded.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 from diagnosis.host_evidence import NO_HOST_EVIDENCE, HostEvidence
-from fleetguard.records.findings import Finding
+from fleetguard.records.evidence import hang_evidence, straggler_evidence
+from fleetguard.records.findings import Finding, FindingKind
 
 ACTIONS = ("checkpoint", "restart", "cordon", "stop_crash_loop", "none")
 # Findings the agent raises from its own signals (GPU risk scored from NVML): host evidence themselves.
 # Every other runtime finding comes from what ranks report, which any local user can make say anything.
-HOST_FINDING_KINDS = frozenset({"at_risk_gpu"})
+HOST_FINDING_KINDS = frozenset({FindingKind.AT_RISK_GPU})
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +69,9 @@ class RestartMark:
     ts: float  # when the restart was ordered
     checkpoint_step: int | None  # the latest complete checkpoint when it was ordered (or when it completed)
     finding_id: str | None = None
-    kind: str | None = None  # the finding kind it answered (a straggler restart is judged by its rank)
+    kind: FindingKind | None = (
+        None  # the finding kind it answered (a straggler restart is judged by its rank)
+    )
     rank: int | None = None
 
 
@@ -136,7 +138,7 @@ class ActionPlan:
     job_id: str | None = None
     host: str | None = None  # cordon: the host; restart: the slow or failing host, where known
     rank: int | None = None
-    finding_kind: str | None = None
+    finding_kind: FindingKind | None = None
     # `none` only because of the restart cooldown: decide again at this time if the fault is still there
     retry_at: float | None = None
 
@@ -156,7 +158,7 @@ def decide(
     job = finding.job_id or state.job_id
     target = f"job/{job}"
     kind = finding.kind
-    evidence = _evidence(finding)
+    hang = hang_evidence(finding)
 
     def plan(
         action: str,
@@ -171,17 +173,17 @@ def decide(
     if state.stopped:
         return [plan("none", "restarts are stopped for this job (crash loop); an operator must resume it")]
 
-    if kind in ("dead_rank", "rank_error"):
+    if kind in (FindingKind.DEAD_RANK, FindingKind.RANK_ERROR):
         return _restart(plan, finding, state, config, f"{kind}: a broken job cannot checkpoint; restart")
 
-    if kind == "hung_rank":
+    if kind == FindingKind.HUNG_RANK:
         return [plan("none", "a hang is acted on through its hang_localised finding, which says what kind")]
 
-    if kind == "hang_localised":
-        hang_kind = str(evidence.get("hang_kind", ""))
+    if kind == FindingKind.HANG_LOCALISED:
+        hang_kind = hang.hang_kind or ""
         if hang_kind == "collective_mismatch":
             return [plan("none", "mismatched collectives are a program bug: alert, no restart, no eviction")]
-        if config.controller_acts_on_multi_host_hangs and evidence.get("spans_hosts") is True:
+        if config.controller_acts_on_multi_host_hangs and hang.spans_hosts is True:
             return [
                 plan(
                     "none",
@@ -193,7 +195,7 @@ def decide(
         )
         if (
             config.cordon_gpu_hang
-            and evidence.get("evict_hardware") is True
+            and hang.evict_hardware is True
             and finding.host
             and plans[0].action == "restart"
         ):
@@ -204,8 +206,8 @@ def decide(
                 plans.append(_no_cordon(plan, finding.host, "this hang"))
         return plans
 
-    if kind == "straggler":
-        lost = _float(evidence.get("lost_seconds"))
+    if kind == FindingKind.STRAGGLER:
+        lost = straggler_evidence(finding).lost_seconds
         if lost is None or lost <= config.restart_cost_seconds:
             return [
                 plan(
@@ -234,7 +236,7 @@ def decide(
             plans.append(_no_cordon(plan, finding.host, "this straggler"))
         return plans
 
-    if kind == "at_risk_gpu":
+    if kind == FindingKind.AT_RISK_GPU:
         if not config.cordon_at_risk_gpu:
             if _in_cooldown(state.last_checkpoint_request_at, finding.ts, config):
                 return [plan("none", "a checkpoint was requested within the cooldown")]
@@ -362,7 +364,9 @@ def _straggler_restart_of(state: JobActionState, rank: int | None) -> RestartMar
     """The latest successful restart that answered a straggler on `rank`."""
     if rank is None:
         return None
-    return next((m for m in reversed(state.restarts) if m.kind == "straggler" and m.rank == rank), None)
+    return next(
+        (m for m in reversed(state.restarts) if m.kind == FindingKind.STRAGGLER and m.rank == rank), None
+    )
 
 
 def _in_cooldown(last: float | None, now: float, config: ActionPolicyConfig) -> bool:
@@ -371,15 +375,3 @@ def _in_cooldown(last: float | None, now: float, config: ActionPolicyConfig) -> 
 
 def _latest(a: float | None, b: float) -> float:
     return b if a is None else max(a, b)
-
-
-def _evidence(finding: Finding) -> dict[str, object]:
-    try:
-        value = json.loads(finding.evidence_json)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def _float(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

@@ -8,11 +8,11 @@ Clock-free: time only comes in as arguments.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
-from fleetguard.records.findings import Finding
+from fleetguard.records.evidence import rank_evidence
+from fleetguard.records.findings import Finding, FindingKind
 from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
 from straggler.hang import COLLECTIVE_MISMATCH, HOST_STUCK, HangDiagnosis, hang_finding, localise_hang
 from straggler.heartbeat import DEFAULT_SECTION, HeartbeatConfig, HeartbeatMonitor
@@ -161,7 +161,7 @@ class RuntimeAnalyzer:
         findings = self.heartbeats.check(now)
         hung_jobs: dict[str, list[Finding]] = {}
         for f in findings:
-            if f.kind == "hung_rank" and f.job_id is not None:
+            if f.kind == FindingKind.HUNG_RANK and f.job_id is not None:
                 hung_jobs.setdefault(f.job_id, []).append(f)
         for job_id in list(self._hang_open):
             if not self.heartbeats.hung_ranks(job_id):
@@ -262,9 +262,5 @@ def section_outliers(sections: Mapping[int, str]) -> list[int]:
     return sorted(ranks)
 
 
-def _cause(f: Finding) -> object:
-    try:
-        evidence = json.loads(f.evidence_json)
-    except ValueError:
-        return None
-    return evidence.get("cause") if isinstance(evidence, dict) else None
+def _cause(f: Finding) -> str | None:
+    return rank_evidence(f).cause

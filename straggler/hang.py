@@ -9,11 +9,11 @@ Across groups the earliest-blocked group holds the root cause. Pure function ove
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from fleetguard.records.findings import Finding
+from fleetguard.records.evidence import evidence_json
+from fleetguard.records.findings import Finding, FindingKind, Severity, finding_id
 from fleetguard.records.runtime import CollectiveProgress
 from straggler.plausibility import COLLECTIVE_LIMITS, implausible_among
 
@@ -188,14 +188,14 @@ def hang_finding(diag: HangDiagnosis, job_id: str, now: float) -> Finding:
     host_names = set(hosts.values()) if isinstance(hosts, dict) else set()
     return Finding(
         ts=now,
-        finding_id=f"hang_localised/{job_id}/{now:.3f}",
-        kind="hang_localised",
-        severity="critical",
+        finding_id=finding_id(FindingKind.HANG_LOCALISED, job_id, now),
+        kind=FindingKind.HANG_LOCALISED,
+        severity=Severity.CRITICAL,
         subject=f"job/{job_id}/group/{diag.process_group}",
         summary=f"job {job_id} hung in group {diag.process_group}: {diag.kind.replace('_', ' ')}; "
         f"suspect ranks {suspects}",
         host=str(next(iter(host_names))) if len(host_names) == 1 else None,  # one host to act on
         job_id=job_id,
         rank=diag.suspect_ranks[0] if len(diag.suspect_ranks) == 1 else None,
-        evidence_json=json.dumps(evidence, sort_keys=True, default=str),
+        evidence_json=evidence_json(evidence),
     )

@@ -11,11 +11,11 @@ agent's, on the ranks' own host), since silence is `now - last heartbeat ts`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from fleetguard.records.findings import Finding
+from fleetguard.records.evidence import evidence_json
+from fleetguard.records.findings import Finding, FindingKind, Severity, finding_id
 from fleetguard.records.runtime import Heartbeat
 
 DEFAULT_SECTION = "step"
@@ -231,7 +231,7 @@ class HeartbeatMonitor:
         elif hb.status == "error":
             self._pending.append(
                 _finding(
-                    "rank_error",
+                    FindingKind.RANK_ERROR,
                     hb.job_id,
                     hb.rank,
                     r,
@@ -279,7 +279,7 @@ class HeartbeatMonitor:
             # here would restart a job someone stopped, or a group its own launcher is already restarting.
             self._pending.append(
                 _finding(
-                    "rank_terminated",
+                    FindingKind.RANK_TERMINATED,
                     job_id,
                     rank,
                     r,
@@ -287,7 +287,7 @@ class HeartbeatMonitor:
                     f"rank {rank} of job {job_id} was terminated by signal {-exit_code} (launcher teardown or"
                     " cancellation)",
                     evidence,
-                    severity="warning",
+                    severity=Severity.WARNING,
                 )
             )
             return
@@ -296,7 +296,7 @@ class HeartbeatMonitor:
         summary = f"rank {rank} of job {job_id} exited{how}"
         if isinstance(error, str):
             summary = f"rank {rank} of job {job_id} failed with {error}"
-        self._pending.append(_finding("dead_rank", job_id, rank, r, now, summary, evidence))
+        self._pending.append(_finding(FindingKind.DEAD_RANK, job_id, rank, r, now, summary, evidence))
 
     # ---- analysis -------------------------------------------------------------------------------------
 
@@ -340,7 +340,7 @@ class HeartbeatMonitor:
                     job.startup_reported.add(rank)
                     out.append(
                         _finding(
-                            "hung_rank",
+                            FindingKind.HUNG_RANK,
                             job_id,
                             rank,
                             r,
@@ -388,7 +388,7 @@ class HeartbeatMonitor:
             r.hung_since = now
             out.append(
                 _finding(
-                    "hung_rank",
+                    FindingKind.HUNG_RANK,
                     job_id,
                     rank,
                     r,
@@ -419,7 +419,7 @@ class HeartbeatMonitor:
         evidence |= {"pid": r.pid, "waited_seconds": waited}
         evidence["timeout_seconds"] = self.config.exit_timeout_seconds
         summary = f"rank {rank} of job {job_id} said it is exiting {waited:.1f} s ago and has not exited"
-        return [_finding("hung_rank", job_id, rank, r, now, summary, evidence)]
+        return [_finding(FindingKind.HUNG_RANK, job_id, rank, r, now, summary, evidence)]
 
     def hung_ranks(self, job_id: str) -> list[int]:
         """Ranks of a job currently flagged hung (reported and not yet moving again)."""
@@ -495,18 +495,20 @@ def _timeout_of(table: dict[str, _AdaptiveTimeout], section: str) -> _AdaptiveTi
 
 
 def _finding(
-    kind: str,
+    kind: FindingKind,
     job_id: str,
     rank: int,
     r: _Rank,
     now: float,
     summary: str,
     evidence: Mapping[str, object],
-    severity: str = "critical",
+    severity: Severity = Severity.CRITICAL,
 ) -> Finding:
+    """The factory of this module's kinds (dead, hung, error, terminated ranks): one shape, read back as
+    `records.evidence.RankEvidence`; the id is the rank and the time it was seen."""
     return Finding(
         ts=now,
-        finding_id=f"{kind}/{job_id}/{rank}/{now:.3f}",
+        finding_id=finding_id(kind, job_id, rank, now),
         kind=kind,
         severity=severity,
         subject=f"job/{job_id}/rank/{rank}",
@@ -514,5 +516,5 @@ def _finding(
         host=r.host,
         job_id=job_id,
         rank=rank,
-        evidence_json=json.dumps(evidence, sort_keys=True, default=str),
+        evidence_json=evidence_json(evidence),
     )

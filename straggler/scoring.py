@@ -11,14 +11,14 @@ job-level window medians, confirmed only when their mean moves by >= 10% (Greyho
 
 from __future__ import annotations
 
-import json
 import math
 from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from fleetguard.records.findings import Finding
+from fleetguard.records.evidence import evidence_json
+from fleetguard.records.findings import Finding, FindingKind, Severity, finding_id
 from fleetguard.records.runtime import StepTiming
 
 PeerGroups = Callable[[int], str] | Mapping[int, str]
@@ -352,9 +352,9 @@ class StragglerDetector:
         return [
             Finding(
                 ts=now,
-                finding_id=f"straggler/{job_id}/{s.rank}/{r.onset_step}/{r.streak}",
-                kind="straggler",
-                severity="warning",
+                finding_id=finding_id(FindingKind.STRAGGLER, job_id, s.rank, r.onset_step, r.streak),
+                kind=FindingKind.STRAGGLER,
+                severity=Severity.WARNING,
                 subject=f"job/{job_id}/rank/{s.rank}",
                 summary=(
                     f"rank {s.rank} of job {job_id} is {s.median_seconds / center:.2f}x its peers' "
@@ -365,7 +365,7 @@ class StragglerDetector:
                 host=r.host,
                 job_id=job_id,
                 rank=s.rank,
-                evidence_json=json.dumps(evidence, sort_keys=True),
+                evidence_json=evidence_json(evidence),
             )
         ]
 
@@ -402,13 +402,13 @@ class StragglerDetector:
         }
         return Finding(
             ts=now,
-            finding_id=f"job_slowdown/{job_id}/{job.max_step}",
-            kind="job_slowdown",
-            severity="warning",
+            finding_id=finding_id(FindingKind.JOB_SLOWDOWN, job_id, job.max_step),
+            kind=FindingKind.JOB_SLOWDOWN,
+            severity=Severity.WARNING,
             subject=f"job/{job_id}",
             summary=f"job {job_id} slowed by {shift:.0%} on all ranks (not one straggler)",
             job_id=job_id,
-            evidence_json=json.dumps(evidence, sort_keys=True),
+            evidence_json=evidence_json(evidence),
         )
 
 

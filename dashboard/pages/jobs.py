@@ -3,7 +3,6 @@ hangs and restarts."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from typing import Any, Final
 
@@ -16,6 +15,7 @@ from dashboard.figures import GRAPH_CONFIG
 from dashboard.pages.live import PageSpec, Params
 from dashboard.queries.findings import FindingRow, recent_findings
 from dashboard.queries.jobs import JobSummary, RankRow, Restart, job_actions, job_ranks, jobs, step_grid
+from fleetguard.records.evidence import HangEvidence, StragglerEvidence, readable
 
 LIST_WINDOW_SECONDS: Final = 3600.0
 WINDOWS: Final = {"15m": 900.0, "1h": 3600.0, "6h": 6 * 3600.0}
@@ -156,28 +156,20 @@ def _heatmap(grid: Any) -> Any:
     return dcc.Graph(id="job-heatmap-graph", figure=figures.step_heatmap(grid), config=GRAPH_CONFIG)
 
 
-def _evidence(f: FindingRow) -> dict[str, Any]:
-    try:
-        value = json.loads(f.evidence_json)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
 def _stragglers_table(findings: list[FindingRow], now: float) -> Any:
     newest: dict[int | None, FindingRow] = {}
     for f in findings:
         newest.setdefault(f.rank, f)
     rows = []
     for f in newest.values():
-        ev = _evidence(f)
+        ev = StragglerEvidence.read(readable(f.evidence_json))
         rows.append(
             {
                 "rank": f.rank,
                 "host": f.host or "",
-                "score": ev.get("score"),
-                "slowdown": ev.get("slowdown"),
-                "lost": ev.get("lost_seconds"),
+                "score": ev.score,
+                "slowdown": ev.slowdown,
+                "lost": ev.lost_seconds,
                 "when": ago(now - f.ts),
             }
         )
@@ -195,17 +187,12 @@ def _stragglers_table(findings: list[FindingRow], now: float) -> Any:
 def _hangs_table(findings: list[FindingRow], now: float) -> Any:
     rows = []
     for f in findings:
-        ev = _evidence(f)
-        suspects = ev.get("suspect_ranks")
+        hang = HangEvidence.read(readable(f.evidence_json))
         rows.append(
             {
                 "when": ago(now - f.ts),
-                "kind": str(ev.get("hang_kind") or f.kind),
-                "rank": f.rank
-                if f.rank is not None
-                else ", ".join(str(r) for r in suspects)
-                if isinstance(suspects, list)
-                else "",
+                "kind": hang.hang_kind or f.kind,
+                "rank": f.rank if f.rank is not None else ", ".join(str(r) for r in hang.suspect_ranks),
                 "host": f.host or "",
                 "summary": f.summary,
             }

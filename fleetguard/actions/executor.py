@@ -14,7 +14,7 @@ from fleetguard.clock import Clock, SystemClock
 from fleetguard.jobcontrol.commands import CommandQueue
 from fleetguard.jobcontrol.trust import ProcessIdentity, job_owner
 from fleetguard.records.action_requests import ActionKind, ActionRequest
-from fleetguard.records.findings import ActionRecord
+from fleetguard.records.findings import ActionOutcome, ActionRecord
 
 __all__ = ["ActionExecutor", "ActionRequest", "ExecutorConfig"]
 
@@ -58,11 +58,11 @@ class ActionExecutor:
             outcome, detail = self._dispatch(request)
         except Exception as exc:
             log.exception("action %s for job %s failed", request.action, request.job_id)
-            outcome, detail = "failed", f"{type(exc).__name__}: {exc}"
+            outcome, detail = ActionOutcome.FAILED, f"{type(exc).__name__}: {exc}"
         record = ActionRecord(
             ts=self.clock.time(),
             action_id=f"act-{uuid.uuid4().hex[:16]}",
-            action=str(request.action),
+            action=request.action,
             target=self._target(request),
             finding_id=request.evidence_id,
             outcome=outcome,
@@ -77,11 +77,11 @@ class ActionExecutor:
             return f"host/{request.host or self.config.host}"
         return f"job/{request.job_id}@{self.config.host}"
 
-    def _dispatch(self, request: ActionRequest) -> tuple[str, str]:
+    def _dispatch(self, request: ActionRequest) -> tuple[ActionOutcome, str]:
         if request.action not in ACTIONS:
-            return "failed", f"unknown action {request.action!r}"
+            return ActionOutcome.FAILED, f"unknown action {request.action!r}"
         if request.action == ActionKind.NONE:
-            return "skipped", "policy chose no action"
+            return ActionOutcome.SKIPPED, "policy chose no action"
         if request.action == ActionKind.CHECKPOINT:
             return self._ask_ranks(request.job_id, "checkpoint", request.reason)
         if request.action == ActionKind.STOP_CRASH_LOOP:
@@ -90,29 +90,29 @@ class ActionExecutor:
             return self._restart(request)
         return self._cordon(request)
 
-    def _ask_ranks(self, job_id: str, kind: str, reason: str) -> tuple[str, str]:
+    def _ask_ranks(self, job_id: str, kind: str, reason: str) -> tuple[ActionOutcome, str]:
         ranks = sorted(self.local_ranks(job_id))
         if not ranks:
-            return "skipped", f"no live local ranks of job {job_id} to ask"
+            return ActionOutcome.SKIPPED, f"no live local ranks of job {job_id} to ask"
         command = self.commands.push(job_id, ranks, kind, reason)
-        return "requested", f"{kind} command {command.command_id} queued for ranks {ranks}"
+        return ActionOutcome.REQUESTED, f"{kind} command {command.command_id} queued for ranks {ranks}"
 
-    def _restart(self, request: ActionRequest) -> tuple[str, str]:
+    def _restart(self, request: ActionRequest) -> tuple[ActionOutcome, str]:
         ranks = dict(self.local_ranks(request.job_id))
         if self.config.restart_command:
             return self._run(self.config.restart_command, request, ranks, as_owner=True)
         targets = {rank: ident for rank, ident in ranks.items() if ident is not None}
         owner_uid, _ = job_owner(request.job_id)
         if not targets or owner_uid is None:
-            return "skipped", f"no live local ranks of job {request.job_id} the agent may signal"
+            return ActionOutcome.SKIPPED, f"no live local ranks of job {request.job_id} the agent may signal"
         outcome = terminate_group(
             list(targets.values()), owner_uid, self.config.restart_grace_seconds, self.process_clock
         )
         pids = sorted(t.pid for t in targets.values())
         detail = f"killed local worker group {sorted(targets)} (pids {pids}): {outcome.describe()}"
-        return ("succeeded" if outcome.ok else "failed"), detail
+        return (ActionOutcome.SUCCEEDED if outcome.ok else ActionOutcome.FAILED), detail
 
-    def _stop(self, request: ActionRequest) -> tuple[str, str]:
+    def _stop(self, request: ActionRequest) -> tuple[ActionOutcome, str]:
         """Ask the ranks to stop (taken at their next step boundary) and, when configured, end the job at its
         scheduler: a group that crashes before its first step never takes the ranks' command."""
         asked, asked_detail = self._ask_ranks(request.job_id, "stop", request.reason)
@@ -122,9 +122,9 @@ class ActionExecutor:
         outcome, detail = self._run(self.config.stop_command, request, ranks, as_owner=True)
         return outcome, f"{detail}; ranks: {asked_detail}"
 
-    def _cordon(self, request: ActionRequest) -> tuple[str, str]:
+    def _cordon(self, request: ActionRequest) -> tuple[ActionOutcome, str]:
         if not self.config.cordon_command:
-            return "skipped", "no cordon command configured (runtime.cordon_command)"
+            return ActionOutcome.SKIPPED, "no cordon command configured (runtime.cordon_command)"
         # a host action, run as the agent (off unless an operator sets runtime.cordon_* and cordon_command)
         return self._run(self.config.cordon_command, request, dict(self.local_ranks(request.job_id)))
 
@@ -134,7 +134,7 @@ class ActionExecutor:
         request: ActionRequest,
         ranks: Mapping[int, ProcessIdentity | None],
         as_owner: bool = False,
-    ) -> tuple[str, str]:
+    ) -> tuple[ActionOutcome, str]:
         """Run an operator's command. One that acts on a job (`as_owner`: restart, stop) runs with the job
         owner's authority: any local user can report a job under any id (root's Slurm job's) and fake the
         finding behind a restart, and `scancel {job}` run as root would end a job that user could not."""
@@ -151,4 +151,4 @@ class ActionExecutor:
         result = run_argv(render_argv(template, values), self.config.command_timeout_seconds, run_as)
         who = f" as uid {run_as.uid}" if run_as is not None else ""
         detail = f"ran {list(result.argv)}{who} -> rc={result.returncode} {result.output.strip()[-300:]}"
-        return ("succeeded" if result.ok else "failed"), detail
+        return (ActionOutcome.SUCCEEDED if result.ok else ActionOutcome.FAILED), detail

@@ -17,6 +17,7 @@ from fleetguard.alerts.silence_rules import (
     Silence,
     parse_matchers,
 )
+from fleetguard.records.rows import number, number_or_none
 from fleetguard.store.incident_tables import epoch_sql, ts_sql
 
 MAX_ACTIVE_SILENCES = 1000  # the relay reads them all before each round: bounded
@@ -123,7 +124,7 @@ def _silence(r: Sequence[object]) -> Silence | None:
         matchers=matchers,
         created_by=str(r[2]),
         reason=str(r[3]),
-        created_at=float(r[4]),  # type: ignore[arg-type]
-        expires_at=float(r[5]),  # type: ignore[arg-type]
-        ended_at=None if r[6] is None else float(r[6]),  # type: ignore[arg-type]
+        created_at=number(r[4]),
+        expires_at=number(r[5]),
+        ended_at=number_or_none(r[6]),
     )

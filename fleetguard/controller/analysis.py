@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -15,10 +14,12 @@ from fleetguard.config import Config
 from fleetguard.controller.columns import insert_records
 from fleetguard.controller.correlation import FleetCorrelation
 from fleetguard.controller.fleet_runtime import FleetAction, FleetRuntime
+from fleetguard.controller.hosts import HostState
 from fleetguard.controller.ingest import IngestWriter
 from fleetguard.controller.maintenance import Maintenance, retention
 from fleetguard.controller.rollups import ROLLUP_SECONDS, Rollups
-from fleetguard.records.findings import Finding
+from fleetguard.records.evidence import evidence_json
+from fleetguard.records.findings import Finding, FindingKind, Severity, finding_id
 
 if TYPE_CHECKING:
     from fleetguard.predict.scoring_service import ScoringService
@@ -41,41 +42,59 @@ class SilentHosts:
     def __call__(self, con: duckdb.DuckDBPyConnection, now: float) -> None:
         if self._reported is None:
             rows = con.execute("SELECT finding_id FROM findings WHERE kind = 'host_silent'").fetchall()
-            self._reported = {str(r[0]) for r in rows}
+            self._reported = {_in_current_scheme(str(r[0])) for r in rows}
         findings = []
         for host in self.writer.host_states():
             if not host.is_silent(now, self.silent_after_seconds):
                 continue
-            finding_id = f"host_silent:{host.host}:{host.last_seen:.3f}"
-            if finding_id in self._reported:
+            if host_silent_id(host) in self._reported:
                 continue
-            silent_for = now - host.last_seen
-            findings.append(
-                Finding(
-                    ts=now,
-                    finding_id=finding_id,
-                    kind="host_silent",
-                    severity="warning",
-                    subject=f"host/{host.host}",
-                    summary=(
-                        f"the agent on {host.host} has been silent for {silent_for:.0f} s "
-                        f"(it ships every {host.interval_seconds:g} s)"
-                    ),
-                    host=host.host,
-                    evidence_json=json.dumps(
-                        {
-                            "last_seen_ts": host.last_seen,
-                            "last_seq": host.last_seq,
-                            "boot_id": host.boot_id,
-                            "interval_seconds": host.interval_seconds,
-                            "silent_after_seconds": host.silent_after(self.silent_after_seconds),
-                        }
-                    ),
-                )
-            )
+            findings.append(host_silent_finding(host, now, self.silent_after_seconds))
         if findings:
             insert_records(con, findings)
             self._reported.update(f.finding_id for f in findings)
+
+
+def host_silent_id(host: HostState) -> str:
+    """One silence of one host is one finding, however often it is checked: the id names its last sign."""
+    return finding_id(FindingKind.HOST_SILENT, host.host, host.last_seen)
+
+
+def _in_current_scheme(stored: str) -> str:
+    """A stored host_silent id as `host_silent_id` writes it. Before the one id scheme it was
+    "host_silent:<host>:<ts>" (the same millisecond text): read as the new id, a silence reported before an
+    upgrade is not reported again after it."""
+    legacy = f"{FindingKind.HOST_SILENT.value}:"
+    if not stored.startswith(legacy):
+        return stored
+    host, _, seen = stored[len(legacy) :].rpartition(":")
+    return f"{FindingKind.HOST_SILENT.value}/{host}/{seen}"
+
+
+def host_silent_finding(host: HostState, now: float, silent_after_seconds: float) -> Finding:
+    """The `host_silent` finding for a host silent at `now` (`silent_after_seconds`: the configured floor)."""
+    silent_for = now - host.last_seen
+    return Finding(
+        ts=now,
+        finding_id=host_silent_id(host),
+        kind=FindingKind.HOST_SILENT,
+        severity=Severity.WARNING,
+        subject=f"host/{host.host}",
+        summary=(
+            f"the agent on {host.host} has been silent for {silent_for:.0f} s "
+            f"(it ships every {host.interval_seconds:g} s)"
+        ),
+        host=host.host,
+        evidence_json=evidence_json(
+            {
+                "last_seen_ts": host.last_seen,
+                "last_seq": host.last_seq,
+                "boot_id": host.boot_id,
+                "interval_seconds": host.interval_seconds,
+                "silent_after_seconds": host.silent_after(silent_after_seconds),
+            }
+        ),
+    )
 
 
 RETENTION_SECONDS = 3600.0

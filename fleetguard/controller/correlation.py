@@ -4,14 +4,14 @@ fabric problem), not N host findings. Pure: events in, groups out; the task belo
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import duckdb
 
 from fleetguard.controller.columns import insert_records
-from fleetguard.records.findings import Finding
+from fleetguard.records.evidence import evidence_json, fleet_fault_evidence
+from fleetguard.records.findings import Finding, FindingKind, Severity, finding_id
 from fleetguard.records.telemetry import EventKind
 
 # Faults whose appearance on many hosts at once points at something they share.
@@ -101,7 +101,7 @@ class FleetCorrelation:
             self._open[fault.signature] = fault.last_ts
             if last is not None and fault.first_ts <= last + self.window_seconds:
                 continue  # the same episode, already reported
-            findings.append(_finding(fault, now))
+            findings.append(fleet_fault_finding(fault, now))
         for signature, last in list(self._open.items()):
             if now - last > 2 * self.window_seconds:
                 del self._open[signature]
@@ -116,27 +116,26 @@ class FleetCorrelation:
         ).fetchall()
         out: dict[str, float] = {}
         for (text,) in rows:
-            try:
-                doc = json.loads(text)
-                out[str(doc["signature"])] = float(doc["last_ts"])
-            except (ValueError, KeyError, TypeError):
-                continue
+            fault = fleet_fault_evidence(text)
+            if fault.signature is not None and fault.last_ts is not None:  # else: unreadable, not matched
+                out[fault.signature] = fault.last_ts
         return out
 
 
-def _finding(fault: FleetFault, now: float) -> Finding:
+def fleet_fault_finding(fault: FleetFault, now: float) -> Finding:
+    """The `fleet_fault` finding for one episode of a fault seen on several hosts."""
     what = f"XID {fault.code}" if fault.kind == EventKind.XID else f"{fault.kind} {fault.code or ''}".strip()
     return Finding(
         ts=now,
-        finding_id=f"fleet_fault:{fault.signature}:{fault.first_ts:.0f}",
-        kind="fleet_fault",
-        severity="critical",
+        finding_id=finding_id(FindingKind.FLEET_FAULT, fault.signature, fault.first_ts),
+        kind=FindingKind.FLEET_FAULT,
+        severity=Severity.CRITICAL,
         subject=f"fleet/{fault.signature}",
         summary=(
             f"{what} on {len(fault.hosts)} hosts within {fault.last_ts - fault.first_ts:.0f} s "
             "(a shared cause: driver, firmware or fabric)"
         ),
-        evidence_json=json.dumps(
+        evidence_json=evidence_json(
             {
                 "signature": fault.signature,
                 "kind": fault.kind,

@@ -30,7 +30,7 @@ from diagnosis.fleet_policy import FleetMembership, FleetVerdict, decide_fleet_r
 from fleetguard.controller.columns import insert_records
 from fleetguard.controller.hosts import HostState
 from fleetguard.controller.validate import IngestBatch
-from fleetguard.records.findings import Finding
+from fleetguard.records.findings import FLEET_COPY_PREFIX, Finding
 from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
 from fleetguard.shipping.commands import CommandKind
 from straggler.membership import JobClaims
@@ -218,7 +218,7 @@ class FleetRuntime:
         host = finding.host
         if job is not None and finding.rank is not None:
             host = job.claims.owner(finding.rank) or host
-        out = replace(finding, finding_id=f"fleet:{finding.finding_id}", host=host)
+        out = replace(finding, finding_id=f"{FLEET_COPY_PREFIX}{finding.finding_id}", host=host)
         decision = decide_fleet_restart(out, _membership(job), controller_acts=self._act is not None)
         if decision.verdict is FleetVerdict.RESTART and self._act is not None:
             # A hang across hosts: only the controller sees which host holds the culprit; that host's agent

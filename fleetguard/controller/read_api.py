@@ -4,7 +4,6 @@ them."""
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -12,6 +11,7 @@ import duckdb
 
 from diagnosis.health import SEVERITY_ORDER, Health, OpenIncident, Verdict, host_verdicts, rank
 from fleetguard.controller.hosts import HostState, to_json
+from fleetguard.records.evidence import api_document
 from fleetguard.store import open_incidents
 
 RECENT_SECONDS = 3600.0  # "open" findings: raised within this (incidents are open until resolved)
@@ -262,11 +262,8 @@ def findings(
     )
     for row in rows:
         text = row.pop("evidence_json")
-        try:
-            row["evidence"] = json.loads(text) if isinstance(text, str) else {}
-        except ValueError:
-            row["evidence"] = {"text": text}
-        if not boot_ids and isinstance(row["evidence"], dict):
+        row["evidence"] = api_document(text if isinstance(text, str) else None)
+        if not boot_ids:
             row["evidence"].pop("boot_id", None)  # host_silent's: for operators only, as in host_list
     return {"findings": rows}
 

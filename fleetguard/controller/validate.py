@@ -17,6 +17,7 @@ from typing import Any
 
 from fleetguard.httpserve import holds_lone_surrogate
 from fleetguard.records.bounds import INT64_MAX, INT64_MIN, UINT64_MAX
+from fleetguard.records.findings import CONTROLLER_FINDING_KINDS, FLEET_COPY_PREFIX
 from fleetguard.shipping.commands import CommandAck, ack_from_json
 from fleetguard.shipping.wire import WIRE_VERSION, Columns
 from fleetguard.store.schema import TABLES, Column, Table
@@ -180,17 +181,18 @@ def _short_text(name: str, value: object) -> str:
 
 
 def _timestamp(name: str, value: object, max_ts: float = MAX_TS) -> float:
-    if type(value) not in (int, float) or not MIN_TS <= value <= max_ts:  # type: ignore[operator]
+    # a plain int or float: not a bool, nor a subclass with its own comparisons
+    if not ((type(value) is int or type(value) is float) and MIN_TS <= value <= max_ts):
         raise BatchRefused(
             Refusal.INVALID_VALUE, f"batch.{name}: expected epoch seconds from 2000 to an hour from now"
         )
-    return float(value)  # type: ignore[arg-type]
+    return float(value)
 
 
 def _interval(value: object) -> float:
-    if type(value) not in (int, float) or not 0.01 <= value <= 86400:  # type: ignore[operator]
+    if not ((type(value) is int or type(value) is float) and 0.01 <= value <= 86400):
         raise BatchRefused(Refusal.INVALID_VALUE, "batch.interval_seconds: expected 0.01 to 86400")
-    return float(value)  # type: ignore[arg-type]
+    return float(value)
 
 
 def _acks(value: object) -> list[CommandAck]:
@@ -230,10 +232,13 @@ def check_columns(table: Table, columns: object, host: str, max_ts: float = MAX_
     return rows
 
 
-# What only the controller concludes: an agent may not write these (a forged host_silent id would hide a real
-# silence of another host; a forged fleet_fault would page about the fleet).
-CONTROLLER_FINDING_KINDS = frozenset({"host_silent", "fleet_fault"})
-CONTROLLER_FINDING_PREFIXES = ("fleet:", "host_silent:", "fleet_fault:")
+# Ids only the controller makes: its copies of agents' findings, its own kinds' ids (records.findings
+# .finding_id) and the ids those kinds had before that scheme (a forged one would still match an old row).
+CONTROLLER_FINDING_PREFIXES = (
+    FLEET_COPY_PREFIX,
+    *(f"{k.value}/" for k in sorted(CONTROLLER_FINDING_KINDS)),
+    *(f"{k.value}:" for k in sorted(CONTROLLER_FINDING_KINDS)),
+)
 
 
 def _check_agent_findings(columns: dict[str, Any], host: str, rows: int, where: str) -> None:

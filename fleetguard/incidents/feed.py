@@ -7,20 +7,23 @@ are read again over an overlap and the ones already handed on are skipped.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import duckdb
 
 from diagnosis.rules import Signals
 from diagnosis.rules_gpu import GPU_RULE_FIELDS
 from fleetguard.records.findings import Finding
+from fleetguard.records.rows import record_from_row
 from fleetguard.records.telemetry import Event, GpuSample, NicCounterSample, NicSample
 from fleetguard.store.incident_tables import epoch_sql, ts_sql
 
 
 class _Timed(Protocol):
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
     @property
     def ts(self) -> float: ...
 
@@ -98,7 +101,7 @@ def select_records(
 ) -> list[R]:
     """Rows of `table` as `record`s, oldest first (a column an older store lacks, or one left out of `only`,
     takes its default)."""
-    names = [f.name for f in fields(record)]  # type: ignore[arg-type]
+    names = [f.name for f in fields(record)]
     try:
         existing = {r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()}
     except duckdb.Error:
@@ -108,5 +111,6 @@ def select_records(
     rows = con.execute(
         f"SELECT {cols} FROM {table} WHERE {where} ORDER BY ts LIMIT {MAX_ROWS_PER_ROUND}", list(params)
     ).fetchall()
-    build: Callable[..., R] = record
-    return [build(**dict(zip(present, row, strict=True))) for row in rows]
+    typed = (record_from_row(record, dict(zip(present, row, strict=True))) for row in rows)
+    # A row whose kind this version does not know matches no rule: it stays in the store, unread here.
+    return [r for r in typed if r is not None]

@@ -21,6 +21,7 @@ from diagnosis.incident import (
 )
 from diagnosis.model import ComponentKind, IncidentKey, RepairAction, Severity
 from fleetguard.alerts.outbox import OutboxRow
+from fleetguard.records.rows import integer, number, number_or_none
 from fleetguard.store.incident_tables import epoch_sql, ts_sql
 
 _INCIDENT_COLUMNS = (
@@ -210,17 +211,17 @@ def _incident(r: Sequence[object]) -> Incident:
         action=RepairAction(str(r[8])),
         rule=str(r[9]),
         summary=str(r[10]),
-        first_seen=float(r[11]),  # type: ignore[arg-type]
-        last_seen=float(r[12]),  # type: ignore[arg-type]
-        occurrences=int(r[13]),  # type: ignore[call-overload]
-        opened_at=float(r[14]),  # type: ignore[arg-type]
-        resolved_at=None if r[15] is None else float(r[15]),  # type: ignore[arg-type]
-        closed_at=None if r[16] is None else float(r[16]),  # type: ignore[arg-type]
+        first_seen=number(r[11]),
+        last_seen=number(r[12]),
+        occurrences=integer(r[13]),
+        opened_at=number(r[14]),
+        resolved_at=number_or_none(r[15]),
+        closed_at=number_or_none(r[16]),
         resolution=Resolution(str(r[17])),
-        returns=int(r[18]),  # type: ignore[call-overload]
-        escalation_step=int(r[19]),  # type: ignore[call-overload]
-        sticky_seconds=float(r[20]),  # type: ignore[arg-type]
-        flaps=int(r[22] or 0),  # type: ignore[call-overload]
+        returns=integer(r[18]),
+        escalation_step=integer(r[19]),
+        sticky_seconds=number(r[20]),
+        flaps=integer(r[22] or 0),
     )
 
 
@@ -231,9 +232,9 @@ def _action(r: Sequence[object]) -> ActionEntry:
         host=str(r[2]),
         action=RepairAction(str(r[3])),
         rule=str(r[4]),
-        requested_at=float(r[5]),  # type: ignore[arg-type]
+        requested_at=number(r[5]),
         outcome=ActionOutcome(str(r[6])),
-        finished_at=None if r[7] is None else float(r[7]),  # type: ignore[arg-type]
+        finished_at=number_or_none(r[7]),
         detail=str(r[8]),
         fault_returned=bool(r[9]),
     )

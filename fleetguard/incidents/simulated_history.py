@@ -25,20 +25,20 @@ def history(
     gpus_per_host: int = 8,
     sample_seconds: float = 1800.0,
     seed: int = 0,
-) -> Iterator[list[object]]:
+) -> Iterator[list[GpuSample | Event | NicCounterSample]]:
     """One list of records per simulated day."""
     rng = random.Random(seed)
     uuids = [[str(uuid.UUID(int=rng.getrandbits(128))) for _ in range(gpus_per_host)] for _ in range(hosts)]
     for day in range(days):
         t0 = start + day * DAY
-        records: list[object] = []
+        records: list[GpuSample | Event | NicCounterSample] = []
         for h in range(hosts):
             host = f"node{h:04d}"
             records.extend(_samples(rng, host, uuids[h], t0, sample_seconds))
             records.extend(_xids(rng, host, gpus_per_host, t0))
             records.extend(_counters(rng, host, t0))
             records.extend(_quiet_counters(host, t0, sample_seconds))
-        records.sort(key=lambda r: r.ts)  # type: ignore[attr-defined]
+        records.sort(key=lambda r: r.ts)
         yield records
 
 
@@ -72,7 +72,7 @@ def _xids(rng: random.Random, host: str, gpus: int, t0: float) -> Iterator[Event
         return Event(
             ts=ts,
             host=host,
-            kind=EventKind.XID.value,
+            kind=EventKind.XID,
             source="kmsg",
             message=f"NVRM: Xid (PCI:{_pci(gpu)[:-2]}): {code}, pid=4242, name=python3",
             code=code,

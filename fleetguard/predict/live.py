@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import uuid as uuid_mod
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,7 +20,8 @@ import numpy as np
 import numpy.typing as npt
 
 from fleetguard.predict.store_reader import FailureRule, register_store, time_filter
-from fleetguard.records.findings import Finding
+from fleetguard.records.evidence import evidence_json
+from fleetguard.records.findings import Finding, FindingKind, Severity, finding_id
 from fleetguard.records.prediction import Prediction
 from predictor import artifact
 from predictor.dataset import build_instances, fetch_instances
@@ -147,6 +147,11 @@ def complete_bucket_end(now: float, step_seconds: float) -> float:
     return math.floor(now / step_seconds + 1e-9) * step_seconds
 
 
+def _drivers(p: Prediction) -> object:
+    """The features that raised the score, as stored with the prediction (a JSON list)."""
+    return json.loads(p.explanations or "[]")
+
+
 def at_risk_findings(
     picked: list[Prediction], policy: RiskPolicy, raised_at: float | None = None
 ) -> list[Finding]:
@@ -160,18 +165,16 @@ def at_risk_findings(
         out.append(
             Finding(
                 ts=p.ts if raised_at is None else raised_at,
-                finding_id=str(
-                    uuid_mod.uuid5(uuid_mod.NAMESPACE_URL, f"at_risk/{p.device_id}/{p.ts}/{p.model_id}")
-                ),
-                kind="at_risk_gpu",
-                severity="warning",
+                finding_id=finding_id(FindingKind.AT_RISK_GPU, p.device_id, p.ts, p.model_id),
+                kind=FindingKind.AT_RISK_GPU,
+                severity=Severity.WARNING,
                 subject=f"{p.host}/{p.device_id}",
                 summary=f"GPU {p.device_id} on {p.host}: failure risk {p.risk:.0%} within "
                 f"{p.horizon_hours:g} h (fleet base rate {base:.1%}; one of at most {rule.k} per "
                 f"{rule.period_seconds / 3600.0:g} h, model {p.model_id})",
                 host=p.host or None,
                 gpu_uuid=p.device_id,
-                evidence_json=json.dumps(
+                evidence_json=evidence_json(
                     {
                         "risk": p.risk,
                         "base_rate": base,
@@ -179,7 +182,7 @@ def at_risk_findings(
                         "model_id": p.model_id,
                         "selection": rule.to_dict(),
                         "horizon_hours": p.horizon_hours,
-                        "drivers": json.loads(p.explanations or "[]"),
+                        "drivers": _drivers(p),
                     }
                 ),
             )

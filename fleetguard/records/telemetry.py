@@ -126,7 +126,7 @@ class Event:
 
     ts: float
     host: str
-    kind: str  # an EventKind value
+    kind: EventKind
     source: str  # "kmsg", "nvml", "rdma", "nccl_log", "simulated" ...
     message: str
     code: int | None = None  # XID / SXID number, NCCL status

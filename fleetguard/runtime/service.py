@@ -24,7 +24,7 @@ from fleetguard.clock import Clock
 from fleetguard.jobcontrol.commands import Command, CommandQueue
 from fleetguard.jobcontrol.procfs import is_alive
 from fleetguard.records.action_requests import ActionKind, ActionRequest
-from fleetguard.records.findings import ActionRecord, Finding
+from fleetguard.records.findings import ActionOutcome, ActionRecord, Finding
 from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
 from fleetguard.runtime.crashes import CrashTracker
 from fleetguard.runtime.dump_watcher import DumpWatcher
@@ -452,7 +452,7 @@ class RuntimeService:
                 note = self._stop_delivery_note(record)
             if note:
                 record = replace(record, detail=f"{record.detail}; {note}")
-            if request.action == ActionKind.CHECKPOINT and record.outcome == "requested":
+            if request.action == ActionKind.CHECKPOINT and record.outcome == ActionOutcome.REQUESTED:
                 asked_checkpoint = True
             self.planner.action_done(request, record, self.ranks.job(request.job_id))
             records.append(record)
@@ -484,7 +484,7 @@ class RuntimeService:
         with self._analysis_lock:
             self.analyzer.forget_job(job_id)
         record = self.executor.execute(request)
-        if record.outcome == "succeeded":
+        if record.outcome == ActionOutcome.SUCCEEDED:
             return record
         survivors = {pid for pid in pids & self._expected_exits if is_alive(pid)}
         self._expected_exits.difference_update(survivors)
@@ -502,8 +502,12 @@ class RuntimeService:
 
     def _stop_delivery_note(self, record: ActionRecord) -> str:
         if self.config.stop_command:
-            return "the job was ended through runtime.stop_command" if record.outcome == "succeeded" else ""
-        if record.outcome != "requested":
+            return (
+                "the job was ended through runtime.stop_command"
+                if record.outcome == ActionOutcome.SUCCEEDED
+                else ""
+            )
+        if record.outcome != ActionOutcome.REQUESTED:
             return "the stop was not delivered: no rank can receive it"
         note = (
             "delivered with each rank's next report and taken at its next step boundary; "
@@ -675,7 +679,7 @@ class PolicyPlanner:
                 return
             if job is not None and job.checkpoint_step is not None:
                 state = state.with_checkpoint(job.checkpoint_step)
-            succeeded = record.outcome == "succeeded"
+            succeeded = record.outcome == ActionOutcome.SUCCEEDED
             self._states[request.job_id] = state.with_restart_outcome(request.evidence_id, succeeded)
 
 

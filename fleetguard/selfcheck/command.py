@@ -5,12 +5,12 @@ ships the evidence as findings: a `selfcheck_passed` finding naming the command 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import replace
 
 from fleetguard.config import Config
-from fleetguard.records.findings import Finding
+from fleetguard.records.evidence import evidence_json, with_more_evidence
+from fleetguard.records.findings import Finding, FindingKind, Severity, finding_id
 from fleetguard.selfcheck.report import SelfcheckReport
 from fleetguard.selfcheck.run import selfcheck_host
 from fleetguard.settings.policy_files import load_policy
@@ -32,24 +32,20 @@ def command_result(report: SelfcheckReport, command: HostCommand) -> tuple[Comma
     if report.passed:
         done = Finding(
             ts=report.finished,
-            finding_id=f"selfcheck:{report.host}:{command.command_id}",
-            kind="selfcheck_passed",
-            severity="info",
+            finding_id=finding_id(FindingKind.SELFCHECK_PASSED, report.host, command.command_id),
+            kind=FindingKind.SELFCHECK_PASSED,
+            severity=Severity.INFO,
             subject=f"host/{report.host}",
             summary=f"self-check passed on {report.host} ({len(report.results)} checks in {took:.1f} s)",
             host=report.host,
-            evidence_json=json.dumps(summary),
+            evidence_json=evidence_json(summary),
         )
         return CommandOutcome.DONE, f"passed: {len(report.results)} checks in {took:.1f} s", [done]
     findings: list[object] = []
     for finding in report.findings():
-        evidence = {**json.loads(finding.evidence_json or "{}"), "command_id": command.command_id}
-        findings.append(_with_evidence(finding, evidence))
+        more = with_more_evidence(finding.evidence_json, {"command_id": command.command_id})
+        findings.append(replace(finding, evidence_json=more))
     return CommandOutcome.FAILED, report.first_failure() or f"status {report.status.name.lower()}", findings
-
-
-def _with_evidence(finding: Finding, evidence: dict[str, object]) -> Finding:
-    return replace(finding, evidence_json=json.dumps(evidence, default=str))
 
 
 def selfcheck_runner(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -10,7 +9,8 @@ from enum import StrEnum
 from typing import Any
 
 from fleetguard.incidents.scan import ScanStatus
-from fleetguard.records.findings import Finding
+from fleetguard.records.evidence import evidence_json
+from fleetguard.records.findings import Finding, FindingKind, Severity, finding_id
 
 
 class CheckState(StrEnum):
@@ -85,14 +85,16 @@ class SelfcheckReport:
                 Finding(
                     ts=self.finished,
                     # One id per host, check, component and run: a re-run is a new finding.
-                    finding_id=f"selfcheck:{self.host}:{r.check}:{r.component}:{self.started:.3f}",
-                    kind="selfcheck_failed",
-                    severity="critical",
+                    finding_id=finding_id(
+                        FindingKind.SELFCHECK_FAILED, self.host, r.check, r.component, self.started
+                    ),
+                    kind=FindingKind.SELFCHECK_FAILED,
+                    severity=Severity.CRITICAL,
                     subject=f"{self.host}/{r.component}",
                     summary=f"self-check {r.check} failed on {r.component}: {r.detail}"[:500],
                     host=self.host,
-                    evidence_json=json.dumps(
-                        {"check": r.check, "component": r.component, **dict(r.evidence)}, default=str
+                    evidence_json=evidence_json(
+                        {"check": r.check, "component": r.component, **dict(r.evidence)}
                     ),
                 )
             )

@@ -6,6 +6,7 @@ import dataclasses
 import types
 import typing
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from fleetguard.records.findings import ActionRecord, Finding
@@ -81,6 +82,8 @@ def _column(name: str, annotation: Any, override: str | None = None) -> Column:
     for py_type, sql in _SQL_TYPES.items():
         if annotation is py_type:
             return Column(name, sql, nullable)
+    if isinstance(annotation, type) and issubclass(annotation, StrEnum):
+        return Column(name, "VARCHAR", nullable)  # a member is stored as its text
     raise TypeError(f"field {name}: no column type for {annotation!r}")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from fleetguard.records.telemetry import Batch, Event, GpuSample
+from fleetguard.records.telemetry import Batch, Event, EventKind, GpuSample
 
 
 class ScriptedCollector:
@@ -55,7 +55,7 @@ class ResumableStream(ScriptedCollector):
 
     def emit_xid(self, ts: float, code: int) -> None:
         self.last_seq = 1 if self.last_seq is None else self.last_seq + 1
-        self.emit(Event(ts, self.host, "xid", "kmsg", f"Xid {code}", code=code, seq=self.last_seq))
+        self.emit(Event(ts, self.host, EventKind.XID, "kmsg", f"Xid {code}", code=code, seq=self.last_seq))
 
     def commit(self, seq: int) -> None:
         self.commits.append(seq)

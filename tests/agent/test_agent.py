@@ -16,7 +16,7 @@ from fleetguard.agent.agent import Agent, RoundReport, Schedule
 from fleetguard.agent.buffer import WriteBuffer
 from fleetguard.agent.metrics import MetricsState
 from fleetguard.clock import FakeClock
-from fleetguard.records.telemetry import Event, GpuSample
+from fleetguard.records.telemetry import Event, EventKind, GpuSample
 from fleetguard.store import Store
 from tests.agent.fakes import ResumableStream, ScriptedCollector
 
@@ -106,8 +106,8 @@ class CountingFolder:
 
 def test_shutdown_releases_folded_events_flushes_and_closes_collectors(store: Store) -> None:
     collector = ScriptedCollector(gpus=1)
-    collector.emit(Event(1.0, "h", "xid", "test", "Xid 13", code=13))
-    collector.emit(Event(1.5, "h", "xid", "test", "Xid 13", code=13))
+    collector.emit(Event(1.0, "h", EventKind.XID, "test", "Xid 13", code=13))
+    collector.emit(Event(1.5, "h", EventKind.XID, "test", "Xid 13", code=13))
     folder = CountingFolder()
     agent = make_agent(store, collector, folder=folder)
     agent.sample_round()
@@ -145,7 +145,7 @@ def test_the_loop_keeps_a_fixed_schedule_and_stops_when_asked(store: Store) -> N
 
 def test_events_reach_the_round_report_once(store: Store) -> None:
     collector = ScriptedCollector(gpus=0)
-    collector.emit(Event(1.0, "h", "xid", "test", "Xid 79", code=79))
+    collector.emit(Event(1.0, "h", EventKind.XID, "test", "Xid 79", code=79))
     seen: list[RoundReport] = []
     agent = make_agent(store, collector, on_round=seen.append)
     agent.sample_round()

@@ -14,7 +14,7 @@ from fleetguard.agent.agent import Agent, RoundReport, Schedule
 from fleetguard.agent.buffer import WriteBuffer
 from fleetguard.agent.metrics import MetricsState
 from fleetguard.clock import FakeClock
-from fleetguard.records.telemetry import Batch, Event
+from fleetguard.records.telemetry import Batch, Event, EventKind
 from fleetguard.store import Store
 from tests.agent.fakes import ScriptedCollector
 
@@ -39,7 +39,7 @@ class Flood:
     def collect(self, now: float) -> Batch:
         self.collects.append(self.clock.monotonic())
         self.clock.advance(self.seconds)
-        return Batch(events=[Event(now, "h", "xid", "kmsg", "Xid 79", code=79, count=5_000)])
+        return Batch(events=[Event(now, "h", EventKind.XID, "kmsg", "Xid 79", code=79, count=5_000)])
 
     def problems(self) -> Mapping[str, int]:
         return {}

@@ -15,7 +15,7 @@ from collectors.nvml import NvmlCollector
 from fleetguard.agent.gpu_jobs import GpuJobs, act_on_gpu_findings, rank_processes
 from fleetguard.clock import FakeClock
 from fleetguard.jobcontrol.trust import job_key
-from fleetguard.records.findings import Finding
+from fleetguard.records.findings import Finding, FindingKind, Severity
 from fleetguard.runtime.protocol import parse_report
 from fleetguard.runtime.service import RuntimeService, RuntimeServiceConfig
 from tests.collectors.nvml_stub import FakeNvml, h100
@@ -53,8 +53,8 @@ def at_risk(uuid: str) -> Finding:
     return Finding(
         T0,
         "f-risk",
-        "at_risk_gpu",
-        "critical",
+        FindingKind.AT_RISK_GPU,
+        Severity.CRITICAL,
         f"node1/{uuid}",
         f"GPU {uuid}: risk 0.9",
         "node1",

@@ -14,7 +14,7 @@ from collectors.simulated_hardware import PORT_COUNTERS
 from fleetguard.agent.metrics import MetricsState
 from fleetguard.agent.nic_families import CLASSIFICATION, FAMILIES
 from fleetguard.records.prediction import Prediction
-from fleetguard.records.telemetry import Batch, Event, GpuSample, NicCounterSample
+from fleetguard.records.telemetry import Batch, Event, EventKind, GpuSample, NicCounterSample
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -72,15 +72,19 @@ def test_a_round_of_one_host_leaves_the_other_hosts_gpus_up() -> None:
     state = MetricsState()
     state.observe(Batch(gpu_samples=[gpu(0, "a"), gpu(0, "b")]))
     state.observe(Batch(gpu_samples=[gpu(0, "a")]))
-    state.observe(Batch(events=[Event(2.0, "b", "xid", "kmsg", "Xid 13", code=13)]))  # no samples at all
+    state.observe(
+        Batch(events=[Event(2.0, "b", EventKind.XID, "kmsg", "Xid 13", code=13)])
+    )  # no samples at all
     assert up(state) == {("a", "0"): 1.0, ("b", "0"): 1.0}
 
 
 def test_one_xid_from_nvml_by_index_and_the_kernel_by_bus_id_is_one_series_named_by_gpu() -> None:
     state = MetricsState()
     state.observe(Batch(gpu_samples=[gpu(0), gpu(1)]))
-    nvml = Event(2.0, "h", "xid", "nvml", "Xid 79", code=79, pci_bus_id="00000000:19:00.0", gpu_index=1)
-    kernel = Event(3.0, "h", "xid", "kmsg", "Xid 79", code=79, pci_bus_id="0000:19:00.0", count=2)
+    nvml = Event(
+        2.0, "h", EventKind.XID, "nvml", "Xid 79", code=79, pci_bus_id="00000000:19:00.0", gpu_index=1
+    )
+    kernel = Event(3.0, "h", EventKind.XID, "kmsg", "Xid 79", code=79, pci_bus_id="0000:19:00.0", count=2)
     state.observe(Batch(events=[nvml, kernel]))
     xids = samples(state, "fleetguard_gpu_xid_errors_total")
     labels = (("gpu", "1"), ("host", "h"), ("pci_bus_id", "0000:19:00.0"), ("uuid", "GPU-h-1"), ("xid", "79"))
@@ -90,7 +94,7 @@ def test_one_xid_from_nvml_by_index_and_the_kernel_by_bus_id_is_one_series_named
 def test_an_xid_on_a_bus_id_no_gpu_has_keeps_its_bus_id_and_an_empty_gpu() -> None:
     state = MetricsState()
     state.observe(
-        Batch(events=[Event(2.0, "h", "xid", "kmsg", "Xid 79", code=79, pci_bus_id="0000:9b:00.0")])
+        Batch(events=[Event(2.0, "h", EventKind.XID, "kmsg", "Xid 79", code=79, pci_bus_id="0000:9b:00.0")])
     )
     labels = (("gpu", ""), ("host", "h"), ("pci_bus_id", "0000:9b:00.0"), ("uuid", ""), ("xid", "79"))
     assert samples(state, "fleetguard_gpu_xid_errors_total") == {labels: 1.0}
@@ -101,7 +105,7 @@ def test_sxids_are_counted_per_nvswitch_and_code() -> None:
     sxid = Event(
         2.0,
         "h",
-        "sxid",
+        EventKind.SXID,
         "kmsg",
         "SXid 12028",
         code=12028,

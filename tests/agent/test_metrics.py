@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fleetguard.agent.metrics import MetricsState
 from fleetguard.records.prediction import Prediction
-from fleetguard.records.telemetry import Batch, Event, GpuSample, NicCounterSample, NicSample
+from fleetguard.records.telemetry import Batch, Event, EventKind, GpuSample, NicCounterSample, NicSample
 
 
 def render(state: MetricsState) -> str:
@@ -53,7 +53,7 @@ def gpu(index: int, **kw: object) -> GpuSample:
 @pytest.fixture
 def state() -> MetricsState:
     s = MetricsState()
-    xid = Event(1.0, "h", "xid", "kmsg", "Xid 79", code=79, pci_bus_id="0000:9b:00.0")
+    xid = Event(1.0, "h", EventKind.XID, "kmsg", "Xid 79", code=79, pci_bus_id="0000:9b:00.0")
     s.observe(
         Batch(
             gpu_samples=[gpu(0, pci_bus_id="00000000:9B:00.0"), gpu(1, power_watts=None)],
@@ -61,7 +61,9 @@ def state() -> MetricsState:
             nic_counters=[NicCounterSample(1.0, "h", "mlx5_0", 1, "symbol_error", "counters", 17)],
             events=[
                 xid,
-                Event(2.0, "h", "xid", "kmsg", "Xid 79", code=79, pci_bus_id="0000:9b:00.0", count=41),
+                Event(
+                    2.0, "h", EventKind.XID, "kmsg", "Xid 79", code=79, pci_bus_id="0000:9b:00.0", count=41
+                ),
             ],
         )
     )

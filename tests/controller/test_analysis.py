@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from fleetguard.clock import FakeClock
-from fleetguard.controller.analysis import SilentHosts
+from fleetguard.controller.analysis import SilentHosts, host_silent_finding
 from fleetguard.controller.correlation import FleetCorrelation, FleetEvent, correlate
 from fleetguard.controller.ingest import IngestWriter, Pending
 from fleetguard.controller.rollups import Rollups
 from fleetguard.controller.stats import ControllerStats
 from fleetguard.controller.validate import parse_batch
-from fleetguard.records.telemetry import Event, GpuSample, NicCounterSample
+from fleetguard.records.telemetry import Event, EventKind, GpuSample, NicCounterSample
 from fleetguard.shipping.wire import OutgoingBatch, columns_by_table, encode
 from fleetguard.store import Store
 
@@ -60,6 +61,21 @@ def test_a_host_silent_past_three_intervals_is_one_finding_until_it_speaks_again
     ]
 
 
+def test_a_silence_reported_under_the_old_id_scheme_is_not_reported_again(store: Store) -> None:
+    clock = FakeClock(T0)
+    writer = IngestWriter(store, clock, ControllerStats())
+    _commit(writer, "node-a", 1, [], T0)
+    [host] = writer.host_states()
+    clock.advance(60.0)
+    before_upgrade = replace(
+        host_silent_finding(host, clock.time(), 0.0), finding_id=f"host_silent:node-a:{host.last_seen:.3f}"
+    )
+    store.append([before_upgrade])
+    with store.transaction() as con:
+        SilentHosts(writer, 0.0)(con, clock.time())  # the upgraded controller, same silence
+    assert [(k, h) for k, h, _ in _findings(store)] == [("host_silent", "node-a")]
+
+
 def test_rollups_summarise_each_minute_and_hour_and_fold_in_late_data(store: Store) -> None:
     clock = FakeClock(T0)
     writer = IngestWriter(store, clock, ControllerStats())
@@ -106,7 +122,7 @@ def test_rollups_summarise_each_minute_and_hour_and_fold_in_late_data(store: Sto
 
 
 def _xid(ts: float, host: str, code: int) -> Event:
-    return Event(ts, host, "xid", "kmsg", f"NVRM: Xid {code}", code=code)
+    return Event(ts, host, EventKind.XID, "kmsg", f"NVRM: Xid {code}", code=code)
 
 
 def test_the_same_xid_on_many_hosts_within_the_window_is_one_fleet_finding(store: Store) -> None:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import duckdb
 
-from fleetguard.records.findings import ActionRecord, Finding
+from fleetguard.records.action_requests import ActionKind
+from fleetguard.records.findings import ActionOutcome, ActionRecord, Finding, FindingKind, Severity
 from fleetguard.shipping.wire import columns_by_table, encode
 from tests.controller.helpers import Controller, batch, metric_value, start_test_controller
 
@@ -74,13 +75,27 @@ def test_rows_of_another_host_inside_a_batch_are_400_so_the_agent_sets_the_batch
 
 def test_an_agent_cannot_write_findings_only_the_controller_makes(controller: Controller) -> None:
     forged = Finding(
-        1_795_000_000.0, "host_silent:node-b:1.000", "host_silent", "warning", "host/node-b", "x"
+        1_795_000_000.0,
+        "host_silent:node-b:1.000",
+        FindingKind.HOST_SILENT,
+        Severity.WARNING,
+        "host/node-b",
+        "x",
     )
     b = batch("node-a", 1)
     b.tables.update(columns_by_table([forged]))
     assert controller.ship(b).status == 400
-    own = Finding(1_795_000_000.0, "straggler/j/1", "straggler", "warning", "job/j/rank/1", "slow")  # no host
+    # nor one of their ids under another kind (the controller's own id scheme: "<kind>/...")
+    forged_id = Finding(
+        1_795_000_000.0, "host_silent/node-b/1.000", FindingKind.STRAGGLER, Severity.WARNING, "job/j", "x"
+    )
     b = batch("node-a", 2)
+    b.tables.update(columns_by_table([forged_id]))
+    assert controller.ship(b).status == 400
+    own = Finding(
+        1_795_000_000.0, "straggler/j/1", FindingKind.STRAGGLER, Severity.WARNING, "job/j/rank/1", "slow"
+    )  # no host
+    b = batch("node-a", 3)
     b.tables.update(columns_by_table([own]))
     assert controller.ship(b).status == 200
     found = controller.get("/v1/findings?since=1795000000").doc["findings"]
@@ -133,7 +148,9 @@ def test_records_and_send_times_far_ahead_of_the_controllers_clock_are_400(contr
     # A finding dated 2199 would stay "open" and newest for ever; a send time in 2199 would stick as the
     # host's last_sent (its lag, its jobs' analysis clock) for the rest of its boot.
     now = time.time()
-    future = Finding(now + 10 * 365 * 86400, "straggler/j/9", "straggler", "warning", "job/j/rank/9", "x")
+    future = Finding(
+        now + 10 * 365 * 86400, "straggler/j/9", FindingKind.STRAGGLER, Severity.WARNING, "job/j/rank/9", "x"
+    )
     b = batch("node-a", 1)
     b.tables.update(columns_by_table([future]))
     assert controller.ship(b).status == 400
@@ -146,11 +163,15 @@ def test_an_action_is_stored_with_the_host_of_the_batch_and_may_not_name_another
     controller: Controller,
 ) -> None:
     now = time.time()
-    own = ActionRecord(now, "act-1", "restart", "job/j", "straggler/j/1", "succeeded")  # names no host
+    own = ActionRecord(
+        now, "act-1", ActionKind.RESTART, "job/j", "straggler/j/1", ActionOutcome.SUCCEEDED
+    )  # names no host
     b = batch("node-a", 1)
     b.tables.update(columns_by_table([own]))
     assert controller.ship(b).status == 200
-    forged = ActionRecord(now, "act-2", "restart", "job/j", None, "succeeded", host="node-b")
+    forged = ActionRecord(
+        now, "act-2", ActionKind.RESTART, "job/j", None, ActionOutcome.SUCCEEDED, host="node-b"
+    )
     b = batch("node-a", 2)
     b.tables.update(columns_by_table([forged]))
     assert controller.ship(b).status == 400

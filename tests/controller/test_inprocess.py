@@ -12,7 +12,7 @@ from fleetguard.clock import FakeClock
 from fleetguard.controller.ingest import IngestWriter
 from fleetguard.controller.inprocess import IngestBuffer
 from fleetguard.controller.stats import ControllerStats
-from fleetguard.records.findings import Finding
+from fleetguard.records.findings import Finding, FindingKind, Severity
 from fleetguard.store import Store
 from tests.controller.helpers import counter_rows, gpu_rows
 
@@ -86,7 +86,7 @@ def test_a_batch_the_checks_refuse_is_dropped_and_counted_and_the_rest_stored(st
     try:
         buffer = IngestBuffer(writer, "h0", 1.0, clock)
         # only the controller may conclude a host is silent: the checks refuse the batch holding this
-        forged = Finding(clock.time(), "x", "host_silent", "warning", "host/h1", "")
+        forged = Finding(clock.time(), "x", FindingKind.HOST_SILENT, Severity.WARNING, "host/h1", "")
         buffer.add([*gpu_rows("h0", clock.time()), forged, *gpu_rows("h2", clock.time())])
         assert buffer.flush() == 2
     finally:

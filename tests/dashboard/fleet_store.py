@@ -20,7 +20,8 @@ from collectors.simulated import (
     ThermalThrottle,
 )
 from collectors.simulated_faults import FaultScript
-from fleetguard.records.findings import ActionRecord, Finding
+from fleetguard.records.action_requests import ActionKind
+from fleetguard.records.findings import ActionOutcome, ActionRecord, Finding, FindingKind, Severity
 from fleetguard.records.prediction import Prediction
 from fleetguard.records.runtime import Heartbeat, StepTiming
 from fleetguard.records.telemetry import Batch, GpuSample
@@ -85,8 +86,8 @@ def build_fleet_store(path: Path) -> BuiltFleet:
         finding = Finding(
             ts=END_TS - 20,
             finding_id="straggler/train-42/5/10/3",
-            kind="straggler",
-            severity="warning",
+            kind=FindingKind.STRAGGLER,
+            severity=Severity.WARNING,
             subject=f"job/{JOB_ID}/rank/{SLOW_RANK}",
             summary=f"rank {SLOW_RANK} of job {JOB_ID} is 1.60x its peers' median over 3 windows",
             host=fleet.host_names[1],
@@ -95,7 +96,12 @@ def build_fleet_store(path: Path) -> BuiltFleet:
             evidence_json=json.dumps({"score": 0.6}),
         )
         action = ActionRecord(
-            END_TS - 10, "act-1", "checkpoint", f"job/{JOB_ID}", finding.finding_id, "succeeded"
+            END_TS - 10,
+            "act-1",
+            ActionKind.CHECKPOINT,
+            f"job/{JOB_ID}",
+            finding.finding_id,
+            ActionOutcome.SUCCEEDED,
         )
         store.append([*predictions, finding, action])
         _run_incident_engine(store, start)

@@ -13,7 +13,7 @@ def xid(code: int, ts: float, host: str = "node1", pci: str = "0000:9b:00", coun
     return Event(
         ts=ts,
         host=host,
-        kind=EventKind.XID.value,
+        kind=EventKind.XID,
         source="kmsg",
         message=f"NVRM: Xid (PCI:{pci}): {code}, pid=1, name=python3, something",
         code=code,

@@ -8,9 +8,9 @@ from diagnosis.drain_marks import IDLE_KIND, DrainMarks
 from diagnosis.engine import IncidentEngine
 from diagnosis.gpu_jobs import GpuUsage, RankProcess, join_gpu_jobs
 from diagnosis.incident import ActionOutcome
-from diagnosis.model import RepairAction, Severity
+from diagnosis.model import RepairAction
 from diagnosis.rules import Signals
-from fleetguard.records.findings import Finding
+from fleetguard.records.findings import Finding, FindingKind, Severity
 from fleetguard.settings.policy_files import load_policy
 from tests.diagnosis.records import T0
 
@@ -21,8 +21,8 @@ def _at_risk(gpu: str, host: str, ts: float = T0) -> Finding:
     return Finding(
         ts=ts,
         finding_id=f"risk-{gpu}",
-        kind="at_risk_gpu",
-        severity="warning",
+        kind=FindingKind.AT_RISK_GPU,
+        severity=Severity.WARNING,
         subject=f"{host}/{gpu}",
         summary=f"GPU {gpu} at risk",
         host=host,

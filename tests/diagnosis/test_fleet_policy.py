@@ -15,7 +15,7 @@ from diagnosis.fleet_policy import (
     decide_fleet_restart,
     with_decision,
 )
-from fleetguard.records.findings import Finding
+from fleetguard.records.findings import Finding, FindingKind, Severity
 
 JOB = "job-1"
 TWO_HOSTS = FleetMembership(reporting_hosts=2, hosts=frozenset({"h1", "h2"}), corroborated=True)
@@ -34,12 +34,14 @@ SOLE = FleetMembership(
 ONE_REPORTS = FleetMembership(reporting_hosts=1, hosts=frozenset({"h1"}), corroborated=False)
 
 
-def finding(kind: str = "hang_localised", host: str | None = "h2", job_id: str | None = JOB) -> Finding:
+def finding(
+    kind: FindingKind = FindingKind.HANG_LOCALISED, host: str | None = "h2", job_id: str | None = JOB
+) -> Finding:
     return Finding(
         ts=1000.0,
         finding_id=f"fleet:{kind}-1",
         kind=kind,
-        severity="critical",
+        severity=Severity.CRITICAL,
         subject=f"job/{job_id}",
         summary="rank 3 stuck in all_reduce",
         host=host,
@@ -59,8 +61,8 @@ RESTART_H2 = FleetDecision(
     [
         ("hang across two corroborated hosts", finding(), TWO_HOSTS, True, RESTART_H2),
         ("the controller sends no commands", finding(), TWO_HOSTS, False, AGENT_ACTS),
-        ("a straggler is the agent's", finding("straggler"), TWO_HOSTS, True, AGENT_ACTS),
-        ("a dead rank is the agent's", finding("dead_rank"), TWO_HOSTS, True, AGENT_ACTS),
+        ("a straggler is the agent's", finding(FindingKind.STRAGGLER), TWO_HOSTS, True, AGENT_ACTS),
+        ("a dead rank is the agent's", finding(FindingKind.DEAD_RANK), TWO_HOSTS, True, AGENT_ACTS),
         ("the job is no longer watched", finding(), None, True, AGENT_ACTS),
         ("only one host reports the job", finding(), ONE_REPORTS, True, AGENT_ACTS),
         ("no culprit host known", finding(host=None), TWO_HOSTS, True, AGENT_ACTS),
@@ -114,5 +116,5 @@ def test_withheld_restart_says_why() -> None:
 
 
 def test_agent_acts_leaves_the_finding_as_it_was() -> None:
-    f = finding("straggler")
+    f = finding(FindingKind.STRAGGLER)
     assert with_decision(f, decide_fleet_restart(f, TWO_HOSTS, controller_acts=True)) is f

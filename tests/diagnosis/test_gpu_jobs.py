@@ -15,7 +15,7 @@ from diagnosis.gpu_jobs import (
     join_gpu_jobs,
     usage_of,
 )
-from fleetguard.records.findings import Finding
+from fleetguard.records.findings import Finding, FindingKind, Severity
 
 UUID = ["GPU-aaaa-0", "GPU-aaaa-1", "GPU-aaaa-2"]
 GPUS = [
@@ -34,8 +34,8 @@ def at_risk(uuid: str, **changes: object) -> Finding:
     finding = Finding(
         ts=1.0,
         finding_id="f-1",
-        kind="at_risk_gpu",
-        severity="critical",
+        kind=FindingKind.AT_RISK_GPU,
+        severity=Severity.CRITICAL,
         subject=f"h/{uuid}",
         summary=f"GPU {uuid} on h: failure risk 0.91 within 24 h",
         host="h",

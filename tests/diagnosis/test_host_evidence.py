@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collectors.gpu_device import GpuProcesses
 from diagnosis.host_evidence import HostFault, evidence_for, host_fault, suspect_ranks
-from fleetguard.records.findings import Finding
-from fleetguard.records.telemetry import Event
+from fleetguard.records.findings import Finding, FindingKind, Severity
+from fleetguard.records.telemetry import Event, EventKind
 
 FATAL = frozenset({48, 79, 95})
 GPUS = [
@@ -17,7 +17,7 @@ GPUS = [
 def xid(
     code: int, *, source: str = "kmsg", bus: str | None = "0000:3b:00.0", pid: int | None = None
 ) -> Event:
-    return Event(100.0, "h", "xid", source, f"Xid {code}", code=code, pci_bus_id=bus, pid=pid)
+    return Event(100.0, "h", EventKind.XID, source, f"Xid {code}", code=code, pci_bus_id=bus, pid=pid)
 
 
 def test_a_fatal_xid_from_the_kernel_log_or_nvml_is_a_host_fault() -> None:
@@ -31,16 +31,21 @@ def test_an_application_xid_is_not_a_host_fault() -> None:
 
 def test_what_the_ranks_write_is_not_a_host_fault() -> None:
     assert host_fault(xid(48, source="nccl_log"), FATAL) is None
-    assert host_fault(Event(100.0, "h", "nccl_error", "nccl_log", "unhandled system error"), FATAL) is None
+    assert (
+        host_fault(Event(100.0, "h", EventKind.NCCL_ERROR, "nccl_log", "unhandled system error"), FATAL)
+        is None
+    )
 
 
 def test_a_gpu_off_the_bus_is_a_host_fault() -> None:
-    gone = Event(100.0, "h", "gpu_fallen_off_bus", "kmsg", "GPU has fallen off the bus", pci_bus_id="x")
+    gone = Event(
+        100.0, "h", EventKind.GPU_FALLEN_OFF_BUS, "kmsg", "GPU has fallen off the bus", pci_bus_id="x"
+    )
     assert host_fault(gone, FATAL) is not None
 
 
 def _fault(bus: str | None = "0000:3b:00.0", *, ts: float = 100.0, pid: int | None = None) -> HostFault:
-    return HostFault(ts, "xid", "kmsg", 48, None, bus, pid)
+    return HostFault(ts, EventKind.XID, "kmsg", 48, None, bus, pid)
 
 
 def test_a_fault_on_the_gpu_the_suspects_process_uses_bears_on_it() -> None:
@@ -67,6 +72,14 @@ def test_no_trusted_process_no_evidence() -> None:
 
 def test_the_suspects_of_a_localised_hang_come_from_its_evidence() -> None:
     hang = Finding(
-        1.0, "f", "hang_localised", "critical", "s", "s", "h", "j", evidence_json='{"suspect_ranks": [1, 3]}'
+        1.0,
+        "f",
+        FindingKind.HANG_LOCALISED,
+        Severity.CRITICAL,
+        "s",
+        "s",
+        "h",
+        "j",
+        evidence_json='{"suspect_ranks": [1, 3]}',
     )
     assert suspect_ranks(hang) == (1, 3)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from diagnosis.alert_payloads import AlertEvent, alert_events
 from diagnosis.engine import IncidentEngine
 from diagnosis.incident import ActionOutcome, ChangeKind, IncidentState, Resolution
-from diagnosis.model import ComponentKind, IncidentKey, RepairAction, Severity
+from diagnosis.model import ComponentKind, IncidentKey, RepairAction
 from diagnosis.rules import Signals
-from fleetguard.records.findings import Finding
+from fleetguard.records.findings import Finding, FindingKind, Severity
 from fleetguard.settings.policy_files import load_policy
 from tests.diagnosis.records import T0, UUID, counter, gpu, port, xid
 
@@ -156,7 +156,14 @@ def test_thermal_throttling_opens_and_clears() -> None:
 def test_a_runtime_finding_is_an_incident_of_its_job() -> None:
     eng = engine()
     finding = Finding(
-        T0, "f1", "dead_rank", "critical", "job/rank 3", "rank 3 died", host="node1", job_id="j1"
+        T0,
+        "f1",
+        FindingKind.DEAD_RANK,
+        Severity.CRITICAL,
+        "job/rank 3",
+        "rank 3 died",
+        host="node1",
+        job_id="j1",
     )
     (change,) = eng.observe(Signals(findings=[finding]), T0)
     assert change.incident.key == IncidentKey("node1", ComponentKind.JOB, "j1", "finding:dead_rank")

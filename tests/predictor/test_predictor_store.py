@@ -16,7 +16,7 @@ from fleetguard.predict.demo_model import HOURLY_DEMO, train_demo_model
 from fleetguard.predict.live import LiveScorer, at_risk_findings, complete_bucket_end
 from fleetguard.predict.store_reader import FailureRule, register_store
 from fleetguard.records.prediction import Prediction
-from fleetguard.records.telemetry import Event, GpuSample
+from fleetguard.records.telemetry import Event, EventKind, GpuSample
 from fleetguard.store import Store
 
 HOUR = 3600.0
@@ -59,7 +59,7 @@ def store_path(tmp_path: Path) -> Path:
                 Event(
                     ts=T0 + 10 * HOUR,
                     host="node1",
-                    kind="xid",
+                    kind=EventKind.XID,
                     source="kmsg",
                     message="Xid 79",
                     code=79,
@@ -68,7 +68,7 @@ def store_path(tmp_path: Path) -> Path:
                 Event(
                     ts=T0 + 11 * HOUR,
                     host="node1",
-                    kind="xid",
+                    kind=EventKind.XID,
                     source="kmsg",
                     message="Xid 13",
                     code=13,
@@ -77,7 +77,7 @@ def store_path(tmp_path: Path) -> Path:
                 Event(
                     ts=T0 + 12 * HOUR,
                     host="node1",
-                    kind="gpu_lost",
+                    kind=EventKind.GPU_LOST,
                     source="nvml",
                     message="lost",
                     gpu_index=3,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collectors.gpu_device import GpuProcesses
-from fleetguard.records.telemetry import Event
+from fleetguard.records.telemetry import Event, EventKind
 from fleetguard.runtime.host_signals import HostSignals, fatal_xids
 
 
@@ -18,7 +18,7 @@ class Processes:
 
 
 def xid(ts: float, code: int = 48, bus: str = "0000:3b:00.0") -> Event:
-    return Event(ts, "h", "xid", "kmsg", f"Xid {code}", code=code, pci_bus_id=bus)
+    return Event(ts, "h", EventKind.XID, "kmsg", f"Xid {code}", code=code, pci_bus_id=bus)
 
 
 def test_the_catalogues_fatal_xids_are_host_evidence_and_application_xids_are_not() -> None:

@@ -16,7 +16,7 @@ from fleetguard.clock import FakeClock
 from fleetguard.config import Config, RuntimeConfig
 from fleetguard.jobcontrol.trust import job_key
 from fleetguard.records.action_requests import ActionKind
-from fleetguard.records.findings import ActionRecord, Finding
+from fleetguard.records.findings import ActionOutcome, ActionRecord, Finding, FindingKind, Severity
 from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
 from fleetguard.runtime.pid_watcher import ProcessExit
 from fleetguard.runtime.protocol import parse_report
@@ -56,7 +56,7 @@ def run_queued_actions(service: RuntimeService) -> list[ActionRecord]:
 
 
 def carried_out(
-    service: RuntimeService, clock: FakeClock, requests: Sequence[ActionRequest], outcome: str
+    service: RuntimeService, clock: FakeClock, requests: Sequence[ActionRequest], outcome: ActionOutcome
 ) -> None:
     """Tell the planner each request ran with `outcome`, without running it."""
     for r in requests:
@@ -228,12 +228,26 @@ def test_the_policy_keeps_per_job_state_so_one_fault_restarts_once(ranks) -> Non
     for r, p in enumerate(ranks):
         report(service, clock, r, p.pid, step=5)
     dead = Finding(
-        clock.time(), "f-1", "dead_rank", "critical", f"job/{JOB}/rank/0", "dead", job_id=JOB, rank=0
+        clock.time(),
+        "f-1",
+        FindingKind.DEAD_RANK,
+        Severity.CRITICAL,
+        f"job/{JOB}/rank/0",
+        "dead",
+        job_id=JOB,
+        rank=0,
     )
     first = service.planner(dead, service.ranks.job(JOB))
     clock.advance(5)
     again = Finding(
-        clock.time(), "f-2", "dead_rank", "critical", f"job/{JOB}/rank/1", "dead", job_id=JOB, rank=1
+        clock.time(),
+        "f-2",
+        FindingKind.DEAD_RANK,
+        Severity.CRITICAL,
+        f"job/{JOB}/rank/1",
+        "dead",
+        job_id=JOB,
+        rank=1,
     )
     second = service.planner(again, service.ranks.job(JOB))
     assert [r.action for r in first] == ["restart"]
@@ -298,8 +312,8 @@ def test_a_crash_loop_is_stopped_with_a_stop_command_instead_of_a_fourth_restart
         crash = Finding(
             clock.time(),
             f"f-{attempt}",
-            "dead_rank",
-            "critical",
+            FindingKind.DEAD_RANK,
+            Severity.CRITICAL,
             f"job/{JOB}/rank/0",
             "dead",
             job_id=JOB,
@@ -307,7 +321,7 @@ def test_a_crash_loop_is_stopped_with_a_stop_command_instead_of_a_fourth_restart
         )
         requests = service.planner(crash, service.ranks.job(JOB))
         planned.extend(r.action for r in requests)
-        carried_out(service, clock, requests, "succeeded")
+        carried_out(service, clock, requests, ActionOutcome.SUCCEEDED)
         clock.advance(60.0)
     assert planned == ["restart", "restart", "restart", "stop_crash_loop"]
     [record] = service.run_actions([ActionRequest(ActionKind.STOP_CRASH_LOOP, JOB, "f-s", "crash loop")])
@@ -370,8 +384,8 @@ def hang(clock: FakeClock) -> Finding:
     return Finding(
         clock.time(),
         f"hang-{clock.time()}",
-        "hang_localised",
-        "critical",
+        FindingKind.HANG_LOCALISED,
+        Severity.CRITICAL,
         f"job/{JOB}/group/world",
         "hung",
         job_id=JOB,
@@ -384,9 +398,16 @@ def restarted_at_the_start(service: RuntimeService, clock: FakeClock, ranks) -> 
     for r, p in enumerate(ranks):
         report(service, clock, r, p.pid, step=5)
     dead = Finding(
-        clock.time(), "f-0", "dead_rank", "critical", f"job/{JOB}/rank/0", "dead", job_id=JOB, rank=0
+        clock.time(),
+        "f-0",
+        FindingKind.DEAD_RANK,
+        Severity.CRITICAL,
+        f"job/{JOB}/rank/0",
+        "dead",
+        job_id=JOB,
+        rank=0,
     )
-    carried_out(service, clock, service.planner(dead, service.ranks.job(JOB)), "succeeded")
+    carried_out(service, clock, service.planner(dead, service.ranks.job(JOB)), ActionOutcome.SUCCEEDED)
 
 
 def queued(service: RuntimeService) -> list[tuple[str | None, str]]:
@@ -430,7 +451,14 @@ def test_a_failed_restart_is_not_counted_as_a_restart(ranks) -> None:
     for r, p in enumerate(ranks):
         report(service, clock, r, p.pid, step=5)
     dead = Finding(
-        clock.time(), "f-1", "dead_rank", "critical", f"job/{JOB}/rank/0", "dead", job_id=JOB, rank=0
+        clock.time(),
+        "f-1",
+        FindingKind.DEAD_RANK,
+        Severity.CRITICAL,
+        f"job/{JOB}/rank/0",
+        "dead",
+        job_id=JOB,
+        rank=0,
     )
     service.run_actions(service.planner(dead, service.ranks.job(JOB)))
     assert service.planner.state(JOB).restarts == ()  # type: ignore[attr-defined]

@@ -14,10 +14,11 @@ import duckdb
 import pandas as pd
 import pytest
 
-from fleetguard.records.findings import ActionRecord, Finding
+from fleetguard.records.action_requests import ActionKind
+from fleetguard.records.findings import ActionOutcome, ActionRecord, Finding, FindingKind, Severity
 from fleetguard.records.prediction import Prediction
 from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
-from fleetguard.records.telemetry import Event, GpuSample, NicCounterSample, NicSample
+from fleetguard.records.telemetry import Event, EventKind, GpuSample, NicCounterSample, NicSample
 from fleetguard.store import Store, StoreError, StoreLocked, UnstorableRows
 from fleetguard.store.migrations import CURRENT_VERSION, MIGRATIONS
 from fleetguard.store.schema import TABLE_BY_RECORD, TABLES
@@ -52,7 +53,7 @@ ONE_OF_EACH: list[object] = [
     Event(
         NOW,
         "host-a",
-        "xid",
+        EventKind.XID,
         "kmsg",
         "NVRM: Xid (PCI:0000:9b:00): 79",
         79,
@@ -71,8 +72,8 @@ ONE_OF_EACH: list[object] = [
     Finding(
         NOW,
         "f-1",
-        "dead_rank",
-        "critical",
+        FindingKind.DEAD_RANK,
+        Severity.CRITICAL,
         "job-1/rank 3",
         "rank 3 died",
         "host-a",
@@ -81,7 +82,9 @@ ONE_OF_EACH: list[object] = [
         None,
         '{"pid": 4242}',
     ),
-    ActionRecord(NOW, "a-1", "restart", "job-1", "f-1", "succeeded", "SIGTERM to worker group"),
+    ActionRecord(
+        NOW, "a-1", ActionKind.RESTART, "job-1", "f-1", ActionOutcome.SUCCEEDED, "SIGTERM to worker group"
+    ),
     Prediction(NOW, "host-a", "GPU-1", 0.83, 1, "model-1", 168.0),
 ]
 
@@ -165,14 +168,17 @@ def test_an_integer_too_large_for_its_column_is_named_with_its_record_and_nothin
             NicCounterSample(NOW, "h", "mlx5_0", 1, "port_xmit_data", "counters", 2**64 - 1, 2**64 - 1),
             "delta=18446744073709551615 is outside BIGINT",
         ),
-        (Event(NOW, "h", "xid", "kmsg", "m", seq=10**20), "seq=100000000000000000000 is outside BIGINT"),
+        (
+            Event(NOW, "h", EventKind.XID, "kmsg", "m", seq=10**20),
+            "seq=100000000000000000000 is outside BIGINT",
+        ),
         (
             CollectiveProgress(NOW, "h", "j", 0, "pg", 10**30, 0, 0),
             "last_enqueued=1000000000000000000000000000000 is outside BIGINT",
         ),
         (full_gpu_sample(ts=float("inf")), "ts=inf is not a time a TIMESTAMP holds"),
         (
-            Event(NOW, "h", "xid", "kmsg", "m", last_ts=1e300),
+            Event(NOW, "h", EventKind.XID, "kmsg", "m", last_ts=1e300),
             "last_ts=1e+300 is not a time a TIMESTAMP holds",
         ),
     ],
@@ -188,7 +194,10 @@ def test_an_integer_too_large_for_its_column_is_named_with_its_record_and_nothin
 def test_every_value_a_column_cannot_hold_is_named_before_any_sql(
     store: Store, record: object, reason: str
 ) -> None:
-    neighbours = [Event(NOW, "h", "xid", "kmsg", "m", seq=None), Event(NOW, "h", "xid", "kmsg", "m", seq=3)]
+    neighbours = [
+        Event(NOW, "h", EventKind.XID, "kmsg", "m", seq=None),
+        Event(NOW, "h", EventKind.XID, "kmsg", "m", seq=3),
+    ]
     with pytest.raises(UnstorableRows) as caught:
         store.append([*neighbours, record])
     assert [(row is record, why) for row, why in caught.value.rows] == [(True, reason)]
@@ -391,8 +400,8 @@ def test_retention_deletes_only_rows_older_than_the_limit(store: Store) -> None:
         [
             full_gpu_sample(ts=NOW - 40 * day),
             full_gpu_sample(ts=NOW - 10 * day),
-            Event(NOW - 31 * day, "h", "xid", "kmsg", "old"),
-            Event(NOW, "h", "xid", "kmsg", "new"),
+            Event(NOW - 31 * day, "h", EventKind.XID, "kmsg", "old"),
+            Event(NOW, "h", EventKind.XID, "kmsg", "new"),
         ]
     )
     deleted = store.apply_retention(30, now=NOW)
@@ -415,7 +424,7 @@ def test_export_writes_hive_partitions_by_day_and_host_and_never_duplicates(
             full_gpu_sample(host="a"),
             full_gpu_sample(host="b"),
             full_gpu_sample(host="a", ts=NOW + day),
-            ActionRecord(NOW, "a1", "restart", "job", None, "succeeded"),
+            ActionRecord(NOW, "a1", ActionKind.RESTART, "job", None, ActionOutcome.SUCCEEDED),
         ]
     )
     out = tmp_path / "parquet"
