@@ -1,5 +1,6 @@
 """The incident service drains through a real Slurm: a fatal XID's incident id lands in the node's reason,
-a node somebody else drained is left alone, and an unreachable slurmctld is a failed action that says so."""
+a node somebody else drained is left alone, and an unreachable slurmctld is a failed action that says so and
+is tried again until Slurm answers."""
 
 from __future__ import annotations
 
@@ -69,3 +70,30 @@ def test_slurm_unreachable_is_a_failed_action_that_names_scontrol(store: Store, 
     _service(store, slurm, timeout=5, conf=down).round(Signals(events=[xid(79, T0)]), T0 + 1)
     rows = store.connection.execute("SELECT outcome, detail FROM incident_actions").fetchall()
     assert rows[0][0] == "failed" and "scontrol" in rows[0][1], rows
+
+
+def test_slurm_down_the_drain_is_retried_and_the_incident_ledger_says_so(
+    store: Store, slurm: SlurmCluster
+) -> None:
+    """slurmctld stopped for real: the drain fails naming scontrol and when it is tried again; slurmctld
+    back, the engine asks again after the policy's delay and the node is drained, the ledger saying which
+    attempt."""
+    service = _service(store, slurm, timeout=5)
+    slurm.stop_controller()
+    try:
+        service.round(Signals(events=[xid(79, T0)]), T0 + 1)
+    finally:
+        slurm.start_controller()
+    try:
+        service.round(Signals(), T0 + 30)  # before the delay: nothing is tried
+        service.round(Signals(), T0 + 62)
+        rows = store.connection.execute(
+            "SELECT outcome, detail FROM incident_actions ORDER BY requested_at"
+        ).fetchall()
+        assert [o for o, _ in rows] == ["failed", "succeeded"], rows
+        assert "scontrol" in rows[0][1] and rows[0][1].endswith("(tried again in 60 s)")
+        assert rows[1][1].startswith(f"attempt 2 of 5: slurm node {NODE}: DRAIN: fleetguard ")
+        (incident_id,) = store.connection.execute("SELECT incident_id FROM incidents").fetchone() or ("",)
+        assert SlurmNodes(slurm_conf=str(slurm.conf)).state(NODE).incident_id() == incident_id
+    finally:
+        _resume(slurm)
