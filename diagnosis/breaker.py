@@ -64,6 +64,16 @@ class CircuitBreaker:
         self.state.repairs.append(now)
         return Permit(ActionOutcome.REQUESTED)
 
+    def permit_backlog(self, host: str, action: RepairAction, now: float) -> Permit:
+        """A held repair an operator released with the reset (`breaker reset --process-backlog`): it goes
+        ahead whatever the window holds, since a person looked and asked for the whole backlog (checked
+        like a new repair, the third of four held hosts would trip the breaker again on the backlog itself),
+        and is counted, so further new repairs are weighed against it."""
+        if action in self.policy.actions:
+            self.state.acted.append((now, host))
+            self.state.repairs.append(now)
+        return Permit(ActionOutcome.REQUESTED)
+
     def permit_retry(self, action: RepairAction) -> Permit:
         """May a failed repair be tried again? Only while the breaker is closed; it is not counted again (its
         first attempt was), so a Slurm outage retried a few times neither trips the breaker nor spends the

@@ -187,7 +187,7 @@ class IncidentEngine:
                     and incident is not None
                     and incident.state is IncidentState.OPEN
                 ):
-                    self._request(incident, now, round_)
+                    self._request(incident, now, round_, released=True)
         return self._changes(round_)
 
     def active(self) -> list[Incident]:
@@ -347,11 +347,16 @@ class IncidentEngine:
             round_.action(marked)
         self._request(reopened, obs.ts, round_)
 
-    def _request(self, incident: Incident, now: float, round_: _Round) -> None:
+    def _request(self, incident: Incident, now: float, round_: _Round, released: bool = False) -> None:
+        """Ask for the incident's action through the breaker (`released`: held, and let go by an operator's
+        reset with the backlog)."""
         if not incident.action.acts or incident.key == BREAKER_KEY:
             return
         self._failed.pop(incident.incident_id, None)  # a new request, not a retry: its attempts start afresh
-        permit = self.breaker.permit(incident.key.host, incident.action, now, len(self.hosts))
+        if released:
+            permit = self.breaker.permit_backlog(incident.key.host, incident.action, now)
+        else:
+            permit = self.breaker.permit(incident.key.host, incident.action, now, len(self.hosts))
         entry = ActionEntry(
             action_id=action_id(incident.incident_id, now, incident.action),
             incident_id=incident.incident_id,

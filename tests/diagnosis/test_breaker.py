@@ -135,3 +135,20 @@ def test_the_shipped_policy_puts_slurm_down_behind_the_breaker() -> None:
     """`down` kills running jobs: it must never go around the breaker that holds a drain back."""
     actions = load_policy().breaker.actions
     assert RepairAction.DOWN in actions and RepairAction.DRAIN in actions
+
+
+def test_a_released_backlog_is_carried_out_whole_and_does_not_trip_the_breaker_again() -> None:
+    """Three reboots held in a fleet of four: weighed like new repairs, the third would trip the breaker on
+    the backlog an operator just released. They all go, and count against what comes next."""
+    eng = IncidentEngine(
+        load_policy(overrides={"breaker": {"max_host_fraction": 0.5, "min_hosts": 2, "repairs_per_hour": 10}})
+    )
+    hosts = [f"n{i}" for i in range(4)]
+    eng.observe(Signals(events=[xid(79, T0 + i, host=h) for i, h in enumerate(hosts)]), T0 + 5)
+    held = sorted(e.host for e in eng.actions.values() if e.outcome is ActionOutcome.HELD)
+    assert len(held) == 3
+    reset = eng.reset_breaker(T0 + 600, process_backlog=True)
+    requested = sorted(a.host for c in reset for a in c.actions if a.outcome is ActionOutcome.REQUESTED)
+    assert requested == held and not eng.breaker.tripped
+    changes = eng.observe(Signals(events=[xid(79, T0 + 601, host="n9")]), T0 + 601)
+    assert [a.outcome for c in changes for a in c.actions if a.host == "n9"] == [ActionOutcome.HELD]
