@@ -4,16 +4,23 @@ is tried again until Slurm answers."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from diagnosis.rules import Signals
 from fleetguard.actions.slurm import SlurmNodes
+from fleetguard.clock import FakeClock
+from fleetguard.config import load_config
+from fleetguard.incidents.controller_task import IncidentTask
+from fleetguard.incidents.extension import carry_out_repairs, transaction
 from fleetguard.incidents.repairs import RepairExecutor
 from fleetguard.incidents.service import IncidentService
 from fleetguard.settings.actions import SlurmConfig
 from fleetguard.settings.diagnosis import DiagnosisConfig
 from fleetguard.settings.policy_files import load_policy
 from fleetguard.store import Store
+from fleetguard.store.operator_requests import Request, leave
 from tests.diagnosis.records import T0, xid
 from tests.slurm.cluster import NODE, SlurmCluster
 
@@ -97,3 +104,43 @@ def test_slurm_down_the_drain_is_retried_and_the_incident_ledger_says_so(
         assert SlurmNodes(slurm_conf=str(slurm.conf)).state(NODE).incident_id() == incident_id
     finally:
         _resume(slurm)
+
+
+def test_up_drains_its_own_node_through_the_breaker_and_the_ledger(
+    tmp_path: Path, slurm: SlurmCluster
+) -> None:
+    """`up`'s own round and repair step (IncidentTask, carry_out_repairs): with the breaker open the drain is
+    held and Slurm is never asked; released with the backlog, the node is drained and the ledger says so."""
+    config = load_config(
+        env={},
+        overrides={
+            "store.path": str(tmp_path / "up.duckdb"),
+            "agent.host": "node1",
+            "policy.xid": {"79": {"action": "drain"}},
+            "policy.breaker": {"max_host_fraction": 0.5, "min_hosts": 2},
+            "actions.slurm": {"enabled": True, "slurm_conf": str(slurm.conf), "nodes": {"node1": NODE}},
+        },
+    )
+    clock = FakeClock(T0)
+    executor = RepairExecutor(config.diagnosis, slurm=config.actions.slurm)
+    with Store.open(config.store.path) as store:
+        task = IncidentTask(config, clock)
+        con = store.cursor()
+        # two other hosts first: a's drain goes ahead (Slurm knows no node a: it fails), b trips the breaker
+        store.append([xid(79, T0, host="a"), xid(79, T0 + 1, host="b"), xid(79, T0 + 2)])
+        with transaction(con):
+            task(con, T0 + 5)
+        assert carry_out_repairs(task, executor, con, clock) == 1  # a's only
+        try:
+            ledger = con.execute("SELECT host, outcome FROM incident_actions ORDER BY host").fetchall()
+            assert ("node1", "held") in ledger
+            assert not SlurmNodes(slurm_conf=str(slurm.conf)).state(NODE).out_of_service
+            leave(config.store.path, Request.BREAKER_RESET, {"process_backlog": True})
+            with transaction(con):
+                task(con, T0 + 60)
+            carry_out_repairs(task, executor, con, clock)
+            rows = con.execute("SELECT outcome, detail FROM incident_actions WHERE host = 'node1'").fetchall()
+            assert ("succeeded", f"slurm node {NODE}: DRAIN") in [(o, d[: len(NODE) + 18]) for o, d in rows]
+            assert SlurmNodes(slurm_conf=str(slurm.conf)).state(NODE).incident_id() is not None
+        finally:
+            _resume(slurm)
