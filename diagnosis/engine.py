@@ -102,8 +102,13 @@ class IncidentEngine:
         for entry in actions:  # in the order they were requested
             if entry.incident_id in self.by_id:
                 self.actions[entry.incident_id] = entry
-                failed = entry.outcome is ActionOutcome.FAILED
-                self._failed[entry.incident_id] = self._failed.get(entry.incident_id, 0) + 1 if failed else 0
+                # Attempts that failed in a row; one still requested (a retry the restart interrupted) keeps
+                # the count, so a restart never grants a failing repair more attempts.
+                count = self._failed.get(entry.incident_id, 0)
+                if entry.outcome is ActionOutcome.FAILED:
+                    self._failed[entry.incident_id] = count + 1
+                elif entry.outcome is not ActionOutcome.REQUESTED:
+                    self._failed[entry.incident_id] = 0
         for key, ts in history:
             self.history.setdefault(key, []).append(ts)
 

@@ -89,3 +89,14 @@ def test_a_restarted_engine_counts_the_attempts_the_ledger_holds() -> None:
     restarted = _engine(retry={"attempts": 2})
     restarted.restore(eng.incidents.values(), ledger, [])
     assert _requested(restarted.tick(T0 + 86400)) == []  # both attempts spent before the restart
+
+
+def test_a_retry_a_restart_interrupted_keeps_its_count() -> None:
+    eng = _engine(retry={"attempts": 2})
+    (entry,) = _requested(eng.observe(Signals(events=[xid(79, T0)]), T0))
+    first = _fail(eng, entry, T0 + 1)
+    (retry,) = _requested(eng.tick(T0 + 61))  # requested, and the process stops before it is carried out
+    restarted = _engine(retry={"attempts": 2})
+    restarted.restore(eng.incidents.values(), [first, retry], [])
+    (change,) = restarted.action_finished(retry.action_id, ActionOutcome.FAILED, "scontrol: down", T0 + 70)
+    assert change.actions[0].detail == "attempt 2 of 2: scontrol: down (no more attempts: a person must look)"
