@@ -3,6 +3,7 @@ rate limit. Never resets by itself: an operator runs `fleetguard breaker reset` 
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -44,10 +45,7 @@ class CircuitBreaker:
         if action not in self.policy.actions:
             return Permit(ActionOutcome.REQUESTED)
         if self.state.tripped:
-            return Permit(
-                ActionOutcome.HELD,
-                f"circuit breaker open since {self.state.tripped_at:.0f}: {self.state.reason}",
-            )
+            return self._held()
         self._prune(now)
         hosts = {h for _, h in self.state.acted} | {host}
         fleet = max(fleet_hosts, 1)
@@ -65,6 +63,40 @@ class CircuitBreaker:
         self.state.acted.append((now, host))
         self.state.repairs.append(now)
         return Permit(ActionOutcome.REQUESTED)
+
+    def permit_backlog(self, host: str, action: RepairAction, now: float) -> Permit:
+        """A held repair an operator released with the reset (`breaker reset --process-backlog`): it goes
+        ahead whatever the window holds, since a person looked and asked for the whole backlog (checked
+        like a new repair, the third of four held hosts would trip the breaker again on the backlog itself),
+        and is counted, so further new repairs are weighed against it."""
+        if action in self.policy.actions:
+            self.state.acted.append((now, host))
+            self.state.repairs.append(now)
+        return Permit(ActionOutcome.REQUESTED)
+
+    def permit_retry(self, action: RepairAction) -> Permit:
+        """May a failed repair be tried again? Only while the breaker is closed; it is not counted again (its
+        first attempt was), so a Slurm outage retried a few times neither trips the breaker nor spends the
+        rate limit."""
+        if action in self.policy.actions and self.state.tripped:
+            return self._held()
+        return Permit(ActionOutcome.REQUESTED)
+
+    def forget(self, host: str, action: RepairAction, requested_at: float) -> None:
+        """Uncount an action that never ran (recorded skipped: nothing configured to carry it out), so that
+        actions nobody carries out can neither trip the breaker nor use up the rate limit."""
+        if action not in self.policy.actions:
+            return
+        with contextlib.suppress(ValueError):  # already out of the window
+            self.state.acted.remove((requested_at, host))
+        with contextlib.suppress(ValueError):
+            self.state.repairs.remove(requested_at)
+
+    def _held(self) -> Permit:
+        return Permit(
+            ActionOutcome.HELD,
+            f"circuit breaker open since {self.state.tripped_at:.0f}: {self.state.reason}",
+        )
 
     def rate_limited(self, now: float, fleet_hosts: int) -> bool:
         """Would a repair now be deferred by the rate limit? (Nothing is counted.)"""

@@ -82,6 +82,8 @@ class IncidentEngine:
         ] = {}  # policy.cancels, cached: called for every healthy sample
         # Damping: incident id -> when its fault was cleared; resolved once clear for the flap window.
         self._clearing: dict[str, float] = {}
+        # Incident id -> attempts of its latest repair that failed in a row (policy.retry).
+        self._failed: dict[str, int] = {}
 
     # ---- state from the store -------------------------------------------------------------------------
 
@@ -97,9 +99,16 @@ class IncidentEngine:
                 self.incidents[incident.key] = incident
                 self.by_id[incident.incident_id] = incident.key
                 self.hosts.add(incident.key.host)
-        for entry in actions:
+        for entry in actions:  # in the order they were requested
             if entry.incident_id in self.by_id:
                 self.actions[entry.incident_id] = entry
+                # Attempts that failed in a row; one still requested (a retry the restart interrupted) keeps
+                # the count, so a restart never grants a failing repair more attempts.
+                count = self._failed.get(entry.incident_id, 0)
+                if entry.outcome is ActionOutcome.FAILED:
+                    self._failed[entry.incident_id] = count + 1
+                elif entry.outcome is not ActionOutcome.REQUESTED:
+                    self._failed[entry.incident_id] = 0
         for key, ts in history:
             self.history.setdefault(key, []).append(ts)
 
@@ -141,10 +150,32 @@ class IncidentEngine:
         round_ = _Round()
         for entry in list(self.actions.values()):
             if entry.action_id == action and entry.finished_at is None:
-                done = replace(entry, outcome=outcome, finished_at=now, detail=detail[:500])
+                done = replace(
+                    entry, outcome=outcome, finished_at=now, detail=self._finished(entry, outcome, detail)
+                )
                 self.actions[entry.incident_id] = done
                 round_.action(done)
         return self._changes(round_)
+
+    def _finished(self, entry: ActionEntry, outcome: ActionOutcome, detail: str) -> str:
+        """Count the attempt; the ledger's detail, saying which attempt it was where there were several."""
+        if outcome is ActionOutcome.SKIPPED:
+            self.breaker.forget(entry.host, entry.action, entry.requested_at)  # it never ran
+        before = self._failed.get(entry.incident_id, 0)
+        retry = self.policy.retry
+        retried = entry.action in retry.actions and retry.attempts > 1
+        prefix = f"attempt {before + 1} of {retry.attempts}: " if retried and before else ""
+        if outcome is not ActionOutcome.FAILED:
+            self._failed.pop(entry.incident_id, None)
+            return (prefix + detail)[:500]
+        self._failed[entry.incident_id] = before + 1
+        if not retried:
+            return (prefix + detail)[:500]
+        if before + 1 >= retry.attempts:
+            suffix = " (no more attempts: a person must look)"
+        else:
+            suffix = f" (tried again in {retry.delay_seconds(before + 1):.0f} s)"
+        return (prefix + detail)[: 500 - len(suffix)] + suffix
 
     def reset_breaker(self, now: float, process_backlog: bool) -> list[IncidentChange]:
         """Close the breaker; with `process_backlog`, request the actions it held back."""
@@ -161,7 +192,7 @@ class IncidentEngine:
                     and incident is not None
                     and incident.state is IncidentState.OPEN
                 ):
-                    self._request(incident, now, round_)
+                    self._request(incident, now, round_, released=True)
         return self._changes(round_)
 
     def active(self) -> list[Incident]:
@@ -321,10 +352,16 @@ class IncidentEngine:
             round_.action(marked)
         self._request(reopened, obs.ts, round_)
 
-    def _request(self, incident: Incident, now: float, round_: _Round) -> None:
+    def _request(self, incident: Incident, now: float, round_: _Round, released: bool = False) -> None:
+        """Ask for the incident's action through the breaker (`released`: held, and let go by an operator's
+        reset with the backlog)."""
         if not incident.action.acts or incident.key == BREAKER_KEY:
             return
-        permit = self.breaker.permit(incident.key.host, incident.action, now, len(self.hosts))
+        self._failed.pop(incident.incident_id, None)  # a new request, not a retry: its attempts start afresh
+        if released:
+            permit = self.breaker.permit_backlog(incident.key.host, incident.action, now)
+        else:
+            permit = self.breaker.permit(incident.key.host, incident.action, now, len(self.hosts))
         entry = ActionEntry(
             action_id=action_id(incident.incident_id, now, incident.action),
             incident_id=incident.incident_id,
@@ -361,6 +398,7 @@ class IncidentEngine:
             if incident.key == BREAKER_KEY:
                 continue
             self._retry_deferred(incident, now, round_)
+            self._retry_failed(incident, now, round_)
             if incident.state in ACTIVE_STATES:
                 self._resolve_if_cleared(incident, now, round_)
             if self.incidents[incident.key].state in ACTIVE_STATES:
@@ -408,6 +446,36 @@ class IncidentEngine:
         ):
             self._request(incident, now, round_)
 
+    def _retry_failed(self, incident: Incident, now: float, round_: _Round) -> None:
+        """A repair that failed (Slurm down) is asked for again after the policy's delay, while the incident
+        still acts and the breaker is closed, up to the policy's attempts; the ledger says which attempt."""
+        last = self.actions.get(incident.incident_id)
+        retry = self.policy.retry
+        if (
+            incident.state is not IncidentState.ACTING
+            or last is None
+            or last.outcome is not ActionOutcome.FAILED
+            or last.finished_at is None
+            or last.action not in retry.actions
+        ):
+            return
+        failed = self._failed.get(incident.incident_id, 1)
+        if failed >= retry.attempts or now < last.finished_at + retry.delay_seconds(failed):
+            return
+        if self.breaker.permit_retry(last.action).outcome is not ActionOutcome.REQUESTED:
+            return  # the breaker opened meanwhile: nothing is asked for until an operator resets it
+        entry = replace(
+            last,
+            action_id=action_id(incident.incident_id, now, last.action),
+            requested_at=now,
+            outcome=ActionOutcome.REQUESTED,
+            finished_at=None,
+            detail=f"retry {failed} of {retry.attempts - 1}: the last attempt failed: {last.detail}"[:500],
+            fault_returned=False,
+        )
+        self.actions[incident.incident_id] = entry
+        round_.action(entry)
+
     def _forget_closed(self) -> None:
         closed = [k for k, i in self.incidents.items() if i.state is IncidentState.CLOSED]
         self._closed_snapshots = {self.incidents[k].incident_id: self.incidents[k] for k in closed}
@@ -415,6 +483,7 @@ class IncidentEngine:
             incident = self.incidents.pop(key)
             self.by_id.pop(incident.incident_id, None)
             self.actions.pop(incident.incident_id, None)
+            self._failed.pop(incident.incident_id, None)
 
     def _repair_did_not_hold(self, obs: Observation) -> bool:
         return repair_did_not_hold(self.returned.get(obs.key.text()), obs.ts, self.policy.escalation)

@@ -124,6 +124,22 @@ class BreakerPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """A repair that failed (Slurm down, a command that exited non-zero) is asked for again, while its
+    incident is still acting: after `first_delay_seconds`, doubling each time, `attempts` in all. Only the
+    listed actions, whose carrying out is idempotent (a node already drained for the incident is left as it
+    is); a failed GPU reset or reboot waits for a person."""
+
+    actions: tuple[RepairAction, ...] = (RepairAction.DRAIN, RepairAction.DOWN)
+    attempts: int = 5  # the first one included
+    first_delay_seconds: float = 60.0
+
+    def delay_seconds(self, failed: int) -> float:
+        """The wait after the `failed`-th failed attempt (1, 2, ...)."""
+        return self.first_delay_seconds * 2.0 ** max(failed - 1, 0)
+
+
+@dataclass(frozen=True, slots=True)
 class SelfcheckPolicy:
     """What `fleetguard selfcheck` requires of a host before it takes work again."""
 
@@ -153,6 +169,7 @@ class Policy:
     escalation: Escalation = field(default_factory=Escalation)
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
     burst_seconds: float = 180.0  # repeats closer than this are one burst (one occurrence toward min_count)
     selfcheck: SelfcheckPolicy = field(default_factory=SelfcheckPolicy)
 

@@ -23,6 +23,7 @@ from diagnosis.policy import (
     GpuRules,
     Lifecycle,
     Policy,
+    RetryPolicy,
     SelfcheckPolicy,
     XidRule,
 )
@@ -42,6 +43,7 @@ _TOP_KEYS = frozenset(
         "cancellations",
         "escalation",
         "breaker",
+        "retry",
         "selfcheck",
     }
 )
@@ -105,6 +107,7 @@ def build_policy(catalog: Iterable[XidEntry], document: Mapping[str, Any], where
         escalation=_escalation(_table(document, "escalation", where), f"{where}.escalation"),
         lifecycle=_dataclass(Lifecycle(), _table(document, "lifecycle", where), f"{where}.lifecycle"),
         breaker=_breaker(_table(document, "breaker", where), f"{where}.breaker"),
+        retry=_retry(_table(document, "retry", where), f"{where}.retry"),
         burst_seconds=_number(document, "burst_seconds", where, 180.0),
         selfcheck=_selfcheck(_table(document, "selfcheck", where), f"{where}.selfcheck"),
     )
@@ -229,6 +232,17 @@ def _breaker(table: Mapping[str, Any], where: str) -> BreakerPolicy:
         raise PolicyError(f"{where}.max_host_fraction: must be within (0, 1]")
     if not 0.0 <= policy.repairs_fraction_per_hour <= 1.0:
         raise PolicyError(f"{where}.repairs_fraction_per_hour: must be within [0, 1]")
+    return replace(policy, actions=actions)
+
+
+def _retry(table: Mapping[str, Any], where: str) -> RetryPolicy:
+    actions = _enum_list(table, "actions", where, RetryPolicy().actions)
+    rest = {k: v for k, v in table.items() if k != "actions"}
+    policy = _dataclass(RetryPolicy(), rest, where, skip={"actions"})
+    if not 1 <= policy.attempts <= 20:
+        raise PolicyError(f"{where}.attempts: must be within 1..20 (1: never retried)")
+    if not 1.0 <= policy.first_delay_seconds <= 86400.0:
+        raise PolicyError(f"{where}.first_delay_seconds: must be within 1..86400")
     return replace(policy, actions=actions)
 
 

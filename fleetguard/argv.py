@@ -15,7 +15,8 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-PLACEHOLDERS = frozenset({"job", "host", "rank", "pid"})
+PLACEHOLDERS = frozenset({"job", "host", "rank", "pid"})  # the runtime's commands (restart, cordon, stop)
+REPAIR_PLACEHOLDERS = frozenset({"host", "component"})  # the incidents' repair commands (diagnosis.*_command)
 MAX_OUTPUT_CHARS = 2048  # the tail of a command's output an action or repair record keeps
 _TOKEN = re.compile(r"\{\{|\}\}|\{([A-Za-z_]+)\}|[{}]")
 
@@ -24,7 +25,7 @@ class ArgvTemplateError(ValueError):
     """A command template uses an unknown placeholder or an unbalanced brace."""
 
 
-def check_template(template: Sequence[str]) -> None:
+def check_template(template: Sequence[str], placeholders: frozenset[str] = PLACEHOLDERS) -> None:
     """Raise ArgvTemplateError for a template that `render_argv` could not fill (call at config time)."""
     if not template:
         raise ArgvTemplateError("command is empty")
@@ -38,15 +39,18 @@ def check_template(template: Sequence[str]) -> None:
                 raise ArgvTemplateError(
                     f"unbalanced brace in argument {arg!r} (write {{{{ or }}}} for a literal)"
                 )
-            if name not in PLACEHOLDERS:
+            if name not in placeholders:
                 raise ArgvTemplateError(
-                    f"unknown placeholder {{{name}}} in {arg!r}; known: {', '.join(sorted(PLACEHOLDERS))}"
+                    f"unknown placeholder {{{name}}} in {arg!r}; known: {', '.join(sorted(placeholders))}"
                 )
 
 
-def render_argv(template: Sequence[str], values: Mapping[str, object]) -> list[str]:
-    """Fill `{job}`, `{host}`, `{rank}`, `{pid}` in each argument; a missing value becomes ''."""
-    check_template(template)
+def render_argv(
+    template: Sequence[str], values: Mapping[str, object], placeholders: frozenset[str] = PLACEHOLDERS
+) -> list[str]:
+    """Fill each `{name}` of `placeholders` inside its own argument, in one pass (a value is never read for
+    placeholders again); a missing value becomes ''."""
+    check_template(template, placeholders)
 
     def fill(match: re.Match[str]) -> str:
         token = match.group(0)

@@ -426,19 +426,24 @@ def _check_listen_address(key: str, address: str) -> None:
         ) from None
 
 
-def _check_commands(rt: RuntimeConfig) -> None:
+def _check_commands(rt: RuntimeConfig, diagnosis: DiagnosisConfig) -> None:
     """Command templates are checked here, so an unknown {placeholder} fails at start-up, not at the first
-    action hours later."""
-    from fleetguard.argv import ArgvTemplateError, check_template
+    action (or repair) hours later."""
+    from fleetguard.argv import PLACEHOLDERS, REPAIR_PLACEHOLDERS, ArgvTemplateError, check_template
 
-    for name in ("restart_command", "cordon_command", "stop_command"):
-        template = getattr(rt, name)
+    commands: list[tuple[str, object, str, frozenset[str]]] = [
+        ("runtime", rt, n, PLACEHOLDERS) for n in ("restart_command", "cordon_command", "stop_command")
+    ]
+    repairs = ("reset_gpu_command", "reboot_node_command", "drain_command")
+    commands += [("diagnosis", diagnosis, n, REPAIR_PLACEHOLDERS) for n in repairs]
+    for section, values, name, placeholders in commands:
+        template = getattr(values, name)
         if not template:
             continue
         try:
-            check_template(template)
+            check_template(template, placeholders)
         except ArgvTemplateError as exc:
-            raise ConfigError(f"runtime.{name}: {exc}") from exc
+            raise ConfigError(f"{section}.{name}: {exc}") from exc
 
 
 def _validate_policy(config: Config) -> None:
@@ -472,7 +477,7 @@ def _validate(config: Config) -> None:
         "runtime.port",
         f"{rt.port} is agent.metrics_port as well; give each its own port",
     )
-    _check_commands(rt)
+    _check_commands(rt, config.diagnosis)
     for switch in ("cordon_at_risk_gpu", "cordon_gpu_hang", "cordon_stragglers"):
         need(
             not getattr(rt, switch) or bool(rt.cordon_command),

@@ -142,16 +142,14 @@ def register_analysis(
         from fleetguard.incidents.controller_task import IncidentTask
 
         task = IncidentTask(config)
-        if config.actions.slurm.enabled:
-            # Slurm drains for the fleet and each drained node's way back (controller.fleet_repairs).
-            from fleetguard.controller.fleet_repairs import FleetRepairs
+        # The repairs the rounds ask for, carried out on a thread of their own, and with [actions.slurm] each
+        # drained node's way back (controller.fleet_repairs).
+        from fleetguard.controller.fleet_repairs import FleetRepairs
 
-            repairs = FleetRepairs(writer, task, config)
-            writer.every(config.diagnosis.interval_seconds, "incidents", repairs.incidents_task)
-            repairs.start()
-            stops.append(repairs.stop)
-        else:
-            writer.every(config.diagnosis.interval_seconds, "incidents", task)
+        repairs = FleetRepairs(writer, task, config)
+        writer.every(config.diagnosis.interval_seconds, "incidents", repairs.incidents_task)
+        repairs.start()
+        stops.append(repairs.stop)
         task.start_relay(writer.store)
         stops.append(task.stop_relay)
     return stops

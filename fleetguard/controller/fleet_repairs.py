@@ -1,18 +1,20 @@
-"""The repair loop for the fleet, on the controller: Slurm drains for the fleet's incidents, and each drained
-node's way back, with the self-check asked of the host's own agent as a command and what happened recorded
-in `repair_outcomes` (fleetguard.store.repair_tables).
+"""The repair loop for the fleet, on the controller: the repairs the fleet's incidents ask for (Slurm drains
+with `[actions.slurm] enabled`, the configured `diagnosis.*_command`s, or recorded skipped), and with Slurm
+each drained node's way back, with the self-check asked of the host's own agent as a command and what
+happened recorded in `repair_outcomes` (fleetguard.store.repair_tables).
 
-Wiring (fleetguard.controller.analysis, with `[actions.slurm] enabled`):
+Wiring (fleetguard.controller.analysis):
 
     repairs = FleetRepairs(writer, task, config)
-    writer.every(interval, "incidents", repairs.incidents_task)  # the round, then its drains noted
+    writer.every(interval, "incidents", repairs.incidents_task)  # the round, then its repairs queued
     repairs.start()  # the repair thread; repairs.stop() at the end
 
-Drains go through the incident engine's action ledger and breaker like every repair: the round requests
-them, this thread runs `scontrol` (never the writer thread: it waits on slurmctld) and ends each in the
-ledger through the writer. The way back is `NodeReturner`'s: a node returns only when the incident named in
-its drain reason resolved, nothing else holds the host, and a self-check newer than that passed; a node
-drained with a reason fleetguard did not write is never resumed.
+Repairs go through the incident engine's action ledger and breaker like every repair: the round requests
+them, this thread carries them out (`scontrol` or a command: never on the writer thread, they wait on
+slurmctld or a host) and ends each in the ledger through the writer, so none stays "requested" forever and
+one that never ran (skipped) is not counted by the breaker. The way back is `NodeReturner`'s: a node
+returns only when the incident named in its drain reason resolved, nothing else holds the host, and a
+self-check newer than that passed; a node drained with a reason fleetguard did not write is never resumed.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field, replace
 import duckdb
 
 from diagnosis.incident import ActionEntry, ActionOutcome
-from diagnosis.model import IncidentKey, RepairAction
+from diagnosis.model import IncidentKey
 from fleetguard.actions.repair_record import Transaction, note_drains, record_step
 from fleetguard.actions.slurm import SlurmNodes
 from fleetguard.actions.slurm_return import (
@@ -50,8 +52,7 @@ RECHECK_SECONDS = (
     SELFCHECK_RECHECK_SECONDS  # a failed self-check is asked again after this; a pass as old is stale
 )
 STALE_SELFCHECK_SECONDS = 600.0  # delivered and not answered this long: something is wrong on the host
-MAX_QUEUED_DRAINS = 1024  # requested drains waiting for the repair thread (the breaker bounds them anyway)
-SLURM_ACTIONS = frozenset({RepairAction.DRAIN, RepairAction.DOWN})
+MAX_QUEUED_REPAIRS = 1024  # requested repairs waiting for the repair thread (the breaker bounds them anyway)
 
 
 def _no_local_selfcheck() -> SelfcheckVerdict:
@@ -141,14 +142,14 @@ class FleetRepairs:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._said: dict[str, tuple[ReturnStep, str]] = {}
-        self.dropped = 0  # requested drains not queued (the queue was full): they stay requested
+        self.dropped = 0  # requested repairs not queued (the queue was full): they stay requested
 
     # ---- on the writer thread -------------------------------------------------------------------------
 
     def incidents_task(self, con: duckdb.DuckDBPyConnection, now: float) -> None:
-        """The incident round, then the Slurm repairs it requested handed to the repair thread."""
+        """The incident round, then the repairs it requested handed to the repair thread."""
         self.task(con, now)
-        # the round's requests, and after a restart the drains requested before it and never carried out
+        # the round's requests, and after a restart those requested before it and never carried out
         self._queue([(p.entry, p.key, p.summary) for p in self.task.pending_repairs])
 
     def _queue(self, entries: list[tuple[ActionEntry, IncidentKey, str]]) -> None:
@@ -156,9 +157,9 @@ class FleetRepairs:
             for entry, key, summary in entries:
                 if entry.outcome is not ActionOutcome.REQUESTED or entry.finished_at is not None:
                     continue
-                if entry.action not in SLURM_ACTIONS or entry.action_id in self._queued_ids:
-                    continue  # other repairs stay the hosts' and operators' (as before)
-                if len(self._requested) >= MAX_QUEUED_DRAINS:
+                if entry.action_id in self._queued_ids:
+                    continue
+                if len(self._requested) >= MAX_QUEUED_REPAIRS:
                     self.dropped += 1
                     continue
                 self._requested.append((entry, key, summary))
@@ -169,9 +170,10 @@ class FleetRepairs:
     # ---- on the repair thread -------------------------------------------------------------------------
 
     def carry_out_requested(self) -> int:
-        """Run the queued drains through Slurm, each ended in the incident ledger through the writer."""
+        """Carry out the queued repairs (Slurm, a command, or skipped), each ended in the incident ledger
+        through the writer."""
         done = 0
-        while True:
+        while not self._stop.is_set():
             with self._lock:
                 if not self._requested:
                     return done
@@ -189,8 +191,16 @@ class FleetRepairs:
                     self.task.action_finished(entry.action_id, outcome, detail, self.clock.time())
 
             self.writer.call(finish)
-            log.warning("slurm: %s for %s on %s: %s", entry.action.value, entry.incident_id, key.host, detail)
+            log.warning(
+                "repair %s for %s on %s: %s: %s",
+                entry.action.value,
+                entry.incident_id,
+                key.host,
+                outcome.value,
+                detail,
+            )
             done += 1
+        return done
 
     def reconcile(self, con: duckdb.DuckDBPyConnection) -> list[ReturnResult]:
         """One pass: note new drains, decide which returned repairs held, then walk each drained host's
@@ -246,8 +256,9 @@ class FleetRepairs:
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
-            # A pass ends within a few scontrol timeouts and one writer call.
-            self._thread.join(timeout=self.slurm.timeout_seconds * 4 + 40)
+            # A pass ends within a few scontrol timeouts or one command's, and one writer call.
+            longest = max(self.slurm.timeout_seconds * 4, self.config.diagnosis.command_timeout_seconds)
+            self._thread.join(timeout=longest + 40)
 
     def _run(self) -> None:
         con = self.writer.store.cursor()
@@ -256,7 +267,7 @@ class FleetRepairs:
             while not self._stop.is_set():
                 try:
                     self.carry_out_requested()
-                    if self.clock.monotonic() >= next_return:
+                    if self.slurm.enabled and self.clock.monotonic() >= next_return:
                         next_return = self.clock.monotonic() + self.return_interval_seconds
                         self.reconcile(con)
                 except Exception as exc:  # one bad pass must not end the loop

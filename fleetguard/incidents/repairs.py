@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from diagnosis.incident import ActionEntry, ActionOutcome
 from diagnosis.model import IncidentKey, RepairAction
 from fleetguard.actions.slurm import SlurmNodes, SlurmOutcome
-from fleetguard.argv import CommandResult, run_argv
+from fleetguard.argv import REPAIR_PLACEHOLDERS, CommandResult, render_argv, run_argv
 from fleetguard.settings.actions import SlurmConfig
 from fleetguard.settings.diagnosis import DiagnosisConfig
 
@@ -34,7 +34,10 @@ class RepairExecutor:
         template = self._command(entry.action)
         if not template:
             return ActionOutcome.SKIPPED, f"no diagnosis.{entry.action.value}_command configured"
-        argv = [w.replace("{host}", key.host).replace("{component}", key.component_id) for w in template]
+        # Checked when the config loaded (fleetguard.config), filled per argument: a host or component name
+        # stays one argument whatever it holds, and is never read for placeholders itself.
+        values = {"host": key.host, "component": key.component_id}
+        argv = render_argv(template, values, REPAIR_PLACEHOLDERS)
         result = self.run(argv, self.config.command_timeout_seconds)
         output = result.output.strip()
         if result.ok:

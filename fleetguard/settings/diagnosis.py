@@ -12,7 +12,8 @@ class DiagnosisConfig:
     enabled: bool = True
     policy_file: str = ""  # a whole or partial policy overlaid on data/policy.toml; empty: none
     interval_seconds: float = 5.0  # how often new records are turned into incidents
-    # Commands (argv, run without a shell) that carry out repairs; {host} and {component} are replaced.
+    # Commands (argv, run without a shell) that carry out repairs; {host} and {component} are filled in each
+    # argument (fleetguard.argv.REPAIR_PLACEHOLDERS; any other placeholder is refused when the config loads).
     # Without one, the action is recorded in the ledger as skipped (nothing is done).
     reset_gpu_command: list[str] = field(default_factory=list)
     reboot_node_command: list[str] = field(default_factory=list)

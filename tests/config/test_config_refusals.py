@@ -78,6 +78,36 @@ def test_an_unknown_placeholder_in_a_command_is_refused_at_load(tmp_path: Path, 
         load_config(path, env={})
 
 
+@pytest.mark.parametrize("key", ["reset_gpu_command", "reboot_node_command", "drain_command"])
+@pytest.mark.parametrize(
+    ("arg", "why"),
+    [
+        ("{gpu}", r"unknown placeholder \{gpu\}"),
+        ("{rank}", r"unknown placeholder \{rank\}"),
+        ("{host", "unbalanced"),
+    ],
+)
+def test_a_repair_command_is_checked_at_load_with_its_own_placeholders(
+    tmp_path: Path, key: str, arg: str, why: str
+) -> None:
+    """A repair knows a host and a component ({rank} is the runtime's): a typo fails at start-up, not at the
+    first repair hours later."""
+    path = write(tmp_path, f'[diagnosis]\n{key} = ["repair-tool", "{arg}"]\n')
+    with pytest.raises(ConfigError, match=rf"^diagnosis\.{key}: {why}"):
+        load_config(path, env={})
+
+
+def test_a_repair_command_with_host_and_component_loads(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, '[diagnosis]\nreset_gpu_command = ["reset", "{host}:{component}", "{{literal}}"]\n'
+    )
+    assert load_config(path, env={}).diagnosis.reset_gpu_command == [
+        "reset",
+        "{host}:{component}",
+        "{{literal}}",
+    ]
+
+
 @pytest.mark.parametrize("address", ["not-an-ip", "", "0.0.0.0:9476", "300.1.1.1"])
 def test_a_metrics_address_that_is_not_an_ip_address_is_refused(address: str) -> None:
     with pytest.raises(ConfigError, match=r"^agent\.metrics_address: .* is not an IP address"):

@@ -93,3 +93,62 @@ def test_a_deferred_repair_is_requested_once_the_rate_limit_allows() -> None:
     assert eng.tick(T0 + 1800) == []  # still within the hour: nothing new in the ledger
     (change,) = eng.tick(T0 + 3602)
     assert [(a.host, a.outcome) for a in change.actions] == [("b", ActionOutcome.REQUESTED)]
+
+
+def test_a_skipped_repair_is_not_counted_so_nothing_that_never_ran_trips_the_breaker() -> None:
+    """The demo's two hosts, no drain_command: the first drain is recorded skipped, and the second host's
+    drain must not find the fleet half acted on."""
+    eng = IncidentEngine(load_policy(overrides={"xid": {"79": {"action": "drain"}}}))
+    eng.observe(Signals(events=[xid(43, T0, host=h) for h in ("a", "b")]), T0)
+    (change,) = eng.observe(Signals(events=[xid(79, T0 + 1, host="a")]), T0 + 1)
+    (entry,) = change.actions
+    eng.action_finished(
+        entry.action_id, ActionOutcome.SKIPPED, "no diagnosis.drain_command configured", T0 + 1
+    )
+    (second,) = eng.observe(Signals(events=[xid(79, T0 + 2, host="b")]), T0 + 2)
+    assert [a.outcome for a in second.actions] == [ActionOutcome.REQUESTED]
+    assert not eng.breaker.tripped
+
+
+def test_a_repair_that_ran_stays_counted() -> None:
+    eng = IncidentEngine(load_policy(overrides={"xid": {"79": {"action": "drain"}}}))
+    eng.observe(Signals(events=[xid(43, T0, host=h) for h in ("a", "b")]), T0)
+    (change,) = eng.observe(Signals(events=[xid(79, T0 + 1, host="a")]), T0 + 1)
+    eng.action_finished(change.actions[0].action_id, ActionOutcome.FAILED, "exit 1", T0 + 1)
+    changes = eng.observe(Signals(events=[xid(79, T0 + 2, host="b")]), T0 + 2)
+    assert [a.outcome for c in changes for a in c.actions] == [ActionOutcome.HELD] and eng.breaker.tripped
+
+
+def test_forgetting_uncounts_one_action_of_a_breaker_action_only() -> None:
+    breaker = CircuitBreaker(BreakerPolicy(max_host_fraction=1.0, repairs_per_hour=1))
+    assert breaker.permit("a", RepairAction.DRAIN, T0, 10).outcome is ActionOutcome.REQUESTED
+    assert breaker.permit("b", RepairAction.DRAIN, T0 + 1, 10).outcome is ActionOutcome.DEFERRED
+    breaker.forget("a", RepairAction.INSPECT, T0)  # never counted: changes nothing
+    assert breaker.rate_limited(T0 + 1, 10)
+    breaker.forget("a", RepairAction.DRAIN, T0)
+    assert not breaker.rate_limited(T0 + 1, 10)
+    breaker.forget("a", RepairAction.DRAIN, T0)  # twice: nothing left to forget, no error
+    assert breaker.permit("b", RepairAction.DRAIN, T0 + 2, 10).outcome is ActionOutcome.REQUESTED
+
+
+def test_the_shipped_policy_puts_slurm_down_behind_the_breaker() -> None:
+    """`down` kills running jobs: it must never go around the breaker that holds a drain back."""
+    actions = load_policy().breaker.actions
+    assert RepairAction.DOWN in actions and RepairAction.DRAIN in actions
+
+
+def test_a_released_backlog_is_carried_out_whole_and_does_not_trip_the_breaker_again() -> None:
+    """Three reboots held in a fleet of four: weighed like new repairs, the third would trip the breaker on
+    the backlog an operator just released. They all go, and count against what comes next."""
+    eng = IncidentEngine(
+        load_policy(overrides={"breaker": {"max_host_fraction": 0.5, "min_hosts": 2, "repairs_per_hour": 10}})
+    )
+    hosts = [f"n{i}" for i in range(4)]
+    eng.observe(Signals(events=[xid(79, T0 + i, host=h) for i, h in enumerate(hosts)]), T0 + 5)
+    held = sorted(e.host for e in eng.actions.values() if e.outcome is ActionOutcome.HELD)
+    assert len(held) == 3
+    reset = eng.reset_breaker(T0 + 600, process_backlog=True)
+    requested = sorted(a.host for c in reset for a in c.actions if a.outcome is ActionOutcome.REQUESTED)
+    assert requested == held and not eng.breaker.tripped
+    changes = eng.observe(Signals(events=[xid(79, T0 + 601, host="n9")]), T0 + 601)
+    assert [a.outcome for c in changes for a in c.actions if a.host == "n9"] == [ActionOutcome.HELD]

@@ -57,6 +57,9 @@ def test_a_policy_file_overlays_the_shipped_one(tmp_path: Path) -> None:
         ({"escalation": {"ladder": ["reset_gpu", "pray"]}}, "policy.escalation.ladder: 'pray' is not one of"),
         ({"lifecycle": {"resolve_after": 1}}, "policy.lifecycle.resolve_after: unknown key"),
         ({"cancellations": [{"fault": "a"}]}, "policy.cancellations[0]: needs both fault and by"),
+        ({"retry": {"actions": ["drain", "pray"]}}, "policy.retry.actions: 'pray' is not one of"),
+        ({"retry": {"attempts": 0}}, "policy.retry.attempts: must be within 1..20"),
+        ({"retry": {"first_delay_seconds": 0.1}}, "policy.retry.first_delay_seconds: must be within"),
     ],
 )
 def test_bad_values_are_errors_naming_the_key(overrides: dict[str, object], message: str) -> None:

@@ -75,6 +75,23 @@ def test_repairs_run_after_the_evidence_is_stored_and_their_outcome_is_recorded(
     assert rows == [(RepairAction.RESET_GPU.value, ActionOutcome.SUCCEEDED.value, "reset ok")]
 
 
+def test_a_repair_command_is_filled_per_argument_and_a_name_is_never_read_as_a_placeholder(
+    store: Store,
+) -> None:
+    """A host named `{component}` (or holding spaces and quotes) stays one literal argument: one pass per
+    argument, no chained replacement, no shell."""
+    seen: list[list[str]] = []
+
+    def runner(argv: Sequence[str], timeout: float) -> CommandResult:
+        seen.append(list(argv))
+        return CommandResult(tuple(argv), 0, "")
+
+    config = DiagnosisConfig(reboot_node_command=["reboot-node", "{host}", "--at={host}/{{literal}}"])
+    service = open_service(store, T0, RepairExecutor(config, runner))
+    service.round(Signals(events=[xid(79, T0, host="{component} x'; rm -rf /")]), T0)
+    assert seen == [["reboot-node", "{component} x'; rm -rf /", "--at={component} x'; rm -rf //{literal}"]]
+
+
 def test_a_repair_without_a_command_is_recorded_as_skipped(store: Store) -> None:
     service = open_service(store, T0, RepairExecutor(DiagnosisConfig()))
     service.round(Signals(events=[xid(79, T0)]), T0)

@@ -40,6 +40,40 @@ def test_breaker_status_and_reset_on_a_free_store(tmp_path: Path) -> None:
     assert runner.invoke(cli, ["breaker", "status", "--store", str(path)]).output.startswith("closed")
 
 
+def test_a_reset_that_processes_the_backlog_on_a_free_store_carries_out_the_held_repairs(
+    tmp_path: Path,
+) -> None:
+    """No process holds the store, so the command itself is the executor: the repairs the breaker held run
+    (a real process per host) and the ledger says how they ended, instead of staying requested forever."""
+    path = tmp_path / "s.duckdb"
+    tripped_store(path)
+    done = tmp_path / "rebooted"
+    done.mkdir()
+    code = "import pathlib, sys; (pathlib.Path(sys.argv[1]) / sys.argv[2]).touch()"
+    config = tmp_path / "fleetguard.toml"
+    command = f"[{sys.executable!r}, '-c', {code!r}, {str(done)!r}, '{{host}}']"
+    config.write_text(
+        f"[diagnosis]\nreboot_node_command = {command}\n"
+        "[policy.breaker]\nmax_host_fraction = 0.5\nmin_hosts = 2\n"
+    )
+    with Store.open(path) as store:
+        held = store.connection.execute(
+            "SELECT host FROM incident_actions WHERE outcome = 'held' ORDER BY host"
+        ).fetchall()
+    assert held  # the breaker held some reboots back
+    args = ["breaker", "reset", "--config", str(config), "--store", str(path), "--process-backlog"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0 and "held repairs requested" in result.output, result.output
+    assert sorted(p.name for p in done.iterdir()) == [h for (h,) in held]
+    with Store.open(path) as store:
+        ended = store.connection.execute(
+            "SELECT host, outcome FROM incident_actions WHERE host IN (SELECT unnest(?)) "
+            "AND outcome <> 'held' ORDER BY host",
+            [[h for (h,) in held]],
+        ).fetchall()
+    assert ended == [(h, "succeeded") for (h,) in held]
+
+
 def test_alerts_replay_and_status_on_a_free_store(tmp_path: Path) -> None:
     path = tmp_path / "s.duckdb"
     tripped_store(path)

@@ -45,6 +45,7 @@ def require_slurm() -> None:
 class SlurmCluster:
     root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="fgslurm-")))
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    extra_config: str = ""  # lines added to slurm.conf (Prolog=, Epilog=, ...)
 
     @property
     def conf(self) -> Path:
@@ -77,7 +78,7 @@ class SlurmCluster:
             "JobCompType=jobcomp/none\nAccountingStorageType=accounting_storage/none\nMpiDefault=none\n"
             "SlurmdParameters=config_overrides\nSlurmctldTimeout=10\nSlurmdTimeout=30\n"
             f"NodeName={NODE} NodeHostname={host} NodeAddr=127.0.0.1 CPUs=2 State=UNKNOWN\n"
-            f"PartitionName=debug Nodes={NODE} Default=YES MaxTime=INFINITE State=UP\n"
+            f"PartitionName=debug Nodes={NODE} Default=YES MaxTime=INFINITE State=UP\n" + self.extra_config
         )
 
     def _spawn(self, name: str, argv: list[str]) -> None:
@@ -104,6 +105,10 @@ class SlurmCluster:
     def start_controller(self) -> None:
         self._spawn("slurmctld", [_which("slurmctld"), "-D", "-f", str(self.conf)])
         self._wait(lambda: self._ping(), "slurmctld")
+
+    def stop_controller(self) -> None:
+        """slurmctld stopped for real (SIGTERM, reaped): Slurm down, until `start_controller`."""
+        self._stop("slurmctld")
 
     def unreachable_conf(self) -> Path:
         """This cluster's config with slurmctld's port moved to one nothing listens on: Slurm down, as
