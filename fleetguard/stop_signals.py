@@ -69,6 +69,8 @@ def route(handler: StopHandler) -> Callable[[], None]:
 def release() -> None:
     """Python's own behaviour back (KeyboardInterrupt, termination), for a command that is not a daemon; a
     signal that came while held ends the process now, as it would have."""
+    if signal.getsignal(signal.SIGINT) is not _received:
+        return  # not held (the command line run in-process, by a test or a program): nothing to give back
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     with _lock:
