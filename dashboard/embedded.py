@@ -44,5 +44,6 @@ def dashboard_extension(config: Config, parts: dict[str, object]) -> Extension:
         start,
         stop,
         key=f"dashboard.port {where}",
+        off_switch="dashboard.enabled = false",
         hint="choose another with --dashboard-port PORT (0: any free one), or set dashboard.enabled = false",
     )

@@ -216,7 +216,7 @@ def _start_extension(ext: Extension, agent: Agent, store: Store | None, out: Tex
         reason = os_reason(exc) if isinstance(exc, OSError) else one_line(str(exc))
         if ext.key:
             switch = f" ({ext.off_switch} runs without it)" if ext.off_switch else ""
-            switch = f" ({ext.hint})" if ext.hint else switch
+            switch = f" ({ext.hint})" if ext.hint and isinstance(exc, OSError) else switch
             raise StartupError(f"{ext.key}: the {ext.name} cannot start: {reason}{switch}") from exc
         # An optional part (live scoring) must not keep the agent from sampling.
         log.error("%s is off: %s", ext.name, reason)
