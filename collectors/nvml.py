@@ -33,7 +33,9 @@ log = logging.getLogger(__name__)
 SOURCE: Final = "nvml"
 _XID_EVENT: Final = pynvml.nvmlEventTypeXidCriticalError
 
-_INIT_ADVICE: Final = "use --no-nvml or --simulate"
+# The key, not a flag: the commands that read NVML share no flag (scan and collect have --no-nvml, selfcheck
+# --gpus none, up and agent --simulate); each command adds its own flag where it prints this.
+_INIT_ADVICE: Final = "on a host without GPUs set collectors.nvml = false"
 
 
 def init_failure_message(error: BaseException) -> str:

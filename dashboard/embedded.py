@@ -16,14 +16,17 @@ if TYPE_CHECKING:
 def dashboard_extension(config: Config, parts: dict[str, object]) -> Extension:
     """Starts the dashboard once the store is open; `parts["url"]` is then where it listens (for the banner).
 
-    Dash is an optional extra (`pip install fleetguard[dashboard]`): without it `up` runs on and says why."""
+    The configuration asked for it (dashboard.enabled), so a port it cannot listen on stops `up` with one line
+    naming the key and the flag, as it stops the controller. Dash is an optional extra (`pip install
+    fleetguard[dashboard]`): without it `up` runs on and `parts["off"]` says why."""
     servers: list[object] = []
 
     def start(_agent: Agent, store: Store) -> None:
         try:
             from dashboard.server import serve_dashboard
         except ImportError as exc:
-            raise RuntimeError(f"{exc.name} is not installed (pip install 'fleetguard[dashboard]')") from exc
+            parts["off"] = f"{exc.name} is not installed (pip install 'fleetguard[dashboard]')"
+            return
         server = serve_dashboard(store, config)
         servers.append(server)
         parts["url"] = server.url
@@ -35,4 +38,12 @@ def dashboard_extension(config: Config, parts: dict[str, object]) -> Extension:
             if isinstance(server, DashboardServer):
                 server.close()
 
-    return Extension("dashboard", start, stop)
+    where = f"{config.dashboard.address}:{config.dashboard.port}"
+    return Extension(
+        "dashboard",
+        start,
+        stop,
+        key=f"dashboard.port {where}",
+        off_switch="dashboard.enabled = false",
+        hint="choose another with --dashboard-port PORT (0: any free one), or set dashboard.enabled = false",
+    )

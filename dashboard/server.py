@@ -16,7 +16,7 @@ from dashboard.app import create_app
 from dashboard.operator import Resolver
 from dashboard.queries.base import StoreReader
 from fleetguard.config import Config
-from fleetguard.httpserve import Connection, HttpServer, Limits
+from fleetguard.httpserve import Connection, HttpServer, Limits, bound_url
 from fleetguard.jobcontrol.peer import connection_owner
 from fleetguard.wsgi_adapter import wsgi_handler
 
@@ -53,9 +53,7 @@ class DashboardServer:
 
     @property
     def url(self) -> str:
-        host = self.server.address
-        shown = f"[{host}]" if ":" in host else host
-        return f"http://{shown}:{self.port}/"
+        return bound_url(self.server.address, self.port)
 
     def close(self) -> None:
         self.server.stop()

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from fleetguard import __version__
+from fleetguard import __version__, stop_signals
 from fleetguard.config_options import config_options, load
 from fleetguard.read_client import token_option
 from fleetguard.startup import StartupError, one_line
@@ -92,9 +92,17 @@ _OUR_PACKAGES = frozenset({"fleetguard", "collectors", "predictor", "diagnosis",
     show_default=True,
     type=click.Choice(["debug", "info", "warning", "error"]),
 )
-def cli(log_level: str) -> None:
+@click.pass_context
+def cli(ctx: click.Context, log_level: str) -> None:
     """fleetguard: GPU-fleet fault diagnosis, failure prediction and training-runtime resilience."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if ctx.invoked_subcommand not in DAEMONS:
+        stop_signals.release()  # Ctrl-C ends any other command as Python's default does
+
+
+# Commands that route SIGINT/SIGTERM to their own stop (a final flush) once started; until then a stop
+# signal is held for them (fleetguard/stop_signals.py), never raised in the middle of their start-up.
+DAEMONS = frozenset({"up", "agent", "controller"})
 
 
 @contextlib.contextmanager
@@ -161,6 +169,7 @@ def agent(
     host (heartbeats, stragglers, hangs, restarts) until SIGTERM."""
     from fleetguard.agent.daemon import run_daemon
     from fleetguard.agent.sources import NoSources, build_sources
+    from fleetguard.httpserve import bound_where
     from fleetguard.runtime.extension import runtime_extension
 
     config = load(config_path, **_daemon_overrides(store_path, metrics_port, simulate, no_faults, no_nvml))
@@ -180,7 +189,8 @@ def agent(
         nats = config.agent.transport == "nats"
         target = f"NATS {config.agent.nats_url}" if nats else config.agent.controller_url
         ships = f"; shipping to {target}" if shipping is not None else ""
-        click.echo(f"fleetguard agent: /metrics on port {port}{ranks}{ships}", err=True)
+        metrics = bound_where(config.agent.metrics_address, port, "/metrics")
+        click.echo(f"fleetguard agent: /metrics at {metrics}{ranks}{ships}", err=True)
 
     shipping = None
     if config.agent.controller_url or config.agent.transport == "nats":
@@ -284,7 +294,10 @@ def collect(
 )
 @config_options
 @token_option
-def export(parquet_dir: str, config_path: str | None, store_path: str | None, token_file: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the rows written per table as JSON.")
+def export(
+    parquet_dir: str, config_path: str | None, store_path: str | None, token_file: str | None, as_json: bool
+) -> None:
     """Export every table of the store (incidents and alerts included) to Parquet for offline training and
     ad-hoc queries; while a controller or `up` holds the store, a consistent snapshot through its read API."""
     from fleetguard.store import Store, StoreError, StoreLocked
@@ -307,6 +320,9 @@ def export(parquet_dir: str, config_path: str | None, store_path: str | None, to
             raise click.ClickException(one_line(str(exc))) from exc
         except OSError as exc:  # the Parquet directory cannot be made or written
             raise click.ClickException(f"--parquet {parquet_dir}: {exc.strerror or exc}") from exc
+    if as_json:
+        click.echo(json.dumps({"parquet": str(Path(parquet_dir).resolve()), "rows": written}, indent=2))
+        return
     click.echo(f"{'TABLE':24s} {'ROWS':>10s}")
     for table, rows in written.items():
         click.echo(f"{table:24s} {rows:>10d}")

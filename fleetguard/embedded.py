@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO, cast
 
 from diagnosis.drain_marks import DrainMarks
+from fleetguard import stop_signals
 from fleetguard.agent.agent import Agent
 from fleetguard.agent.daemon import run_daemon
 from fleetguard.agent.daemon_deps import DaemonDeps
@@ -17,6 +18,7 @@ from fleetguard.agent.extension import Extension
 from fleetguard.agent.gpu_jobs import GpuJobs, RuntimePlanner, act_on_gpu_findings
 from fleetguard.agent.sources import NoSources, Sources, build_sources
 from fleetguard.config import Config
+from fleetguard.httpserve import bound_where
 from fleetguard.runtime.extension import runtime_extension
 from fleetguard.status import StatusPrinter
 from fleetguard.store import Store
@@ -50,7 +52,7 @@ def run_embedded(
     if runtime and config.runtime.enabled:
         extensions.append(runtime_extension(config, runtime_parts))
     if predict and (config.predictor.model_dir or sources.simulated):
-        extensions.append(_scoring_extension(config, sources, risk, runtime_parts))
+        extensions.append(_scoring_extension(config, sources, risk, runtime_parts, out))
     describe = risk.describe
     if config.diagnosis.enabled:
         from fleetguard.incidents.extension import IncidentSummary, incidents_extension
@@ -76,10 +78,11 @@ def run_embedded(
         what = f"simulated fleet {config.simulate.fleet}" if sources.simulated else f"host {config.host}"
         interval = config.agent.sample_interval_seconds
         store_path = Path(config.store.path).resolve()
+        metrics = bound_where(config.agent.metrics_address, port, "/metrics")
         out.write(
             f"fleetguard up: sampling {what} ({sources.gpus} GPUs) every {interval:g} s\n"
-            f"  metrics   http://127.0.0.1:{port}/metrics  (curl -s localhost:{port}/metrics | grep xid)\n"
-            f"  store     {store_path}  (after stopping: fleetguard export --parquet DIR)\n"
+            f"  metrics   {metrics}  (curl -s localhost:{port}/metrics | grep xid)\n"
+            f"  store     {store_path}  (fleetguard export --parquet DIR, also while up runs)\n"
         )
         endpoint = getattr(runtime_parts.get("service"), "endpoint", None)
         if endpoint:  # the port bound (runtime.port 0 is any free one)
@@ -89,15 +92,19 @@ def run_embedded(
             )
         if "url" in dashboard_parts:
             out.write(f"  dashboard {dashboard_parts['url']}\n")
-        if sink.api_url:
-            out.write(
-                f"  read API  {sink.api_url}/v1/fleet  (fleetguard status --controller {sink.api_url})\n"
-            )
+        if "off" in dashboard_parts:
+            out.write(f"  note      dashboard is off: {dashboard_parts['off']}\n")
+        if sink.api_server is not None:
+            api = bound_where(sink.api_server.address, sink.api_server.port, "/v1/fleet")
+            out.write(f"  read API  {api}  (fleetguard status --controller {sink.api_url})\n")
         for note in sources.unavailable:
             out.write(f"  note      {note}\n")
         out.write("  stop with Ctrl-C (everything buffered is flushed first)\n")
         out.flush()
 
+    if stop_signals.pending():  # Ctrl-C while importing: nothing opened yet, nothing to flush
+        out.write("fleetguard up: stopped before it started\n")
+        return 0
     # One process, one DuckDB: the agent's rows go through the controller's ingest (checks, ledger, writer
     # lanes, rollups, fleet correlation), with no HTTP; its commands run through the training runtime.
     from fleetguard.controller.inprocess import InProcessController
@@ -144,26 +151,30 @@ class _RiskSummary:
 
 
 def _scoring_extension(
-    config: Config, sources: Sources, risk: _RiskSummary, runtime_parts: dict[str, object]
+    config: Config, sources: Sources, risk: _RiskSummary, runtime_parts: dict[str, object], out: TextIO
 ) -> Extension:
     stop_event = threading.Event()
+    abandoned = threading.Event()  # stopped while the demo model was still training
     gpu_jobs = GpuJobs(sources.collectors)
     threads: list[threading.Thread] = []
     cursors: list[duckdb.DuckDBPyConnection] = []
 
     def start(agent: Agent, store: Store) -> None:
         def loop() -> None:
+            from fleetguard.predict.demo_child import TrainingAbandoned, train_in_child
+
             try:
                 from fleetguard.predict.scoring_service import ScoringRound, ScoringService
 
                 model_dir = Path(config.predictor.model_dir) if config.predictor.model_dir else None
                 if model_dir is None:
-                    from fleetguard.predict.demo_model import train_demo_model
-
-                    model_dir = train_demo_model(
-                        Path(config.store.path).parent / "demo-model", seed=config.simulate.seed
-                    )
+                    # In a child: a stop while it trains abandons it at once (predict/demo_child.py).
+                    demo_dir = Path(config.store.path).parent / "demo-model"
+                    model_dir = train_in_child(demo_dir, config.simulate.seed, stop_event)
                 service = ScoringService(model_dir, budget_k=config.predictor.budget_k)
+            except TrainingAbandoned:
+                abandoned.set()
+                return
             except Exception as exc:
                 log.warning("live risk scoring is off: %s", exc)
                 risk.text = "risk: off (see log)"
@@ -214,13 +225,17 @@ def _scoring_extension(
         for cursor in cursors:
             cursor.interrupt()  # a query in progress ends now rather than after the store is closed
         for thread in threads:
-            # Wait out a demo model still training (native code, ~15 s): a thread still inside XGBoost or
-            # DuckDB when the interpreter exits aborts the process.
+            # A demo model still training is abandoned (its child killed) within a poll; a scoring round in
+            # progress ends at the interrupt above. A thread still inside DuckDB when the interpreter exits
+            # aborts the process, so it is waited for, with a bound.
             thread.join(timeout=SCORING_STOP_SECONDS)
             if thread.is_alive():
                 log.warning("live scoring did not stop within %.0f s", SCORING_STOP_SECONDS)
+        if abandoned.is_set():
+            out.write("fleetguard up: stopped while the demo model was still training; abandoned it\n")
+            out.flush()
 
     return Extension("live scoring", start, stop)
 
 
-SCORING_STOP_SECONDS = 120.0
+SCORING_STOP_SECONDS = 30.0

@@ -52,7 +52,7 @@ import threading
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Final
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +97,23 @@ class BindError(OSError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "cannot listen"
+
+
+WILDCARD_ADDRESSES: Final = frozenset({"", "0.0.0.0", "::"})  # noqa: S104 (read back, never bound here)
+
+
+def bound_url(address: str, port: int, path: str = "/", scheme: str = "http") -> str:
+    """Where a listener is, as bound: its own address (0.0.0.0 stays 0.0.0.0, every interface, never shown as
+    127.0.0.1), the port it got (not the 0 that was asked), an IPv6 address in brackets."""
+    shown = address or "0.0.0.0"  # noqa: S104 (shown, not bound)
+    shown = f"[{shown}]" if ":" in shown else shown
+    return f"{scheme}://{shown}:{port}{path}"
+
+
+def bound_where(address: str, port: int, path: str = "/", scheme: str = "http") -> str:
+    """`bound_url`, and for a wildcard address the fact that it is every interface: the banners' form."""
+    url = bound_url(address, port, path, scheme)
+    return f"{url} (every interface)" if address in WILDCARD_ADDRESSES else url
 
 
 class JsonBodyError(ValueError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -109,6 +110,8 @@ def run_daemon(
     started: list[Extension] = []
     try:
         for ext in extensions:
+            if stop.is_set():
+                break  # stopped while starting (a Ctrl-C then): start nothing more, flush and end
             if _start_extension(ext, agent, sink.store, out):
                 started.append(ext)
         if on_ready is not None:
@@ -192,9 +195,11 @@ def _serve_metrics(config: Config, metrics: MetricsState, deps: DaemonDeps) -> H
     try:
         return deps.serve_metrics(metrics, address, port)
     except OSError as exc:
+        taken = exc.errno == errno.EADDRINUSE
+        hint = " (choose another with --metrics-port PORT; 0: any free one)" if taken else ""
         raise StartupError(
             f"cannot serve /metrics on {address} port {port} (agent.metrics_address, agent.metrics_port): "
-            f"{os_reason(exc)}"
+            f"{os_reason(exc)}{hint}"
         ) from exc
 
 
@@ -211,6 +216,7 @@ def _start_extension(ext: Extension, agent: Agent, store: Store | None, out: Tex
         reason = os_reason(exc) if isinstance(exc, OSError) else one_line(str(exc))
         if ext.key:
             switch = f" ({ext.off_switch} runs without it)" if ext.off_switch else ""
+            switch = f" ({ext.hint})" if ext.hint and isinstance(exc, OSError) else switch
             raise StartupError(f"{ext.key}: the {ext.name} cannot start: {reason}{switch}") from exc
         # An optional part (live scoring) must not keep the agent from sampling.
         log.error("%s is off: %s", ext.name, reason)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from fleetguard import stop_signals
 from fleetguard.agent.agent import Waiter, wait_on_clock, wait_on_poll
 from fleetguard.agent.limits import bound_malloc_arenas, bound_native_threads, raise_open_file_limit
 from fleetguard.agent.metrics import MetricsState
@@ -41,14 +42,9 @@ def open_local_store(config: Config) -> Sink:
 
 
 def install_signal_handlers(handler: StopHandler) -> Callable[[], None]:
-    """SIGTERM and SIGINT stop the daemon (the main thread only: Python delivers signals there)."""
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
-
-    def restore() -> None:
-        for s, old in previous.items():
-            signal.signal(s, old)
-
-    return restore
+    """SIGTERM and SIGINT stop the daemon (the main thread only: Python delivers signals there); one that
+    came while the process was starting is handed over at once (fleetguard/stop_signals.py)."""
+    return stop_signals.route(handler)
 
 
 def prepare_process() -> None:

@@ -33,6 +33,9 @@ class Extension:
     # Empty key: optional, the daemon runs without it and says so.
     key: str = ""
     off_switch: str = ""
+    # What to do instead when the part cannot have its socket (an OSError), said in full where "`off_switch`
+    # runs without it" is not the whole advice (the dashboard: another port, or off).
+    hint: str = ""
     # For a part that reads no store (the training runtime): how it starts beside a sink that keeps none (an
     # agent shipping to a controller). A part without it needs a store, and such a daemon refuses it.
     start_without_store: Callable[[Agent], None] | None = None

@@ -23,7 +23,10 @@ def alerts_group() -> None:
 @alerts_group.command("status")
 @config_options
 @token_option
-def alerts_status(config_path: str | None, store_path: str | None, token_file: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the status document as JSON (for scripts).")
+def alerts_status(
+    config_path: str | None, store_path: str | None, token_file: str | None, as_json: bool
+) -> None:
     """Outbox rows per endpoint and status, and the latest errors (from the running controller or `up`
     when one holds the store)."""
     from fleetguard.alerts.status_doc import alerts_status as status_doc
@@ -38,7 +41,12 @@ def alerts_status(config_path: str | None, store_path: str | None, token_file: s
         doc = ask_holder(exc, "/v1/alerts", token_file)
     except StoreError as exc:
         raise click.ClickException(str(exc)) from exc
-    sys.stdout.write(render_alerts_status(doc, now))
+    if as_json:
+        import json
+
+        click.echo(json.dumps(doc, indent=2))
+        return
+    sys.stdout.write(render_alerts_status(doc, now, [hook.name for hook in config.alerts.webhooks]))
 
 
 def _operator() -> str:
@@ -131,6 +139,11 @@ def alerts_replay(config_path: str | None, store_path: str | None, endpoint: str
     from fleetguard.store.operator_requests import Request, leave
 
     config = load(config_path, **{"store.path": store_path})
+    names = [hook.name for hook in config.alerts.webhooks]
+    if endpoint is not None and endpoint not in names:
+        known = ", ".join(names) if names else "none: the config has no [[alerts.webhooks]]"
+        message = f"no webhook named {endpoint[:64]!r} (configured: {known})"
+        raise click.BadParameter(message, param_hint="--endpoint")
     try:
         store = Store.open(config.store.path, must_exist=True)
     except StoreLocked:

@@ -17,6 +17,9 @@ from fleetguard.config_options import load
 @click.option("--listen", help="HOST:PORT to serve on (controller.listen).")
 @click.option("--duration", type=float, help="Stop after this many seconds (default: run until SIGTERM).")
 @click.option("--pool", help="Also ingest this pool's batches from NATS JetStream (controller.pool).")
+@click.option(
+    "--dashboard-port", type=int, help="Port of the dashboard (dashboard.port, default 9481; 0 = any free)."
+)
 @click.pass_context
 def controller_command(
     ctx: click.Context,
@@ -25,12 +28,16 @@ def controller_command(
     listen: str | None,
     duration: float | None,
     pool: str | None,
+    dashboard_port: int | None,
 ) -> None:
     """The fleet controller: agents ship to it (POST /v1/ingest); it is the fleet's single store writer and
     serves the read API (/v1/fleet, /v1/hosts, /v1/jobs, /v1/findings) and /metrics."""
     ctx.ensure_object(dict)
     ctx.obj["config_path"] = config_path
     if ctx.invoked_subcommand is not None:
+        from fleetguard import stop_signals
+
+        stop_signals.release()  # `controller token` is no daemon: Ctrl-C ends it as usual
         return
     from fleetguard.controller.process import run_controller
     from fleetguard.controller.tokens import TokenFileError
@@ -38,7 +45,12 @@ def controller_command(
     from fleetguard.shipping.nats_connect import NatsSettingsError
     from fleetguard.store import StoreError
 
-    overrides = {"store.path": store_path, "controller.listen": listen, "controller.pool": pool}
+    overrides = {
+        "store.path": store_path,
+        "controller.listen": listen,
+        "controller.pool": pool,
+        "dashboard.port": dashboard_port,
+    }
     config = load(config_path, **overrides)
     try:
         run_controller(config, duration_seconds=duration)

@@ -434,8 +434,7 @@ class IngestWriter:
                     stats.rows_committed[name] = stats.rows_committed.get(name, 0) + n
             if fresh:
                 stats.batches_committed += len(fresh)
-                stats.commit_seconds_sum += seconds
-                stats.commits += 1
+                stats.observe_commit(seconds)  # stats.lock is a leaf: taken under ours, never the reverse
             stats.duplicates += len(duplicates)
             answers = [
                 (p, duplicate, self.commands.for_host(p.batch.host))

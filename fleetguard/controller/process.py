@@ -6,7 +6,6 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import signal
 import ssl
 import sys
 import threading
@@ -15,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from fleetguard import stop_signals
 from fleetguard.clock import Clock, SystemClock
 from fleetguard.config import Config
 from fleetguard.controller.ingest import IngestWriter
@@ -22,7 +22,7 @@ from fleetguard.controller.maintenance import Maintenance
 from fleetguard.controller.server import ApiSettings, ControllerApi, reads_need_token
 from fleetguard.controller.stats import ControllerStats
 from fleetguard.controller.tokens import TokenBook
-from fleetguard.httpserve import HttpServer, Limits
+from fleetguard.httpserve import HttpServer, Limits, bound_where
 from fleetguard.sd_notify import Notifier
 from fleetguard.secret_files import SecretFileError, open_secret_file
 from fleetguard.store import Store
@@ -186,7 +186,10 @@ def _start_dashboard(config: Config, running: RunningController) -> str | None:
         server = serve_dashboard(running.store, config)
     except OSError as exc:
         where = f"{config.dashboard.address}:{config.dashboard.port}"
-        raise OSError(f"dashboard.port: cannot listen on {where}: {exc.strerror or exc}") from exc
+        raise OSError(
+            f"dashboard.port: cannot listen on {where}: {exc.strerror or exc} (choose another with "
+            "--dashboard-port PORT (0: any free one), or set dashboard.enabled = false)"
+        ) from exc
     running.on_stop.insert(0, server.close)
     return server.url
 
@@ -205,12 +208,14 @@ def run_controller(config: Config, out: TextIO = sys.stdout, duration_seconds: f
     def request_stop(_signum: int, _frame: object) -> None:
         stop.set()
 
-    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    # A SIGINT/SIGTERM that came while the controller was starting is handed over now: it stops at once.
+    restore_signals = stop_signals.route(request_stop)
     scheme = "https" if config.controller.tls_cert else "http"
     address, _ = split_listen(config.controller.listen)
+    where = bound_where(address, running.port, "/", scheme)
     out.write(
-        f"fleetguard controller: {scheme}://{address}:{running.port}/ (ingest /v1/ingest, read /v1/fleet, "
-        f"/metrics); store {Path(config.store.path).resolve()}\n"
+        f"fleetguard controller: {where} (ingest /v1/ingest, read /v1/fleet, /metrics); "
+        f"store {Path(config.store.path).resolve()}\n"
     )
     if running.dashboard_url:
         out.write(f"  dashboard {running.dashboard_url}\n")
@@ -226,6 +231,5 @@ def run_controller(config: Config, out: TextIO = sys.stdout, duration_seconds: f
             systemd.stopping()
             systemd.close()
         running.stop()
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+        restore_signals()
     out.write("fleetguard controller: stopped\n")

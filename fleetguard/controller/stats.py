@@ -22,8 +22,9 @@ class ControllerStats:
     duplicates: int = 0
     rows_committed: dict[str, int] = field(default_factory=dict)
     refused: dict[str, int] = field(default_factory=dict)
+    # Per bucket of LATENCY_BUCKETS (the last one is +Inf), as latency_counts below: commits of a group.
+    commit_counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
     commit_seconds_sum: float = 0.0
-    commits: int = 0
     queue_depth: int = 0
     commands_queued: int = 0
     commands_delivered: int = 0
@@ -48,15 +49,32 @@ class ControllerStats:
             self.latency_counts[index] += 1
             self.latency_sum += seconds
 
+    def observe_commit(self, seconds: float) -> None:
+        """One group of batches committed in `seconds` (the caller holds no lock of ours)."""
+        index = bisect.bisect_left(LATENCY_BUCKETS, seconds)
+        with self.lock:
+            self.commit_counts[index] += 1
+            self.commit_seconds_sum += seconds
+
     def latency_histogram(self) -> tuple[list[tuple[str, int]], float, int]:
         """Cumulative (le, count) pairs ending with +Inf, the sum and the count."""
         with self.lock:
             counts, total = list(self.latency_counts), self.latency_sum
-        cumulative, running = [], 0
-        for bound, n in zip([*(f"{b:g}" for b in LATENCY_BUCKETS), "+Inf"], counts, strict=True):
-            running += n
-            cumulative.append((bound, running))
-        return cumulative, total, running
+        return _cumulative(counts), total, sum(counts)
+
+    def commit_histogram(self) -> tuple[list[tuple[str, int]], float, int]:
+        with self.lock:
+            counts, total = list(self.commit_counts), self.commit_seconds_sum
+        return _cumulative(counts), total, sum(counts)
+
+
+def _cumulative(counts: list[int]) -> list[tuple[str, int]]:
+    """Per-bucket counts as Prometheus's cumulative (le, count) pairs, ending with +Inf."""
+    cumulative, running = [], 0
+    for bound, n in zip([*(f"{b:g}" for b in LATENCY_BUCKETS), "+Inf"], counts, strict=True):
+        running += n
+        cumulative.append((bound, running))
+    return cumulative
 
 
 def _label(value: str) -> str:
@@ -103,11 +121,16 @@ def render(
         "Ingest requests refused, by reason.",
         [(f'{{reason="{_label(r)}"}}', n) for r, n in sorted(stats.refused.items())],
     )
+    commit_buckets, commit_sum, commit_count = stats.commit_histogram()
     metric(
         "fleetguard_controller_commit_seconds",
-        "summary",
+        "histogram",
         "Time to commit one group of batches.",
-        [("_sum", stats.commit_seconds_sum), ("_count", stats.commits)],
+        [
+            *((f'_bucket{{le="{le}"}}', n) for le, n in commit_buckets),
+            ("_sum", commit_sum),
+            ("_count", commit_count),
+        ],
     )
 
     buckets, latency_sum, latency_count = stats.latency_histogram()

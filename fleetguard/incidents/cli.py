@@ -240,7 +240,10 @@ def breaker_group() -> None:
 @breaker_group.command("status")
 @config_options
 @token_option
-def breaker_status(config_path: str | None, store_path: str | None, token_file: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: tripped, since_ts, reason.")
+def breaker_status(
+    config_path: str | None, store_path: str | None, token_file: str | None, as_json: bool
+) -> None:
     """Whether the breaker is open, since when and why (from the running controller or `up` when one holds
     the store)."""
     config = load(config_path, **{"store.path": store_path})
@@ -255,6 +258,9 @@ def breaker_status(config_path: str | None, store_path: str | None, token_file: 
         doc = ask_holder(exc, "/v1/breaker", token_file)
     except StoreError as exc:
         raise click.ClickException(str(exc)) from exc
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+        return
     if doc.get("tripped"):
         since = doc.get("since_ts")
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(float(since))) if since is not None else "?"

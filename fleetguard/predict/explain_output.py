@@ -53,6 +53,7 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
     if not rows:
         click.echo("no devices to score", err=True)
         return
+    click.echo(f"{'#':>3}  {'DEVICE':<32} {'RISK':>6}  DRIVERS (feature=value)")
     for row in rows:
         why = ", ".join(f"{d['feature']}={_value(d['value'])}" for d in row["drivers"]) or "–"
-        click.echo(f"{row['rank']:>3}  {row['device_id']:<32} {row['risk']:.4f}  {why}")
+        click.echo(f"{row['rank']:>3}  {row['device_id']:<32} {row['risk']:>6.4f}  {why}")

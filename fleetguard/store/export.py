@@ -150,6 +150,12 @@ def layout_from_snapshot(snapshot: Path, out: Path, names: Iterable[str]) -> dic
 
 
 def snapshot_views(con: duckdb.DuckDBPyConnection, snapshot: Path, names: Iterable[str]) -> None:
-    """A view per fetched table, so code that reads a store's tables by name reads the snapshot."""
+    """A view per fetched table, so code that reads a store's tables by name reads the snapshot; every other
+    table of the schema is there empty (a snapshot carries tables with rows only, and a query of a table
+    with none yet, such as `events` on a quiet fleet, answers no rows rather than "no such table")."""
+    from fleetguard.store.migrations import migrate
+
+    migrate(con)
     for name in names:
+        con.execute(f"DROP TABLE IF EXISTS {name}")
         con.execute(f"CREATE VIEW {name} AS SELECT * FROM {_source(snapshot, name)}")

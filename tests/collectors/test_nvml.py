@@ -467,7 +467,7 @@ def test_a_gpu_lost_before_start_is_counted_and_joins_when_it_answers(
         (
             pynvml.NVML_ERROR_LIBRARY_NOT_FOUND,
             "NVIDIA driver not found (libnvidia-ml.so.1 missing): this host has no usable NVIDIA GPU; "
-            "use --no-nvml or --simulate",
+            "on a host without GPUs set collectors.nvml = false",
         ),
         (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "NVIDIA kernel driver is not loaded"),
         (pynvml.NVML_ERROR_NO_PERMISSION, "no permission to use NVML"),

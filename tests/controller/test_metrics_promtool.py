@@ -22,3 +22,9 @@ def test_the_controller_metrics_pass_promtool_with_latency_as_a_histogram(contro
     assert metric_value(text, "fleetguard_controller_ingest_latency_seconds_count") == 3
     assert metric_value(text, 'fleetguard_controller_ingest_latency_seconds_bucket{le="+Inf"}') == 3
     assert metric_value(text, "fleetguard_controller_ingest_latency_seconds_sum") > 0
+    # Every latency is a histogram: the commit of a group of batches too (no summary left on the page).
+    assert "# TYPE fleetguard_controller_commit_seconds histogram" in text
+    assert " summary" not in "".join(line for line in text.splitlines() if line.startswith("# TYPE"))
+    commits = metric_value(text, "fleetguard_controller_commit_seconds_count")
+    assert 1 <= commits <= 3  # three batches, committed in one to three groups
+    assert metric_value(text, 'fleetguard_controller_commit_seconds_bucket{le="+Inf"}') == commits

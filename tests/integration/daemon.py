@@ -55,7 +55,7 @@ class Daemon:
             if not line:
                 break
             lines.append(line)
-            match = re.search(r"/metrics on port (\d+)", line)
+            match = re.search(r"/metrics at http://\S+:(\d+)/metrics", line)
             if match:
                 return int(match.group(1))
         self.proc.kill()

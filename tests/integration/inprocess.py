@@ -3,6 +3,7 @@ real /metrics server, real loops and threads), driven round by round as the test
 
 from __future__ import annotations
 
+import contextvars
 import io
 import threading
 import time
@@ -43,7 +44,11 @@ class InProcessUp:
             except BaseException as exc:  # handed to the test by join()
                 self.error = exc
 
-        self._thread = threading.Thread(target=run, name="test-up", daemon=True)
+        # In the test's context, as `up` runs on its main thread: a new thread starts with no context
+        # variables, and Dash (imported by pytest's dash plugin, on the main thread) keeps its page registry
+        # behind one, so a dashboard started without it cannot register its pages.
+        context = contextvars.copy_context()
+        self._thread = threading.Thread(target=context.run, args=(run,), name="test-up", daemon=True)
         self._thread.start()
 
     def run(self, step_seconds: float, loops: int) -> None:

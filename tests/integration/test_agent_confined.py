@@ -83,7 +83,7 @@ def confined_agent(
     try:
         assert proc.stderr is not None
         for line in proc.stderr:
-            if "/metrics on port" in line:
+            if "/metrics at http" in line:
                 break
         else:
             raise AssertionError("the confined agent did not start")

@@ -34,6 +34,7 @@ def run(args: list[str], tmp: Path, env: dict[str, str] | None = None) -> subpro
         "FLEETGUARD_COLLECTORS_KMSG_STATE_PATH": str(tmp / "kmsg.seq"),
         "FLEETGUARD_RUNTIME_PORT": "0",
         "FLEETGUARD_CONTROLLER_LISTEN": "127.0.0.1:0",  # up's read API: any free port
+        "FLEETGUARD_DASHBOARD_PORT": "0",  # a taken dashboard port stops `up`: any free one
     }
     return subprocess.run(
         [FLEETGUARD, *args], capture_output=True, text=True, timeout=120, env=base | (env or {}), cwd=tmp
@@ -93,7 +94,7 @@ def locked_store(tmp_path: Path) -> Iterator[Path]:
 @pytest.mark.parametrize("daemon", sorted(DAEMONS))
 def test_metrics_port_in_use(tmp_path: Path, busy_port: int, daemon: str) -> None:
     args = [*DAEMONS[daemon], "--metrics-port", str(busy_port), "--store", str(tmp_path / "s.duckdb")]
-    line = one_line_failure(run(args, tmp_path), "agent.metrics_port", str(busy_port))
+    line = one_line_failure(run(args, tmp_path), "agent.metrics_port", str(busy_port), "--metrics-port")
     assert "Address already in use" in line
 
 
@@ -178,6 +179,7 @@ def test_a_store_in_a_directory_the_user_cannot_write(tmp_path: Path) -> None:
         "FLEETGUARD_COLLECTORS_KMSG_STATE_PATH": "/nonexistent/kmsg.seq",
         "FLEETGUARD_RUNTIME_PORT": "0",
         "FLEETGUARD_CONTROLLER_LISTEN": "127.0.0.1:0",  # up's read API: any free port
+        "FLEETGUARD_DASHBOARD_PORT": "0",  # a taken dashboard port stops `up`: any free one
     }
     result = subprocess.run(
         [sys.executable, "-c", AS_NOBODY, *DAEMONS["agent"], "--store", str(store)],
@@ -223,6 +225,39 @@ def test_the_banner_names_the_runtime_port_actually_bound(tmp_path: Path) -> Non
     banner = next(line for line in result.stderr.splitlines() if "training ranks report to" in line)
     port = int(banner.rsplit(":", 1)[1])
     assert port != 0
+
+
+def test_up_with_its_dashboard_port_taken_names_the_key_and_the_flag(tmp_path: Path, busy_port: int) -> None:
+    args = [*DAEMONS["up"], "--dashboard-port", str(busy_port), "--store", str(tmp_path / "s.duckdb")]
+    line = one_line_failure(run(args, tmp_path), "dashboard.port", str(busy_port), "--dashboard-port")
+    assert "Address already in use" in line
+
+
+def test_the_controller_with_its_dashboard_port_taken_names_the_key_and_the_flag(
+    tmp_path: Path, busy_port: int
+) -> None:
+    args = ["controller", "--listen", "127.0.0.1:0", "--dashboard-port", str(busy_port), "--duration", "30"]
+    env = {"FLEETGUARD_CONTROLLER_TOKENS_FILE": str(tmp_path / "tokens.json")}
+    result = run([*args, "--store", str(tmp_path / "c.duckdb")], tmp_path, env)
+    line = one_line_failure(result, "dashboard.port", str(busy_port), "--dashboard-port")
+    assert "Address already in use" in line
+
+
+def test_the_banners_print_the_address_bound_and_the_port_it_got(tmp_path: Path) -> None:
+    """Bound to 0.0.0.0 (agent.metrics_address's default), /metrics is not shown as 127.0.0.1; asked for
+    port 0, the banner names the port the system gave."""
+    args = ["agent", "--simulate", "1x2", "--metrics-port", "0", "--duration", "1"]
+    agent = run([*args, "--store", str(tmp_path / "a.duckdb")], tmp_path)
+    assert agent.returncode == 0, agent.stderr
+    banner = next(line for line in agent.stderr.splitlines() if "/metrics at" in line)
+    assert "http://0.0.0.0:" in banner and "every interface" in banner and ":0/" not in banner
+    args = ["controller", "--listen", "127.0.0.1:0", "--dashboard-port", "0", "--duration", "1"]
+    env = {"FLEETGUARD_CONTROLLER_TOKENS_FILE": str(tmp_path / "tokens.json")}
+    controller = run([*args, "--store", str(tmp_path / "c.duckdb")], tmp_path, env)
+    assert controller.returncode == 0, controller.stderr
+    first, dashboard = controller.stdout.splitlines()[:2]
+    assert first.startswith("fleetguard controller: http://127.0.0.1:") and ":0/" not in first, first
+    assert dashboard.startswith("  dashboard http://127.0.0.1:") and ":0/" not in dashboard, dashboard
 
 
 @pytest.mark.parametrize(

@@ -45,7 +45,7 @@ def test_up_on_a_simulated_fleet_serves_metrics_and_live_risk_scores(tmp_path: P
 
     def risk_served() -> bool:
         nonlocal risk
-        match = re.search(r"http://127\.0\.0\.1:(\d+)/metrics", up.out.getvalue())
+        match = re.search(r"http://[^/\s]+:(\d+)/metrics", up.out.getvalue())
         assert match, "fleetguard up printed no metrics address:\n" + up.out.getvalue()
         risk = {
             k: v
