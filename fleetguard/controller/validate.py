@@ -241,7 +241,7 @@ def check_columns(
     elif table.name == "actions":
         # Which agent took an action is the batch's host (its token's), not something the row may leave open.
         columns["host"] = [host if h is None else h for h in columns.get("host", [None] * rows)]
-    if "host" in columns and any(h is not None and h != host for h in columns["host"]):
+    if "host" in columns and not set(columns["host"]) <= {host, None}:  # a set: built in C, no step per row
         # The batch's own host was checked against the token (403); a row naming another host is content
         # that sending again cannot fix: 400, and the agent sets the batch aside.
         raise BatchRefused(Refusal.INVALID_VALUE, f"{where}.host: a row names another host than the batch")
