@@ -555,11 +555,24 @@ def cpu_per_batch(args: argparse.Namespace) -> None:
             writer.commit_group(group)
         commit_ms = (time.process_time() - c0) / (groups * len(parsed)) * 1000
         wall_ms = (time.perf_counter() - w0) / (groups * len(parsed)) * 1000
+        # A commit's fixed cost: the writer's CPU per batch when groups hold 1, 4, 16 or 64 batches.
+        by_size = []
+        for size in (1, 4, 16, 64):
+            c0 = time.process_time()
+            for start in range(0, 256, size):
+                group = []
+                for b in (parsed * 4)[start : start + size]:
+                    seq += 1
+                    b.seq = seq
+                    group.append(Pending(b, 0.0))
+                writer.commit_group(group)
+            by_size.append(f"{size}: {(time.process_time() - c0) / 256 * 1000:.2f}")
     per_batch = parse_ms + commit_ms
     print(
         f"| {rows} | {parse_ms:.2f} | {commit_ms:.2f} | {wall_ms:.2f} | {per_batch:.2f} | "
         f"{2048 / args.interval * per_batch / 1000:.2f} |"
     )
+    print(f"writer CPU ms per batch by batches per group: {', '.join(by_size)}")
 
 
 def main() -> None:
