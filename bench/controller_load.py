@@ -13,10 +13,15 @@ host-day. The load generator runs on the same machine: its CPU (while sending) i
 controller's, and each row carries the load average before and after it (busy: other work held half the
 cores).
 
+Each row also gives the controller's CPU per batch answered and its ratio to the raw floor (gunzip + parse
++ DuckDB append of the same batches with no checks: bench/ingest_floor.py) measured at the start of the run,
+and whether the step kept up (sent on schedule, every batch answered 200, p99 < 250 ms).
+
 Usage: python bench/controller_load.py [--hosts 256,1024,2048,4096] [--seconds 40] [--interval 5]
+       python bench/controller_load.py --compare-src /tmp/before   # the same steps for a controller run
+                                                                   # from another tree, interleaved
        python bench/controller_load.py --footprint   # rows and bytes per host-day, raw vs compacted
        python bench/controller_load.py --agent-cost --seconds 60   # agent CPU/RSS, local store vs shipping
-       python bench/controller_load.py --cpu-per-batch   # controller CPU per batch by stage, in-process
        python bench/controller_load.py --cpu-per-batch   # controller CPU per batch by stage, in-process
 """
 
@@ -292,6 +297,63 @@ def store_stats(path: Path) -> tuple[int, int]:
     return rows, path.stat().st_size
 
 
+@dataclass
+class Controller:
+    """One controller under test: its process, store, generator and the batches it answered 200."""
+
+    label: str
+    root: Path
+    proc: subprocess.Popen[bytes]
+    gen: Generator
+    seqs: dict[str, int] = field(default_factory=dict)
+    sent_ok: int = 0
+
+
+def start_controller(
+    label: str, root: Path, port: int, tokens: dict[str, str], text: str, args: argparse.Namespace, src: str
+) -> Controller:
+    """`fleetguard controller` on `port`, run from this tree, or from source tree `src` (a before/after
+    comparison in one run: the same machine, load and generator)."""
+    root.mkdir(parents=True)
+    (root / "ctl.toml").write_text(
+        f'[controller]\nlisten = "127.0.0.1:{port}"\ntokens_file = "{root.parent}/tokens.json"\n'
+        f'[store]\npath = "{root}/ctl.duckdb"\n[dashboard]\nenabled = false\n'
+    )
+    env = {**os.environ, "PYTHONPATH": src} if src else None
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fleetguard", "controller", "--config", str(root / "ctl.toml")],
+        stdout=subprocess.DEVNULL,
+        stderr=(root / "ctl.log").open("w"),
+        env=env,
+        cwd=src or None,
+    )
+    return Controller(label, root, proc, Generator(port, tokens, text, args.workers, args.processes))
+
+
+def measure_floor(text: str, hosts: int = 512) -> float:
+    """The raw floor (bench/ingest_floor.py) over `hosts` bodies like the generator's, in this process."""
+    from bench.ingest_floor import floor_cpu_ms
+
+    bodies = [
+        gzip.compress(
+            text.replace("HOSTNAME", f"host-{i:05d}")
+            .replace("SEQNUM", "1")
+            .replace("SENTTS", "1795000000.0")
+            .encode(),
+            1,
+        )
+        for i in range(hosts)
+    ]
+    window = LoadWindow()
+    ms = floor_cpu_ms(bodies)
+    print(
+        f"raw floor: {ms:.2f} ms CPU per batch (gunzip + JSON parse + DuckDB append in groups of 64, no "
+        f"checks; load {window.close().cell()})",
+        flush=True,
+    )
+    return ms
+
+
 def load(args: argparse.Namespace) -> None:
     steps = [int(x) for x in args.hosts.split(",")]
     text, rows_per_batch = template(args.interval)
@@ -300,67 +362,78 @@ def load(args: argparse.Namespace) -> None:
         f"{len(gzip.compress(text.encode(), 1))} bytes gzip",
         flush=True,
     )
+    floor_ms = measure_floor(text)
     root = Path(tempfile.mkdtemp(prefix="fg-controller-load-"))
     hosts_all = [f"host-{i:05d}" for i in range(max(steps))]
     tokens = add_tokens(root / "tokens.json", hosts_all)
-    (root / "ctl.toml").write_text(
-        f'[controller]\nlisten = "127.0.0.1:{args.port}"\ntokens_file = "{root}/tokens.json"\n'
-        f'[store]\npath = "{root}/ctl.duckdb"\n[dashboard]\nenabled = false\n'
-    )
-    ctl = subprocess.Popen(
-        [sys.executable, "-m", "fleetguard", "controller", "--config", str(root / "ctl.toml")],
-        stdout=subprocess.DEVNULL,
-        stderr=(root / "ctl.log").open("w"),
-    )
+    sources = [("this tree", "")] + [(f"before ({src})", src) for src in args.compare_src]
+    ctls = [
+        start_controller(label, root / f"ctl{k}", args.port + k, tokens, text, args, src)
+        for k, (label, src) in enumerate(sources)
+    ]
     time.sleep(3)
-    gen = Generator(args.port, tokens, text, args.workers, args.processes)
-    seqs: dict[str, int] = {}
     print(
-        "| hosts | GPUs | batches/s | p50 ms | p99 ms | refused | failed | controller CPU (cores) | "
-        "controller RSS MB | generator CPU (cores) | late sends | load before -> after |"
+        "| controller | hosts | GPUs | batches/s (needed) | p50 ms | p99 ms | refused | failed | "
+        "controller CPU (cores) | CPU ms per batch | vs raw floor | controller RSS MB | "
+        "generator CPU (cores) | late sends | kept up, p99 < 250 ms | load before -> after |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-    sent_ok = 0
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
     try:
         for n in steps:
-            load_window = LoadWindow(own_load=0.0)
-            g0 = gen.cpu_seconds
-            marks: dict[str, float] = {}
-            r = gen.run_step(
-                hosts_all[:n], args.seconds, args.interval, seqs, partial(mark_start, marks, ctl.pid)
-            )
-            wall = time.monotonic() - marks["t"]
-            c0 = marks["cpu"]
-            ccpu = (cpu_seconds(ctl.pid) - c0) / wall
-            gcpu = (gen.cpu_seconds - g0) / wall
-            sent_ok += r.ok
-            p99 = quantile(r.latencies, 0.99)
-            print(
-                f"| {n} | {8 * n} | {r.sent / wall:.0f} | {1000 * quantile(r.latencies, 0.5):.0f} | "
-                f"{1000 * p99:.0f} | {sum(r.refused.values())} {dict(r.refused) or ''} | {r.failed} | "
-                f"{ccpu:.2f} | {rss_mb(ctl.pid):.0f} | {gcpu:.2f} | {r.late_sends} | "
-                f"{load_window.close().cell()} |",
-                flush=True,
-            )
-            if p99 > args.stop_p99:
+            # Interleaved per step: every controller meets the same moment's load, one at a time.
+            over = [run_step(c, hosts_all[:n], args, floor_ms) for c in ctls]
+            if all(p99 > args.stop_p99 for p99 in over):
                 print(f"p99 passed {args.stop_p99:.1f} s at {n} hosts: stopping", flush=True)
                 break
     finally:
-        gen.stop()
-        peak = rss_mb(ctl.pid, "VmHWM")
-        ctl.send_signal(signal.SIGTERM)
-        ctl.wait(timeout=300)
-    rows, size = store_stats(root / "ctl.duckdb")
-    expected = sent_ok * rows_per_batch
+        for c in ctls:
+            stop_controller(c, rows_per_batch, args.interval)
+    print(f"(work dir {root})")
+
+
+def run_step(c: Controller, hosts: list[str], args: argparse.Namespace, floor_ms: float) -> float:
+    """One step of `c` at len(hosts) hosts; prints its row and returns its p99 in seconds."""
+    n = len(hosts)
+    load_window = LoadWindow(own_load=0.0)
+    g0 = c.gen.cpu_seconds
+    marks: dict[str, float] = {}
+    r = c.gen.run_step(hosts, args.seconds, args.interval, c.seqs, partial(mark_start, marks, c.proc.pid))
+    wall = time.monotonic() - marks["t"]
+    ctl_cpu = cpu_seconds(c.proc.pid) - marks["cpu"]
+    gcpu = (c.gen.cpu_seconds - g0) / wall
+    c.sent_ok += r.ok
+    p99 = quantile(r.latencies, 0.99)
+    per_batch_ms = 1000 * ctl_cpu / max(1, r.ok)
+    needed = n / args.interval
+    kept_up = r.sent / wall >= 0.97 * needed and r.ok == r.sent and p99 < 0.25
     print(
-        f"controller peak RSS {peak:.0f} MB; rows stored {rows}, rows in batches answered 200 {expected} "
+        f"| {c.label} | {n} | {8 * n} | {r.sent / wall:.0f} ({needed:.0f}) | "
+        f"{1000 * quantile(r.latencies, 0.5):.0f} | {1000 * p99:.0f} | {sum(r.refused.values())} "
+        f"{dict(r.refused) or ''} | {r.failed} | {ctl_cpu / wall:.2f} | {per_batch_ms:.2f} | "
+        f"{per_batch_ms / floor_ms:.1f}x | {rss_mb(c.proc.pid):.0f} | {gcpu:.2f} | {r.late_sends} | "
+        f"{'yes' if kept_up else 'no'} | {load_window.close().cell()} |",
+        flush=True,
+    )
+    return p99
+
+
+def stop_controller(c: Controller, rows_per_batch: int, interval: float) -> None:
+    c.gen.stop()
+    peak = rss_mb(c.proc.pid, "VmHWM")
+    c.proc.send_signal(signal.SIGTERM)
+    c.proc.wait(timeout=300)
+    rows, size = store_stats(c.root / "ctl.duckdb")
+    expected = c.sent_ok * rows_per_batch
+    print(
+        f"{c.label}: peak RSS {peak:.0f} MB; rows stored {rows}, rows in batches answered 200 {expected} "
         f"(loss {expected - rows}); store {size / 1e6:.1f} MB"
     )
-    host_seconds = sum(seqs.values()) * args.interval
-    print(
-        f"per host-day: {rows / host_seconds * 86400:,.0f} rows, {size / host_seconds * 86400 / 1e6:.1f} MB"
-    )
-    print(f"(work dir {root})")
+    host_seconds = sum(c.seqs.values()) * interval
+    if host_seconds:
+        print(
+            f"{c.label}: per host-day {rows / host_seconds * 86400:,.0f} rows, "
+            f"{size / host_seconds * 86400 / 1e6:.1f} MB"
+        )
 
 
 def footprint(args: argparse.Namespace) -> None:
@@ -482,11 +555,24 @@ def cpu_per_batch(args: argparse.Namespace) -> None:
             writer.commit_group(group)
         commit_ms = (time.process_time() - c0) / (groups * len(parsed)) * 1000
         wall_ms = (time.perf_counter() - w0) / (groups * len(parsed)) * 1000
+        # A commit's fixed cost: the writer's CPU per batch when groups hold 1, 4, 16 or 64 batches.
+        by_size = []
+        for size in (1, 4, 16, 64):
+            c0 = time.process_time()
+            for start in range(0, 256, size):
+                group = []
+                for b in (parsed * 4)[start : start + size]:
+                    seq += 1
+                    b.seq = seq
+                    group.append(Pending(b, 0.0))
+                writer.commit_group(group)
+            by_size.append(f"{size}: {(time.process_time() - c0) / 256 * 1000:.2f}")
     per_batch = parse_ms + commit_ms
     print(
         f"| {rows} | {parse_ms:.2f} | {commit_ms:.2f} | {wall_ms:.2f} | {per_batch:.2f} | "
         f"{2048 / args.interval * per_batch / 1000:.2f} |"
     )
+    print(f"writer CPU ms per batch by batches per group: {', '.join(by_size)}")
 
 
 def main() -> None:
@@ -500,6 +586,14 @@ def main() -> None:
     )
     parser.add_argument("--port", type=int, default=19580)
     parser.add_argument("--stop-p99", type=float, default=1.0)
+    parser.add_argument(
+        "--compare-src",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="also run a controller from this source tree (e.g. `git archive` of the commit before), step "
+        "by step beside this tree's: before and after in one run",
+    )
     parser.add_argument("--footprint", action="store_true")
     parser.add_argument("--footprint-seconds", type=int, default=1800)
     parser.add_argument(

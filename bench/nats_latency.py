@@ -40,6 +40,7 @@ from fleetguard.controller.tokens import add_tokens  # noqa: E402
 from fleetguard.shipping.nats_subjects import MSG_ID_HEADER, msg_id, subject_for  # noqa: E402
 
 POOL = "bench"
+BOOT_ID = "BOOTID"  # the boot_id of controller_load.template's batch: a message id must name it
 NATS_CONNECTIONS = 8
 
 
@@ -59,9 +60,9 @@ def serve(config_path: str, out_path: str) -> None:
     from fleetguard.config import load_config
     from fleetguard.controller.process import start_controller
 
-    commits: list[tuple[str, int, float]] = []
+    commits: list[tuple[str, int, float, float]] = []
     running = start_controller(load_config(config_path))
-    running.writer.on_committed.append(lambda b: commits.append((b.host, b.seq, time.time())))
+    running.writer.on_committed.append(lambda b: commits.append((b.host, b.seq, time.time(), b.sent_ts)))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     print(f"port {running.port}", flush=True)
@@ -122,20 +123,14 @@ def schedule(hosts: list[str], seconds: float, interval: float) -> list[tuple[fl
 def http_phase(
     cl: Any, port: int, tokens: dict[str, str], text: str, hosts: list[str], args: Any
 ) -> dict[str, Any]:
-    gen = cl.Generator(port, tokens, text, workers=64)
+    """The hosts' batches through bench/controller_load.py's generator (its own processes, pre-built bodies
+    whose sent_ts is the time each is due: the flush time)."""
+    gen = cl.Generator(port, tokens, text, workers=512)
     seqs: dict[str, int] = {}
-    sent: dict[tuple[str, int], float] = {}
-    original_put = gen.jobs.put
-
-    def put(job: Any) -> None:
-        if job is not None:
-            sent[(job[0], job[1])] = job[2]
-        original_put(job)
-
-    gen.jobs.put = put  # type: ignore[method-assign]
     result = gen.run_step(hosts, args.seconds, args.interval, seqs)
     gen.stop()
-    return {"sent": sent, "ok": result.ok, "failed": result.failed, "refused": result.refused}
+    keys = {(h, k) for h, n in seqs.items() for k in range(1, n + 1)}
+    return {"keys": keys, "ok": result.ok, "failed": result.failed, "refused": result.refused}
 
 
 async def nats_phase_async(url: str, password: str, text: str, hosts: list[str], args: Any) -> dict[str, Any]:
@@ -145,7 +140,7 @@ async def nats_phase_async(url: str, password: str, text: str, hosts: list[str],
         await nats.connect(url, user="hosts", password=password, max_reconnect_attempts=-1)
         for _ in range(NATS_CONNECTIONS)
     ]
-    sent: dict[tuple[str, int], float] = {}
+    keys: set[tuple[str, int]] = set()
     acked = failed = duplicates = 0
     seqs: dict[str, int] = {}
     tasks: list[asyncio.Task[None]] = []
@@ -158,7 +153,7 @@ async def nats_phase_async(url: str, password: str, text: str, hosts: list[str],
                     subject_for(POOL, host),
                     body(text, host, seq, flushed),
                     timeout=30,
-                    headers={MSG_ID_HEADER: msg_id(subject_for(POOL, host), "boot", seq)},
+                    headers={MSG_ID_HEADER: msg_id(subject_for(POOL, host), BOOT_ID, seq)},
                 )
                 acked += 1
                 duplicates += int(bool(ack.duplicate))
@@ -174,13 +169,13 @@ async def nats_phase_async(url: str, password: str, text: str, hosts: list[str],
         if delay > 0:
             await asyncio.sleep(delay)
         seqs[host] = seqs.get(host, 0) + 1
-        flushed = time.time()
-        sent[(host, seqs[host])] = flushed
+        flushed = time.time()  # the body's sent_ts
+        keys.add((host, seqs[host]))
         tasks.append(asyncio.create_task(publish(jss[i % len(jss)], host, seqs[host], flushed)))
     await asyncio.gather(*tasks)
     for c in conns:
         await c.close()
-    return {"sent": sent, "ok": acked, "failed": failed, "duplicates": duplicates}
+    return {"keys": keys, "ok": acked, "failed": failed, "duplicates": duplicates}
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -188,14 +183,15 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def report(name: str, phase: dict[str, Any], commits: dict[tuple[str, int], float]) -> str:
-    lat = [commits[k] - t for k, t in phase["sent"].items() if k in commits]
-    missing = [k for k in phase["sent"] if k not in commits]
+def report(name: str, phase: dict[str, Any], commits: dict[tuple[str, int], tuple[float, float]]) -> str:
+    """Latency = commit time - the batch's sent_ts (its flush time), both on this machine's clock."""
+    lat = [commits[k][0] - commits[k][1] for k in phase["keys"] if k in commits]
+    missing = [k for k in phase["keys"] if k not in commits]
     lost = len(missing)
     if missing:
-        print(f"{name}: never committed: {missing[:10]}", file=sys.stderr)
+        print(f"{name}: never committed: {sorted(missing)[:10]}", file=sys.stderr)
     return (
-        f"| {name} | {len(phase['sent'])} | {quantile(lat, 0.5) * 1000:.0f} "
+        f"| {name} | {len(phase['keys'])} | {quantile(lat, 0.5) * 1000:.0f} "
         f"| {quantile(lat, 0.99) * 1000:.0f} | {max(lat) * 1000 if lat else float('nan'):.0f} | {lost} |"
     )
 
@@ -250,10 +246,11 @@ def run(args: argparse.Namespace) -> None:
         ctl.wait(timeout=300)
         natsd.send_signal(signal.SIGTERM)
         natsd.wait(timeout=60)
-    commits: dict[tuple[str, int], float] = {}
+    commits: dict[tuple[str, int], tuple[float, float]] = {}
     served = json.loads(commits_path.read_text())
-    for host, seq, ts in served["commits"]:
-        commits.setdefault((host, int(seq)), ts)  # the first commit (a duplicate is not stored again)
+    for host, seq, ts, sent_ts in served["commits"]:
+        # the first commit (a duplicate is not stored again)
+        commits.setdefault((host, int(seq)), (float(ts), float(sent_ts)))
     print("| path | batches | p50 ms | p99 ms | max ms | lost |")
     print("|---|---:|---:|---:|---:|---:|")
     print(report("HTTP POST /v1/ingest", http, commits))

@@ -39,33 +39,49 @@ def concat(table: Table, parts: Sequence[Columns]) -> dict[str, Any]:
         for part, n in zip(parts, lengths, strict=True):
             got = part.get(column.name)
             values.extend(got if got is not None else [defaults[column.name]] * n)
-        if column.nullable and all(v is None for v in values):
+        array = as_array(column, values)
+        if column.nullable and _all_null(array):
             continue
-        out[column.name] = as_array(column, values)
+        out[column.name] = array
     return out
 
 
 def as_array(column: Column, values: list[Any]) -> Any:
+    """`values` as the array DuckDB scans fastest, converted in C: no Python step per value. A float column
+    holds NULL as NaN (no value from outside is NaN: the edge refuses it; insert_sql reads NaN back as NULL);
+    an integer column with a NULL, and a text column, are Python objects."""
     dtype = _DTYPES.get(column.sql_type)
-    if None not in values:
-        if dtype is not None:
+    if dtype is np.float64:
+        return np.array(values, dtype=np.float64)
+    if dtype is not None:
+        try:
             return np.array(values, dtype=dtype)
-        if column.sql_type == "BOOLEAN":
-            return np.array(values, dtype=np.bool_)
+        except TypeError:  # a None among them: numpy has no NULL integer
+            pass
+    elif column.sql_type == "BOOLEAN" and None not in values:  # numpy would take None for False
+        return np.array(values, dtype=np.bool_)
     objects = np.empty(len(values), dtype=object)
     objects[:] = values
     return objects
 
 
+def _all_null(array: Any) -> bool:
+    if array.dtype == np.float64:
+        return bool(np.isnan(array).all())
+    return array.dtype == object and all(v is None for v in array)
+
+
 def insert_sql(table: Table, view: str, columns: dict[str, Any] | None = None) -> str:
     """INSERT of `columns` (default: all of the table's) from `view`; object columns are cast to their type
-    (DuckDB would otherwise infer it from the values)."""
+    (DuckDB would otherwise infer it from the values), NaN in a float column is NULL (see as_array)."""
     chosen = [c for c in table.columns if columns is None or c.name in columns]
     exprs = []
     for c in chosen:
         name = quote_ident(c.name)
         if c.is_timestamp:
-            exprs.append(f"make_timestamp(CAST(round({name} * 1000000) AS BIGINT))")
+            exprs.append(f"make_timestamp(CAST(round(nullif({name}, 'NaN'::DOUBLE) * 1000000) AS BIGINT))")
+        elif c.sql_type == "DOUBLE":
+            exprs.append(f"nullif(CAST({name} AS DOUBLE), 'NaN'::DOUBLE)")
         elif columns is not None and getattr(columns[c.name], "dtype", None) != np.dtype(object):
             exprs.append(name)
         else:

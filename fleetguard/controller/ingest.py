@@ -36,6 +36,12 @@ log = logging.getLogger(__name__)
 
 MAX_GROUP_BATCHES = 512
 WRITER_LANES = 2
+# A lane starts a commit at most this often (sooner once it holds MAX_GROUP_BATCHES). A commit costs DuckDB
+# 10-20 ms of CPU however few rows it holds (a statement per table, the hosts' upsert, the ledger, the WAL:
+# bench/controller_load.py), so a lane that commits whatever is queued the moment it is free spends its cores
+# on small groups as load grows. Gathering for this long bounds that cost per second, not per batch; a batch
+# on a quiet lane is committed at once.
+GROUP_WINDOW_SECONDS = 0.1
 LEDGER_COMPACT_SECONDS = 60.0
 
 # The store itself failing (disk, memory, I/O): every batch of the group is answered 503 and re-sent later.
@@ -101,6 +107,7 @@ class IngestWriter:
             queue.Queue(max(1, max_queue // lanes)) for _ in range(lanes)
         ]
         self._threads: list[threading.Thread] = []
+        self._last_commit = [float("-inf")] * lanes  # monotonic start of each lane's last group
         # Ledger, hosts, commands and counters are shared by the lanes.
         self._state = threading.Lock()
         con = store.connection
@@ -229,11 +236,17 @@ class IngestWriter:
         except queue.Empty:
             return []
         items = [first]
+        # Until the window since this lane's last commit has passed: later batches join this group.
+        gather_until = self._last_commit[index] + GROUP_WINDOW_SECONDS
         while len(items) < MAX_GROUP_BATCHES:
+            left = gather_until - time.monotonic()
             try:
-                items.append(lane.get_nowait())
+                items.append(
+                    lane.get(timeout=left) if left > 0 and not self._stop.is_set() else lane.get_nowait()
+                )
             except queue.Empty:
                 break
+        self._last_commit[index] = time.monotonic()
         group: list[Pending] = []
         for item in items:
             if isinstance(item, Pending):

@@ -1,8 +1,11 @@
 """The ingest edge: a request body -> a checked batch, or a refusal naming the reason and the field.
 
-Every value is checked against the column it lands in (fleetguard.records.bounds ranges) here, a column at a
-time with C-speed builtins (set(map(type, ...)), min, max), so the writer never sees a value its table cannot
-hold and one bad batch never fails the group it is committed with.
+Every value is checked against the column it lands in (fleetguard.records.bounds ranges) here, so the writer
+never sees a value its table cannot hold and one bad batch never fails the group it is committed with. A body
+is first decoded by the typed schema of `wire_schema` (each value's type checked in C as it is parsed; what
+is left is a min and a max per integer and time column); a body that schema refuses is parsed again by the
+standard library and checked a column at a time with C-speed builtins (set(map(type, ...)), min, max), which
+name the reason and the field.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from fleetguard.controller import wire_schema
+from fleetguard.controller.wire_schema import MAX_TEXT_CHARS, MAX_TS, MIN_TS
 from fleetguard.httpserve import holds_lone_surrogate
 from fleetguard.records.bounds import INT64_MAX, INT64_MIN, UINT64_MAX
 from fleetguard.records.findings import CONTROLLER_FINDING_KINDS, FLEET_COPY_PREFIX
@@ -28,9 +33,6 @@ MAX_DECOMPRESSED_BYTES = 16 << 20
 MAX_ROWS = 1_000_000  # per batch, all tables
 MAX_ACKS = 1000
 MAX_ID_CHARS = 256  # host, boot_id, agent_version
-MAX_TEXT_CHARS = 64 * 1024  # any VARCHAR value (evidence_json is the longest)
-# Epoch seconds a record may carry: from 2000 to 2200. Outside, a clock is broken or a value is forged.
-MIN_TS, MAX_TS = 946_684_800.0, 7_258_118_400.0
 # Ahead of the controller's clock a record may be (clock skew). A record from the far future would stay the
 # newest of its kind for ever: an open finding no retention removes, a host's send time (its lag and its jobs'
 # analysis clock) stuck in the future, rollup buckets no one will close.
@@ -112,6 +114,16 @@ def parse_batch(
     """Check a request body from `authenticated_host` (the host its token names); with `now` (the
     controller's clock), no time may be more than MAX_FUTURE_SECONDS ahead of it."""
     raw = decompress(body) if compressed else body
+    typed = wire_schema.decode(raw)
+    if typed is not None:
+        # Every value has its column's type and is valid Unicode (no lone surrogate anywhere).
+        return check_batch(typed, authenticated_host, now=now, typed=True)
+    return parse_json_batch(raw, authenticated_host, now=now)
+
+
+def parse_json_batch(raw: bytes, authenticated_host: str, *, now: float | None = None) -> IngestBatch:
+    """The reading of a body the typed schema refused (or any body: its verdict is the contract that
+    `parse_batch` keeps): the standard library's JSON, then every check, which name the refusal."""
     # No separate nesting pre-scan: the C decoder turns absurd nesting into RecursionError, and check_batch
     # refuses anything but scalars in a column, so a nested value never gets further than this.
     try:
@@ -132,7 +144,10 @@ def parse_batch(
 _KEYS = {"v", "host", "boot_id", "seq", "sent_ts", "interval_seconds", "agent_version", "tables", "acks"}
 
 
-def check_batch(doc: dict[str, Any], authenticated_host: str, *, now: float | None = None) -> IngestBatch:
+def check_batch(
+    doc: dict[str, Any], authenticated_host: str, *, now: float | None = None, typed: bool = False
+) -> IngestBatch:
+    """Check a decoded batch; `typed`: decoded by `wire_schema`, whose types need no second look."""
     unknown = set(doc) - _KEYS
     if unknown or set(doc) != _KEYS:
         detail = (
@@ -165,7 +180,7 @@ def check_batch(doc: dict[str, Any], authenticated_host: str, *, now: float | No
         table = TABLES.get(name)
         if table is None:
             raise BatchRefused(Refusal.MALFORMED, f"batch.tables: unknown table {str(name)[:64]!r}")
-        rows = check_columns(table, columns, host, max_ts)
+        rows = check_columns(table, columns, host, max_ts, typed=typed)
         if rows:
             batch.tables[name] = columns
             batch.rows += rows
@@ -204,7 +219,9 @@ def _acks(value: object) -> list[CommandAck]:
         raise BatchRefused(Refusal.MALFORMED, f"batch.{exc}") from exc
 
 
-def check_columns(table: Table, columns: object, host: str, max_ts: float = MAX_TS) -> int:
+def check_columns(
+    table: Table, columns: object, host: str, max_ts: float = MAX_TS, *, typed: bool = False
+) -> int:
     """Check one table's columns in place; return its row count."""
     where = f"batch.tables.{table.name}"
     if not isinstance(columns, dict):
@@ -217,15 +234,16 @@ def check_columns(table: Table, columns: object, host: str, max_ts: float = MAX_
     lengths = {len(v) if isinstance(v, list) else -1 for v in columns.values()}
     if len(lengths) != 1 or -1 in lengths:
         raise BatchRefused(Refusal.MALFORMED, f"{where}: columns must be lists of one length")
+    check = _check_typed_column if typed else _check_column
     for name, values in columns.items():
-        _check_column(by_name[name], values, f"{where}.{name}", max_ts)
+        check(by_name[name], values, f"{where}.{name}", max_ts)
     rows = lengths.pop()
     if table.name == "findings":
         _check_agent_findings(columns, host, rows, where)
     elif table.name == "actions":
         # Which agent took an action is the batch's host (its token's), not something the row may leave open.
         columns["host"] = [host if h is None else h for h in columns.get("host", [None] * rows)]
-    if "host" in columns and any(h is not None and h != host for h in columns["host"]):
+    if "host" in columns and not set(columns["host"]) <= {host, None}:  # a set: built in C, no step per row
         # The batch's own host was checked against the token (403); a row naming another host is content
         # that sending again cannot fix: 400, and the agent sets the batch aside.
         raise BatchRefused(Refusal.INVALID_VALUE, f"{where}.host: a row names another host than the batch")
@@ -265,6 +283,40 @@ def _check_column(column: Column, values: Sequence[Any], where: str, max_ts: flo
     problem = _timestamps(types, values, max_ts) if checker is _timestamps else checker(types, values)
     if problem:
         raise BatchRefused(Refusal.INVALID_VALUE, f"{where}: {problem}")
+
+
+def _check_typed_column(column: Column, values: list[Any], where: str, max_ts: float = MAX_TS) -> None:
+    """What a `wire_schema` type leaves open: the upper bounds of BIGINT and UBIGINT (and BIGINT's lower one),
+    and a time no later than the controller's clock allows."""
+    bounds = _TYPED_BOUNDS.get(column.sql_type)
+    if bounds is None or not values:
+        return
+    low, high = bounds
+    try:
+        lowest, highest = min(values), max(values)
+    except TypeError:  # NULLs among the values (the schema allowed them: the column is nullable)
+        lowest = highest = None
+    if lowest is None or highest is None:  # min() of one value compares nothing: [None] passes it
+        present = [v for v in values if v is not None]
+        if not present:
+            return
+        lowest, highest = min(present), max(present)
+    if column.is_timestamp:
+        high = max_ts
+    if lowest < low or highest > high:
+        problem = (
+            "timestamp before 2000 or more than an hour ahead of the controller's clock"
+            if column.is_timestamp
+            else f"integer out of range {low}..{high}"
+        )
+        raise BatchRefused(Refusal.INVALID_VALUE, f"{where}: {problem}")
+
+
+_TYPED_BOUNDS: dict[str, tuple[float, float]] = {
+    "BIGINT": (INT64_MIN, INT64_MAX),
+    "UBIGINT": (0, UINT64_MAX),
+    "TIMESTAMP": (MIN_TS, MAX_TS),
+}
 
 
 def _ints(low: int, high: int) -> Any:

@@ -1,0 +1,85 @@
+"""The writer's groups: a lane commits a batch on a quiet lane at once, gathers the batches that arrive within
+its window into one commit, and stores NULLs of float and time columns as NULL (not NaN)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fleetguard.clock import FakeClock
+from fleetguard.controller import ingest
+from fleetguard.controller.ingest import IngestWriter, Pending
+from fleetguard.controller.stats import ControllerStats
+from fleetguard.controller.validate import IngestBatch, parse_batch
+from fleetguard.store import Store
+from tests.controller.helpers import batch
+
+NOW = 1_795_000_000.0
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    with Store.open(tmp_path / "s.duckdb") as s:
+        yield s
+
+
+def _checked(host: str, seq: int, *, doubles: list[float | None] | None = None) -> IngestBatch:
+    doc = batch(host, seq, ts=NOW).to_json()
+    if doubles is not None:
+        doc["tables"]["gpu_samples"]["power_watts"] = doubles  # type: ignore[index]
+        doc["tables"]["gpu_samples"]["slow_read_ts"] = [None if d is None else NOW for d in doubles]  # type: ignore[index]
+    return parse_batch(json.dumps(doc).encode(), host, compressed=False, now=NOW)
+
+
+def _committed(pending: Pending) -> None:
+    assert pending.done.wait(30), "not committed"
+    assert pending.error is None, pending.error
+
+
+def test_a_batch_on_a_quiet_lane_commits_at_once_and_later_ones_gather_in_its_window(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A long window: the three batches sent just after the first commit surely arrive within it.
+    monkeypatch.setattr(ingest, "GROUP_WINDOW_SECONDS", 2.0)
+    stats = ControllerStats()
+    writer = IngestWriter(store, FakeClock(NOW), stats, lanes=1)
+    writer.start()
+    try:
+        first = writer.submit(_checked("node-a", 1))
+        _committed(first)
+        assert stats.commits == 1
+        later = [writer.submit(_checked(h, 1)) for h in ("node-b", "node-c", "node-d")]
+        for pending in later:
+            _committed(pending)
+    finally:
+        writer.stop()
+    assert stats.commits == 2, "the three batches in the window were one commit"
+    assert stats.batches_committed == 4
+
+
+def test_null_doubles_and_times_are_stored_as_null_beside_values(store: Store) -> None:
+    writer = IngestWriter(store, FakeClock(NOW), ControllerStats())
+    # One batch with a NULL among values, one with values only, one with NULLs only: one group.
+    group = [
+        Pending(_checked("node-a", 1, doubles=[None, 250.5]), 0.0),
+        Pending(_checked("node-b", 1, doubles=[100.0, 200.0]), 0.0),
+        Pending(_checked("node-c", 1, doubles=[None, None]), 0.0),
+    ]
+    writer.commit_group(group)
+    for pending in group:
+        _committed(pending)
+    rows = store.connection.execute(
+        "SELECT host, gpu_index, power_watts, slow_read_ts IS NULL, isnan(power_watts) "
+        "FROM gpu_samples ORDER BY host, gpu_index"
+    ).fetchall()
+    assert rows == [
+        ("node-a", 0, None, True, None),
+        ("node-a", 1, 250.5, False, False),
+        ("node-b", 0, 100.0, False, False),
+        ("node-b", 1, 200.0, False, False),
+        ("node-c", 0, None, True, None),
+        ("node-c", 1, None, True, None),
+    ]
