@@ -44,8 +44,8 @@ DRAWN = """(id) => {
   for (const p of body.querySelectorAll('.js-plotly-plot')) {
     if (!p.querySelector('.main-svg')) return false;
   }
-  for (const t of body.querySelectorAll('.dash-table-container')) {
-    if (!t.querySelector('table')) return false;
+  for (const t of body.querySelectorAll('.table')) {
+    if (!t.querySelector('.ag-header-cell')) return false;
   }
   return true;
 }"""
