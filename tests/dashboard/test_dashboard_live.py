@@ -55,7 +55,7 @@ def test_a_card_value_is_sent_as_text() -> None:
     again = plan_refresh("p", _page(ROWS, hosts="4"), first.held, now=160.0)
     assert again.body is None
     assert list(again.updates.values()) == ["4"]
-    assert list(again.updates)[0][0] == SlotKind.TEXT
+    assert next(iter(again.updates))[0] == SlotKind.TEXT
 
 
 def test_new_traces_under_the_same_layout_are_a_patch_of_the_figure_data_only() -> None:
