@@ -106,7 +106,9 @@ def _column_def(c: Col) -> dict[str, Any]:
         }
         return spec
     # Text wraps and the row grows to fit it: a long reason or an evidence value is read, not cut off.
-    spec |= {"filter": "agTextColumnFilter", "wrapText": True, "autoHeight": True, "flex": 5 if c.wide else 2}
+    spec |= {"filter": "agTextColumnFilter", "flex": 2}
+    if c.wide:
+        spec |= {"wrapText": True, "autoHeight": True, "flex": 5}
     if c.kind == "link":
         # dash-ag-grid's markdown renderer: links open in the same tab, raw HTML in a cell is not rendered.
         spec["cellRenderer"] = "markdown"
