@@ -11,6 +11,7 @@ from typing import Any, Final, Literal
 from dash import dcc, html
 from dash_ag_grid import AgGrid
 
+from dashboard.figures import GRAPH_CONFIG
 from dashboard.health import COLOURS, Health
 from dashboard.live_slots import SlotKind, slot_id
 
@@ -215,9 +216,7 @@ def live_page(
 def graph(figure: Mapping[str, Any], graph_id: str = "") -> html.Div:
     """A Plotly figure whose traces a live refresh patches in place (zoom kept); `graph_id` names the
     wrapper for links and tests."""
-    plot = dcc.Graph(
-        id=slot_id(SlotKind.FIGURE, graph_id), figure=dict(figure), config={"displaylogo": False}
-    )
+    plot = dcc.Graph(id=slot_id(SlotKind.FIGURE, graph_id), figure=dict(figure), config=GRAPH_CONFIG)
     block = html.Div(plot, className="graph")
     if graph_id:
         setattr(block, "id", graph_id)  # noqa: B010
