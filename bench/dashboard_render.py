@@ -44,7 +44,8 @@ DRAWN = """(id) => {
   const body = document.getElementById(id + '-body');
   if (!body || body.children.length === 0) return false;
   if (document.querySelector('[data-dash-is-loading="true"]')) return false;
-  for (const p of body.querySelectorAll('.js-plotly-plot')) {
+  // .dash-graph, not .js-plotly-plot: a graph whose plotly bundle is still loading has no plot yet.
+  for (const p of body.querySelectorAll('.dash-graph')) {
     if (!p.querySelector('.main-svg')) return false;
   }
   for (const t of body.querySelectorAll('.table')) {
