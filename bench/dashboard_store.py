@@ -451,13 +451,21 @@ def write_incidents(
         )
     ts = "make_timestamp(CAST(round(? * 1000000) AS BIGINT))"
     cur.executemany(
-        "INSERT INTO incidents VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-        f"{ts}, {ts}, ?, {ts}, NULL, NULL, ?, ?, ?, ?, {ts})",
+        # Columns named: a later migration's column (flaps) takes its default.
+        "INSERT INTO incidents (incident_id, incident_key, host, component_kind, component_id, fault, state, "
+        "severity, action, rule, summary, first_seen, last_seen, occurrences, opened_at, resolved_at, "
+        "closed_at, resolution, returns, escalation_step, sticky_seconds, updated_at) "
+        f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {ts}, {ts}, ?, {ts}, NULL, NULL, ?, ?, ?, ?, {ts})",
         incidents,
     )
     cur.executemany(f"INSERT INTO incident_evidence VALUES (?, {ts}, ?, ?)", evidence)
     cur.executemany(f"INSERT INTO incident_actions VALUES (?, ?, ?, ?, ?, {ts}, ?, NULL, ?, false)", actions)
-    cur.executemany(f"INSERT INTO alert_outbox VALUES (?, ?, ?, ?, ?, {ts}, ?, ?, ?, {ts}, NULL, '')", outbox)
+    cur.executemany(
+        "INSERT INTO alert_outbox (alert_id, endpoint, incident_id, event, severity, created_at, body_json, "
+        f"status, attempts, next_attempt_at, delivered_at, last_error) "
+        f"VALUES (?, ?, ?, ?, ?, {ts}, ?, ?, ?, {ts}, NULL, '')",
+        outbox,
+    )
     cur.executemany(f"INSERT INTO alert_deliveries VALUES (?, ?, ?, {ts}, ?, ?, ?, ?)", deliveries)
     cur.close()
     return len(incidents)

@@ -4,23 +4,18 @@ from __future__ import annotations
 
 import datetime as dt
 import urllib.parse
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from dash import dcc, html
-from dash.dash_table.DataTable import DataTable
-from dash.dash_table.Format import Format, Scheme
+from dash_ag_grid import AgGrid
 
+from dashboard.figures import GRAPH_CONFIG
 from dashboard.health import COLOURS, Health
+from dashboard.live_slots import SlotKind, slot_id
 
 Kind = Literal["text", "link", "number", "int", "health"]
-
-# DataTable warns on every construction that a future Dash major version moves it out; it is in 4.x.
-warnings.filterwarnings(
-    "ignore", message=r"\s*The dash_table.DataTable will be removed", category=DeprecationWarning
-)
 
 
 def href(*parts: str) -> str:
@@ -32,6 +27,12 @@ def md_link(text: str, target: str) -> str:
     """A markdown link for a table cell; brackets and parentheses in the text are escaped."""
     escaped = "".join("\\" + c if c in "[]()\\*_`<>#" else c for c in text)
     return f"[{escaped}]({target})"
+
+
+def gpu_text(uuid: str, names: Mapping[str, str]) -> str:
+    """A GPU as an operator finds it in its host, with the UUID beside it: "GPU 2 · GPU-3f2…"."""
+    name = names.get(uuid)
+    return f"{name} · {uuid}" if name else uuid
 
 
 def badge(health: Health | str) -> html.Span:
@@ -46,8 +47,8 @@ def stat_card(
     card = html.Div(
         [
             html.Div(title, className="card-title"),
-            html.Div(value, className="card-value"),
-            html.Div(sub, className="card-sub"),
+            html.Div(value, className="card-value", id=slot_id(SlotKind.TEXT)),
+            html.Div(sub, className="card-sub", id=slot_id(SlotKind.TEXT)),
         ],
         className=cls,
     )
@@ -85,59 +86,76 @@ class Col:
     id: str
     kind: Kind = "text"
     decimals: int = 1
+    wide: bool = False  # long text (a summary, an evidence detail): most of the row's width
 
 
-def _column_spec(c: Col) -> dict[str, Any]:
-    spec: dict[str, Any] = {"name": c.name, "id": c.id}
+# Numbers are formatted in the browser (the row keeps the number, so sorting and the number filter work);
+# an empty cell stays empty rather than "NaN".
+_NUMBER_FORMAT: Final = "params.value == null ? '' : d3.format('.{decimals}f')(params.value)"
+_HEALTH_CLASSES: Final = {f"health-cell health-{h.value}": f"params.value === '{h.value}'" for h in COLOURS}
+
+
+def _column_def(c: Col) -> dict[str, Any]:
+    spec: dict[str, Any] = {"headerName": c.name, "field": c.id}
+    if c.kind in ("number", "int"):
+        decimals = 0 if c.kind == "int" else c.decimals
+        spec |= {
+            "filter": "agNumberColumnFilter",
+            "type": "numericColumn",
+            "valueFormatter": {"function": _NUMBER_FORMAT.format(decimals=decimals)},
+            "flex": 1,
+        }
+        return spec
+    # Text wraps and the row grows to fit it: a long reason or an evidence value is read, not cut off.
+    spec |= {"filter": "agTextColumnFilter", "flex": 2}
+    if c.wide:
+        spec |= {"wrapText": True, "autoHeight": True, "flex": 5}
     if c.kind == "link":
-        spec["presentation"] = "markdown"
-    elif c.kind in ("number", "int"):
-        spec["type"] = "numeric"
-        spec["format"] = Format(  # type: ignore[no-untyped-call]
-            precision=0 if c.kind == "int" else c.decimals, scheme=Scheme.fixed
-        )
+        # dash-ag-grid's markdown renderer: links open in the same tab, raw HTML in a cell is not rendered.
+        spec["cellRenderer"] = "markdown"
+    elif c.kind == "health":
+        spec |= {"cellClassRules": _HEALTH_CLASSES, "flex": 1}
     return spec
+
+
+_DEFAULT_COLUMN: Final = {
+    "sortable": True,
+    "filter": True,
+    "floatingFilter": True,
+    "resizable": True,
+    "minWidth": 80,
+    "suppressHeaderMenuButton": True,  # the floating filter row is the filter; no second menu per column
+}
 
 
 def table(
     table_id: str, columns: Sequence[Col], rows: Sequence[Mapping[str, Any]], page_size: int = 15
-) -> Any:
-    """A table that sorts and filters in the browser and keeps the operator's sort and filter across live
-    refreshes (persistence: the refreshed table has the same id)."""
-    if not rows:
-        return empty("nothing to show")
-    health_cols = [c.id for c in columns if c.kind == "health"]
-    # Plain dicts; DataTable's generated TypedDicts add nothing over them here.
-    specs: Any = [_column_spec(c) for c in columns]
-    data: Any = [dict(r) for r in rows]
-    return DataTable(
-        id=table_id,
-        columns=specs,
-        data=data,
-        sort_action="native",
-        filter_action="native",
-        page_action="native",
-        page_size=page_size,
-        markdown_options={"link_target": "_self"},
+) -> html.Div:
+    """A grid that sorts and filters in the browser, with its headers even when it has no rows. Its rows
+    are a live slot (`dashboard.live_slots`): a refresh replaces them in place, so the operator's sort,
+    filter and page stay as they were."""
+    grid = AgGrid(
+        id=slot_id(SlotKind.GRID, table_id),
+        columnDefs=[_column_def(c) for c in columns],
+        rowData=[dict(r) for r in rows],
+        defaultColDef=_DEFAULT_COLUMN,
+        dashGridOptions={
+            "pagination": True,
+            "paginationPageSize": page_size,
+            "paginationPageSizeSelector": False,
+            "domLayout": "autoHeight",  # the grid is as tall as its page of rows: no inner scroll bar
+            "suppressColumnVirtualisation": True,  # every column is in the page (find-in-page, tests)
+            "enableCellTextSelection": True,
+            "ensureDomOrder": True,
+            "animateRows": False,
+            "localeText": {"noRowsToShow": "nothing to show"},
+        },
         persistence=True,
-        persisted_props=["sort_by", "filter_query", "page_current"],
-        style_as_list_view=True,
-        # The table's own stylesheet: its markdown links would otherwise keep DataTable's pink.
-        css=[{"selector": ".dash-cell-value a", "rule": "color: #1f6fd6 !important;"}],
-        style_table={"overflowX": "auto"},
-        style_header={"fontWeight": "600", "backgroundColor": "#f3f5f8"},
-        style_cell={"fontFamily": "inherit", "fontSize": "13px", "padding": "4px 8px", "textAlign": "left"},
-        style_data_conditional=[
-            {
-                "if": {"filter_query": f'{{{col}}} = "{h.value}"', "column_id": col},
-                "color": "white",
-                "backgroundColor": colour,
-                "fontWeight": "600",
-            }
-            for col in health_cols
-            for h, colour in COLOURS.items()
-        ],
+        persisted_props=["filterModel"],
+        style={"width": "100%"},
+        className="grid",
     )
+    return html.Div(grid, id=table_id, className="table")
 
 
 def when(ts: float | None) -> str:
@@ -165,17 +183,26 @@ def gib(n_bytes: int) -> float:
 
 
 def live_page(
-    page_id: str, key: Mapping[str, str], body: Any, refresh_seconds: float, static: Any = None
+    page_id: str,
+    key: Mapping[str, str],
+    body: Any,
+    held: Mapping[str, Any],
+    shown: Any,
+    refresh_seconds: float,
+    static: Any = None,
 ) -> html.Div:
-    """A page whose body re-renders every refresh (and on the refresh button) without reloading."""
+    """A page whose body is refreshed in place every `refresh_seconds` (and by the refresh button): `held`
+    is what the browser keeps of it between refreshes (`dashboard.pages.live.plan_refresh`), `shown` the
+    text beside the button (when it was loaded; then when it was checked and when its data last changed)."""
     return html.Div(
         [
             dcc.Interval(id=f"{page_id}-tick", interval=int(refresh_seconds * 1000), n_intervals=0),
             dcc.Store(id=f"{page_id}-key", data=dict(key)),
+            dcc.Store(id=f"{page_id}-shape", data=dict(held)),
             html.Div(
                 [
                     html.Button("refresh", id=f"{page_id}-refresh", n_clicks=0, className="refresh"),
-                    html.Span("", id=f"{page_id}-stamp", className="stamp"),
+                    html.Span(shown, id=f"{page_id}-stamp", className="stamp"),
                 ],
                 className="page-tools",
             ),
@@ -184,3 +211,13 @@ def live_page(
         ],
         className="page",
     )
+
+
+def graph(figure: Mapping[str, Any], graph_id: str = "") -> html.Div:
+    """A Plotly figure whose traces a live refresh patches in place (zoom kept); `graph_id` names the
+    wrapper for links and tests."""
+    plot = dcc.Graph(id=slot_id(SlotKind.FIGURE, graph_id), figure=dict(figure), config=GRAPH_CONFIG)
+    block = html.Div(plot, className="graph")
+    if graph_id:
+        setattr(block, "id", graph_id)  # noqa: B010
+    return block

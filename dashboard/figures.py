@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import math
+import statistics
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from dash import dcc
 
@@ -265,17 +267,45 @@ def time_bars(
     }
 
 
+# A rank's step time against the job's median: blue faster, white at the median, red slower.
+STEP_COLOURS: Final = [[0.0, "#2166ac"], [0.5, "#f7f7f7"], [1.0, "#b2182b"]]
+# The colour scale spans at least this share of the median each way: ranks a few tenths of a percent apart
+# (noise) all look like the median instead of filling the scale from one end to the other.
+MIN_SPAN_FRACTION: Final = 0.10
+
+
+def centred_range(
+    values: Sequence[float | None], min_fraction: float = MIN_SPAN_FRACTION
+) -> tuple[float, float]:
+    """(zmin, zmax) symmetric around the median of `values`: as wide as the farthest value from it, at least
+    `min_fraction` of the median each way, at most the median each way (a step time is never below zero;
+    a rank more than twice as slow is simply the reddest). (0, 1) when there is nothing to scale."""
+    present = sorted(v for v in values if v is not None and math.isfinite(v))
+    if not present:
+        return 0.0, 1.0
+    median = statistics.median(present)
+    if median <= 0:
+        return 0.0, max(present[-1], 1e-9)
+    farthest = max(median - present[0], present[-1] - median)
+    half = min(max(farthest, median * min_fraction), median)
+    return median - half, median + half
+
+
 def step_heatmap(grid: StepGrid) -> Figure:
-    """Rank x time, the median step time per bucket: a straggler is a hot row, a slowdown a hot column."""
+    """Rank x time, the median step time per bucket, coloured against the job's median step time: a
+    straggler is a red row, a slowdown a red column, identical ranks all white."""
+    zmin, zmax = centred_range([v for row in grid.seconds for v in row])
     trace = {
         "type": "heatmap",
         "z": grid.seconds,
         "x": [iso(t) for t in grid.bucket_ts],
         "y": [f"rank {r}" for r in grid.ranks],
-        "colorscale": "YlOrRd",
-        "reversescale": True,  # plotly.js's YlOrRd runs red to yellow: slow (high) must be red
+        "colorscale": STEP_COLOURS,
+        "zauto": False,
+        "zmin": zmin,
+        "zmax": zmax,
         "colorbar": {"title": {"text": "s / step"}},
-        "hovertemplate": "%{y} %{x}<br>%{z:.3f} s<extra></extra>",
+        "hovertemplate": "%{y} %{x}<br>%{z:.4f} s<extra></extra>",
     }
     layout = _layout(
         max(240, 40 + 18 * len(grid.ranks)),

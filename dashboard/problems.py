@@ -4,12 +4,13 @@ else the findings of the last hour (a store from before incidents, or one withou
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from dash import html
 
-from dashboard.components import Col, ago, href, md_link, table, when
+from dashboard.components import Col, ago, gpu_text, href, md_link, table, when
 from dashboard.queries.base import Cursor, tables
 from dashboard.queries.findings import FindingRow, recent_findings
 from dashboard.queries.incidents import IncidentRow, active_by_severity, breaker, incidents
@@ -38,13 +39,14 @@ def _chips(by_severity: Counter[str] | dict[str, int]) -> html.Div:
     return html.Div(chips or [html.Span("none", className="muted")], className="chips")
 
 
-def open_problems(cur: Cursor, now: float) -> OpenProblems:
+def open_problems(cur: Cursor, now: float, gpu_names: Mapping[str, str]) -> OpenProblems:
+    """`gpu_names`: uuid -> "GPU <index>", so an incident on a GPU names it as it sits in its host."""
     if "incidents" in tables(cur):
-        return _from_incidents(cur, now)
+        return _from_incidents(cur, now, gpu_names)
     return _from_findings(cur, now)
 
 
-def _from_incidents(cur: Cursor, now: float) -> OpenProblems:
+def _from_incidents(cur: Cursor, now: float, gpu_names: Mapping[str, str]) -> OpenProblems:
     counts = active_by_severity(cur)
     active = [r for r in incidents(cur, now) if r.state in ("open", "acting")][:SHOWN]
     state = breaker(cur)
@@ -58,19 +60,20 @@ def _from_incidents(cur: Cursor, now: float) -> OpenProblems:
         title="Open incidents",
         total=sum(counts.values()),
         breakdown=_chips(counts),
-        table=_incident_table(active, now),
+        table=_incident_table(active, now, gpu_names),
         breaker=shown,
         breaker_note=note,
     )
 
 
-def _incident_table(rows: list[IncidentRow], now: float) -> Any:
+def _incident_table(rows: list[IncidentRow], now: float, gpu_names: Mapping[str, str]) -> Any:
     data = [
         {
             "incident": md_link(r.fault, href("incidents", r.incident_id)),
             "severity": r.severity,
             "state": r.state,
             "host": md_link(r.host, href("hosts", r.host)),
+            "component": _component(r, gpu_names),
             "summary": r.summary[:160],
             "count": r.occurrences,
             "last": ago(now - r.last_seen),
@@ -82,11 +85,18 @@ def _incident_table(rows: list[IncidentRow], now: float) -> Any:
         Col("severity", "severity"),
         Col("state", "state"),
         Col("host", "host", "link"),
-        Col("summary", "summary"),
+        Col("component", "component", "link"),
+        Col("summary", "summary", wide=True),
         Col("count", "count", "int"),
         Col("last seen", "last"),
     ]
     return table("fleet-problems-table", cols, data, page_size=SHOWN)
+
+
+def _component(r: IncidentRow, gpu_names: Mapping[str, str]) -> str:
+    if r.component_kind == "gpu":
+        return md_link(gpu_text(r.component_id, gpu_names), href("gpus", r.component_id))
+    return f"{r.component_id} ({r.component_kind})"
 
 
 def _from_findings(cur: Cursor, now: float) -> OpenProblems:
@@ -110,7 +120,7 @@ def _from_findings(cur: Cursor, now: float) -> OpenProblems:
         Col("severity", "severity"),
         Col("kind", "kind"),
         Col("about", "subject", "link"),
-        Col("summary", "summary"),
+        Col("summary", "summary", wide=True),
     ]
     return OpenProblems(
         title="Findings (last hour)",

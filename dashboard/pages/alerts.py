@@ -88,7 +88,7 @@ def _silences_table(rows: list[Silence]) -> Any:
         Col("matches", "matches"),
         Col("until (UTC)", "until"),
         Col("by", "by"),
-        Col("reason", "reason"),
+        Col("reason", "reason", wide=True),
     ]
     return table("alerts-silences-table", cols, data, page_size=10)
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from dash import dcc, html
+from dash import html
 
 from dashboard import figures
 from dashboard.components import (
     Col,
     ago,
+    graph,
     health_breakdown,
     href,
     md_link,
@@ -19,9 +20,9 @@ from dashboard.components import (
     table,
 )
 from dashboard.context import DashboardContext
-from dashboard.figures import GRAPH_CONFIG
 from dashboard.fleet_view import GpuView, HostView, xid_classes
 from dashboard.health import COLOURS, Health
+from dashboard.pages.incidents import gpu_names
 from dashboard.pages.jobs import job_state
 from dashboard.pages.live import PageSpec, Params
 from dashboard.problems import open_problems
@@ -38,7 +39,7 @@ def render(ctx: DashboardContext, _params: Params) -> Any:
     now = model.now
     with ctx.cursor() as cur:
         job_rows = jobs(cur, now)
-        problems = open_problems(cur, now)
+        problems = open_problems(cur, now, gpu_names(model.gpus))
         ingest_rows = ingest(cur, now)
     gpus, hosts, events = model.gpus, model.hosts, model.events
     host_counts = Counter(h.health for h in hosts)
@@ -119,7 +120,7 @@ def _attention_table(hosts: list[HostView], now: float) -> Any:
     cols = [
         Col("host", "host", "link"),
         Col("health", "health", "health"),
-        Col("reason", "reason"),
+        Col("reason", "reason", wide=True),
         Col("GPUs", "gpus", "int"),
         Col("not healthy", "bad_gpus", "int"),
         Col("last sample", "last_seen"),
@@ -142,7 +143,7 @@ def _at_risk_table(gpus: list[GpuView]) -> Any:
         Col("GPU", "gpu", "link"),
         Col("risk", "risk", "number", 3),
         Col("health", "health", "health"),
-        Col("reason", "reason"),
+        Col("reason", "reason", wide=True),
     ]
     return table("fleet-risk-table", cols, rows, page_size=TOP_AT_RISK)
 
@@ -157,10 +158,7 @@ def _xid_chart(events: list[EventCount]) -> Any:
     fatal = xid_classes().fatal
     codes = sorted(counts)
     colours = [COLOURS[Health.FAILED] if c in fatal else COLOURS[Health.DEGRADED] for c in codes]
-    return dcc.Graph(
-        figure=figures.bar([f"XID {c}" for c in codes], [counts[c] for c in codes], colours),
-        config=GRAPH_CONFIG,
-    )
+    return graph(figures.bar([f"XID {c}" for c in codes], [counts[c] for c in codes], colours))
 
 
 def _jobs_table(job_rows: list[JobSummary], now: float) -> Any:

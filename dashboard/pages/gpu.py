@@ -7,9 +7,8 @@ from typing import Any, Final
 from dash import dcc, html
 
 from dashboard import figures
-from dashboard.components import Col, ago, badge, href, section, stat_card, table, when
+from dashboard.components import Col, ago, badge, graph, href, section, stat_card, table, when
 from dashboard.context import DashboardContext
-from dashboard.figures import GRAPH_CONFIG
 from dashboard.fleet_view import gpu_views
 from dashboard.health import COLOURS, Health, throttle_text
 from dashboard.pages.host import events_table
@@ -109,21 +108,23 @@ def render(ctx: DashboardContext, params: Params) -> Any:
         ),
         section(
             f"Telemetry ({window}) with events",
-            dcc.Graph(
-                id="gpu-timeseries", figure=figures.gpu_timeseries(series, events), config=GRAPH_CONFIG
-            ),
+            graph(figures.gpu_timeseries(series, events), "gpu-timeseries"),
         ),
         html.Div(
             [
                 section(
                     "ECC and row remapping",
-                    dcc.Graph(figure=figures.memory_errors(series), config=GRAPH_CONFIG),
+                    graph(figures.memory_errors(series)),
                 ),
                 section("Failure risk and what drives it", _risk(risk_points, risks, ctx.risk_threshold)),
             ],
             className="two-col",
         ),
-        section("Incidents", _incidents(gpu_incidents, now), section_id="gpu-incidents"),
+        section(
+            "Incidents",
+            _incidents(gpu_incidents, now, {uuid: f"GPU {ident.gpu_index}"}),
+            section_id="gpu-incidents",
+        ),
         section("Findings", _findings_table(findings, now), section_id="gpu-findings"),
         section(f"Events ({window})", events_table("gpu-events-table", events)),
     ]
@@ -132,7 +133,7 @@ def render(ctx: DashboardContext, params: Params) -> Any:
 def _risk(points: list[tuple[float, float]], risks: list[Risk], threshold: float) -> Any:
     if not points:
         return html.Div("no risk scores for this GPU", className="empty")
-    out: list[Any] = [dcc.Graph(figure=figures.risk_history(points, threshold), config=GRAPH_CONFIG)]
+    out: list[Any] = [graph(figures.risk_history(points, threshold))]
     why = drivers(risks[0].explanations)[:8] if risks else []
     if why:
         labels = [d.feature if d.value is None else f"{d.feature} = {d.value:g}" for d in why]
@@ -140,14 +141,14 @@ def _risk(points: list[tuple[float, float]], risks: list[Risk], threshold: float
         figure = figures.bar(
             labels, [d.contribution for d in why], colours, horizontal=True, height=60 + 26 * len(why)
         )
-        out.append(dcc.Graph(id="gpu-risk-drivers", figure=figure, config=GRAPH_CONFIG))
+        out.append(graph(figure, "gpu-risk-drivers"))
     return out
 
 
-def _incidents(rows: list[IncidentRow] | None, now: float) -> Any:
+def _incidents(rows: list[IncidentRow] | None, now: float, names: dict[str, str]) -> Any:
     if rows is None:
         return html.Div(NO_DATA, className="empty")
-    return incidents_table("gpu-incidents-table", rows, {}, now)
+    return incidents_table("gpu-incidents-table", rows, {}, now, names)
 
 
 def _num(value: float | None, unit: str, decimals: int = 0) -> str:
@@ -161,7 +162,12 @@ def _findings_table(findings: list[FindingRow], now: float) -> Any:
     ]
     return table(
         "gpu-findings-table",
-        [Col("when", "when"), Col("severity", "severity"), Col("kind", "kind"), Col("summary", "summary")],
+        [
+            Col("when", "when"),
+            Col("severity", "severity"),
+            Col("kind", "kind"),
+            Col("summary", "summary", wide=True),
+        ],
         rows,
         page_size=8,
     )

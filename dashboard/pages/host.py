@@ -23,7 +23,7 @@ from dashboard.components import (
 )
 from dashboard.context import DashboardContext
 from dashboard.fleet_view import GpuView, PortView, gpu_views, host_views, port_views
-from dashboard.pages.incidents import NO_DATA, incidents_table
+from dashboard.pages.incidents import NO_DATA, gpu_names, incidents_table
 from dashboard.pages.live import PageSpec, Params
 from dashboard.queries.base import tables
 from dashboard.queries.events import EventRow, event_counts, recent_events
@@ -102,7 +102,7 @@ def render(ctx: DashboardContext, params: Params) -> Any:
         section("GPUs", _gpu_table(gpus), section_id="host-gpus"),
         section(
             "Incidents",
-            incidents_table("host-incidents-table", host_incidents, {}, now)
+            incidents_table("host-incidents-table", host_incidents, {}, now, gpu_names(gpus))
             if host_incidents is not None
             else empty(NO_DATA),
             section_id="host-incidents",
@@ -139,7 +139,7 @@ def _gpu_table(gpus: list[GpuView]) -> Any:
         Col("GPU", "gpu", "link"),
         Col("UUID", "uuid"),
         Col("health", "health", "health"),
-        Col("reason", "reason"),
+        Col("reason", "reason", wide=True),
         Col("util %", "util", "number", 0),
         Col("temp °C", "temp", "number", 0),
         Col("power W", "power", "number", 0),
@@ -182,7 +182,12 @@ def _findings_table(findings: list[FindingRow], now: float) -> Any:
         {"when": ago(now - f.ts), "severity": f.severity, "kind": f.kind, "summary": f.summary}
         for f in findings
     ]
-    cols = [Col("when", "when"), Col("severity", "severity"), Col("kind", "kind"), Col("summary", "summary")]
+    cols = [
+        Col("when", "when"),
+        Col("severity", "severity"),
+        Col("kind", "kind"),
+        Col("summary", "summary", wide=True),
+    ]
     return table("host-findings-table", cols, rows, page_size=8)
 
 
@@ -219,7 +224,7 @@ def events_table(table_id: str, events: list[EventRow]) -> Any:
         Col("GPU", "gpu"),
         Col("device", "device"),
         Col("count", "count", "int"),
-        Col("message", "message"),
+        Col("message", "message", wide=True),
     ]
     return table(table_id, cols, rows, page_size=10)
 

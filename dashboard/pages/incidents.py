@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 import dash
 from dash import Input, Output, State, dcc, html
 from dash import ctx as callback_context
 
-from dashboard.components import Col, ago, empty, href, md_link, section, stat_card, table, when
+from dashboard.components import Col, ago, empty, gpu_text, href, md_link, section, stat_card, table, when
 from dashboard.context import DashboardContext, current
+from dashboard.fleet_view import GpuView
 from dashboard.operator import OperatorAction
 from dashboard.pages.live import PageSpec, Params, render_safely
 from dashboard.queries.base import tables
@@ -30,12 +32,18 @@ from dashboard.queries.incidents import (
 
 HISTORY_SECONDS: Final = 86400.0
 SEVERITIES: Final = ("critical", "warning", "info")
+EVIDENCE_CHARS: Final = 2000  # of one evidence row's values, wrapped in its cell
 NO_DATA: Final = "no incidents data yet: the incident engine has not written to this store"
 
 
-def component_link(kind: str, component_id: str, host: str) -> str:
+def gpu_names(gpus: Iterable[GpuView]) -> dict[str, str]:
+    """uuid -> "GPU <index>" for the GPUs of the fleet model (their host is in a column of its own)."""
+    return {g.state.uuid: f"GPU {g.state.gpu_index}" for g in gpus}
+
+
+def component_link(kind: str, component_id: str, host: str, names: Mapping[str, str]) -> str:
     if kind == "gpu":
-        return md_link(component_id, href("gpus", component_id))
+        return md_link(gpu_text(component_id, names), href("gpus", component_id))
     if kind == "job":
         return md_link(component_id, href("jobs", component_id))
     return md_link(f"{component_id} ({kind})", href("hosts", host))
@@ -64,6 +72,7 @@ def render_list(ctx: DashboardContext, _params: Params) -> Any:
             operator_actions(cur, [r.incident_id for r in rows]) if "operator_actions" in tables(cur) else []
         )
     marks = operator_state(ops, now)
+    names = gpu_names(ctx.fleet.get().gpus) if any(r.component_kind == "gpu" for r in rows) else {}
     active = [r for r in rows if r.state in ("open", "acting")]
     by_severity = Counter(r.severity for r in active)
     return [
@@ -90,13 +99,20 @@ def render_list(ctx: DashboardContext, _params: Params) -> Any:
         ),
         section(
             "Incidents (active, then the last 24 h)",
-            incidents_table("incidents-table", rows, marks, now),
+            incidents_table("incidents-table", rows, marks, now, names),
             section_id="incidents-list",
         ),
     ]
 
 
-def incidents_table(table_id: str, rows: list[IncidentRow], marks: dict[str, str], now: float) -> Any:
+def incidents_table(
+    table_id: str,
+    rows: list[IncidentRow],
+    marks: dict[str, str],
+    now: float,
+    names: Mapping[str, str],
+) -> Any:
+    """`names`: uuid -> "GPU <index>" for the GPUs the rows may name (`gpu_names`)."""
     data = [
         {
             "incident": md_link(r.incident_id, href("incidents", r.incident_id)),
@@ -104,7 +120,7 @@ def incidents_table(table_id: str, rows: list[IncidentRow], marks: dict[str, str
             "state": r.state,
             "operator": marks.get(r.incident_id, ""),
             "host": md_link(r.host, href("hosts", r.host)),
-            "component": component_link(r.component_kind, r.component_id, r.host),
+            "component": component_link(r.component_kind, r.component_id, r.host, names),
             "fault": r.fault,
             "summary": r.summary[:200],
             "count": r.occurrences,
@@ -121,7 +137,7 @@ def incidents_table(table_id: str, rows: list[IncidentRow], marks: dict[str, str
         Col("host", "host", "link"),
         Col("component", "component", "link"),
         Col("fault", "fault"),
-        Col("summary", "summary"),
+        Col("summary", "summary", wide=True),
         Col("count", "count", "int"),
         Col("action", "action"),
         Col("last seen", "last"),
@@ -143,6 +159,7 @@ def render_incident(ctx: DashboardContext, params: Params) -> Any:
         actions = ledger(cur, incident_id)
         ops = operator_actions(cur, [incident_id]) if "operator_actions" in present else []
     mark = operator_state(ops, now).get(incident_id, "")
+    names = gpu_names(ctx.fleet.get().gpus) if row.component_kind == "gpu" else {}
     return [
         html.Div(
             [
@@ -157,7 +174,12 @@ def render_incident(ctx: DashboardContext, params: Params) -> Any:
         html.Div(
             [
                 stat_card("Host", row.host, dcc.Link("host page", href=href("hosts", row.host))),
-                stat_card("Component", row.component_kind, _component_page(row)),
+                stat_card(
+                    "Component",
+                    names.get(row.component_id, row.component_kind),
+                    _component_page(row),
+                    card_id="card-incident-component",
+                ),
                 stat_card("Fault", row.fault, f"rule {row.rule}"),
                 stat_card(
                     "Occurrences",
@@ -215,7 +237,7 @@ def _ledger_table(rows: list[LedgerRow]) -> Any:
         Col("outcome", "outcome"),
         Col("finished", "finished"),
         Col("fault came back", "returned"),
-        Col("detail", "detail"),
+        Col("detail", "detail", wide=True),
     ]
     return table("incident-ledger-table", cols, data, page_size=10)
 
@@ -250,7 +272,7 @@ def _evidence_view(rows: list[EvidenceRow]) -> Any:
         html.Div(", ".join(f"{n} {k}" for k, n in kinds.most_common()), className="muted"),
         table(
             "incident-evidence-table",
-            [Col("time (UTC)", "time"), Col("kind", "kind"), Col("detail", "detail")],
+            [Col("time (UTC)", "time"), Col("kind", "kind"), Col("detail", "detail", wide=True)],
             data,
             page_size=10,
         ),
@@ -261,11 +283,11 @@ def _compact(detail_json: str) -> str:
     try:
         value = json.loads(detail_json)
     except ValueError:
-        return detail_json[:400]
+        return detail_json[:EVIDENCE_CHARS]
     if isinstance(value, dict):
         shown = {k: v for k, v in value.items() if v not in (None, "", [], {})}
-        return ", ".join(f"{k}={v}" for k, v in shown.items())[:400]
-    return str(value)[:400]
+        return ", ".join(f"{k}={v}" for k, v in shown.items())[:EVIDENCE_CHARS]
+    return str(value)[:EVIDENCE_CHARS]
 
 
 def action_form(_ctx: DashboardContext, _params: Params) -> Any:
@@ -310,6 +332,7 @@ def register_action_callback(app: dash.Dash) -> None:
     @app.callback(  # type: ignore[misc]
         Output("incident-action-result", "children"),
         Output("incident-body", "children", allow_duplicate=True),
+        Output("incident-shape", "data", allow_duplicate=True),
         Input("incident-ack", "n_clicks"),
         Input("incident-silence", "n_clicks"),
         Input("incident-resolve", "n_clicks"),
@@ -327,11 +350,11 @@ def register_action_callback(app: dash.Dash) -> None:
         note: object,
         minutes: object,
         key: object,
-    ) -> tuple[Any, Any]:
+    ) -> tuple[Any, Any, Any]:
         action = _BUTTONS.get(str(callback_context.triggered_id))
         incident_id = key.get("incident") if isinstance(key, dict) else None
         if action is None or not isinstance(incident_id, str):
-            return html.Span("refused: unknown action", className="refused"), dash.no_update
+            return html.Span("refused: unknown action", className="refused"), dash.no_update, dash.no_update
         result = current().desk.perform(
             incident_id[:256],
             action,
@@ -344,9 +367,10 @@ def register_action_callback(app: dash.Dash) -> None:
         shown = html.Span(result.message, className="accepted" if result.accepted else "refused")
         setattr(shown, "data-attempt", str(attempt))  # a data-* attribute has no keyword argument
         if not result.accepted:
-            return shown, dash.no_update
-        # An accepted action redraws the page body (the operator table, the state) at once.
-        return shown, render_safely(INCIDENT_PAGE, current(), {"incident": incident_id[:256]})
+            return shown, dash.no_update, dash.no_update
+        # An accepted action redraws the page body (the operator table, the state) at once; what the
+        # browser held of the old body is forgotten, so the next live refresh sends the whole body again.
+        return shown, render_safely(INCIDENT_PAGE, current(), {"incident": incident_id[:256]}), None
 
 
 LIST_PAGE = PageSpec(page_id="incidents", name="Incidents", path="/incidents", render=render_list)

@@ -4,14 +4,14 @@ hangs and restarts."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any, Final
 
 from dash import dcc, html
 
 from dashboard import figures
-from dashboard.components import Col, ago, href, md_link, section, stat_card, table, when
+from dashboard.components import Col, ago, graph, href, md_link, section, stat_card, table, when
 from dashboard.context import DashboardContext
-from dashboard.figures import GRAPH_CONFIG
 from dashboard.pages.live import PageSpec, Params
 from dashboard.queries.findings import FindingRow, recent_findings
 from dashboard.queries.jobs import JobSummary, RankRow, Restart, job_actions, job_ranks, jobs, step_grid
@@ -21,6 +21,26 @@ LIST_WINDOW_SECONDS: Final = 3600.0
 WINDOWS: Final = {"15m": 900.0, "1h": 3600.0, "6h": 6 * 3600.0}
 DEFAULT_WINDOW: Final = "1h"
 QUIET_SECONDS: Final = 60.0
+# Finding kinds by what happened to the rank: a hang (stopped, still there) and a death (the process is
+# gone) ask different things of an operator, so they are counted apart.
+HANG_KINDS: Final = frozenset({"hang_localised", "hung_rank"})
+DEATH_KINDS: Final = frozenset({"dead_rank"})
+
+
+@dataclass(frozen=True)
+class JobTroubles:
+    stragglers: list[FindingRow]
+    hangs: list[FindingRow]
+    deaths: list[FindingRow]
+
+
+def troubles(findings: list[FindingRow]) -> JobTroubles:
+    """A job's findings split into stragglers, hangs and deaths (dead ranks), each newest first."""
+    return JobTroubles(
+        [f for f in findings if f.kind == "straggler"],
+        [f for f in findings if f.kind in HANG_KINDS],
+        [f for f in findings if f.kind in DEATH_KINDS],
+    )
 
 
 def job_state(j: JobSummary, now: float) -> str:
@@ -48,7 +68,8 @@ def render_list(ctx: DashboardContext, _params: Params) -> Any:
             "hosts": j.hosts,
             "step": j.last_step,
             "stragglers": by_job[(j.job_id, "straggler")],
-            "hangs": by_job[(j.job_id, "hang_localised")] + by_job[(j.job_id, "hung_rank")],
+            "hangs": sum(by_job[(j.job_id, k)] for k in HANG_KINDS),
+            "deaths": sum(by_job[(j.job_id, k)] for k in DEATH_KINDS),
             "last": ago(now - j.last_ts),
         }
         for j in job_rows
@@ -62,6 +83,7 @@ def render_list(ctx: DashboardContext, _params: Params) -> Any:
         Col("step", "step", "int"),
         Col("straggler findings", "stragglers", "int"),
         Col("hang findings", "hangs", "int"),
+        Col("dead rank findings", "deaths", "int"),
         Col("last heartbeat", "last"),
     ]
     running = sum(1 for j in job_rows if job_state(j, now) == "running")
@@ -95,8 +117,8 @@ def render_job(ctx: DashboardContext, params: Params) -> Any:
             ]
         )
     hosts = Counter(r.host for r in ranks)
-    stragglers = [f for f in findings if f.kind == "straggler"]
-    hangs = [f for f in findings if f.kind in ("hang_localised", "hung_rank", "dead_rank")]
+    found = troubles(findings)
+    stragglers = found.stragglers
     restarts = [a for a in actions if a.action in ("restart", "stop_crash_loop")]
     return [
         html.Div(
@@ -121,7 +143,15 @@ def render_job(ctx: DashboardContext, params: Params) -> Any:
                     f"{len(stragglers)} findings",
                     card_id="card-job-stragglers",
                 ),
-                stat_card("Hangs", str(len(hangs)), "localised or hung ranks"),
+                stat_card(
+                    "Hangs", str(len(found.hangs)), "localised or hung ranks", card_id="card-job-hangs"
+                ),
+                stat_card(
+                    "Deaths",
+                    str(len({f.rank for f in found.deaths})),
+                    f"dead ranks ({len(found.deaths)} findings)",
+                    card_id="card-job-deaths",
+                ),
                 stat_card("Restarts", str(len(restarts)), f"{len(actions)} actions in {window}"),
             ],
             className="cards",
@@ -141,7 +171,11 @@ def render_job(ctx: DashboardContext, params: Params) -> Any:
         html.Div(
             [
                 section("Straggler scores", _stragglers_table(stragglers, now), section_id="job-stragglers"),
-                section("Hangs", _hangs_table(hangs, now), section_id="job-hangs"),
+                section(
+                    "Hangs and dead ranks",
+                    _hangs_table([*found.hangs, *found.deaths], now),
+                    section_id="job-hangs",
+                ),
             ],
             className="two-col",
         ),
@@ -153,7 +187,7 @@ def render_job(ctx: DashboardContext, params: Params) -> Any:
 def _heatmap(grid: Any) -> Any:
     if not grid.ranks:
         return html.Div("no step timings in this window", className="empty")
-    return dcc.Graph(id="job-heatmap-graph", figure=figures.step_heatmap(grid), config=GRAPH_CONFIG)
+    return graph(figures.step_heatmap(grid), "job-heatmap-graph")
 
 
 def _stragglers_table(findings: list[FindingRow], now: float) -> Any:
@@ -202,7 +236,7 @@ def _hangs_table(findings: list[FindingRow], now: float) -> Any:
         Col("kind", "kind"),
         Col("rank(s)", "rank"),
         Col("host", "host"),
-        Col("summary", "summary"),
+        Col("summary", "summary", wide=True),
     ]
     return table("job-hangs-table", cols, rows, page_size=8)
 
@@ -225,7 +259,7 @@ def _actions_table(actions: list[Restart]) -> Any:
         Col("target", "target"),
         Col("outcome", "outcome"),
         Col("resumed at step", "resumed", "int"),
-        Col("detail", "detail"),
+        Col("detail", "detail", wide=True),
     ]
     return table("job-actions-table", cols, rows, page_size=8)
 

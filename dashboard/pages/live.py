@@ -15,6 +15,7 @@ from dash import Input, Output, State, html
 
 from dashboard.components import live_page
 from dashboard.context import DashboardContext, current
+from dashboard.live_slots import PROPERTY, SlotKind, mark, pattern
 
 log = logging.getLogger(__name__)
 
@@ -66,12 +67,81 @@ def render_safely(spec: PageSpec, ctx: DashboardContext, params: Params) -> Any:
         return html.Div(f"this page could not be drawn: {type(exc).__name__}: {exc}"[:300], className="error")
 
 
+def stamp(text: str, refreshes: int) -> html.Span:
+    shown = html.Span(text)
+    # Which refresh this is: tests and the benchmark tell one answer from the next by it.
+    setattr(shown, "data-refresh", str(refreshes))  # a data-* attribute has no keyword argument
+    return shown
+
+
+def clock_text(ts: float) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(ts)) + " UTC"
+
+
+@dataclass(frozen=True)
+class Refresh:
+    """What one refresh sends: the whole body (None: keep it) or the changed slots, and what the browser
+    keeps for the next one."""
+
+    body: Any
+    updates: dict[tuple[SlotKind, str], Any]
+    held: dict[str, Any]
+    changed: bool
+
+
+def plan_refresh(page_id: str, rendered: Any, held: object, now: float) -> Refresh:
+    """Compare a new render with what the browser holds (`held`: the page's shape store) and say what to
+    send: the changed slots when the shape is the same, else the whole body."""
+    live = mark(rendered, page_id)
+    before = held if isinstance(held, dict) else {}
+    old: dict[str, str] = before.get("slots") if isinstance(before.get("slots"), dict) else {}  # type: ignore[assignment]
+    new = live.digests()
+    changed_at = before.get("changed")
+    same_shape = before.get("shape") == live.shape and set(old) == set(new)
+    changed = not same_shape or old != new
+    kept = {
+        "shape": live.shape,
+        "slots": new,
+        "changed": now if changed or not isinstance(changed_at, int | float) else changed_at,
+    }
+    if not same_shape:
+        return Refresh(rendered, {}, kept, True)
+    updates: dict[tuple[SlotKind, str], Any] = {}
+    for key, slot in live.slots.items():
+        was = old.get(f"{key[0].value}/{key[1]}", "")
+        if was == slot.digest + slot.layout_digest:
+            continue
+        if slot.kind == SlotKind.FIGURE and was.endswith(slot.layout_digest) and slot.layout_digest:
+            traces = dash.Patch()
+            traces["data"] = slot.value["data"]  # same layout: only the traces change, zoom stays
+            updates[key] = traces
+        else:
+            updates[key] = slot.value
+    return Refresh(None, updates, kept, changed)
+
+
+def _slot_outputs(page_id: str) -> list[Output]:
+    return [Output(pattern(kind, page_id, dash.ALL), PROPERTY[kind]) for kind in SlotKind]
+
+
+def _slot_values(refresh: Refresh, listed: list[Any]) -> list[list[Any]]:
+    """The value of each slot the browser has (in the order Dash lists them), or no_update."""
+    out = []
+    for kind, outputs in zip(SlotKind, listed, strict=True):
+        out.append([refresh.updates.get((kind, str(o["id"].get("name"))), dash.no_update) for o in outputs])
+    return out
+
+
 def register(app: dash.Dash, spec: PageSpec) -> None:
     def layout(**kwargs: Any) -> Any:
         ctx = current()
         params = clean_params(spec, kwargs)
         static = spec.static(ctx, params) if spec.static is not None else None
-        return live_page(spec.page_id, params, render_safely(spec, ctx, params), ctx.refresh_seconds, static)
+        body = render_safely(spec, ctx, params)
+        now = ctx.now()
+        held = plan_refresh(spec.page_id, body, None, now).held
+        shown = stamp(f"loaded {clock_text(now)}", 0)
+        return live_page(spec.page_id, params, body, held, shown, ctx.refresh_seconds, static)
 
     dash.register_page(  # type: ignore[no-untyped-call]
         f"dashboard.pages.{spec.page_id}",
@@ -85,19 +155,24 @@ def register(app: dash.Dash, spec: PageSpec) -> None:
     @app.callback(  # type: ignore[misc]
         Output(f"{spec.page_id}-body", "children"),
         Output(f"{spec.page_id}-stamp", "children"),
+        Output(f"{spec.page_id}-shape", "data"),
+        *_slot_outputs(spec.page_id),
         Input(f"{spec.page_id}-tick", "n_intervals"),
         Input(f"{spec.page_id}-refresh", "n_clicks"),
         State(f"{spec.page_id}-key", "data"),
+        State(f"{spec.page_id}-shape", "data"),
         prevent_initial_call=True,
     )
-    def refresh(ticks: int, clicks: int, key: Any) -> tuple[Any, Any]:
+    def refresh(ticks: int, clicks: int, key: Any, held: Any) -> tuple[Any, ...]:
         ctx = current()
-        params = stored_params(spec, key)
-        body = render_safely(spec, ctx, params)
-        stamp = html.Span("updated " + time.strftime("%H:%M:%S", time.gmtime(ctx.now())) + " UTC")
-        # Which refresh this is: tests and the benchmark tell one redraw from the next by it.
-        setattr(stamp, "data-refresh", str((ticks or 0) + (clicks or 0)))
-        return body, stamp
+        now = ctx.now()
+        plan = plan_refresh(spec.page_id, render_safely(spec, ctx, stored_params(spec, key)), held, now)
+        changed = plan.held["changed"]
+        text = f"checked {clock_text(now)} · data changed {clock_text(changed)}"
+        shown = stamp(text, (ticks or 0) + (clicks or 0))
+        body = dash.no_update if plan.body is None else plan.body
+        listed = dash.callback_context.outputs_list[3:]
+        return (body, shown, plan.held, *_slot_values(plan, listed))
 
     if spec.callbacks is not None:
         spec.callbacks(app)

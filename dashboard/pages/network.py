@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Final
 
-from dash import dcc, html
+from dash import html
 
 from dashboard import figures
-from dashboard.components import Col, health_breakdown, href, md_link, section, stat_card, table
+from dashboard.components import Col, graph, health_breakdown, href, md_link, section, stat_card, table
 from dashboard.context import DashboardContext
-from dashboard.figures import GRAPH_CONFIG
 from dashboard.fleet_view import PortView
 from dashboard.health import COLOURS, Health
 from dashboard.pages.live import PageSpec, Params
@@ -98,20 +97,16 @@ def _worst_chart(ports: list[PortView]) -> Any:
     labels = [f"{p.state.host} {p.state.device}/{p.state.port}" for p in worst]
     values = [p.counters.errors + p.counters.link_downed if p.counters else 0 for p in worst]
     colours = [COLOURS[p.health] for p in worst]
-    return dcc.Graph(
-        figure=figures.bar(labels, values, colours, horizontal=True, height=max(220, 28 * len(worst) + 60)),
-        config=GRAPH_CONFIG,
-    )
+    return graph(figures.bar(labels, values, colours, horizontal=True, height=max(220, 28 * len(worst) + 60)))
 
 
 def _flap_chart(flaps: list[tuple[float, int, int]]) -> Any:
     if not flaps:
         return html.Div("no link went down in the last 24 h", className="all-good")
-    return dcc.Graph(
-        figure=figures.time_bars(
+    return graph(
+        figures.time_bars(
             [f[0] for f in flaps], [f[1] for f in flaps], COLOURS[Health.FAILED], "link-down events / 15 min"
-        ),
-        config=GRAPH_CONFIG,
+        )
     )
 
 
@@ -140,7 +135,7 @@ def _ports_table(table_id: str, ports: list[PortView]) -> Any:
         Col("host", "host", "link"),
         Col("port", "port"),
         Col("health", "health", "health"),
-        Col("reason", "reason"),
+        Col("reason", "reason", wide=True),
         Col("state", "state"),
         Col("physical", "phys"),
         Col("rate Gb/s", "rate", "number", 0),

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from dash import dcc, html
+from dash import html
 
 from dashboard import figures
-from dashboard.components import Col, ago, empty, href, md_link, section, stat_card, table
+from dashboard.components import Col, ago, empty, graph, href, md_link, section, stat_card, table
 from dashboard.context import DashboardContext
-from dashboard.figures import GRAPH_CONFIG
 from dashboard.health import COLOURS, Health
 from dashboard.pages.live import PageSpec, Params
 from dashboard.queries.predictions import Risk, drivers, latest_risks, risk_summary
@@ -75,7 +74,7 @@ def render(ctx: DashboardContext, _params: Params) -> Any:
         ),
         section(
             "Risk distribution",
-            dcc.Graph(figure=_histogram(summary.histogram, ctx.risk_threshold), config=GRAPH_CONFIG),
+            graph(_histogram(summary.histogram, ctx.risk_threshold)),
         ),
         section(
             f"Ranking (top {len(risks)} of {summary.scored})",

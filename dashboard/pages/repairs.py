@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from dash import dcc, html
+from dash import html
 
 from dashboard import figures
-from dashboard.components import Col, empty, href, md_link, section, stat_card, table
+from dashboard.components import Col, empty, graph, href, md_link, section, stat_card, table
 from dashboard.context import DashboardContext
-from dashboard.figures import GRAPH_CONFIG
 from dashboard.health import COLOURS, Health
 from dashboard.pages.live import PageSpec, Params
 from fleetguard.store import FaultRepairs, nodes_out, repair_summary
@@ -101,14 +100,13 @@ def render(ctx: DashboardContext, _params: Params) -> Any:
         ),
         section(
             "Hours out of service per fault kind",
-            dcc.Graph(
-                figure=figures.bar(
+            graph(
+                figures.bar(
                     [s.fault for s in summary],
                     [s.out_hours for s in summary],
                     COLOURS[Health.DEGRADED],
                     height=220,
-                ),
-                config=GRAPH_CONFIG,
+                )
             ),
         ),
         section("Per fault kind", table("repairs-table", cols, rows), section_id="repairs-by-fault"),

@@ -68,17 +68,18 @@ def chromium() -> Iterator[Browser]:
         shutil.rmtree(profile, ignore_errors=True)
 
 
-# A page is drawn when its body is filled, no callback is pending, every plot has its SVG and every table its
-# rows (DataTable's bundle loads on first use, after the layout).
+# A page is drawn when its body is filled, no callback is pending, every graph has its SVG (a graph whose
+# plotly bundle is still loading has no .js-plotly-plot yet, so graphs are found by dcc.Graph's own class)
+# and every grid its header (AG Grid's bundle loads on first use, after the layout).
 DRAWN_JS = """() => {
   const body = document.querySelector('[id$="-body"]');
   if (!body || body.children.length === 0) return false;
   if (document.querySelector('[data-dash-is-loading="true"]')) return false;
-  for (const p of document.querySelectorAll('.js-plotly-plot')) {
+  for (const p of document.querySelectorAll('.dash-graph')) {
     if (!p.querySelector('.main-svg')) return false;
   }
-  for (const t of document.querySelectorAll('.dash-table-container')) {
-    if (!t.querySelector('table')) return false;
+  for (const t of document.querySelectorAll('.table')) {
+    if (!t.querySelector('.ag-header-cell')) return false;
   }
   return true;
 }"""

@@ -32,6 +32,7 @@ SPAN_SECONDS = 300.0
 STEP_SECONDS = 5.0
 JOB_ID = "train-42"
 SLOW_RANK = 5
+DEAD_RANK = 6
 SILENT_HOST = "sim-host-silent"
 ALERT_ENDPOINT = "http://127.0.0.1:9/oncall"
 
@@ -103,7 +104,18 @@ def build_fleet_store(path: Path) -> BuiltFleet:
             finding.finding_id,
             ActionOutcome.SUCCEEDED,
         )
-        store.append([*predictions, finding, action])
+        dead = Finding(
+            ts=END_TS - 15,
+            finding_id=f"dead_rank/{JOB_ID}/{DEAD_RANK}",
+            kind="dead_rank",
+            severity="critical",
+            subject=f"job/{JOB_ID}/rank/{DEAD_RANK}",
+            summary=f"rank {DEAD_RANK} of job {JOB_ID} exited (pid gone)",
+            host=fleet.host_names[1],
+            job_id=JOB_ID,
+            rank=DEAD_RANK,
+        )
+        store.append([*predictions, finding, dead, action])
         _run_incident_engine(store, start)
     return BuiltFleet(
         path=path,

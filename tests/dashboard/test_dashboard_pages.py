@@ -109,7 +109,7 @@ def test_page_loads_and_refreshes_without_browser_errors(
     page.evaluate("window.__not_reloaded = true")
     page.click(".refresh")
     page.wait_for_function(
-        "document.querySelector('.stamp').textContent.startsWith('updated')", timeout=TIMEOUT_MS
+        "document.querySelector('.stamp').textContent.startsWith('checked')", timeout=TIMEOUT_MS
     )
     assert page.evaluate("window.__not_reloaded === true")
     assert "could not be drawn" not in page.inner_text("body")
@@ -167,7 +167,7 @@ def test_predictions_page_ranks_the_at_risk_gpu_first(
     page = _open(browser, dashboard, "/predictions")
     assert page.inner_text("#card-scored .card-value") == str(row[0])
     assert page.inner_text("#card-at-risk .card-value") == "1"
-    first_row = page.locator("#predictions-ranking tbody tr").nth(2)  # after the header and filter rows
+    first_row = page.locator("#predictions-ranking .ag-center-cols-container [row-index='0']")
     assert fleet.at_risk_uuid in first_row.inner_text()
     page.close()
 

@@ -1,0 +1,151 @@
+"""What a live refresh sends (only the slots that changed, the whole body when the page's shape changed),
+and the pure parts that make pages read right: the heat map's scale, dead ranks apart from hangs, GPUs
+named by their index beside their UUIDs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+import pytest
+from dash import html
+
+from dashboard.components import Col, gpu_text, graph, stat_card, table
+from dashboard.figures import centred_range, step_heatmap
+from dashboard.live_slots import SlotKind, mark
+from dashboard.pages.jobs import troubles
+from dashboard.pages.live import plan_refresh
+from dashboard.queries.findings import FindingRow
+from dashboard.queries.jobs import StepGrid
+
+COLS = [Col("host", "host"), Col("GPUs", "gpus", "int")]
+
+
+def _page(rows: list[dict[str, Any]], hosts: str = "3", title: str = "Hosts", y: float = 1.0) -> Any:
+    figure = {"data": [{"type": "scatter", "x": [1, 2], "y": [y, y]}], "layout": {"height": 200}}
+    return [
+        html.H1(title),
+        stat_card("Hosts", hosts, "reporting"),
+        table("hosts-table", COLS, rows),
+        graph(figure, "plot"),
+    ]
+
+
+ROWS = [{"host": "a", "gpus": 8}, {"host": "b", "gpus": 8}]
+
+
+def test_a_page_unchanged_since_the_last_refresh_sends_nothing_and_keeps_when_its_data_changed() -> None:
+    first = plan_refresh("p", _page(ROWS), None, now=100.0)
+    again = plan_refresh("p", _page(ROWS), first.held, now=160.0)
+    assert again.body is None and again.updates == {} and not again.changed
+    assert again.held["changed"] == 100.0
+
+
+def test_changed_rows_are_sent_to_their_table_alone() -> None:
+    first = plan_refresh("p", _page(ROWS), None, now=100.0)
+    rows = [*ROWS, {"host": "c", "gpus": 4}]
+    again = plan_refresh("p", _page(rows), first.held, now=160.0)
+    assert again.body is None and again.changed
+    assert again.updates == {(SlotKind.GRID, "hosts-table"): rows}
+    assert again.held["changed"] == 160.0
+
+
+def test_a_card_value_is_sent_as_text() -> None:
+    first = plan_refresh("p", _page(ROWS), None, now=100.0)
+    again = plan_refresh("p", _page(ROWS, hosts="4"), first.held, now=160.0)
+    assert again.body is None
+    assert list(again.updates.values()) == ["4"]
+    assert next(iter(again.updates))[0] == SlotKind.TEXT
+
+
+def test_new_traces_under_the_same_layout_are_a_patch_of_the_figure_data_only() -> None:
+    first = plan_refresh("p", _page(ROWS), None, now=100.0)
+    again = plan_refresh("p", _page(ROWS, y=2.0), first.held, now=160.0)
+    patch = again.updates[(SlotKind.FIGURE, "plot")]
+    assert isinstance(patch, dash.Patch)
+    operations = patch.to_plotly_json()["operations"]
+    assert [(o["operation"], o["location"]) for o in operations] == [("Assign", ["data"])]
+    assert operations[0]["params"]["value"][0]["y"] == [2.0, 2.0]
+
+
+def test_a_page_whose_shape_changed_is_sent_whole() -> None:
+    first = plan_refresh("p", _page(ROWS), None, now=100.0)
+    body = _page(ROWS, title="Hosts (1 silent)")
+    again = plan_refresh("p", body, first.held, now=160.0)
+    assert again.body is body and again.updates == {}
+
+
+def test_a_browser_holding_nothing_or_garbage_gets_the_whole_body() -> None:
+    for held in (None, "x", {"shape": 3, "slots": "y"}):
+        assert plan_refresh("p", _page(ROWS), held, now=1.0).body is not None
+
+
+def test_slots_are_named_by_page_and_table_id() -> None:
+    body = _page(ROWS)
+    live = mark(body, "fleet")
+    assert set(live.slots) == {
+        (SlotKind.TEXT, "text-1"),
+        (SlotKind.TEXT, "text-2"),
+        (SlotKind.GRID, "hosts-table"),
+        (SlotKind.FIGURE, "plot"),
+    }
+    grid = body[2].children
+    assert grid.id == {"slot": "grid", "page": "fleet", "name": "hosts-table"}
+    assert grid.rowData == ROWS  # the value is back in place after the shape was digested
+
+
+def test_every_table_has_its_headers_even_with_no_rows() -> None:
+    grid = table("empty", COLS, []).children
+    assert [c["headerName"] for c in grid.columnDefs] == ["host", "GPUs"]
+    assert grid.rowData == []
+
+
+def test_identical_ranks_fill_a_tenth_of_the_median_each_way_not_the_whole_scale() -> None:
+    # The issue's case: 0.1026-0.1032 s, noise, coloured from one end of the scale to the other before.
+    zmin, zmax = centred_range([0.1026, 0.1029, 0.1032, 0.1028])
+    median = 0.10285
+    assert zmin == pytest.approx(median * 0.9) and zmax == pytest.approx(median * 1.1)
+
+
+def test_a_straggler_sets_the_span_and_the_median_stays_in_the_middle() -> None:
+    zmin, zmax = centred_range([1.0, 1.0, 1.0, 1.6, None])
+    assert (zmin, zmax) == pytest.approx((0.4, 1.6))
+
+
+def test_a_rank_far_slower_than_the_median_saturates_rather_than_push_the_scale_below_zero() -> None:
+    assert centred_range([1.0, 1.0, 5.0]) == pytest.approx((0.0, 2.0))
+    assert centred_range([]) == (0.0, 1.0)
+
+
+def test_the_heat_map_uses_the_centred_range() -> None:
+    grid = StepGrid([0, 1], [0.0, 60.0], [[1.0, 1.0], [1.0, 1.3]])
+    trace = step_heatmap(grid)["data"][0]
+    assert (trace["zmin"], trace["zmax"], trace["zauto"]) == (pytest.approx(0.7), pytest.approx(1.3), False)
+
+
+def _finding(kind: str, rank: int) -> FindingRow:
+    return FindingRow(
+        ts=1.0,
+        finding_id=f"{kind}/{rank}",
+        kind=kind,
+        severity="critical",
+        subject=f"job/j/rank/{rank}",
+        summary="",
+        host="h",
+        job_id="j",
+        rank=rank,
+        gpu_uuid=None,
+        evidence_json="{}",
+    )
+
+
+def test_a_dead_rank_is_a_death_not_a_hang() -> None:
+    found = troubles([_finding("dead_rank", 3), _finding("hung_rank", 1), _finding("straggler", 2)])
+    assert [f.rank for f in found.deaths] == [3]
+    assert [f.rank for f in found.hangs] == [1]
+    assert [f.rank for f in found.stragglers] == [2]
+
+
+def test_a_gpu_is_named_by_its_index_beside_its_uuid() -> None:
+    assert gpu_text("GPU-abc", {"GPU-abc": "GPU 2"}) == "GPU 2 · GPU-abc"
+    assert gpu_text("GPU-gone", {}) == "GPU-gone"
