@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from fleetguard.controller import wire_schema
 from fleetguard.controller.validate import BatchRefused, IngestBatch, parse_batch, parse_json_batch
-from fleetguard.records.findings import Finding
-from fleetguard.records.telemetry import Event
+from fleetguard.records.findings import Finding, FindingKind, Severity
+from fleetguard.records.telemetry import Event, EventKind
 from fleetguard.shipping.wire import columns_by_table
 from tests.controller.helpers import batch
 
@@ -62,9 +62,9 @@ _EDGES = st.one_of(
 def _doc(*, findings: bool) -> dict[str, Any]:
     doc = batch("node-a", 7, ts=NOW).to_json()
     tables: dict[str, Any] = doc["tables"]  # type: ignore[assignment]
-    extra: list[object] = [Event(NOW, "node-a", "xid", "kmsg", "Xid 79", code=79, gpu_index=1)]
+    extra: list[object] = [Event(NOW, "node-a", EventKind.XID, "kmsg", "Xid 79", code=79, gpu_index=1)]
     if findings:
-        extra.append(Finding(NOW, "f-1", "gpu_fault", "warning", "gpu/0", "x", host=None))
+        extra.append(Finding(NOW, "f-1", FindingKind.STRAGGLER, Severity.WARNING, "gpu/0", "x", host=None))
     tables.update(columns_by_table(extra))
     return doc
 

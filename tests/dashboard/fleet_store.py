@@ -107,8 +107,8 @@ def build_fleet_store(path: Path) -> BuiltFleet:
         dead = Finding(
             ts=END_TS - 15,
             finding_id=f"dead_rank/{JOB_ID}/{DEAD_RANK}",
-            kind="dead_rank",
-            severity="critical",
+            kind=FindingKind.DEAD_RANK,
+            severity=Severity.CRITICAL,
             subject=f"job/{JOB_ID}/rank/{DEAD_RANK}",
             summary=f"rank {DEAD_RANK} of job {JOB_ID} exited (pid gone)",
             host=fleet.host_names[1],
