@@ -3,7 +3,6 @@ outcomes, and the operator's acknowledge / silence / resolve (with the token; re
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
@@ -29,6 +28,7 @@ from dashboard.queries.incidents import (
     ledger,
     operator_actions,
 )
+from fleetguard.records.evidence import UnreadableEvidence, read_evidence
 
 HISTORY_SECONDS: Final = 86400.0
 SEVERITIES: Final = ("critical", "warning", "info")
@@ -280,14 +280,11 @@ def _evidence_view(rows: list[EvidenceRow]) -> Any:
 
 
 def _compact(detail_json: str) -> str:
-    try:
-        value = json.loads(detail_json)
-    except ValueError:
-        return detail_json[:EVIDENCE_CHARS]
-    if isinstance(value, dict):
-        shown = {k: v for k, v in value.items() if v not in (None, "", [], {})}
-        return ", ".join(f"{k}={v}" for k, v in shown.items())[:EVIDENCE_CHARS]
-    return str(value)[:EVIDENCE_CHARS]
+    evidence = read_evidence(detail_json)
+    if isinstance(evidence, UnreadableEvidence):
+        return evidence.text[:EVIDENCE_CHARS]
+    shown = {k: v for k, v in evidence.items() if v not in (None, "", [], {})}
+    return ", ".join(f"{k}={v}" for k, v in shown.items())[:EVIDENCE_CHARS]
 
 
 def action_form(_ctx: DashboardContext, _params: Params) -> Any:
