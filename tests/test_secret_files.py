@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -82,8 +85,40 @@ def test_another_users_file_is_refused_even_when_private(tmp_path: Path) -> None
     assert str(err.value) == expected
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
+_UNREADABLE_AS_NOBODY = """
+import sys
+from fleetguard.secret_files import SecretFileError, read_secret_text
+import os
+os.setgroups([])
+os.setgid(65534)
+os.setuid(65534)  # everything is imported above: the interpreter's own files may not be readable by nobody
+try:
+    read_secret_text(sys.argv[1], sys.argv[2])
+except SecretFileError as err:
+    print(err)
+else:
+    print("read it")
+"""
+
+
 def test_an_unreadable_file_says_so(tmp_path: Path) -> None:
-    path = private(tmp_path / "pw", mode=0o000)
-    with pytest.raises(SecretFileError, match="cannot be read by uid"):
-        read_secret_text(KEY, path)
+    if os.geteuid() != 0:
+        path = private(tmp_path / "pw", mode=0o000)
+        with pytest.raises(SecretFileError, match="cannot be read by uid"):
+            read_secret_text(KEY, path)
+        return
+    # Root reads any file: the reader that cannot is another user, in a child that drops to uid 65534 and
+    # finds its own file (so the owner check passes) in a directory it may enter, with no read permission.
+    with tempfile.TemporaryDirectory() as shared:
+        os.chmod(shared, 0o755)
+        path = private(Path(shared) / "pw", mode=0o000)
+        os.chown(path, 65534, 65534)
+        child = subprocess.run(
+            [sys.executable, "-c", _UNREADABLE_AS_NOBODY, KEY, str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.startswith(f"{KEY}: {path} ") and "cannot be read by uid 65534" in child.stdout
