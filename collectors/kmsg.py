@@ -47,7 +47,7 @@ from collectors.file_tail import FileTail, TailResult
 from collectors.kmsg_classify import MAX_MESSAGE_CHARS, KernelFault, classify_kernel_message
 from collectors.kmsg_parse import KernelLine, Unparsed, parse_kernel_line, parse_kmsg_record
 from collectors.protocol import CollectorUnavailable
-from fleetguard.private_files import read_own_file, replace_file
+from fleetguard.private_files import read_own_file, replace_file, writable_by_others
 from fleetguard.records.telemetry import Batch, Event
 
 SOURCE: Final = "kmsg"
@@ -209,7 +209,16 @@ class KmsgCollector:
             ) from exc
         except OSError as exc:
             raise CollectorUnavailable(f"cannot open {path}: {exc.strerror or exc}.") from exc
-        mode = os.fstat(self._fd).st_mode
+        opened = os.fstat(self._fd)
+        forgeable = writable_by_others(path, opened)
+        if forgeable is not None:
+            os.close(self._fd)
+            self._fd = None
+            raise CollectorUnavailable(
+                f"{path} {forgeable}: another user could write kernel-log faults the agent would act on as "
+                "root; point collectors.kmsg_path at a file only root (or the agent's user) can write."
+            )
+        mode = opened.st_mode
         self._regular_file = stat.S_ISREG(mode)
         self._fifo = stat.S_ISFIFO(mode)
         if start == "end" and self._last_seq is None:
@@ -367,6 +376,11 @@ class KmsgCollector:
             fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError:
             self._lines.count("reopen_failed")
+            self._give_up()
+            return
+        if writable_by_others(self.path, os.fstat(fd)) is not None:  # swapped for another user's FIFO
+            os.close(fd)
+            self._lines.count("reopen_untrusted")
             self._give_up()
             return
         os.dup2(fd, self._fd)

@@ -68,3 +68,26 @@ def read_own_file(path: Path, max_bytes: int = 1 << 16) -> bytes:
     if len(data) > max_bytes:
         raise UnsafeFileError(f"{path} is larger than {max_bytes} bytes")
     return data
+
+
+def writable_by_others(path: str, opened: os.stat_result) -> str | None:
+    """Why another local user could write what `opened` (the fstat of `path`, already open) says, or swap the
+    file at `path` for one of their own; None when only root and this process's user can. For a source the
+    agent believes as root (the kernel log): what another user writes there would be taken for the host's own
+    faults, and a forged fatal XID drains a node."""
+    euid = os.geteuid()
+    if opened.st_uid not in (0, euid):
+        return f"belongs to uid {opened.st_uid}"
+    if opened.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"is writable by {'others' if opened.st_mode & stat.S_IWOTH else 'its group'}"
+    parent = os.path.dirname(os.path.abspath(path))
+    try:
+        folder = os.stat(parent)
+    except OSError as exc:
+        return f"sits in {parent}, which cannot be checked ({exc.strerror or exc})"
+    if folder.st_uid not in (0, euid):
+        return f"sits in {parent}, which belongs to uid {folder.st_uid}"
+    # In a sticky folder (/tmp) another user may add names but not rename or remove this user's file.
+    if folder.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not folder.st_mode & stat.S_ISVTX:
+        return f"sits in {parent}, which other users can write"
+    return None

@@ -279,6 +279,30 @@ def test_permission_denied_is_unavailable_and_says_what_to_do(
         make(kmsg, boot_id)
 
 
+def test_a_log_another_user_could_write_is_refused(kmsg: Path, boot_id: Path, tmp_path: Path) -> None:
+    """What another user writes there would be taken for the host's own faults (and a fatal XID drains a
+    node): a kernel log writable by others, theirs, or in a folder they can change is not followed."""
+    kmsg.chmod(0o666)
+    with pytest.raises(CollectorUnavailable, match=r"is writable by others.*collectors.kmsg_path"):
+        make(kmsg, boot_id)
+    kmsg.chmod(0o620)
+    with pytest.raises(CollectorUnavailable, match="is writable by its group"):
+        make(kmsg, boot_id)
+    kmsg.chmod(0o644)
+    folder = tmp_path / "open"
+    folder.mkdir()
+    folder.chmod(0o777)
+    shutil.copy(kmsg, folder / "kmsg")
+    with pytest.raises(CollectorUnavailable, match="which other users can write"):
+        make(folder / "kmsg", boot_id)
+    folder.chmod(0o1777)  # sticky, like /tmp: others may add names, not replace this user's file
+    make(folder / "kmsg", boot_id).close()
+    if os.geteuid() == 0:
+        os.chown(folder / "kmsg", 65534, 65534)
+        with pytest.raises(CollectorUnavailable, match="belongs to uid 65534"):
+            make(folder / "kmsg", boot_id)
+
+
 def test_close_releases_the_descriptor(fifo: tuple[Path, int], boot_id: Path) -> None:
     collector = make(fifo[0], boot_id)
     fd = collector.fileno()
