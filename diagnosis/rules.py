@@ -18,6 +18,16 @@ MAX_GPUS = 1_000_000  # bound on the per-GPU state a hostile or broken feed can 
 
 
 @dataclass(frozen=True, slots=True)
+class Reading:
+    """A component was read at `ts` and said nothing a rule looks at (a port's counters that did not move):
+    a reader may pass this instead of the records themselves."""
+
+    host: str
+    component: str  # "port:<device>/<port>", as `IncidentKey.component`
+    ts: float
+
+
+@dataclass(frozen=True, slots=True)
 class Signals:
     """What one round brings: any mix of records, in any order."""
 
@@ -26,6 +36,7 @@ class Signals:
     gpu_samples: Iterable[GpuSample] = ()
     nic_samples: Iterable[NicSample] = ()
     nic_counters: Iterable[NicCounterSample] = ()
+    readings: Iterable[Reading] = ()
 
 
 @dataclass(slots=True)
@@ -58,6 +69,8 @@ class Rules:
             obs = counter_observation(counter, self.policy.counters)
             if obs is not None:
                 out.append(obs)
+        for reading in signals.readings:
+            self._read((reading.host, reading.component), reading.ts)
         out.sort(key=lambda o: o.ts)
         return out
 
@@ -66,7 +79,10 @@ class Rules:
         previous = self.previous.get(key)
         if previous is None and len(self.previous) >= MAX_GPUS:
             self.previous.clear()
-        self.previous[key] = sample
+        if previous is None or sample.ts >= previous.ts:
+            # A late sample (older than the one kept) says nothing about what changed since: keeping it
+            # would count the increase up to the newer one a second time.
+            self.previous[key] = sample
         self._read((sample.host, f"gpu:{sample.uuid}"), sample.ts)
         if sample.pci_bus_id:
             self.uuids[(sample.host, sample.pci_bus_id.lower().removesuffix(".0"))] = sample.uuid
@@ -80,6 +96,15 @@ class Rules:
             self.read_at.clear()
         if ts > self.read_at.get(component, float("-inf")):
             self.read_at[component] = ts
+
+    def restore(self, samples: Iterable[GpuSample], readings: Iterable[Reading]) -> None:
+        """Take back, after a restart, each GPU's newest sample and when each component was last read."""
+        for sample in samples:
+            self.previous.pop((sample.host, sample.uuid), None)
+            for _ in self._gpu(sample):
+                pass  # only the state: what the sample said was said before the restart
+        for reading in readings:
+            self._read((reading.host, reading.component), reading.ts)
 
     def read_since(self, host: str, component: str, since: float) -> float | None:
         """The time of the latest reading of `component` after `since`, or None when none came."""

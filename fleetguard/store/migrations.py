@@ -14,6 +14,7 @@ import duckdb
 
 from fleetguard.store.controller_tables import controller_ddl, rollup_ddl
 from fleetguard.store.incident_tables import create_alert_tables, create_incident_tables
+from fleetguard.store.ingest_order import create_ingest_order
 from fleetguard.store.model_registry import create_registry_tables
 from fleetguard.store.operator_tables import create_operator_tables
 from fleetguard.store.repair_tables import create_repair_tables
@@ -100,6 +101,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(13, "alerts: silences, the outbox's send order, incidents' flap counts", create_silence_tables),
     Migration(14, "repairs: what each Slurm drain led to and whether it held", create_repair_tables),
     Migration(15, "failure predictor: the model registry and its log", create_registry_tables),
+    Migration(
+        16, "diagnosis: the order rows were stored in, and where the rounds got to", create_ingest_order
+    ),
 )
 
 CURRENT_VERSION = MIGRATIONS[-1].version
