@@ -109,7 +109,8 @@ class StoreFeed:
         counts = self.con.execute(
             f"SELECT {_SEQ}, count(*) FROM {table} WHERE {where} GROUP BY 1 ORDER BY 1", params
         ).fetchall()
-        chosen, total = [], 0
+        chosen: list[int] = []
+        total = 0
         for value, n in counts:
             if chosen and total + n > self.max_rows:
                 break

@@ -10,8 +10,8 @@ never handed on as new.
 
 Values are unique per statement and rise in the order statements began, not the order they committed (the
 controller commits from two writer lanes): a reader must allow for a value that shows up after higher ones
-(`fleetguard.incidents.watermark`). Where a diagnosis round got to is kept in `diagnosis_feed_marks`, written
-in the round's own transaction, so a restart resumes there.
+(`fleetguard.incidents.watermark`). Where a diagnosis round got to is kept beside it
+(`fleetguard.store.diagnosis_state_tables`).
 """
 
 from __future__ import annotations
@@ -21,13 +21,6 @@ import duckdb
 SEQ_COLUMN = "ingest_seq"
 # The tables the diagnosis round reads as they grow.
 ORDERED_TABLES = ("gpu_samples", "nic_samples", "nic_counters", "events", "findings")
-
-FEED_MARKS_DDL = """CREATE TABLE IF NOT EXISTS diagnosis_feed_marks (
-  table_name VARCHAR PRIMARY KEY,
-  floor BIGINT NOT NULL,
-  seen_json VARCHAR NOT NULL,
-  horizon_json VARCHAR NOT NULL
-)"""
 
 
 def sequence_name(table: str) -> str:
@@ -47,4 +40,3 @@ def create_ingest_order(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(
             f"ALTER TABLE {table} ALTER COLUMN {SEQ_COLUMN} SET DEFAULT nextval('{sequence_name(table)}')"
         )
-    con.execute(FEED_MARKS_DDL)
