@@ -73,6 +73,9 @@ class IncidentEngine:
         ] = {}  # policy.cancels, cached: called for every healthy sample
         # Damping: incident id -> when its fault was cleared; resolved once clear for the flap window.
         self._clearing: dict[str, float] = {}
+        # Components with a pending fault or an incident (a superset, rebuilt each round): a healthy
+        # observation of any other component changes nothing, and nearly every observation is one.
+        self._busy: set[tuple[str, ComponentKind, str]] = set()
         # What changed in the two above since `take_soft_changes`: the caller stores it with the round.
         self._dirty_pending: set[IncidentKey] = set()
         self._dirty_clearing: set[str] = set()
@@ -124,6 +127,7 @@ class IncidentEngine:
         self, observations: Iterable[Observation], now: float, *, tick: bool = True
     ) -> list[IncidentChange]:
         round_ = _Round()
+        self._busy = {(k.host, k.component_kind, k.component_id) for k in (*self._pending, *self.incidents)}
         for obs in observations:
             self._observe(obs, now, round_)
         if tick:
@@ -198,6 +202,8 @@ class IncidentEngine:
             self._pend(obs, now, round_)
 
     def _healthy(self, obs: Observation, round_: _Round) -> None:
+        if (obs.key.host, obs.key.component_kind, obs.key.component_id) not in self._busy:
+            return
         cancels = self._cancels.get(obs.key.fault)
         if cancels is None:
             cancels = self._cancels[obs.key.fault] = self.policy.cancels(obs.key.fault)
@@ -245,6 +251,7 @@ class IncidentEngine:
                 del self._pending[oldest]
                 self._dirty_pending.add(oldest)
             pending = self._pending[obs.key] = Pending(first_seen=obs.ts)
+            self._busy.add((obs.key.host, obs.key.component_kind, obs.key.component_id))
         self._dirty_pending.add(obs.key)
         window = obs.window_seconds
         pending.bursts = [b for b in pending.bursts if window <= 0 or obs.ts - b[1] <= window]
@@ -447,6 +454,7 @@ class IncidentEngine:
         return times
 
     def _put(self, incident: Incident) -> None:
+        self._busy.add((incident.key.host, incident.key.component_kind, incident.key.component_id))
         self.incidents[incident.key] = incident
         self.by_id[incident.incident_id] = incident.key
 
