@@ -121,7 +121,11 @@ class IncidentEngine:
 
     def observe(self, signals: Signals, now: float, *, tick: bool = True) -> list[IncidentChange]:
         """Apply a round of records, then (with `tick`) the passage of time up to `now`."""
-        return self.observe_many(self.rules.observations(signals), now, tick=tick)
+        busy = {(k.host, k.component_kind, k.component_id) for k in (*self._pending, *self.incidents)}
+        observations = self.rules.observations(signals, busy)
+        self.hosts |= self.rules.heard
+        self.rules.heard.clear()
+        return self.observe_many(observations, now, tick=tick)
 
     def observe_many(
         self, observations: Iterable[Observation], now: float, *, tick: bool = True

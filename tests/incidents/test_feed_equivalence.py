@@ -137,7 +137,8 @@ def _xid(host: str, code: int, ts: float, gpu: int) -> Event:
 
 class FullReread:
     """The reference: every round, what the store shows now minus what it showed at the last round, all
-    of it as records (no counter folded), in the feed's order; one engine that never restarts."""
+    of it as records (no counter folded), in the feed's order, every observation built; one engine that
+    never restarts."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, engine: IncidentEngine) -> None:
         self.con = con
@@ -155,7 +156,9 @@ class FullReread:
             new = sorted((rows - self.shown[table]).elements(), key=_feed_order(names))
             self.shown[table] = rows
             signals[field] = [record(**dict(zip(names, row[:-1], strict=True))) for row in new]
-        return self.engine.observe(Signals(**signals), now)
+        # Every healthy observation built (no `busy`): the reference does not skip what changes nothing.
+        observations = self.engine.rules.observations(Signals(**signals))
+        return self.engine.observe_many(observations, now)
 
 
 def _feed_order(names: list[str]) -> Any:
