@@ -66,7 +66,7 @@ def main() -> None:
     with Store.open(folder / "s.duckdb") as store:
         policy = load_policy(overrides={"breaker": {"max_host_fraction": 1.0, "repairs_per_hour": 100000}})
         service = IncidentService.open(store.cursor(), policy, clock.time(), webhooks=[hook])
-        feed = StoreFeed(store.cursor(), start=clock.time() - 1)
+        feed = StoreFeed.open(store.cursor())
         relay = AlertRelay(store.cursor(), config, clock)
 
         def rounds() -> None:

@@ -26,6 +26,7 @@ from diagnosis.incident import (
     incident_id,
 )
 from diagnosis.model import ComponentKind, IncidentKey, Observation, RepairAction, Severity, worst
+from diagnosis.pending import Pending
 from diagnosis.policy import Policy
 from diagnosis.rules import Rules, Signals
 
@@ -33,16 +34,6 @@ BREAKER_KEY = IncidentKey("fleet", ComponentKind.HOST, "fleet", "breaker:tripped
 MAX_PENDING = 200_000  # keys seen but below their threshold; the oldest go first beyond this
 MAX_EVIDENCE_OBSERVATIONS = 20
 _READ_RULES = ("gpu.", "counters.")  # faults read from GPU samples or port counters
-
-
-@dataclass(slots=True)
-class _Pending:
-    """A fault seen but not (yet) an incident: its bursts within the rule's window."""
-
-    bursts: list[tuple[float, float]] = field(default_factory=list)  # (first, last) per burst
-    count: int = 0
-    first_seen: float = 0.0
-    seen: list[Observation] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -76,7 +67,7 @@ class IncidentEngine:
         # repair outcomes, refreshed each round): the fault back within the window escalates.
         self.returned: dict[str, float] = {}
         self.hosts: set[str] = set()
-        self._pending: dict[IncidentKey, _Pending] = {}
+        self._pending: dict[IncidentKey, Pending] = {}
         self._cancels: dict[
             str, tuple[str, ...]
         ] = {}  # policy.cancels, cached: called for every healthy sample
@@ -84,6 +75,12 @@ class IncidentEngine:
         self._clearing: dict[str, float] = {}
         # Incident id -> attempts of its latest repair that failed in a row (policy.retry).
         self._failed: dict[str, int] = {}
+        # Components with a pending fault or an incident (a superset, rebuilt each round): a healthy
+        # observation of any other component changes nothing, and nearly every observation is one.
+        self._busy: set[tuple[str, ComponentKind, str]] = set()
+        # What changed in the two above since `take_soft_changes`: the caller stores it with the round.
+        self._dirty_pending: set[IncidentKey] = set()
+        self._dirty_clearing: set[str] = set()
 
     # ---- state from the store -------------------------------------------------------------------------
 
@@ -112,16 +109,38 @@ class IncidentEngine:
         for key, ts in history:
             self.history.setdefault(key, []).append(ts)
 
+    def restore_soft(
+        self, pending: Iterable[tuple[IncidentKey, Pending]], clearing: Iterable[tuple[str, float]]
+    ) -> None:
+        """Take back the faults below their thresholds and the incidents clearing (`take_soft_changes`)."""
+        self._pending.update(pending)
+        self._clearing.update(clearing)
+
+    def take_soft_changes(
+        self,
+    ) -> tuple[dict[IncidentKey, Pending | None], dict[str, float | None]]:
+        """Pending faults and clearing incidents changed since the last call (None: gone), to be stored."""
+        pending = {k: self._pending.get(k) for k in self._dirty_pending}
+        clearing = {i: self._clearing.get(i) for i in self._dirty_clearing}
+        self._dirty_pending.clear()
+        self._dirty_clearing.clear()
+        return pending, clearing
+
     # ---- the two entry points -------------------------------------------------------------------------
 
     def observe(self, signals: Signals, now: float, *, tick: bool = True) -> list[IncidentChange]:
         """Apply a round of records, then (with `tick`) the passage of time up to `now`."""
-        return self.observe_many(self.rules.observations(signals), now, tick=tick)
+        busy = {(k.host, k.component_kind, k.component_id) for k in (*self._pending, *self.incidents)}
+        observations = self.rules.observations(signals, busy)
+        self.hosts |= self.rules.heard
+        self.rules.heard.clear()
+        return self.observe_many(observations, now, tick=tick)
 
     def observe_many(
         self, observations: Iterable[Observation], now: float, *, tick: bool = True
     ) -> list[IncidentChange]:
         round_ = _Round()
+        self._busy = {(k.host, k.component_kind, k.component_id) for k in (*self._pending, *self.incidents)}
         for obs in observations:
             self._observe(obs, now, round_)
         if tick:
@@ -218,16 +237,21 @@ class IncidentEngine:
             self._pend(obs, now, round_)
 
     def _healthy(self, obs: Observation, round_: _Round) -> None:
+        if (obs.key.host, obs.key.component_kind, obs.key.component_id) not in self._busy:
+            return
         cancels = self._cancels.get(obs.key.fault)
         if cancels is None:
             cancels = self._cancels[obs.key.fault] = self.policy.cancels(obs.key.fault)
         for fault in cancels:
             key = IncidentKey(obs.key.host, obs.key.component_kind, obs.key.component_id, fault)
-            self._pending.pop(key, None)
+            if self._pending.pop(key, None) is not None:
+                self._dirty_pending.add(key)
             current = self.incidents.get(key)
             if current is not None and current.state in ACTIVE_STATES and obs.ts >= current.last_seen:
                 if self.policy.lifecycle.flap_window_seconds > 0:
-                    self._clearing.setdefault(current.incident_id, obs.ts)
+                    if current.incident_id not in self._clearing:
+                        self._clearing[current.incident_id] = obs.ts
+                        self._dirty_clearing.add(current.incident_id)
                 else:
                     self._resolve(current, obs.ts, Resolution.CANCELLED, round_)
 
@@ -235,6 +259,8 @@ class IncidentEngine:
         severity = worst(current.severity, obs.severity)
         # Back while it was clearing: a flap of this incident, not a new page.
         flapped = self._clearing.pop(current.incident_id, None) is not None
+        if flapped:
+            self._dirty_clearing.add(current.incident_id)
         updated = replace(
             current,
             last_seen=max(current.last_seen, obs.ts),
@@ -256,8 +282,12 @@ class IncidentEngine:
         pending = self._pending.get(obs.key)
         if pending is None:
             if len(self._pending) >= MAX_PENDING:
-                self._pending.pop(next(iter(self._pending)))
-            pending = self._pending[obs.key] = _Pending(first_seen=obs.ts)
+                oldest = next(iter(self._pending))
+                del self._pending[oldest]
+                self._dirty_pending.add(oldest)
+            pending = self._pending[obs.key] = Pending(first_seen=obs.ts)
+            self._busy.add((obs.key.host, obs.key.component_kind, obs.key.component_id))
+        self._dirty_pending.add(obs.key)
         window = obs.window_seconds
         pending.bursts = [b for b in pending.bursts if window <= 0 or obs.ts - b[1] <= window]
         if pending.bursts and obs.ts - pending.bursts[-1][1] <= self.policy.burst_seconds:
@@ -283,7 +313,7 @@ class IncidentEngine:
             for i in self.incidents.values()
         )
 
-    def _open(self, obs: Observation, pending: _Pending, now: float, round_: _Round) -> None:
+    def _open(self, obs: Observation, pending: Pending, now: float, round_: _Round) -> None:
         times = self._recurrence(obs.key, obs.ts)
         unheld = self._repair_did_not_hold(obs)
         step, action, severity = unheld_escalation(
@@ -385,10 +415,11 @@ class IncidentEngine:
         if current is not None and current.state not in ACTIVE_STATES:
             self._reopen(current, obs, now, round_)
         elif current is None:
-            self._open(obs, _Pending(first_seen=now, count=1, seen=[obs]), now, round_)
+            self._open(obs, Pending(first_seen=now, count=1, seen=[obs]), now, round_)
 
     def _resolve(self, current: Incident, now: float, how: Resolution, round_: _Round) -> None:
-        self._clearing.pop(current.incident_id, None)
+        if self._clearing.pop(current.incident_id, None) is not None:
+            self._dirty_clearing.add(current.incident_id)
         self._put(replace(current, state=IncidentState.RESOLVED, resolved_at=now, resolution=how))
         round_.mark(current.incident_id, ChangeKind.RESOLVED)
 
@@ -496,6 +527,7 @@ class IncidentEngine:
         return times
 
     def _put(self, incident: Incident) -> None:
+        self._busy.add((incident.key.host, incident.key.component_kind, incident.key.component_id))
         self.incidents[incident.key] = incident
         self.by_id[incident.incident_id] = incident.key
 

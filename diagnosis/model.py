@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 # Severity is defined once, with the finding records it types; imported from here too.
 from fleetguard.records.findings import Severity as Severity
@@ -94,3 +95,13 @@ class Observation:
     needs_company: bool = False
     sticky_seconds: float = 0.0
     storm_count: int = 0  # this many occurrences within the window open it whatever the bursts (0: off)
+
+
+class Deferred(NamedTuple):
+    """A healthy observation not built yet: most say nothing (their component has nothing pending or open),
+    so rules mark where one would go and build it only for a component that needs it."""
+
+    ts: float
+    key: IncidentKey
+    rule: str
+    message: str

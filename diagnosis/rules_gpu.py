@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from diagnosis.model import ComponentKind, IncidentKey, Observation, RepairAction, Severity
+from diagnosis.model import ComponentKind, Deferred, IncidentKey, Observation, RepairAction, Severity
 from diagnosis.policy import GpuRules
 from fleetguard.records.telemetry import GpuSample
 
@@ -39,18 +39,24 @@ GPU_RULE_FIELDS = frozenset(
 )
 
 
-def gpu_observations(sample: GpuSample, previous: GpuSample | None, rules: GpuRules) -> Iterator[Observation]:
-    """What one sample says, given the previous sample of the same GPU (for counters and rates)."""
+def gpu_observations(
+    sample: GpuSample, previous: GpuSample | None, rules: GpuRules, defer_healthy: bool = False
+) -> Iterator[Observation | Deferred]:
+    """What one sample says, given the previous sample of the same GPU (for counters and rates). With
+    `defer_healthy`, a healthy observation comes as its `Deferred` mark."""
 
     def obs(
         fault: str, severity: Severity, action: RepairAction, message: str, healthy: bool = False
-    ) -> Observation:
+    ) -> Observation | Deferred:
+        key = IncidentKey(sample.host, ComponentKind.GPU, sample.uuid, fault)
+        if healthy and defer_healthy:
+            return Deferred(sample.ts, key, _RULES[fault], message)
         return Observation(
             ts=sample.ts,
-            key=IncidentKey(sample.host, ComponentKind.GPU, sample.uuid, fault),
+            key=key,
             severity=severity,
             action=action,
-            rule=f"gpu.{fault.replace(':', '.')}",
+            rule=_RULES[fault],
             message=message,
             healthy=healthy,
         )
@@ -110,7 +116,9 @@ def gpu_observations(sample: GpuSample, previous: GpuSample | None, rules: GpuRu
         )
 
 
-def _throttle(sample: GpuSample, rules: GpuRules, make: Callable[..., Observation]) -> Iterator[Observation]:
+def _throttle(
+    sample: GpuSample, rules: GpuRules, make: Callable[..., Observation | Deferred]
+) -> Iterator[Observation | Deferred]:
     reasons = sample.clocks_event_reasons
     if reasons is None:
         return
@@ -124,6 +132,15 @@ def _throttle(sample: GpuSample, rules: GpuRules, make: Callable[..., Observatio
         )
     if not reasons & (THERMAL_BITS | POWER_BITS):  # a software power cap alone is healthy
         yield make("throttle:none", Severity.INFO, RepairAction.NONE, "not throttled", healthy=True)
+
+
+class _RuleNames(dict[str, str]):
+    def __missing__(self, fault: str) -> str:
+        self[fault] = name = f"gpu.{fault.replace(':', '.')}"
+        return name
+
+
+_RULES = _RuleNames()  # fault -> rule name, made once per fault rather than once per sample
 
 
 def _increase(before: int | None, after: int | None) -> int:

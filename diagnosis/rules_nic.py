@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from diagnosis.model import ComponentKind, IncidentKey, Observation, RepairAction, Severity
+from diagnosis.model import ComponentKind, Deferred, IncidentKey, Observation, RepairAction, Severity
 from diagnosis.policy import CounterRule
 from fleetguard.records.telemetry import NicCounterSample, NicSample
 
@@ -43,13 +43,23 @@ def counter_observation(sample: NicCounterSample, rules: Mapping[str, CounterRul
     )
 
 
-def port_observations(sample: NicSample) -> Iterator[Observation]:
-    """A port that is not ACTIVE is down; ACTIVE again clears it (a cancellation pair in the policy)."""
+def port_observations(sample: NicSample, defer_healthy: bool = False) -> Iterator[Observation | Deferred]:
+    """A port that is not ACTIVE is down; ACTIVE again clears it (a cancellation pair in the policy). With
+    `defer_healthy`, ACTIVE comes as its `Deferred` mark."""
     if sample.state is None:
         return
     key_id = port_id(sample.device, sample.port)
     active = sample.state.upper() == "ACTIVE"
     fault = "nic:port_active" if active else "nic:port_down"
+    if active and defer_healthy:
+        key = IncidentKey(sample.host, ComponentKind.PORT, key_id, fault)
+        yield Deferred(
+            sample.ts,
+            key,
+            "nic.port_state",
+            f"port {key_id} {sample.state} {sample.phys_state or ''}".strip(),
+        )
+        return
     yield Observation(
         ts=sample.ts,
         key=IncidentKey(sample.host, ComponentKind.PORT, key_id, fault),

@@ -10,6 +10,7 @@ import duckdb
 import numpy as np
 
 from fleetguard.shipping.wire import Columns
+from fleetguard.store.ingest_order import ORDERED_TABLES, SEQ_COLUMN, statement_seq_sql
 from fleetguard.store.schema import TABLES, Column, Table, quote_ident
 
 # The numpy type that holds each column type exactly; others (VARCHAR) travel as Python objects.
@@ -86,8 +87,13 @@ def insert_sql(table: Table, view: str, columns: dict[str, Any] | None = None) -
             exprs.append(name)
         else:
             exprs.append(f"CAST({name} AS {c.sql_type})")
-    names = ", ".join(quote_ident(c.name) for c in chosen)
-    return f"INSERT INTO {table.name} ({names}) SELECT {', '.join(exprs)} FROM {view}"
+    names = [quote_ident(c.name) for c in chosen]
+    if (
+        table.name in ORDERED_TABLES
+    ):  # one ingest sequence value for the statement (fleetguard.store.ingest_order)
+        names.append(quote_ident(SEQ_COLUMN))
+        exprs.append(statement_seq_sql(table.name))
+    return f"INSERT INTO {table.name} ({', '.join(names)}) SELECT {', '.join(exprs)} FROM {view}"
 
 
 def insert_records(con: duckdb.DuckDBPyConnection, records: Sequence[object]) -> None:

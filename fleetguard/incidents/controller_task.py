@@ -81,10 +81,9 @@ class IncidentTask:
             self.service = IncidentService.open(
                 con, self.policy, now, webhooks=webhooks, own_transactions=False
             )
-            overlap = (
-                self.config.agent.event_dedup_window_seconds + 2 * self.config.agent.flush_interval_seconds
-            )
-            self.feed = StoreFeed(con, start=now - overlap, event_overlap_seconds=overlap)
+            self.feed = StoreFeed.open(con, telling_counters=frozenset(self.policy.counters))
+            # The rules' per-GPU state as the rows handed on before a restart left it.
+            self.service.engine.hosts |= self.feed.restore_rules(self.service.engine.rules)
         # The controller turns REQUESTED actions of these changes into host commands.
         self.last_changes = incident_round(
             self.service, self.feed, self.relay, self.config.store.path, now, self.config.store.retention_days

@@ -12,6 +12,7 @@ from diagnosis.incident import Incident, IncidentChange
 from diagnosis.model import ComponentKind
 from fleetguard.incidents.incident_store import EvidenceRow
 from fleetguard.store.incident_tables import epoch_sql, ts_sql
+from fleetguard.store.ingest_order import ORDERED_TABLES, SEQ_COLUMN
 
 BEFORE_SECONDS = 600.0  # how far back from the first sighting the evidence reaches
 MAX_ROWS = 100  # per kind of evidence: an incident's evidence is bounded whatever the storm
@@ -81,8 +82,10 @@ def _rows(
     params: Sequence[object],
 ) -> Iterator[EvidenceRow]:
     """The latest MAX_ROWS rows of `table` matching `where`, oldest first."""
+    # The store's ingest order is its bookkeeping, not evidence.
+    hidden = f"ts, {SEQ_COLUMN}" if table in ORDERED_TABLES else "ts"
     cursor = con.execute(
-        f"SELECT {epoch_sql('ts')} AS ts_epoch, * EXCLUDE (ts) FROM {table} WHERE {where} "
+        f"SELECT {epoch_sql('ts')} AS ts_epoch, * EXCLUDE ({hidden}) FROM {table} WHERE {where} "
         f"ORDER BY ts DESC LIMIT {MAX_ROWS}",
         list(params),
     )

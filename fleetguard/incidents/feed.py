@@ -1,24 +1,32 @@
-"""Reads what the store gained since the last round, for the incident engine in `fleetguard up`.
+"""Reads what the store gained since the last round, for the incident engine (the controller and `up`).
 
-Samples, counters and findings are read past a per-host watermark (a host's rows arrive in time order, one
-flush at a time). Events can arrive late (repeats are folded for a window before they are stored), so they
-are read again over an overlap and the ones already handed on are skipped.
+Each table is followed by its ingest sequence (fleetguard.store.ingest_order), never by the rows' own times:
+an agent's backlog, an event stored after its repeats were folded, a finding stamped before one already read
+all arrive with times earlier than rows already handed on, and are new all the same. Where each table got to
+(`SeqMark`) is stored in `diagnosis_feed_marks` in the round's transaction, so a restart resumes exactly
+there, and the rules' per-GPU state is rebuilt from the rows handed on before it (`restore_rules`).
+
+A round's cost follows the rows that are new, and of those, what a rule can act on: port counters that did
+not move (nearly all of them) are folded in SQL into one reading per port; only counters a rule has and that
+rose come back as records.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Protocol, TypeVar
 
 import duckdb
 
-from diagnosis.rules import Signals
+from diagnosis.rules import Reading, Rules, Signals
 from diagnosis.rules_gpu import GPU_RULE_FIELDS
+from fleetguard.incidents.watermark import GRACE_SECONDS, SeqMark
 from fleetguard.records.findings import Finding
-from fleetguard.records.rows import record_from_row
+from fleetguard.records.rows import enum_fields, record_from_row
 from fleetguard.records.telemetry import Event, GpuSample, NicCounterSample, NicSample
-from fleetguard.store.incident_tables import epoch_sql, ts_sql
+from fleetguard.store.incident_tables import epoch_sql
+from fleetguard.store.ingest_order import SEQ_COLUMN
 
 
 class _Timed(Protocol):
@@ -29,66 +37,182 @@ class _Timed(Protocol):
 
 
 R = TypeVar("R", bound=_Timed)
-MAX_ROWS_PER_ROUND = 500_000  # per table: a backlog is worked off over several rounds
+MAX_ROWS_PER_ROUND = 500_000  # per table: a backlog is worked off over several rounds (whole statements)
+RESTORE_HORIZON_SECONDS = 6 * 3600.0  # a GPU silent for longer starts its counters afresh after a restart
 _TIMES = frozenset({"ts", "last_ts", "slow_read_ts"})
+_SEQ = SEQ_COLUMN
 
 
 @dataclass
 class StoreFeed:
     con: duckdb.DuckDBPyConnection
-    start: float  # nothing older than this is read (the time the service started, less the overlap)
-    event_overlap_seconds: float = 120.0
-    _marks: dict[str, dict[str, float]] = field(default_factory=dict)  # table -> host -> last ts read
-    _seen_events: dict[tuple[Any, ...], float] = field(default_factory=dict)
+    # Counters some rule reads: the others only say their port was read. None: every counter row as a record.
+    telling_counters: frozenset[str] | None = None
+    grace_seconds: float = GRACE_SECONDS
+    max_rows: int = MAX_ROWS_PER_ROUND
+    marks: dict[str, SeqMark] = field(default_factory=dict)
 
-    def read(self) -> Signals:
-        return Signals(
-            gpu_samples=self._new("gpu_samples", GpuSample, GPU_RULE_FIELDS),
-            nic_samples=self._new("nic_samples", NicSample),
-            nic_counters=self._new("nic_counters", NicCounterSample),
-            findings=self._new("findings", Finding),
-            events=self._events(),
+    @classmethod
+    def open(
+        cls, con: duckdb.DuckDBPyConnection, telling_counters: frozenset[str] | None = None
+    ) -> StoreFeed:
+        """A feed that takes up where the last stored round left off (from the start on a new store)."""
+        rows = con.execute("SELECT table_name, floor, seen_json, horizon_json FROM diagnosis_feed_marks")
+        marks = {
+            name: SeqMark.from_json(floor, seen, horizon) for name, floor, seen, horizon in rows.fetchall()
+        }
+        return cls(con, telling_counters, marks=marks)
+
+    def read(self, now: float) -> Signals:
+        """The rows stored since the last call, oldest first; the marks are stored with them."""
+        signals = Signals(
+            gpu_samples=self._records("gpu_samples", GpuSample, now, GPU_RULE_FIELDS),
+            nic_samples=self._records("nic_samples", NicSample, now),
+            findings=self._records("findings", Finding, now),
+            events=self._records("events", Event, now),
+            **self._counters(now),
         )
+        self._save()
+        return signals
 
-    def _new(self, table: str, record: type[R], only: frozenset[str] | None = None) -> list[R]:
-        marks = self._marks.setdefault(table, {})
-        since = min(marks.values(), default=self.start)
-        rows = self._select(table, record, since, strictly_after=True, only=only)
-        out = []
-        for row in rows:
-            host = str(getattr(row, "host", "") or "")
-            ts = float(row.ts)
-            if ts > marks.get(host, self.start):
-                out.append(row)
-        for row in out:
-            host = str(getattr(row, "host", "") or "")
-            marks[host] = max(marks.get(host, self.start), float(row.ts))
-        return out
+    def restore_rules(self, rules: Rules, horizon_seconds: float = RESTORE_HORIZON_SECONDS) -> set[str]:
+        """Give `rules` the state the rows handed on before a restart leave: each GPU's newest sample, when
+        each port was last read. Returns the hosts they came from."""
+        gpu_mark = self.marks.get("gpu_samples", SeqMark())
+        handed, params = _handed_on(gpu_mark)
+        names = _present(self.con, "gpu_samples", GpuSample, GPU_RULE_FIELDS)
+        rows = self.con.execute(
+            f"SELECT {_select_list(names)} FROM gpu_samples WHERE {handed} AND ts >= "
+            f"(SELECT max(ts) FROM gpu_samples WHERE {handed}) - to_microseconds(CAST(? * 1e6 AS BIGINT)) "
+            f"QUALIFY row_number() OVER (PARTITION BY host, uuid ORDER BY ts DESC, {_SEQ} DESC) = 1",
+            [*params, *params, horizon_seconds],
+        ).fetchall()
+        samples = _build(GpuSample, names, rows)
+        readings = self._port_readings(self.marks.get("nic_counters", SeqMark()), horizon_seconds)
+        rules.restore(samples, readings)
+        return {s.host for s in samples} | {r.host for r in readings}
 
-    def _events(self) -> list[Event]:
-        newest = max(self._seen_events.values(), default=self.start)
-        since = max(self.start, newest - self.event_overlap_seconds)
-        out = []
-        for event in self._select("events", Event, since, strictly_after=False):
-            identity = (event.ts, event.host, event.kind, event.code, event.device, event.seq, event.message)
-            if identity in self._seen_events:
-                continue
-            self._seen_events[identity] = event.ts
-            out.append(event)
-        cutoff = since - self.event_overlap_seconds
-        self._seen_events = {k: t for k, t in self._seen_events.items() if t >= cutoff}
-        return out
+    # ---- internals ------------------------------------------------------------------------------------
 
-    def _select(
-        self,
-        table: str,
-        record: type[R],
-        since: float,
-        strictly_after: bool,
-        only: frozenset[str] | None = None,
+    def _port_readings(self, mark: SeqMark, horizon_seconds: float) -> list[Reading]:
+        handed, params = _handed_on(mark)
+        rows = self.con.execute(
+            f"SELECT host, device, port, {epoch_sql('max(ts)')} FROM nic_counters WHERE {handed} AND ts >= "
+            f"(SELECT max(ts) FROM nic_counters WHERE {handed}) - to_microseconds(CAST(? * 1e6 AS BIGINT)) "
+            "GROUP BY ALL",
+            [*params, *params, horizon_seconds],
+        ).fetchall()
+        return [Reading(h, f"port:{d}/{p}", float(ts)) for h, d, p, ts in rows]
+
+    def _new(self, table: str, now: float) -> tuple[str, list[object]]:
+        """The filter for this round's rows of `table` (whole statements, within the row budget), and
+        record their values as handed on."""
+        mark = self.marks.setdefault(table, SeqMark())
+        where, params = _unread(mark)
+        counts = self.con.execute(
+            f"SELECT {_SEQ}, count(*) FROM {table} WHERE {where} GROUP BY 1 ORDER BY 1", params
+        ).fetchall()
+        chosen: list[int] = []
+        total = 0
+        for value, n in counts:
+            if chosen and total + n > self.max_rows:
+                break
+            chosen.append(int(value))
+            total += n
+        mark.take(chosen, now, self.grace_seconds)
+        if not chosen:
+            return "false", []
+        # Exactly the statements counted: outside a transaction another may commit between the two queries.
+        return f"{_SEQ} BETWEEN ? AND ? AND {_SEQ} IN (SELECT unnest(?::BIGINT[]))", [
+            chosen[0],
+            chosen[-1],
+            chosen,
+        ]
+
+    def _records(
+        self, table: str, record: type[R], now: float, only: frozenset[str] | None = None
     ) -> list[R]:
-        op = ">" if strictly_after else ">="
-        return select_records(self.con, table, record, f"ts {op} {ts_sql()}", [since], only)
+        where, params = self._new(table, now)
+        names = _present(self.con, table, record, only)
+        rows = self.con.execute(
+            f"SELECT {_select_list(names)} FROM {table} WHERE {where} ORDER BY {_order(names)}", params
+        ).fetchall()
+        return _build(record, names, rows)
+
+    def _counters(self, now: float) -> dict[str, Any]:
+        if self.telling_counters is None:
+            return {"nic_counters": self._records("nic_counters", NicCounterSample, now)}
+        where, params = self._new("nic_counters", now)
+        names = _present(self.con, "nic_counters", NicCounterSample)
+        # Exactly the rows `counter_observation` can act on (a rule, no reset, a rise).
+        telling = "counter IN (SELECT unnest(?)) AND NOT reset AND delta > 0"
+        rows = self.con.execute(
+            f"SELECT {_select_list(names)} FROM nic_counters WHERE {where} AND {telling} "
+            f"ORDER BY {_order(names)}",
+            [*params, sorted(self.telling_counters)],
+        ).fetchall()
+        reads = self.con.execute(
+            f"SELECT host, device, port, {epoch_sql('max(ts)')} FROM nic_counters WHERE {where} "
+            "GROUP BY ALL ORDER BY ALL",
+            params,
+        ).fetchall()
+        return {
+            "nic_counters": _build(NicCounterSample, names, rows),
+            "readings": [Reading(h, f"port:{d}/{p}", float(ts)) for h, d, p, ts in reads],
+        }
+
+    def _save(self) -> None:
+        for table, mark in self.marks.items():
+            seen, horizon = mark.to_json()
+            self.con.execute(
+                "INSERT OR REPLACE INTO diagnosis_feed_marks VALUES (?, ?, ?, ?)",
+                [table, mark.floor, seen, horizon],
+            )
+
+
+def _unread(mark: SeqMark) -> tuple[str, list[object]]:
+    where = [f"{_SEQ} > ?"]
+    params: list[object] = [mark.floor]
+    for lo, hi in mark.exclusions():
+        where.append(f"{_SEQ} NOT BETWEEN ? AND ?")
+        params += [lo, hi]
+    return " AND ".join(where), params
+
+
+def _handed_on(mark: SeqMark) -> tuple[str, list[object]]:
+    where = [f"{_SEQ} <= ?"]
+    params: list[object] = [mark.floor]
+    for lo, hi in mark.exclusions():
+        where.append(f"{_SEQ} BETWEEN ? AND ?")
+        params += [lo, hi]
+    return "(" + " OR ".join(where) + ")", params
+
+
+def _present(
+    con: duckdb.DuckDBPyConnection, table: str, record: type, only: frozenset[str] | None = None
+) -> list[str]:
+    existing = {r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()}
+    names = [f.name for f in fields(record)]
+    return [n for n in names if n in existing and (only is None or n in only)]
+
+
+def _select_list(names: Sequence[str]) -> str:
+    return ", ".join(epoch_sql(n) if n in _TIMES else f'"{n}"' for n in names)
+
+
+def _order(names: Sequence[str]) -> str:
+    """Time first, then the statement, then every column: the same rows always come in the same order."""
+    rest = [f'"{n}"' for n in names if n != "ts"]
+    return ", ".join(["ts", _SEQ, *rest])
+
+
+def _build(record: type[R], names: Sequence[str], rows: list[tuple[Any, ...]]) -> list[R]:
+    if enum_fields(record):
+        typed = (record_from_row(record, dict(zip(names, row, strict=True))) for row in rows)
+        # A row whose kind this version does not know matches no rule: it stays in the store, unread here.
+        return [r for r in typed if r is not None]
+    build: Callable[..., R] = record  # samples: no enum field, the per-row cost stays one call
+    return [build(**dict(zip(names, row, strict=True))) for row in rows]
 
 
 def select_records(
@@ -100,17 +224,13 @@ def select_records(
     only: frozenset[str] | None = None,
 ) -> list[R]:
     """Rows of `table` as `record`s, oldest first (a column an older store lacks, or one left out of `only`,
-    takes its default)."""
-    names = [f.name for f in fields(record)]
+    takes its default). For replays over time ranges; rounds read through `StoreFeed`."""
     try:
-        existing = {r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()}
+        names = _present(con, table, record, only)
     except duckdb.Error:
         return []
-    present = [n for n in names if n in existing and (only is None or n in only)]
-    cols = ", ".join(epoch_sql(n) if n in _TIMES else f'"{n}"' for n in present)
     rows = con.execute(
-        f"SELECT {cols} FROM {table} WHERE {where} ORDER BY ts LIMIT {MAX_ROWS_PER_ROUND}", list(params)
+        f"SELECT {_select_list(names)} FROM {table} WHERE {where} ORDER BY ts LIMIT {MAX_ROWS_PER_ROUND}",
+        list(params),
     ).fetchall()
-    typed = (record_from_row(record, dict(zip(present, row, strict=True))) for row in rows)
-    # A row whose kind this version does not know matches no rule: it stays in the store, unread here.
-    return [r for r in typed if r is not None]
+    return _build(record, names, rows)

@@ -133,15 +133,17 @@ class IncidentStore:
     ) -> None:
         """One transaction: incidents, actions, openings, evidence, outbox rows and the breaker's state."""
         with self._transaction():
-            for change in changes:
-                self.con.execute(_UPSERT_INCIDENT, _incident_params(change.incident, now))
-                for entry in change.actions:
-                    self.con.execute(_UPSERT_ACTION, _action_params(entry))
-                if change.opened:
-                    self.con.execute(_INSERT_OPENING, [change.incident.key.text(), change.incident.last_seen])
-            for row in evidence:
-                detail = json.dumps(row.detail, default=str, separators=(",", ":"))
-                self.con.execute(_INSERT_EVIDENCE, [row.incident_id, row.ts, row.kind, detail])
+            # One statement per table, whatever the number of changes: a round at fleet size changes
+            # dozens of incidents and captures thousands of evidence rows.
+            _insert_many(self.con, _UPSERT_INCIDENT, [_incident_params(c.incident, now) for c in changes])
+            _insert_many(self.con, _UPSERT_ACTION, [_action_params(e) for c in changes for e in c.actions])
+            openings = [[c.incident.key.text(), c.incident.last_seen] for c in changes if c.opened]
+            _insert_many(self.con, _INSERT_OPENING, openings)
+            evidence_rows = [
+                [r.incident_id, r.ts, r.kind, json.dumps(r.detail, default=str, separators=(",", ":"))]
+                for r in evidence
+            ]
+            _insert_many(self.con, _INSERT_EVIDENCE, evidence_rows)
             for alert in outbox:
                 self.con.execute(
                     _INSERT_OUTBOX,
@@ -179,6 +181,43 @@ class IncidentStore:
         with self._transaction():
             for sql in statements:
                 self.con.execute(sql, [cutoff] * sql.count("?"))
+
+
+_ARRAY_TYPES = {str: "VARCHAR", int: "BIGINT", float: "DOUBLE", bool: "BOOLEAN"}
+
+
+def _insert_many(con: duckdb.DuckDBPyConnection, statement: str, rows: list[list[object]]) -> None:
+    """`statement` (an INSERT ... VALUES (?, ...) of this module) for every row in one statement: each `?`
+    becomes the unnest of its column, typed from its values (NULL where every value is None)."""
+    if not rows:
+        return
+    head, _, values = statement.partition(" VALUES ")
+    columns = [list(c) for c in zip(*rows, strict=True)]
+    exprs = values.strip()[1:-1].split(", ")
+    params: list[list[object]] = []
+    select = []
+    placeholders = iter(columns)
+    for expr in exprs:
+        if "?" not in expr:
+            select.append(expr)
+            continue
+        column = next(placeholders)
+        array_type = _array_type(column)
+        if array_type is None:
+            select.append(expr.replace("?", "NULL"))
+        else:
+            select.append(expr.replace("?", f"unnest(?::{array_type}[])"))
+            params.append(column)
+    con.execute(f"{head} SELECT {', '.join(select)}", params)
+
+
+def _array_type(values: list[object]) -> str | None:
+    kinds = {type(v) for v in values if v is not None}
+    if not kinds:
+        return None
+    if kinds <= {int, float}:
+        return "DOUBLE" if float in kinds else "BIGINT"
+    return _ARRAY_TYPES.get(kinds.pop(), "VARCHAR") if len(kinds) == 1 else "VARCHAR"
 
 
 def _select_incident() -> str:

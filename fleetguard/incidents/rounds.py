@@ -41,7 +41,7 @@ def incident_round(
     if silences is not None:
         for line in apply_request(service.con, silences, now):
             log.warning("%s", line)
-    changes = service.round(feed.read(), now)
+    changes = service.round(feed.read(now), now)
     if now >= service.next_prune_at:
         service.prune(now, retention_days)
         service.next_prune_at = now + PRUNE_EVERY_SECONDS

@@ -22,6 +22,7 @@ from fleetguard.alerts.outbox import outbox_rows
 from fleetguard.incidents.evidence import capture
 from fleetguard.incidents.incident_store import EvidenceRow, IncidentStore
 from fleetguard.incidents.repairs import RepairExecutor
+from fleetguard.incidents.soft_state import load_soft_state, save_soft_state
 from fleetguard.settings.alerts import WebhookConfig
 from fleetguard.store.repair_tables import recent_returns
 
@@ -62,6 +63,7 @@ class IncidentService:
         restored = IncidentStore(con).restore(now, policy.escalation.window_seconds)
         engine = IncidentEngine(policy, restored.breaker)
         engine.restore(restored.incidents, restored.actions, restored.history)
+        load_soft_state(con, engine)
         return cls(engine, con, webhooks, executor, own_transactions)
 
     def round(self, signals: Signals, now: float) -> list[IncidentChange]:
@@ -69,6 +71,7 @@ class IncidentService:
         self.engine.returned = recent_returns(self.con, now - self.engine.policy.escalation.window_seconds)
         changes = self.engine.observe(signals, now)
         self.apply(changes, now)
+        save_soft_state(self.con, self.engine)
         return changes
 
     def apply(self, changes: Sequence[IncidentChange], now: float) -> None:

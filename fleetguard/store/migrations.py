@@ -13,7 +13,9 @@ from dataclasses import dataclass
 import duckdb
 
 from fleetguard.store.controller_tables import controller_ddl, rollup_ddl
+from fleetguard.store.diagnosis_state_tables import create_diagnosis_state_tables
 from fleetguard.store.incident_tables import create_alert_tables, create_incident_tables
+from fleetguard.store.ingest_order import create_ingest_order
 from fleetguard.store.model_registry import create_registry_tables
 from fleetguard.store.operator_tables import create_operator_tables
 from fleetguard.store.repair_tables import create_repair_tables
@@ -54,6 +56,16 @@ def _execute(statements: Callable[[], list[str]]) -> Callable[[duckdb.DuckDBPyCo
     def apply(con: duckdb.DuckDBPyConnection) -> None:
         for sql in statements():
             con.execute(sql)
+
+    return apply
+
+
+def _all(
+    *steps: Callable[[duckdb.DuckDBPyConnection], None],
+) -> Callable[[duckdb.DuckDBPyConnection], None]:
+    def apply(con: duckdb.DuckDBPyConnection) -> None:
+        for step in steps:
+            step(con)
 
     return apply
 
@@ -100,6 +112,11 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(13, "alerts: silences, the outbox's send order, incidents' flap counts", create_silence_tables),
     Migration(14, "repairs: what each Slurm drain led to and whether it held", create_repair_tables),
     Migration(15, "failure predictor: the model registry and its log", create_registry_tables),
+    Migration(
+        16,
+        "diagnosis: the order rows were stored in, where the rounds got to and what they carry over",
+        _all(create_ingest_order, create_diagnosis_state_tables),
+    ),
 )
 
 CURRENT_VERSION = MIGRATIONS[-1].version

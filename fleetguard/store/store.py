@@ -25,6 +25,7 @@ import duckdb
 
 from fleetguard.store.engine_limits import EngineLimits as EngineLimits  # re-exported
 from fleetguard.store.holder import Holder, read_holder
+from fleetguard.store.ingest_order import ORDERED_TABLES, SEQ_COLUMN, statement_seq_sql
 from fleetguard.store.location import UnsafeStoreLocation, check_store_location
 from fleetguard.store.migrations import CURRENT_VERSION, migrate, schema_version
 from fleetguard.store.schema import TABLE_BY_RECORD, TABLES, Column, Table, quote_ident
@@ -39,7 +40,6 @@ from fleetguard.store.unstorable import (
 
 log = logging.getLogger(__name__)
 
-_ROWS_VIEW = "__fleetguard_rows"
 _BATCH_VIEW = "__fleetguard_batch"
 
 
@@ -86,6 +86,7 @@ class Store:
         self.path = path
         self.read_only = read_only
         self._insert_sql: dict[str, str] = {}
+        self._ordered: bool | None = None  # the store numbers its rows (schema 16 and later)
         self._getters = {t.name: operator.attrgetter(*t.column_names) for t in TABLES.values()}
 
     @classmethod
@@ -212,10 +213,28 @@ class Store:
                 _epoch_to_timestamp(quote_ident(c.name)) if c.is_timestamp else quote_ident(c.name)
                 for c in table.columns
             ]
-            names = ", ".join(quote_ident(n) for n in table.column_names)
-            sql = f"INSERT INTO {table.name} ({names}) SELECT {', '.join(exprs)} FROM (SELECT {lists})"
+            names = [quote_ident(n) for n in table.column_names]
+            self._statement_seq(table.name, names, exprs)
+            target = f"{table.name} ({', '.join(names)})"
+            sql = f"INSERT INTO {target} SELECT {', '.join(exprs)} FROM (SELECT {lists})"
             self._insert_sql[table.name] = sql
         return sql
+
+    def _statement_seq(self, table: str, names: list[str], exprs: list[str]) -> None:
+        """One ingest sequence value for the whole statement where the table keeps one (schema 16): the
+        column's per-row default would cost more than the rest of a bulk append."""
+        if table not in ORDERED_TABLES:
+            return
+        if self._ordered is None:
+            self._ordered = bool(
+                self._con.execute(
+                    "SELECT count(*) FROM duckdb_columns() WHERE table_name = ? AND column_name = ?",
+                    [table, SEQ_COLUMN],
+                ).fetchone()[0]  # type: ignore[index]
+            )
+        if self._ordered:
+            names.append(quote_ident(SEQ_COLUMN))
+            exprs.append(statement_seq_sql(table))
 
     def append_columns(self, table_name: str, frame: Any) -> int:
         """Store a columnar batch (pandas DataFrame, Arrow table or dict of equal-length lists).
@@ -243,11 +262,13 @@ class Store:
                 quoted = quote_ident(name)
                 numeric = sql_type.upper() in {"DOUBLE", "FLOAT", "BIGINT", "INTEGER", "HUGEINT", "UBIGINT"}
                 exprs.append(_epoch_to_timestamp(quoted) if column.is_timestamp and numeric else quoted)
-            names = ", ".join(quote_ident(n) for n in given)
+            names = [quote_ident(n) for n in given]
+            self._statement_seq(table.name, names, exprs)
+            sql = (
+                f"INSERT INTO {table.name} ({', '.join(names)}) SELECT {', '.join(exprs)} FROM {_BATCH_VIEW}"
+            )
             with self._transaction():
-                self._con.execute(
-                    f"INSERT INTO {table.name} ({names}) SELECT {', '.join(exprs)} FROM {_BATCH_VIEW}"
-                )
+                self._con.execute(sql)
             return len(rel)
         finally:
             # Must not replace the error that brought us here.

@@ -56,7 +56,7 @@ def unalerted_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
             store.append([*batch.gpu_samples, *batch.events])
             t += 5.0
         service = IncidentService.open(store.cursor(), load_policy(), start, webhooks=[])
-        service.round(StoreFeed(store.cursor(), start=start).read(), end)
+        service.round(StoreFeed.open(store.cursor()).read(end), end)
     return path
 
 

@@ -156,7 +156,7 @@ def _run_incident_engine(store: Store, start: float) -> None:
 
     webhook = WebhookConfig(name="oncall", url=ALERT_ENDPOINT)
     service = IncidentService.open(store.cursor(), load_policy(), start, webhooks=[webhook])
-    service.round(StoreFeed(store.cursor(), start=start).read(), END_TS)
+    service.round(StoreFeed.open(store.cursor()).read(END_TS), END_TS)
     cur = store.cursor()
     outcomes = [
         (200, "delivered", "", AlertStatus.DELIVERED),

@@ -22,7 +22,7 @@ def test_a_breaker_reset_request_closes_the_breaker_and_is_consumed(tmp_path: Pa
         service = IncidentService.open(store.cursor(), policy, T0)
         service.round(Signals(events=[xid(79, T0, host=f"n{i}") for i in range(4)]), T0)
         assert service.engine.breaker.tripped
-        feed = StoreFeed(store.cursor(), start=T0)
+        feed = StoreFeed.open(store.cursor())
         leave(path, Request.BREAKER_RESET, {"process_backlog": False})
         incident_round(service, feed, None, path, T0 + 60)
         assert not service.engine.breaker.tripped
@@ -39,7 +39,7 @@ def test_an_alerts_replay_request_requeues_dead_letters(tmp_path: Path) -> None:
         service.round(Signals(events=[xid(79, T0)]), T0)
         store.connection.execute("UPDATE alert_outbox SET status = 'dead'")
         leave(path, Request.ALERTS_REPLAY, {})
-        incident_round(service, StoreFeed(store.cursor(), start=T0), None, path, T0 + 1)
+        incident_round(service, StoreFeed.open(store.cursor()), None, path, T0 + 1)
         assert store.connection.execute("SELECT status FROM alert_outbox").fetchall() == [("pending",)]
 
 
@@ -51,6 +51,6 @@ def test_a_reset_that_processes_the_backlog_returns_the_repairs_it_asks_for(tmp_
         service = IncidentService.open(store.cursor(), policy, T0)
         service.round(Signals(events=[xid(79, T0, host=f"n{i}") for i in range(4)]), T0)
         leave(path, Request.BREAKER_RESET, {"process_backlog": True})
-        changes = incident_round(service, StoreFeed(store.cursor(), start=T0), None, path, T0 + 60)
+        changes = incident_round(service, StoreFeed.open(store.cursor()), None, path, T0 + 60)
     requested = [a for c in changes for a in c.actions if a.outcome.value == "requested"]
     assert requested and {a.action.value for a in requested} == {"reboot_node"}

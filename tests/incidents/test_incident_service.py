@@ -100,15 +100,15 @@ def test_a_repair_without_a_command_is_recorded_as_skipped(store: Store) -> None
 
 
 def test_the_feed_hands_on_each_stored_record_once(store: Store) -> None:
-    feed = StoreFeed(store.cursor(), start=T0 - 1)
+    feed = StoreFeed.open(store.cursor())
     store.append([xid(79, T0), gpu(T0)])
-    first = feed.read()
+    first = feed.read(T0)
     assert len(list(first.events)) == 1 and len(list(first.gpu_samples)) == 1
     store.append([xid(79, T0 + 1), gpu(T0 + 1)])
-    second = feed.read()
+    second = feed.read(T0 + 1)
     assert [e.ts for e in second.events] == [T0 + 1]
     assert [s.ts for s in second.gpu_samples] == [T0 + 1]
-    third = feed.read()
+    third = feed.read(T0 + 2)
     assert list(third.events) == [] and list(third.gpu_samples) == []
 
 

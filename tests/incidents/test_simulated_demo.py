@@ -32,7 +32,7 @@ def test_the_demo_faults_become_incidents_with_evidence_and_actions(store: Store
     service = IncidentService.open(
         store.cursor(), load_policy(), T0, executor=RepairExecutor(DiagnosisConfig())
     )
-    feed = StoreFeed(store.cursor(), start=T0 - 1)
+    feed = StoreFeed.open(store.cursor())
     for second in range(0, 200):
         now = T0 + second
         batch = Batch()
@@ -40,7 +40,7 @@ def test_the_demo_faults_become_incidents_with_evidence_and_actions(store: Store
             batch.extend(collector.collect(now))
         store.append([*batch.gpu_samples, *batch.nic_samples, *batch.nic_counters, *batch.events])
         if second % 5 == 4:
-            service.round(feed.read(), now)
+            service.round(feed.read(now), now)
     con = store.connection
     faults = {str(r[0]) for r in con.execute("SELECT DISTINCT fault FROM incidents").fetchall()}
     # ThermalThrottle, EccRampThenDbe, NvlinkCrcBurst, IbSymbolErrors, IbLinkFlap, GpuFallOffBus:

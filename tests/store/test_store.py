@@ -20,6 +20,7 @@ from fleetguard.records.prediction import Prediction
 from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
 from fleetguard.records.telemetry import Event, EventKind, GpuSample, NicCounterSample, NicSample
 from fleetguard.store import Store, StoreError, StoreLocked, UnstorableRows
+from fleetguard.store.ingest_order import ORDERED_TABLES, SEQ_COLUMN
 from fleetguard.store.migrations import CURRENT_VERSION, MIGRATIONS
 from fleetguard.store.schema import TABLE_BY_RECORD, TABLES
 
@@ -256,6 +257,8 @@ def assert_every_table_matches_its_record(store: Store) -> None:
             (c.name, c.sql_type, "YES" if c.nullable else "NO", c.default_sql is not None)
             for c in table.columns
         ]
+        if table.name in ORDERED_TABLES:  # the store's own bookkeeping, after the record's fields
+            expected.append((SEQ_COLUMN, "BIGINT", "YES", True))
         assert rows == expected, table.name
 
 
