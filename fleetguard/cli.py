@@ -7,7 +7,6 @@ import contextlib
 import importlib
 import json
 import logging
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -245,7 +244,7 @@ def up(
     config = load(config_path, **overrides, **{"dashboard.port": dashboard_port})
     with startup_errors():
         code = run_embedded(config, duration_seconds=duration, runtime=not no_runtime, predict=not no_predict)
-    sys.exit(code)
+    stop_signals.exit_stopped(code)  # everything is stored and closed: skip the interpreter's teardown
 
 
 @cli.command()
