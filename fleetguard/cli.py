@@ -238,6 +238,9 @@ def up(
 ) -> None:
     """The embedded default: agent, store, training runtime, live risk scoring and the dashboard in one
     process."""
+    if stop_signals.pending():  # Ctrl-C while the command line loaded: before `up`'s own imports (a second)
+        click.echo("fleetguard up: stopped before it started")
+        stop_signals.exit_stopped(0)
     from fleetguard.embedded import run_embedded
 
     overrides = _daemon_overrides(store_path, metrics_port, simulate, no_faults, no_nvml)
@@ -343,7 +346,7 @@ def _export_through(locked: Exception, out: Path, token_file: str | None) -> dic
             fetched = fetch_snapshot(url, read_token(token_file), Path(tmp))
             return layout_from_snapshot(Path(tmp), out, fetched)
     except ReadApiError as exc:
-        raise click.ClickException(f"the store is held by {who}, which did not answer: {exc}") from exc
+        raise click.ClickException(f"the store is held by {who}, asked instead: {exc}") from exc
     except OSError as exc:
         raise click.ClickException(f"--parquet {out}: {exc.strerror or exc}") from exc
 
