@@ -213,6 +213,7 @@ def agent(
             on_ready=ready,
             sink=shipping,  # None: a local store at store.path
         )
+    stop_signals.exit_stopped(0)  # stored (or spooled) and closed: skip the interpreter's teardown
 
 
 @cli.command()
