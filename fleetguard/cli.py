@@ -7,7 +7,6 @@ import contextlib
 import importlib
 import json
 import logging
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -214,6 +213,7 @@ def agent(
             on_ready=ready,
             sink=shipping,  # None: a local store at store.path
         )
+    stop_signals.exit_stopped(0)  # stored (or spooled) and closed: skip the interpreter's teardown
 
 
 @cli.command()
@@ -239,13 +239,16 @@ def up(
 ) -> None:
     """The embedded default: agent, store, training runtime, live risk scoring and the dashboard in one
     process."""
+    if stop_signals.pending():  # Ctrl-C while the command line loaded: before `up`'s own imports (a second)
+        click.echo("fleetguard up: stopped before it started")
+        stop_signals.exit_stopped(0)
     from fleetguard.embedded import run_embedded
 
     overrides = _daemon_overrides(store_path, metrics_port, simulate, no_faults, no_nvml)
     config = load(config_path, **overrides, **{"dashboard.port": dashboard_port})
     with startup_errors():
         code = run_embedded(config, duration_seconds=duration, runtime=not no_runtime, predict=not no_predict)
-    sys.exit(code)
+    stop_signals.exit_stopped(code)  # everything is stored and closed: skip the interpreter's teardown
 
 
 @cli.command()
@@ -344,7 +347,7 @@ def _export_through(locked: Exception, out: Path, token_file: str | None) -> dic
             fetched = fetch_snapshot(url, read_token(token_file), Path(tmp))
             return layout_from_snapshot(Path(tmp), out, fetched)
     except ReadApiError as exc:
-        raise click.ClickException(f"the store is held by {who}, which did not answer: {exc}") from exc
+        raise click.ClickException(f"the store is held by {who}, asked instead: {exc}") from exc
     except OSError as exc:
         raise click.ClickException(f"--parquet {out}: {exc.strerror or exc}") from exc
 

@@ -104,4 +104,4 @@ def ask_holder(
     try:
         return get_json(url, path, read_token(token_file), method=method, doc=doc)
     except ReadApiError as exc:
-        raise click.ClickException(f"the store is held by {who}, which did not answer: {exc}") from exc
+        raise click.ClickException(f"the store is held by {who}, asked instead: {exc}") from exc

@@ -58,6 +58,9 @@ def controller_command(
         raise click.ClickException(str(exc)) from exc
     except OSError as exc:
         raise click.ClickException(f"controller cannot start: {exc}") from exc
+    from fleetguard import stop_signals
+
+    stop_signals.exit_stopped(0)  # everything is stored and closed: skip the interpreter's teardown
 
 
 @controller_command.command("token")

@@ -24,11 +24,13 @@ from fleetguard.controller.validate import BatchRefused, Refusal, parse_batch
 from fleetguard.httpserve import HttpError, Request, Response
 from fleetguard.shipping.commands import CommandKind
 from fleetguard.store import Store
+from fleetguard.store.repair_tables import MAX_SINCE_SECONDS, repairs_document
 
 COMMIT_WAIT_SECONDS = 30.0  # past this the agent is told 503 and re-sends; the ledger stores it once
 MAX_IN_FLIGHT_PER_HOST = 4
 # Parsing is CPU under the GIL: more at once is no faster, and bounds the memory requests can hold.
 MAX_CONCURRENT_PARSES = 2
+DEFAULT_REPAIRS_SECONDS = 30 * 86400.0  # `fleetguard repairs --since`'s default
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,7 @@ class ControllerApi:
             ("GET", "/v1/findings"): self.findings,
             ("GET", "/v1/breaker"): self.breaker,
             ("GET", "/v1/alerts"): self.alerts,
+            ("GET", "/v1/repairs"): self.repairs,
             ("POST", "/v1/export"): self.export,
             ("GET", "/metrics"): self.metrics,
             ("GET", "/v1/models"): self.models,
@@ -267,6 +270,14 @@ class ControllerApi:
         from fleetguard.alerts.status_doc import alerts_status
 
         return Response.json(200, alerts_status(self._cursor(), self.clock.time()))
+
+    def repairs(self, request: Request) -> Response:
+        """`fleetguard repairs` asked of the running process: ?since_seconds=N (default 30 days)."""
+        self._require_reader(request)
+        since = _float(_query(request), "since_seconds", DEFAULT_REPAIRS_SECONDS)
+        if not 0 < since <= MAX_SINCE_SECONDS:
+            raise HttpError(400, f"since_seconds: expected 0 < seconds <= {MAX_SINCE_SECONDS:.0f}")
+        return Response.json(200, repairs_document(self._cursor(), since, self.clock.time()))
 
     def export(self, request: Request) -> Response:
         """A consistent snapshot of every table, kept for the caller to fetch (controller/export_api.py).

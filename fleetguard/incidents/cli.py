@@ -185,7 +185,7 @@ def _through_holder(locked: StoreLocked, token_file: str | None, run: Any) -> An
             finally:
                 con.close()
     except ReadApiError as exc:
-        raise click.ClickException(f"the store is held by {who}, which did not answer: {exc}") from exc
+        raise click.ClickException(f"the store is held by {who}, asked instead: {exc}") from exc
 
 
 def _print_replay(

@@ -2,8 +2,9 @@
 
 With --url, through a running controller's API (an operator token from --token-file: required to change
 anything, and to read off loopback). Without, on the store file; when a running `up` or controller holds
-it, promote and rollback are left beside the store and the running process carries them out within
-seconds (store/operator_requests.py). Every change is written to the registry's log with who made it.
+it, list and show ask that process's read API (named in the holder file beside the store), and promote
+and rollback are left beside the store for the running process to carry out within seconds
+(store/operator_requests.py). Every change is written to the registry's log with who made it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import duckdb
 
 from fleetguard.config_options import config_options, load
 from fleetguard.predict import model_ops
+from fleetguard.read_client import ask_holder
 from fleetguard.secret_files import SecretFileError, read_secret_text
 from fleetguard.store import Store, StoreError, StoreLocked
 from fleetguard.store.model_registry import RegistryError, check_model_id
@@ -56,7 +58,7 @@ def list_command(
     if url:
         doc = _call(url, token_file, "GET", "/v1/models")
     else:
-        doc = _read(config_path, store_path, model_ops.listing)
+        doc = _read(config_path, store_path, model_ops.listing, "/v1/models", token_file)
     click.echo(json.dumps(doc, indent=2) if as_json else render_listing(doc))
 
 
@@ -76,7 +78,13 @@ def show_command(
     if url:
         doc = _call(url, token_file, "GET", f"/v1/models/{model_id}")
     else:
-        doc = _read(config_path, store_path, lambda con: model_ops.describe(con, model_id))
+        doc = _read(
+            config_path,
+            store_path,
+            lambda con: model_ops.describe(con, model_id),
+            f"/v1/models/{model_id}",
+            token_file,
+        )
     click.echo(json.dumps(doc, indent=2) if as_json else render_model(doc))
 
 
@@ -132,17 +140,21 @@ COMMANDS: list[click.Command] = [model_group]
 
 
 def _read(
-    config_path: str | None, store_path: str | None, read: Callable[[duckdb.DuckDBPyConnection], Any]
+    config_path: str | None,
+    store_path: str | None,
+    read: Callable[[duckdb.DuckDBPyConnection], Any],
+    api_path: str,
+    token_file: Path | None,
 ) -> Any:
+    """`read` over the store file, or GET `api_path` of the process that holds it (its read API)."""
     config = load(config_path, **{"store.path": store_path})
     try:
         with Store.open(config.store.path, read_only=True) as store:
             return read(store.cursor())
     except StoreLocked as exc:
-        raise click.ClickException(
-            f"{config.store.path} is held by a running fleetguard: read its registry through the "
-            "controller with --url (and --token-file off loopback)"
-        ) from exc
+        if exc.holder is None:  # it did not say who it is (an older fleetguard): no API to find
+            raise click.ClickException(f"{exc} (or ask a running controller with --url)") from exc
+        return ask_holder(exc, api_path, str(token_file) if token_file else None)
     except (StoreError, RegistryError) as exc:
         raise click.ClickException(str(exc)) from exc
     except duckdb.CatalogException as exc:
@@ -169,7 +181,7 @@ def _change(
         _print_result(
             {
                 "message": "the store is in use: the running fleetguard carries this out within seconds "
-                "(see `fleetguard model list` through its controller, or its log)",
+                "(`fleetguard model list` asks it; its log says so too)",
                 "active": None,
             },
             as_json,

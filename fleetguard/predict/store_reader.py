@@ -24,6 +24,7 @@ from fleetguard.predict.contract import (
     quote,
 )
 from fleetguard.records.telemetry import GpuSample
+from fleetguard.store.holder import read_holder
 
 # XIDs after which the GPU needs a reset or a repair (NVIDIA's XID catalogue): DBE, ECC page retirement
 # failure, NVLink error, fallen off the bus, uncontained ECC, GSP errors, unrecovered ECC.
@@ -145,5 +146,13 @@ def attach_store(con: duckdb.DuckDBPyConnection, path: Path, alias: str = "fgsto
     try:
         con.execute(f"ATTACH {literal} AS {quote(alias)} (READ_ONLY)")
     except duckdb.Error as exc:  # corrupt, locked by a writer, unreadable: one line, not a traceback
+        holder = read_holder(str(path))
+        if holder is not None:
+            # Training reads the whole history, not a question for the read API; the running process
+            # retrains on its own window instead (docs/retraining.md).
+            raise InputError(
+                f"{path} is held by {holder.describe()}, and DuckDB lets no other process open it: stop "
+                "it first, or let it retrain its own model ([predictor] retrain_every_seconds)"
+            ) from exc
         raise InputError(f"{path}: cannot open the store: {' '.join(str(exc).split())}") from exc
     return alias

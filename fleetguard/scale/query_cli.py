@@ -92,4 +92,4 @@ def _query_store(store_path: str, sql: str, max_rows: int, token_file: str | Non
             finally:
                 con.close()
     except ReadApiError as exc:
-        raise click.ClickException(f"the store is held by {who}, which did not answer: {exc}") from exc
+        raise click.ClickException(f"the store is held by {who}, asked instead: {exc}") from exc

@@ -329,3 +329,16 @@ def nodes_out(con: duckdb.DuckDBPyConnection, now: float, limit: int = 200) -> l
         OutNode(str(h), str(n), str(f), str(i), RepairState(s), str(d), max(0.0, float(o)))
         for h, n, f, i, s, d, o in rows
     ]
+
+
+MAX_SINCE_SECONDS = 10 * 365 * 86400.0  # a window past this is a typo, not a question
+
+
+def repairs_document(con: duckdb.DuckDBPyConnection, since_seconds: float, now: float) -> dict[str, object]:
+    """`fleetguard repairs --json` and GET /v1/repairs: repairs drained within `since_seconds` per fault
+    kind, and the nodes out of service now. One document, so the file and a running process answer alike."""
+    return {
+        "since_seconds": since_seconds,
+        "faults": [s.as_json() for s in repair_summary(con, now - since_seconds, now)],
+        "out": [n.as_json() for n in nodes_out(con, now)],
+    }

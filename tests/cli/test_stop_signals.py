@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -49,3 +51,47 @@ def test_release_without_hold_changes_nothing() -> None:
     before = signal.getsignal(signal.SIGINT)
     stop_signals.release()
     assert signal.getsignal(signal.SIGINT) is before
+
+
+_STOPPED_DAEMON = """
+import atexit, sys, threading
+from fleetguard import stop_signals
+stop_signals.hold()
+atexit.register(lambda: sys.stdout.write("atexit ran;"))
+{extra}
+sys.stdout.write("buffered;")  # not flushed yet: exit_stopped must flush it
+stop_signals.exit_stopped(3)
+"""
+
+
+def _run_stopped_daemon(extra: str = "") -> subprocess.CompletedProcess[str]:
+    code = _STOPPED_DAEMON.format(extra=extra)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+
+
+def test_a_stopped_daemon_exits_with_its_code_after_atexit_and_flushed_output() -> None:
+    done = _run_stopped_daemon()
+    assert done.returncode == 3, done.stderr
+    assert done.stdout == "buffered;atexit ran;"
+    assert done.stderr == ""
+
+
+def test_a_stopped_daemon_still_waits_for_a_thread_that_is_not_a_daemon_thread() -> None:
+    # The thread is let go only by the interpreter's own shutdown (threading's exit hooks run just before it
+    # joins such threads): under os._exit it would never write.
+    extra = (
+        "go = threading.Event()\n"
+        "t = threading.Thread(target=lambda: (go.wait(), sys.stdout.write('thread done;')))\n"
+        "t.start()\n"
+        "threading._register_atexit(go.set)\n"
+    )
+    done = _run_stopped_daemon(extra)
+    assert done.returncode == 3, done.stderr
+    assert done.stdout == "buffered;thread done;atexit ran;"
+
+
+def test_exit_stopped_in_process_is_an_ordinary_exit() -> None:
+    """Run in-process (a test, a program), the process is not the command's to end: SystemExit."""
+    with pytest.raises(SystemExit) as ended:
+        stop_signals.exit_stopped(4)
+    assert ended.value.code == 4

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import json
 import socket
 import urllib.error
 import urllib.request
@@ -76,7 +77,9 @@ def test_off_loopback_metrics_and_reads_need_an_operator_token(everywhere: Contr
     host = a_non_loopback_address() or "127.0.0.1"
     base = f"http://{host}:{everywhere.running.port}"
     operator, agent = everywhere.tokens["operator"], everywhere.tokens["node-a"]
-    for path in ("/metrics", "/v1/hosts", "/v1/fleet", "/v1/findings", "/v1/hosts/node-a"):
+    reads: tuple[str, ...] = ("/metrics", "/v1/hosts", "/v1/fleet", "/v1/findings", "/v1/hosts/node-a")
+    reads += ("/v1/repairs", "/v1/models")
+    for path in reads:
         code, body, _ = status(base + path)
         assert code == 401 and b"operator token" in body, path
         assert status(base + path, "not-a-token")[0] == 401, path
@@ -85,6 +88,8 @@ def test_off_loopback_metrics_and_reads_need_an_operator_token(everywhere: Contr
     assert code == 200 and b"fleetguard_controller" in body
     assert headers["Content-Type"].startswith("text/plain")
     assert status(base + "/v1/hosts", operator)[0] == 200
+    code, body, _ = status(base + "/v1/repairs?since_seconds=3600", operator)
+    assert code == 200 and json.loads(body) == {"since_seconds": 3600.0, "faults": [], "out": []}
     # HEAD is a GET for the rule too.
     request = urllib.request.Request(base + "/metrics", method="HEAD")
     with pytest.raises(urllib.error.HTTPError) as refused:
