@@ -142,6 +142,7 @@ class LiveScorer:
                 model_id=self.loaded.model_id,
                 horizon_hours=self.horizon_hours,
                 explanations=json.dumps([d.as_dict() for d in why.get(i, [])]),
+                base_rate=self.policy.calibration.base_rate,
             )
         return ScoredRound([by_index[i] for i in order.tolist()], [by_index[i] for i in picks.tolist()])
 

@@ -100,6 +100,11 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(13, "alerts: silences, the outbox's send order, incidents' flap counts", create_silence_tables),
     Migration(14, "repairs: what each Slurm drain led to and whether it held", create_repair_tables),
     Migration(15, "failure predictor: the model registry and its log", create_registry_tables),
+    Migration(
+        16,
+        "failure predictor: each prediction's base rate beside its risk",
+        _add_columns("predictions", "base_rate"),
+    ),
 )
 
 CURRENT_VERSION = MIGRATIONS[-1].version
