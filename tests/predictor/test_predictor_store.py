@@ -18,6 +18,7 @@ from fleetguard.predict.store_reader import FailureRule, register_store
 from fleetguard.records.prediction import Prediction
 from fleetguard.records.telemetry import Event, GpuSample
 from fleetguard.store import Store
+from predictor import artifact
 
 HOUR = 3600.0
 T0 = 1_700_000_000.0
@@ -234,8 +235,7 @@ def test_a_model_that_does_not_fit_the_store_says_what_is_missing_and_how_to_get
     assert "fleetguard train --store" in message and "simulate-history OUT --columns store" in message
     # the history written with the store's columns trains a model that scores the store
     model = train("store")
-    meta = json.loads((model / "model.json").read_text())
-    assert set(meta["input_columns"]) <= set(gpu_feature_columns())
+    assert set(artifact.load(model).input_columns) <= set(gpu_feature_columns())
     scored = CliRunner().invoke(
         predict_command, ["--model", str(model), "--store", str(store_path), "--json"]
     )
