@@ -40,6 +40,7 @@ from predictor.dataset import (
     fetch_instances,
 )
 from predictor.registry import ALL_MODELS
+from predictor.sliding_ensemble import kept_summary
 
 DAY = 86400.0
 
@@ -99,7 +100,17 @@ def main() -> None:
     )
     ap.add_argument("--max-negatives", type=int, default=40_000)
     ap.add_argument("--model-encoding", choices=("category", "onehot", "none"), default="category")
-    ap.add_argument("--models", default=",".join(ALL_MODELS))
+    ap.add_argument(
+        "--models",
+        default=",".join(ALL_MODELS),
+        help="comma list; also the backtest-only sliding ensembles (subsets, subsets_rank, xgboost_avg, "
+        "subsets_avg) and their members xgboost_sub0..",
+    )
+    ap.add_argument(
+        "--no-calibrate",
+        action="store_true",
+        help="skip the per-retrain calibration (three more fits per model and retrain; rankings unchanged)",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
@@ -132,6 +143,7 @@ def main() -> None:
         score_censored=args.score_censored,
         candidate_categories=categories,
         models=tuple(m for m in args.models.split(",") if m),
+        calibrate=not args.no_calibrate,
     )
     t2 = time.perf_counter()
     with counted_warnings(quiet=False):
@@ -151,6 +163,8 @@ def main() -> None:
         f"times: convert {t_convert:.1f}s, features {t_build:.1f}s, backtest {t_bt:.1f}s; "
         f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB"
     )
+    if result.kept_members:
+        print(kept_summary(result.kept_members))
     out = {}
     for k in (5, 10, 20):
         metrics = summarise(result, k)

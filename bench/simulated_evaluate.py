@@ -36,6 +36,8 @@ from predictor.dataset import (
     fetch_instances,
 )
 from predictor.durations import format_duration
+from predictor.registry import ALL_MODELS
+from predictor.sliding_ensemble import kept_summary
 
 
 def main() -> None:
@@ -44,6 +46,9 @@ def main() -> None:
     ap.add_argument("--days", type=int, default=120)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--work", type=Path, default=Path("/tmp/fleetguard-simulated"))
+    ap.add_argument("--models", default=",".join(ALL_MODELS), help="as bench/backblaze_evaluate.py --models")
+    ap.add_argument("--pick-train-window", default="", help="comma list of L_train candidates in days")
+    ap.add_argument("--no-calibrate", action="store_true", help="skip the per-retrain calibration")
     args = ap.parse_args()
     work = args.work / f"g{args.gpus}-d{args.days}-s{args.seed}"
     t0 = time.perf_counter()
@@ -69,6 +74,9 @@ def main() -> None:
         step_seconds=spec.step_seconds,
         candidate_event_kinds=kinds,
         candidate_categories=categories,
+        models=tuple(m for m in args.models.split(",") if m),
+        train_window_candidates=tuple(float(d) * 86400.0 for d in args.pick_train_window.split(",") if d),
+        calibrate=not args.no_calibrate,
     )
     t2 = time.perf_counter()
     with counted_warnings(quiet=False):
@@ -85,6 +93,10 @@ def main() -> None:
         f"times: generate {t_gen:.1f}s, features {t_build:.1f}s, backtest {t_bt:.1f}s; "
         f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB"
     )
+    if result.kept_members:
+        print(kept_summary(result.kept_members))
+    picked = sorted({r.train_window_seconds for r in result.retrains})
+    print("L_train used: " + ", ".join(format_duration(w) for w in picked))
     for k in (5, 10, 20):
         print(f"\n### K = {k} per day\n")
         print(markdown_table(summarise(result, k)))

@@ -190,11 +190,13 @@ def _check_names(node: Any, meta_path: Path) -> None:
             _check_names(item, meta_path)
 
 
-def check_schema(loaded: LoadedModel, available_columns: tuple[str, ...], where: str) -> None:
-    """Raise when the data lacks a column the model was trained on (extra columns are fine)."""
+def check_schema(loaded: LoadedModel, available_columns: tuple[str, ...], where: str, fix: str = "") -> None:
+    """Raise when the data lacks a column the model was trained on (extra columns are fine); `fix` says
+    how to get a model that fits this data (the caller knows what the data is)."""
     missing = [c for c in loaded.input_columns if c not in available_columns]
     if missing:
         raise ArtifactError(
             f"{where}: feature schema mismatch: the model was trained with column(s) "
             f"{', '.join(missing)} that the data lacks (data has: {', '.join(available_columns)})"
+            + (f"; {fix}" if fix else "")
         )

@@ -39,7 +39,7 @@ from predictor.feature_choice import (
     kinds_in_window,
 )
 from predictor.members import PARALLEL_MEMBERS, SINGLE_MODELS, make_single
-from predictor.metrics import ModelMetrics, Scored, evaluate, precision_of
+from predictor.metrics import ModelMetrics, Scored, average_precision, evaluate, precision_of
 from predictor.models import Model
 from predictor.registry import ALL_MODELS
 from predictor.selection import (
@@ -49,7 +49,27 @@ from predictor.selection import (
     select_causal_k,
     volume_by_step,
 )
-from predictor.sliding import negatives_in_window, pick_train_window, training_indices
+from predictor.sliding import (
+    labels_known_at,
+    negatives_in_window,
+    pick_train_window,
+    training_indices,
+)
+from predictor.sliding_ensemble import (
+    FULL_MEMBER,
+    POOL_USERS,
+    SUBSETS,
+    SUBSETS_AVG,
+    SUBSETS_RANK,
+    XGBOOST_AVG,
+    RankHistory,
+    Scorer,
+    comparable_members,
+    feature_subsets,
+    mean_rank,
+    stand_in_scores,
+    subset_member_name,
+)
 from predictor.uncertainty import Resampling, bootstrap, verdict
 
 IntArray = npt.NDArray[np.int64]
@@ -92,6 +112,12 @@ class BacktestConfig:
     # Calibrate each retrain's models on out-of-fold scores of their own training window (three more fits
     # per model and retrain), so the backtest reports calibrated risk and its Brier score.
     calibrate: bool = True
+    # The sliding ensembles (predictor.sliding_ensemble; backtest-only names `subsets`, `subsets_rank`,
+    # `xgboost_avg`, `subsets_avg`), fixed before any scored day was looked at (BENCHMARKS.md, issue 18):
+    subset_members: int = 3  # XGBoost members on feature subsets, besides the full XGBoost
+    member_min_ratio: float = 0.5  # a member stays when its validation PR-AUC is >= this x the best's
+    validation_max_negatives: int = 10_000  # negatives of a member's validation fit (4 of them per retrain)
+    rank_average_retrains: int = 3  # R: the retrains whose ranks `*_avg` average (this one and R - 1 before)
 
     @property
     def period(self) -> float:
@@ -119,6 +145,10 @@ class BacktestResult:
     retrains: list[TrainRecord] = field(default_factory=list)
     # calibrated risk per model (NaN where a retrain could not be calibrated); empty without calibration
     risk: dict[str, FloatArray] = field(default_factory=dict)
+    # per pool member, the scores the `subsets` intersection uses (stand-ins where a retrain left it out)
+    intersection_scores: dict[str, FloatArray] = field(default_factory=dict)
+    # per retrain of the pool, the members it kept
+    kept_members: list[tuple[float, tuple[str, ...]]] = field(default_factory=list)
 
 
 def _align(ts: float, step: float) -> float:
@@ -171,8 +201,24 @@ def run_backtest(
         for m in SINGLE_MODELS
         if m in config.models or ("parallel" in config.models and m in config.parallel_members)
     ]
-    names = [*singles, *(["cascade"] if "cascade" in config.models else []), "xgboost_static"]
+    use_pool = bool(POOL_USERS & set(config.models))
+    use_avg = XGBOOST_AVG in config.models or SUBSETS_AVG in config.models
+    if (use_pool or use_avg) and FULL_MEMBER not in singles:
+        singles.append(FULL_MEMBER)
+    pool_names = [FULL_MEMBER, *(subset_member_name(i) for i in range(config.subset_members))]
+    sliding = [m for m in (SUBSETS_RANK, XGBOOST_AVG, SUBSETS_AVG) if m in config.models]
+    names = [
+        *singles,
+        *(["cascade"] if "cascade" in config.models else []),
+        "xgboost_static",
+        *(pool_names[1:] if use_pool else []),
+        *sliding,
+    ]
     scores = {n: np.full(len(sidx), np.nan) for n in names}
+    intersection = {n: np.full(len(sidx), np.nan) for n in pool_names} if SUBSETS in config.models else {}
+    kept_log: list[tuple[float, tuple[str, ...]]] = []
+    full_history = RankHistory(config.rank_average_retrains)
+    pool_history = RankHistory(config.rank_average_retrains)
     retrains: list[TrainRecord] = []
 
     static_idx, static_y = training_indices(
@@ -216,7 +262,52 @@ def run_backtest(
         ),
     )
 
+    def fit_pool(
+        at: float, window: float, cols: IntArray, full: Model | None
+    ) -> tuple[dict[str, Scorer], tuple[str, ...]]:
+        """The pool a retrain at `at` fits: the full XGBoost (`full` when the singles fitted it) and, when
+        a pool model was asked for, the subset members; and the names it keeps (above the strength bar)."""
+        if full is None:
+            idx, y = training_indices(
+                inst, at, window, config.horizon_seconds, config.max_train_negatives, config.seed
+            )
+            full = make_single(FULL_MEMBER, config.n_jobs)
+            full.fit(inst.x[np.ix_(idx, cols)], y, config.seed)
+        pool: dict[str, Scorer] = {FULL_MEMBER: (cols, full)}
+        if not use_pool:
+            return pool, (FULL_MEMBER,)
+        for i, sub in enumerate(feature_subsets(len(cols), config.subset_members, config.seed)):
+            # each member draws its own negatives: members differ by data as well as by columns
+            idx, y = training_indices(
+                inst, at, window, config.horizon_seconds, config.max_train_negatives, config.seed + 1 + i
+            )
+            if y.sum() == 0 or y.sum() == len(y):
+                continue
+            model = make_single("xgboost", config.n_jobs)
+            model.fit(inst.x[np.ix_(idx, cols[sub])], y, config.seed + 1 + i)
+            pool[subset_member_name(i)] = (cols[sub], model)
+        kept = comparable_members(
+            validation_pr_auc(inst, at, window, {n: c for n, (c, _) in pool.items()}, config),
+            config.member_min_ratio,
+        )
+        kept_log.append((at, kept))
+        return pool, kept
+
     retrain_at = list(np.arange(first, end, config.retrain_every_seconds, dtype=np.float64))
+    if use_avg:
+        # The R - 1 retrains before the first scored period, so its steps are averaged like any other.
+        for j in range(config.rank_average_retrains - 1, 0, -1):
+            before = first - j * config.retrain_every_seconds
+            window = _train_window(inst, before, config)
+            idx, y = training_indices(
+                inst, before, window, config.horizon_seconds, config.max_train_negatives, config.seed
+            )
+            if y.sum() == 0 or y.sum() == len(y):
+                continue  # too early for a model: the average starts with fewer retrains
+            cols = _columns(inst, events, before, window, idx, config)[1]
+            pool, kept = fit_pool(before, window, cols, None)
+            full_history.push([pool[FULL_MEMBER]])
+            pool_history.push([pool[n] for n in kept])
     for at in progress(retrain_at):
         in_batch = np.flatnonzero((scored.ts >= at) & (scored.ts < at + config.retrain_every_seconds))
         if len(in_batch) == 0:
@@ -229,9 +320,11 @@ def run_backtest(
         kinds, cols = _columns(inst, events, float(at), window, idx, config)
         retrains.append(_record(inst, float(at), window, kinds, idx, y))
         x_train, x_batch = inst.x[np.ix_(idx, cols)], x_scored[np.ix_(in_batch, cols)]
+        fitted: dict[str, Model] = {}
         for name in singles:
             model = make_single(name, config.n_jobs)
             model.fit(x_train, y, config.seed)
+            fitted[name] = model
             scores[name][in_batch] = model.score(x_batch)
             calibrate(
                 name,
@@ -251,7 +344,53 @@ def run_backtest(
                 window,
                 (x_train, y, idx, in_batch, scores["cascade"][in_batch]),
             )
-    return BacktestResult(scored, scores, config, retrains, risk)
+        if use_pool or use_avg:
+            pool, kept = fit_pool(float(at), window, cols, fitted.get(FULL_MEMBER))
+            ts_batch, x_rows = scored.ts[in_batch], x_scored[in_batch]
+            member = {n: model.score(x_rows[:, c]) for n, (c, model) in pool.items()}
+            for n in pool_names[1:]:
+                if n in member and n in scores:
+                    scores[n][in_batch] = member[n]
+            consensus = mean_rank([member[n] for n in kept], ts_batch)
+            if SUBSETS_RANK in scores:
+                scores[SUBSETS_RANK][in_batch] = consensus
+            for n, s in stand_in_scores(pool_names, kept, member, consensus).items():
+                if n in intersection:
+                    intersection[n][in_batch] = s
+            full_history.push([pool[FULL_MEMBER]])
+            pool_history.push([pool[n] for n in kept])
+            if XGBOOST_AVG in scores:
+                scores[XGBOOST_AVG][in_batch] = full_history.average(x_rows, ts_batch)
+            if SUBSETS_AVG in scores:
+                scores[SUBSETS_AVG][in_batch] = pool_history.average(x_rows, ts_batch)
+    return BacktestResult(scored, scores, config, retrains, risk, intersection, kept_log)
+
+
+def validation_pr_auc(
+    inst: Instances, at: float, window: float, member_columns: dict[str, IntArray], config: BacktestConfig
+) -> dict[str, float | None]:
+    """Each pool member's PR-AUC on the validation slice before `at`: fitted on what was known at the
+    slice's start, scored on the slice [at - H - V, at - H), whose labels are known at `at` (the slice of
+    predictor.sliding.pick_train_window, so nothing from the scoring period). None for every member when the
+    slice lacks a class."""
+    val_end = at - config.horizon_seconds
+    val_start = val_end - config.validation_seconds
+    labels = labels_known_at(inst, at, config.horizon_seconds)
+    val = np.flatnonzero((inst.ts >= val_start) & (inst.ts < val_end) & ~np.isnan(labels))
+    if len(val) == 0 or labels[val].sum() == 0 or labels[val].sum() == len(val):
+        return dict.fromkeys(member_columns)
+    out: dict[str, float | None] = {}
+    for i, (name, cols) in enumerate(member_columns.items()):
+        idx, y = training_indices(
+            inst, val_start, window, config.horizon_seconds, config.validation_max_negatives, config.seed + i
+        )
+        if y.sum() == 0 or y.sum() == len(y):
+            out[name] = None
+            continue
+        model = make_single("xgboost", config.n_jobs)
+        model.fit(inst.x[np.ix_(idx, cols)], y, config.seed + i)
+        out[name] = average_precision(labels[val], model.score(inst.x[np.ix_(val, cols)]))
+    return out
 
 
 def _columns(
@@ -334,6 +473,12 @@ def summarise(result: BacktestResult, k: int) -> dict[str, ModelMetrics]:
         score_of["parallel"] = rank_avg
         chosen["parallel_rank"] = top_k(rank_avg)
         score_of["parallel_rank"] = rank_avg
+    if SUBSETS in config.models and result.intersection_scores:
+        pool_scores = list(result.intersection_scores.values())
+        chosen[SUBSETS] = intersect_causal(
+            [top_k(s) for s in pool_scores], scored.period, scored.ts, scored.device_id
+        )
+        score_of[SUBSETS] = mean_rank(pool_scores, scored.ts)
     out: dict[str, ModelMetrics] = {}
     for name, sel in chosen.items():
         metrics = evaluate(scored, sel, score_of[name], config.horizon_seconds)

@@ -27,6 +27,8 @@ class Driver:
     value: float | None
     contribution: float
     reference: float | None = None  # the typical healthy value it is measured from, when there is one
+    # the share of the fleet scored with it (percent) whose value is at or below this one, when known
+    percentile: float | None = None
 
     def as_dict(self) -> dict[str, float | str | None]:
         out: dict[str, float | str | None] = {
@@ -36,7 +38,25 @@ class Driver:
         }
         if self.reference is not None:
             out["reference"] = self.reference
+        if self.percentile is not None:
+            out["percentile"] = round(self.percentile, 1)
         return out
+
+
+def fleet_percentiles(fleet: Matrix, rows: Matrix) -> npt.NDArray[np.float64]:
+    """(rows, features): for each value, the percentage of the fleet's devices whose value of that feature
+    is at or below it. `fleet` is every device scored at the same time, so "p99" says the value is among
+    the highest in the fleet right now, which a bare value does not. NaN where the value is missing or the
+    fleet has no value for the feature."""
+    out = np.full(rows.shape, np.nan)
+    for j in range(rows.shape[1]):
+        column = np.sort(fleet[:, j][~np.isnan(fleet[:, j])])
+        present = ~np.isnan(rows[:, j])
+        if len(column) == 0 or not present.any():
+            continue
+        at_or_below = np.searchsorted(column, rows[present, j], side="right")
+        out[present, j] = 100.0 * at_or_below / len(column)
+    return out
 
 
 def contributions(model: Model, x: Matrix) -> npt.NDArray[np.float64]:
@@ -85,13 +105,16 @@ def drivers_vs_reference(
     reference: tuple[float, ...],
     feature_names: tuple[str, ...],
     top: int = TOP_FEATURES,
+    fleet: Matrix | None = None,
 ) -> list[list[Driver]]:
     """For each row, the features whose values raised its risk most above what it would be with that one
     feature at the reference (a typical healthy device's value): contribution = risk(x) - risk(x with
     feature j at its reference), in probability. A feature at its reference value contributes exactly
-    nothing, so a zero counter cannot be named as what drove a risk."""
+    nothing, so a zero counter cannot be named as what drove a risk. With `fleet` (every device scored
+    with these rows), each driver also carries its value's fleet percentile."""
     if len(x) == 0:
         return []
+    pct = fleet_percentiles(fleet, x) if fleet is not None else np.full(x.shape, np.nan)
     base = risk_of(x)
     contrib = np.zeros(x.shape, dtype=np.float64)
     for j, ref in enumerate(reference):
@@ -112,6 +135,7 @@ def drivers_vs_reference(
                     None if np.isnan(x[row, j]) else float(x[row, j]),
                     float(contrib[row, j]),
                     None if np.isnan(reference[j]) else float(reference[j]),
+                    None if np.isnan(pct[row, j]) else float(pct[row, j]),
                 )
                 for j in order
                 if contrib[row, j] > 0

@@ -10,6 +10,7 @@ from typing import Any
 from predictor.ensembles import CascadeEnsemble, ParallelEnsemble
 from predictor.members import SINGLE_MODELS, load_single, make_single
 from predictor.models import Model
+from predictor.sliding_ensemble import SLIDING_ENSEMBLES
 
 ENSEMBLES = ("parallel", "cascade")
 ALL_MODELS = (*SINGLE_MODELS, *ENSEMBLES)
@@ -33,7 +34,10 @@ def load(directory: Path, meta: dict[str, Any]) -> Model:
 
 
 def model_names(selected: Sequence[str]) -> tuple[str, ...]:
-    unknown = [m for m in selected if m not in ALL_MODELS]
+    """The models a backtest (`evaluate`) may run: every trainable model and the sliding ensembles, which
+    exist only in a backtest (they average over retrains the backtest walks)."""
+    known = (*ALL_MODELS, *SLIDING_ENSEMBLES)
+    unknown = [m for m in selected if m not in known]
     if unknown:
-        raise ValueError(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(ALL_MODELS)}")
+        raise ValueError(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(known)}")
     return tuple(selected)

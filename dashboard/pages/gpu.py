@@ -134,9 +134,19 @@ def _risk(points: list[tuple[float, float]], risks: list[Risk], threshold: float
     if not points:
         return html.Div("no risk scores for this GPU", className="empty")
     out: list[Any] = [graph(figures.risk_history(points, threshold))]
+    if risks and risks[0].base_rate is not None:
+        r = risks[0]
+        out.insert(
+            0,
+            html.P(
+                f"risk {r.risk:.1%} of a failure within {r.horizon_hours:g} h; fleet base rate "
+                f"{r.base_rate:.1%}",
+                id="gpu-risk-base-rate",
+            ),
+        )
     why = drivers(risks[0].explanations)[:8] if risks else []
     if why:
-        labels = [d.feature if d.value is None else f"{d.feature} = {d.value:g}" for d in why]
+        labels = [d.label() for d in why]
         colours = [COLOURS[Health.FAILED] if d.contribution > 0 else COLOURS[Health.HEALTHY] for d in why]
         figure = figures.bar(
             labels, [d.contribution for d in why], colours, horizontal=True, height=60 + 26 * len(why)

@@ -20,8 +20,7 @@ BINS: Final = 20
 def explain(risk: Risk, top: int = 3) -> str:
     parts = []
     for d in drivers(risk.explanations)[:top]:
-        value = "" if d.value is None else f"={d.value:g}"
-        parts.append(f"{d.feature}{value} ({d.contribution:+.3f})")
+        parts.append(f"{d.label()} ({d.contribution:+.3f})")
     return "; ".join(parts)
 
 
@@ -39,6 +38,7 @@ def render(ctx: DashboardContext, _params: Params) -> Any:
             "gpu": md_link(r.device_id, href("gpus", r.device_id)),
             "host": md_link(r.host, href("hosts", r.host)),
             "risk": round(r.risk, 4),
+            "base rate": "" if r.base_rate is None else round(r.base_rate, 4),
             "why": explain(r),
             "scored": ago(now - r.ts),
         }
@@ -49,6 +49,7 @@ def render(ctx: DashboardContext, _params: Params) -> Any:
         Col("GPU", "gpu", "link"),
         Col("host", "host", "link"),
         Col("risk", "risk", "number", 4),
+        Col("base rate", "base rate", "number", 4),
         Col("what drives it", "why"),
         Col("scored", "scored"),
     ]

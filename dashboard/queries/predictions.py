@@ -20,11 +20,12 @@ class Risk:
     risk: float
     model_id: str
     horizon_hours: float
-    explanations: str  # JSON [{"feature", "value", "contribution"}, ...]
+    explanations: str  # JSON [{"feature", "value", "contribution", "percentile"}, ...]
+    base_rate: float | None = None  # the model's base rate, what the risk is read against
 
 
 _LATEST_SQL: Final = f"""
-SELECT host, device_id, epoch(ts), risk, model_id, horizon_hours, explanations
+SELECT host, device_id, epoch(ts), risk, model_id, horizon_hours, explanations, base_rate
 FROM predictions WHERE ts >= {TS} AND ts <= {TS} AND (? IS NULL OR host = ?)
 QUALIFY row_number() OVER (PARTITION BY device_id ORDER BY ts DESC) = 1
 ORDER BY risk DESC
@@ -36,7 +37,16 @@ def latest_risks(cur: Cursor, now: float, host: str | None = None, limit: int | 
     sql = _LATEST_SQL if limit is None else f"{_LATEST_SQL} LIMIT {int(limit)}"
     rows = fetch(cur, sql, [now - RISK_WINDOW_SECONDS, now, host, host])
     return [
-        Risk(str(r[0]), str(r[1]), float(r[2]), float(r[3]), str(r[4]), float(r[5]), str(r[6] or "[]"))
+        Risk(
+            str(r[0]),
+            str(r[1]),
+            float(r[2]),
+            float(r[3]),
+            str(r[4]),
+            float(r[5]),
+            str(r[6] or "[]"),
+            None if r[7] is None else float(r[7]),
+        )
         for r in rows
     ]
 
@@ -46,6 +56,14 @@ class Driver:
     feature: str
     value: float | None
     contribution: float
+    percentile: float | None = None  # the value's place in the fleet scored with it, when recorded
+
+    def label(self) -> str:
+        """`feature = value (p97)`: the value and where it sits in the fleet."""
+        if self.value is None:
+            return self.feature
+        where = "" if self.percentile is None else f" (p{self.percentile:.0f})"
+        return f"{self.feature} = {self.value:g}{where}"
 
 
 def drivers(explanations: str) -> list[Driver]:
@@ -58,12 +76,13 @@ def drivers(explanations: str) -> list[Driver]:
     for item in items if isinstance(items, list) else []:
         if not isinstance(item, dict) or not isinstance(item.get("contribution"), int | float):
             continue
-        value = item.get("value")
+        value, pct = item.get("value"), item.get("percentile")
         out.append(
             Driver(
                 str(item.get("feature", "?"))[:80],
                 float(value) if isinstance(value, int | float) else None,
                 float(item["contribution"]),
+                float(pct) if isinstance(pct, int | float) and 0 <= pct <= 100 else None,
             )
         )
     return sorted(out, key=lambda d: -abs(d.contribution))

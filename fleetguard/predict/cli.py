@@ -18,6 +18,7 @@ from fleetguard.predict.inputs import (
 )
 from fleetguard.predict.progress import bar, note
 from fleetguard.predict.settings import resolve
+from fleetguard.predict.store_reader import STORE_MODEL_HINT
 from fleetguard.predict.tables import markdown_table
 from fleetguard.predict.warning_count import counted_warnings
 from predictor import artifact
@@ -295,7 +296,9 @@ def predict_command(
         raise click.ClickException(str(exc)) from exc
     con, inputs = open_inputs(samples, failures, events, store, failure_xids)
     try:
-        artifact.check_schema(loaded, inputs.all_columns, str(samples or store))
+        artifact.check_schema(
+            loaded, inputs.all_columns, str(samples or store), STORE_MODEL_HINT if store else ""
+        )
         names = build_instances(
             con, loaded.feature_columns, loaded.spec, loaded.event_kinds, categories=loaded.categories
         )

@@ -32,7 +32,9 @@ def prediction_rows(loaded: LoadedModel, inst: Instances, top_k: int) -> list[di
         def risk_of(x: Matrix) -> npt.NDArray[np.float64]:
             return policy.calibration.apply(loaded.model.score(x))
 
-        drivers = drivers_vs_reference(risk_of, inst.x[order], policy.reference, inst.feature_names)
+        drivers = drivers_vs_reference(
+            risk_of, inst.x[order], policy.reference, inst.feature_names, fleet=inst.x
+        )
     return [
         {
             "rank": rank,
@@ -49,11 +51,18 @@ def _value(v: object) -> str:
     return "missing" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
+def driver_text(d: dict[str, Any]) -> str:
+    """`feature=value (p97 of the fleet)`: the value and, when known, where it sits in the fleet."""
+    pct = d.get("percentile")
+    where = f" (p{pct:.0f} of the fleet)" if isinstance(pct, int | float) else ""
+    return f"{d['feature']}={_value(d['value'])}{where}"
+
+
 def print_rows(rows: list[dict[str, Any]]) -> None:
     if not rows:
         click.echo("no devices to score", err=True)
         return
     click.echo(f"{'#':>3}  {'DEVICE':<32} {'RISK':>6}  DRIVERS (feature=value)")
     for row in rows:
-        why = ", ".join(f"{d['feature']}={_value(d['value'])}" for d in row["drivers"]) or "–"
+        why = ", ".join(driver_text(d) for d in row["drivers"]) or "–"
         click.echo(f"{row['rank']:>3}  {row['device_id']:<32} {row['risk']:>6.4f}  {why}")

@@ -19,7 +19,7 @@ import duckdb
 import numpy as np
 import numpy.typing as npt
 
-from fleetguard.predict.store_reader import FailureRule, register_store, time_filter
+from fleetguard.predict.store_reader import STORE_MODEL_HINT, FailureRule, register_store, time_filter
 from fleetguard.records.evidence import evidence_json
 from fleetguard.records.findings import Finding, FindingKind, Severity, finding_id
 from fleetguard.records.prediction import Prediction
@@ -89,7 +89,7 @@ class LiveScorer:
         cur = con.cursor()  # temp views live in this cursor's session, not in the caller's
         try:
             inputs = register_store(cur, self.rule, since_ts=since, until_ts=bucket_end)
-            artifact.check_schema(self.loaded, inputs.all_columns, "store gpu_samples")
+            artifact.check_schema(self.loaded, inputs.all_columns, "store gpu_samples", STORE_MODEL_HINT)
             names = build_instances(
                 cur,
                 self.loaded.feature_columns,
@@ -122,7 +122,11 @@ class LiveScorer:
             zip(
                 explain,
                 drivers_vs_reference(
-                    self.risk_of, inst.x[explain], self.policy.reference, inst.feature_names
+                    self.risk_of,
+                    inst.x[explain],
+                    self.policy.reference,
+                    inst.feature_names,
+                    fleet=inst.x,
                 ),
                 strict=True,
             )
@@ -138,6 +142,7 @@ class LiveScorer:
                 model_id=self.loaded.model_id,
                 horizon_hours=self.horizon_hours,
                 explanations=json.dumps([d.as_dict() for d in why.get(i, [])]),
+                base_rate=self.policy.calibration.base_rate,
             )
         return ScoredRound([by_index[i] for i in order.tolist()], [by_index[i] for i in picks.tolist()])
 

@@ -256,13 +256,22 @@ def generate(spec: HistorySpec) -> tuple[pa.Table, pa.Table, FailureTruth]:
     return samples, failures_table(truth), truth
 
 
-def write_parquet(spec: HistorySpec, out_dir: Path, gpus_per_chunk: int = 2000) -> tuple[Path, Path, int]:
-    """Write samples/part-NNNNN.parquet (one per GPU block) and failures.parquet; returns paths, rows."""
+def write_parquet(
+    spec: HistorySpec,
+    out_dir: Path,
+    gpus_per_chunk: int = 2000,
+    keep_columns: frozenset[str] | None = None,
+) -> tuple[Path, Path, int]:
+    """Write samples/part-NNNNN.parquet (one per GPU block) and failures.parquet; returns paths, rows.
+    With `keep_columns`, the samples hold device_id, ts and only those of the generated columns (the
+    columns of fleetguard's store, say, so a model trained on them can score a store)."""
     truth = simulate_failures(spec)
     sample_dir = out_dir / "samples"
     sample_dir.mkdir(parents=True, exist_ok=True)
     rows = 0
     for i, chunk in enumerate(iter_sample_chunks(spec, truth, gpus_per_chunk)):
+        if keep_columns is not None:
+            chunk = chunk.select([c for c in chunk.column_names if c in {"device_id", "ts", *keep_columns}])
         pq.write_table(chunk, sample_dir / f"part-{i:05d}.parquet", row_group_size=1_000_000)
         rows += chunk.num_rows
     failures = out_dir / "failures.parquet"

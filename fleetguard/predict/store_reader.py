@@ -31,6 +31,11 @@ from fleetguard.store.holder import read_holder
 DEFAULT_FATAL_XIDS = (48, 62, 64, 74, 79, 92, 95, 119, 120, 140)
 DEFAULT_FAILURE_KINDS = ("gpu_fallen_off_bus", "gpu_lost")
 _NOT_FEATURES = {"ts", "gpu_index", "host", "uuid"}
+# What a model that does not fit a store's columns is told (predict --store, live scoring).
+STORE_MODEL_HINT = (
+    "train one on the store's own columns (fleetguard train --store STORE --out DIR), or on a simulated "
+    "history written with them (fleetguard simulate-history OUT --columns store, then train on OUT)"
+)
 
 
 @dataclass(frozen=True)

@@ -18,3 +18,6 @@ class Prediction:
     horizon_hours: float
     # JSON list of the features that raised this score most: [{"feature", "value", "contribution"}, ...]
     explanations: str = "[]"
+    # the model's base rate (the training window's share of instances that failed within the horizon):
+    # what `risk` is read against; None for a score from before it was kept
+    base_rate: float | None = None

@@ -117,6 +117,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         "diagnosis: the order rows were stored in, where the rounds got to and what they carry over",
         _all(create_ingest_order, create_diagnosis_state_tables),
     ),
+    Migration(
+        17,
+        "failure predictor: each prediction's base rate beside its risk",
+        _add_columns("predictions", "base_rate"),
+    ),
 )
 
 CURRENT_VERSION = MIGRATIONS[-1].version

@@ -88,6 +88,13 @@ def test_train_then_predict_lists_the_riskiest_devices(small_history: History, t
     # calibrated: a probability beside the fleet's base rate, drivers measured from a typical device
     assert doc["calibrated"] and 0 < doc["base_rate"] < 1 and all(0 <= p["risk"] <= 1 for p in preds)
     assert all("reference" in d and d["value"] != d["reference"] for p in preds for d in p["drivers"])
+    # each driver's value placed in the fleet scored with it
+    assert all(0 < d["percentile"] <= 100 for p in preds for d in p["drivers"])
+    table = CliRunner().invoke(
+        predict_command, ["--model", str(out), "--samples", str(small_history.samples), "--top-k", "3"]
+    )
+    assert table.exit_code == 0, table.output
+    assert "fleet base rate" in table.output and "of the fleet)" in table.output
 
 
 def test_predict_with_a_mismatched_schema_fails_clearly(

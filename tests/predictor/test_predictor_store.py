@@ -18,6 +18,7 @@ from fleetguard.predict.store_reader import FailureRule, register_store
 from fleetguard.records.prediction import Prediction
 from fleetguard.records.telemetry import Event, EventKind, GpuSample
 from fleetguard.store import Store
+from predictor import artifact
 
 HOUR = 3600.0
 T0 = 1_700_000_000.0
@@ -201,6 +202,50 @@ def test_live_predictions_carry_the_features_that_drove_them(store_path: Path, d
     assert top and all(d["feature"] in scorer.loaded.feature_names and d["contribution"] > 0 for d in top)
     # measured from a typical healthy device: a driver's value differs from its reference
     assert all(d["value"] != d["reference"] for d in top)
+    # and placed in the fleet scored with it
+    assert all(0 < d["percentile"] <= 100 for d in top)
+
+
+def test_a_model_that_does_not_fit_the_store_says_what_is_missing_and_how_to_get_one(
+    store_path: Path, tmp_path: Path
+) -> None:
+    from fleetguard.predict.cli import predict_command, train_command
+    from fleetguard.predict.simulate_cli import simulate_history_command
+    from fleetguard.predict.store_reader import gpu_feature_columns
+
+    def train(columns: str) -> Path:
+        history, model = tmp_path / f"history-{columns}", tmp_path / f"model-{columns}"
+        made = CliRunner().invoke(
+            simulate_history_command,
+            [str(history), "--gpus", "80", "--days", "30", "--seed", "3", "--columns", columns],
+        )
+        assert made.exit_code == 0, made.output
+        samples, failures = history / "samples", history / "failures.parquet"
+        args = ["--samples", str(samples), "--failures", str(failures), "--model", "logistic"]
+        trained = CliRunner().invoke(train_command, [*args, "--out", str(model), "--quiet"])
+        assert trained.exit_code == 0, trained.output
+        return model
+
+    contract = CliRunner().invoke(
+        predict_command, ["--model", str(train("contract")), "--store", str(store_path)]
+    )
+    assert contract.exit_code != 0
+    message = contract.output.strip().splitlines()[-1]
+    assert "xid_count" in message and "sku" in message and "driver_version" in message
+    assert "fleetguard train --store" in message and "simulate-history OUT --columns store" in message
+    # the history written with the store's columns trains a model that scores the store
+    model = train("store")
+    assert set(artifact.load(model).input_columns) <= set(gpu_feature_columns())
+    scored = CliRunner().invoke(
+        predict_command, ["--model", str(model), "--store", str(store_path), "--json"]
+    )
+    assert scored.exit_code == 0, scored.output
+    assert {p["device_id"] for p in json.loads(scored.output)["predictions"]} == {
+        "GPU-0",
+        "GPU-1",
+        "GPU-2",
+        "GPU-3",
+    }
 
 
 def test_live_explanations_are_stored_with_the_prediction(tmp_path: Path) -> None:
