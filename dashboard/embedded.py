@@ -3,6 +3,7 @@ operator actions are stored by the process that owns the store."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fleetguard.agent.extension import Extension
@@ -13,23 +14,31 @@ if TYPE_CHECKING:
     from fleetguard.store import Store
 
 
-def dashboard_extension(config: Config, parts: dict[str, object]) -> Extension:
-    """Starts the dashboard once the store is open; `parts["url"]` is then where it listens (for the banner).
+@dataclass
+class DashboardPlace:
+    """Where the dashboard listens once started (`url`), or why it is off (`off`): for `up`'s banner."""
+
+    url: str | None = None
+    off: str | None = None
+
+
+def dashboard_extension(config: Config, place: DashboardPlace) -> Extension:
+    """Starts the dashboard once the store is open; `place.url` is then where it listens (for the banner).
 
     The configuration asked for it (dashboard.enabled), so a port it cannot listen on stops `up` with one line
     naming the key and the flag, as it stops the controller. Dash is an optional extra (`pip install
-    fleetguard[dashboard]`): without it `up` runs on and `parts["off"]` says why."""
+    fleetguard[dashboard]`): without it `up` runs on and `place.off` says why."""
     servers: list[object] = []
 
     def start(_agent: Agent, store: Store) -> None:
         try:
             from dashboard.server import serve_dashboard
         except ImportError as exc:
-            parts["off"] = f"{exc.name} is not installed (pip install 'fleetguard[dashboard]')"
+            place.off = f"{exc.name} is not installed (pip install 'fleetguard[dashboard]')"
             return
         server = serve_dashboard(store, config)
         servers.append(server)
-        parts["url"] = server.url
+        place.url = server.url
 
     def stop() -> None:
         from dashboard.server import DashboardServer

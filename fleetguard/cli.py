@@ -179,11 +179,13 @@ def agent(
     for message in sources.unavailable:
         click.echo(f"note: {message}", err=True)
     runtime = config.runtime.enabled and not no_runtime
-    parts: dict[str, object] = {}
+    from fleetguard.jobcontrol.runtime_slot import RuntimeSlot
+
+    runtime_slot = RuntimeSlot()
 
     def ready(port: int) -> None:
         # The port the runtime did bind (runtime.port may be 0: any free one), never just the configured one.
-        endpoint = getattr(parts.get("service"), "endpoint", None)
+        endpoint = runtime_slot.service.endpoint if runtime_slot.service is not None else None
         ranks = f"; training ranks report to {endpoint}" if endpoint else ""
         nats = config.agent.transport == "nats"
         target = f"NATS {config.agent.nats_url}" if nats else config.agent.controller_url
@@ -200,7 +202,7 @@ def agent(
 
         try:
             # The controller's repair loop asks for a self-check before it returns a drained node.
-            shipping = open_shipping(config, parts, {CommandKind.SELFCHECK: selfcheck_runner(config)})
+            shipping = open_shipping(config, runtime_slot, {CommandKind.SELFCHECK: selfcheck_runner(config)})
         except ShippingError as exc:
             raise click.ClickException(str(exc)) from exc
     with startup_errors():
@@ -208,7 +210,7 @@ def agent(
             config,
             sources.collectors,
             sources.folder,
-            extensions=[runtime_extension(config, parts)] if runtime else [],
+            extensions=[runtime_extension(config, runtime_slot)] if runtime else [],
             duration_seconds=duration,
             on_ready=ready,
             sink=shipping,  # None: a local store at store.path

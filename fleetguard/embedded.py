@@ -7,7 +7,7 @@ import logging
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO, cast
+from typing import TYPE_CHECKING, TextIO
 
 from diagnosis.drain_marks import DrainMarks
 from fleetguard import stop_signals
@@ -15,10 +15,11 @@ from fleetguard.agent.agent import Agent
 from fleetguard.agent.daemon import run_daemon
 from fleetguard.agent.daemon_deps import DaemonDeps
 from fleetguard.agent.extension import Extension
-from fleetguard.agent.gpu_jobs import GpuJobs, RuntimePlanner, act_on_gpu_findings
+from fleetguard.agent.gpu_jobs import GpuJobs, act_on_gpu_findings
 from fleetguard.agent.sources import NoSources, Sources, build_sources
 from fleetguard.config import Config
 from fleetguard.httpserve import bound_where
+from fleetguard.jobcontrol.runtime_slot import RuntimeSlot
 from fleetguard.runtime.extension import runtime_extension
 from fleetguard.status import StatusPrinter
 from fleetguard.store import Store
@@ -48,11 +49,11 @@ def run_embedded(
         return 2
     extensions: list[Extension] = []
     risk = _RiskSummary()
-    runtime_parts: dict[str, object] = {}
+    runtime_slot = RuntimeSlot()
     if runtime and config.runtime.enabled:
-        extensions.append(runtime_extension(config, runtime_parts))
+        extensions.append(runtime_extension(config, runtime_slot))
     if predict and (config.predictor.model_dir or sources.simulated):
-        extensions.append(_scoring_extension(config, sources, risk, runtime_parts, out))
+        extensions.append(_scoring_extension(config, sources, risk, runtime_slot, out))
     describe = risk.describe
     if config.diagnosis.enabled:
         from fleetguard.incidents.extension import IncidentSummary, incidents_extension
@@ -67,11 +68,11 @@ def run_embedded(
         from fleetguard.selfcheck.return_task import slurm_return_extension
 
         extensions.append(slurm_return_extension(config))
-    dashboard_parts: dict[str, object] = {}
-    if config.dashboard.enabled:
-        from dashboard.embedded import dashboard_extension
+    from dashboard.embedded import DashboardPlace, dashboard_extension  # no Dash import: only when it starts
 
-        extensions.append(dashboard_extension(config, dashboard_parts))
+    dashboard = DashboardPlace()
+    if config.dashboard.enabled:
+        extensions.append(dashboard_extension(config, dashboard))
     status = StatusPrinter(out, xid_names=_xid_names(), extra=describe)
 
     def banner(port: int) -> None:
@@ -84,16 +85,16 @@ def run_embedded(
             f"  metrics   {metrics}  (curl -s localhost:{port}/metrics | grep xid)\n"
             f"  store     {store_path}  (fleetguard export --parquet DIR, also while up runs)\n"
         )
-        endpoint = getattr(runtime_parts.get("service"), "endpoint", None)
+        endpoint = runtime_slot.service.endpoint if runtime_slot.service is not None else None
         if endpoint:  # the port bound (runtime.port 0 is any free one)
             out.write(
                 f"  training  ranks send heartbeats to {endpoint} "
                 "(see README: three lines in your training loop)\n"
             )
-        if "url" in dashboard_parts:
-            out.write(f"  dashboard {dashboard_parts['url']}\n")
-        if "off" in dashboard_parts:
-            out.write(f"  note      dashboard is off: {dashboard_parts['off']}\n")
+        if dashboard.url is not None:
+            out.write(f"  dashboard {dashboard.url}\n")
+        if dashboard.off is not None:
+            out.write(f"  note      dashboard is off: {dashboard.off}\n")
         if sink.api_server is not None:
             api = bound_where(sink.api_server.address, sink.api_server.port, "/v1/fleet")
             out.write(f"  read API  {api}  (fleetguard status --controller {sink.api_url})\n")
@@ -113,7 +114,7 @@ def run_embedded(
     sink = InProcessController(
         config,
         deps.clock,
-        runtime_runner(runtime_parts, config.host),
+        runtime_runner(runtime_slot, config.host),
         incidents=False,  # the incidents extension above (repairs, metrics, status line)
         serve_api=True,  # the controller's read API: `fleetguard status` and friends ask it
     )
@@ -151,7 +152,7 @@ class _RiskSummary:
 
 
 def _scoring_extension(
-    config: Config, sources: Sources, risk: _RiskSummary, runtime_parts: dict[str, object], out: TextIO
+    config: Config, sources: Sources, risk: _RiskSummary, runtime_slot: RuntimeSlot, out: TextIO
 ) -> Extension:
     stop_event = threading.Event()
     abandoned = threading.Event()  # stopped while the demo model was still training
@@ -162,6 +163,7 @@ def _scoring_extension(
     def start(agent: Agent, store: Store) -> None:
         def loop() -> None:
             from fleetguard.predict.demo_child import TrainingAbandoned, train_in_child
+            from fleetguard.runtime.service import RuntimeService
 
             try:
                 from fleetguard.predict.scoring_service import ScoringRound, ScoringService
@@ -199,7 +201,8 @@ def _scoring_extension(
                 if predictions:
                     agent.metrics.set_predictions(predictions)
                     # the job using an at-risk GPU is named, and asked to checkpoint by the runtime
-                    runtime = cast(RuntimePlanner | None, runtime_parts.get("service"))
+                    running = runtime_slot.service
+                    runtime = running if isinstance(running, RuntimeService) else None
                     findings = act_on_gpu_findings(scored.findings, gpu_jobs, runtime)
                     # ... and the GPU is drained only once nothing runs on it (diagnosis/drain_marks.py)
                     risk_of = {p.device_id: p.risk for p in scored.picked}

@@ -94,7 +94,8 @@ def plan_refresh(page_id: str, rendered: Any, held: object, now: float) -> Refre
     send: the changed slots when the shape is the same, else the whole body."""
     live = mark(rendered, page_id)
     before = held if isinstance(held, dict) else {}
-    old: dict[str, str] = before.get("slots") if isinstance(before.get("slots"), dict) else {}  # type: ignore[assignment]
+    held_slots = before.get("slots")
+    old: dict[str, str] = held_slots if isinstance(held_slots, dict) else {}
     new = live.digests()
     changed_at = before.get("changed")
     same_shape = before.get("shape") == live.shape and set(old) == set(new)

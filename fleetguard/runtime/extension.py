@@ -8,14 +8,15 @@ from typing import TYPE_CHECKING
 from fleetguard.agent.agent import Agent
 from fleetguard.agent.extension import Extension
 from fleetguard.config import Config
+from fleetguard.jobcontrol.runtime_slot import RuntimeSlot
 
 if TYPE_CHECKING:
     from fleetguard.store import Store  # an agent that ships keeps none, and must not load DuckDB
 
 
-def runtime_extension(config: Config, holder: dict[str, object] | None = None) -> Extension:
-    """The extension; `holder["service"]` is the running RuntimeService once started (for banners, tests)."""
-    parts = holder if holder is not None else {}
+def runtime_extension(config: Config, slot: RuntimeSlot | None = None) -> Extension:
+    """The extension; `slot.service` is the running RuntimeService while it runs (banners, commands)."""
+    held = slot if slot is not None else RuntimeSlot()
 
     def begin(agent: Agent) -> None:  # reads no store: it runs on an agent that ships, too
         from fleetguard.runtime.host_signals import HostSignals
@@ -28,15 +29,15 @@ def runtime_extension(config: Config, holder: dict[str, object] | None = None) -
             runtime_config_from(config), agent.clock, sink=agent.submit, host_signals=signals
         )
         service.start()
-        parts["service"] = service
+        held.service = service
 
     def start(agent: Agent, _store: Store) -> None:
         begin(agent)
 
     def stop() -> None:
-        service = parts.get("service")
+        service, held.service = held.service, None
         if service is not None:
-            service.stop()  # type: ignore[attr-defined]
+            service.stop()
 
     # Required: an agent whose ranks cannot reach it must not look healthy (runtime.enabled = false opts out).
     key = f"runtime.port {config.runtime.port}"

@@ -16,6 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector as PromCollector
 
 from fleetguard.config import Config
+from fleetguard.jobcontrol.runtime_slot import RuntimeSlot
 from fleetguard.records.action_requests import ActionKind, ActionRequest
 from fleetguard.secret_files import SecretFileError, read_secret_text
 from fleetguard.shipping.channel import CommandChannel, Runner
@@ -68,14 +69,14 @@ def host_runner(
     return run
 
 
-def runtime_runner(parts: Mapping[str, object], host: str) -> Runner:
-    """Run a controller's command through the host's training runtime (`parts["service"]`, set by
-    fleetguard.runtime.extension once it runs), as the runtime's own actions are run."""
+def runtime_runner(slot: RuntimeSlot, host: str) -> Runner:
+    """Run a controller's command through the host's training runtime (`slot.service`, set by
+    fleetguard.runtime.extension while it runs), as the runtime's own actions are run."""
 
     def run(command: HostCommand) -> tuple[CommandOutcome, str]:
         if command.kind not in _ACTIONS:
             return CommandOutcome.REFUSED, f"{command.kind.value} is not run by this agent"
-        service = parts.get("service")
+        service = slot.service
         if service is None:
             return CommandOutcome.REFUSED, "the training runtime is not running on this host"
         if command.kind is not CommandKind.CORDON and not command.job_id:
@@ -83,7 +84,7 @@ def runtime_runner(parts: Mapping[str, object], host: str) -> Runner:
         request = ActionRequest.for_command(
             _ACTIONS[command.kind], command.job_id, command.command_id, command.reason, host
         )
-        records = service.run_actions([request])  # type: ignore[attr-defined]
+        records = service.run_actions([request])
         if not records:
             return CommandOutcome.REFUSED, "no action was taken"
         last = records[-1]
@@ -142,7 +143,7 @@ def read_token(path_text: str) -> str:
 
 
 def open_shipping(
-    config: Config, runtime_parts: Mapping[str, object], own: Mapping[CommandKind, HostRunner] | None = None
+    config: Config, runtime: RuntimeSlot, own: Mapping[CommandKind, HostRunner] | None = None
 ) -> Shipping:
     """`own`: the command kinds this host runs itself (fleetguard.selfcheck.command), beside the runtime's."""
     agent = config.agent
@@ -155,7 +156,7 @@ def open_shipping(
     buffers: list[SpoolBuffer] = []  # made below, once the channel it takes acks from exists
     channel = CommandChannel(
         Path(agent.spool_dir) / "commands.jsonl",
-        host_runner(runtime_runner(runtime_parts, config.host), own or {}, lambda rows: buffers[0].add(rows)),
+        host_runner(runtime_runner(runtime, config.host), own or {}, lambda rows: buffers[0].add(rows)),
     )
     shipper: Shipper | NatsShipper
     try:

@@ -226,12 +226,11 @@ class Store:
         if table not in ORDERED_TABLES:
             return
         if self._ordered is None:
-            self._ordered = bool(
-                self._con.execute(
-                    "SELECT count(*) FROM duckdb_columns() WHERE table_name = ? AND column_name = ?",
-                    [table, SEQ_COLUMN],
-                ).fetchone()[0]  # type: ignore[index]
-            )
+            found = self._con.execute(
+                "SELECT count(*) FROM duckdb_columns() WHERE table_name = ? AND column_name = ?",
+                [table, SEQ_COLUMN],
+            ).fetchone()
+            self._ordered = bool(found and found[0])
         if self._ordered:
             names.append(quote_ident(SEQ_COLUMN))
             exprs.append(statement_seq_sql(table))

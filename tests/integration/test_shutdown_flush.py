@@ -23,6 +23,7 @@ from fleetguard.agent.agent import Agent
 from fleetguard.agent.daemon import DaemonResult, run_daemon
 from fleetguard.agent.extension import Extension
 from fleetguard.config import Config, load_config
+from fleetguard.jobcontrol.runtime_slot import RuntimeSlot
 from fleetguard.runtime.extension import runtime_extension
 from fleetguard.runtime.service import RuntimeRecord, RuntimeService, RuntimeServiceConfig
 from fleetguard.store import Store
@@ -70,15 +71,15 @@ class SlowAnalyzer(RuntimeAnalyzer):
         super().observe(record, now)
 
 
-def slow_runtime(parts: dict[str, object]) -> Extension:
+def slow_runtime(slot: RuntimeSlot) -> Extension:
     def start(agent: Agent, _store: Store) -> None:
         config = RuntimeServiceConfig(host="h", port=0)
         service = RuntimeService(config, agent.clock, sink=agent.submit, analyzer=SlowAnalyzer())
         service.start()
-        parts["service"] = service
+        slot.service = service
 
     def stop() -> None:
-        service = parts["service"]
+        service = slot.service
         assert isinstance(service, RuntimeService)
         service.stop()
 
@@ -100,7 +101,7 @@ def daemon_config(store: Path) -> Config:
 
 
 def run_with_senders(
-    config: Config, runtime: Extension, parts: dict[str, object]
+    config: Config, runtime: Extension, slot: RuntimeSlot
 ) -> tuple[DaemonResult, set[tuple[str, int]]]:
     """Run the daemon with the senders reporting throughout and through its shutdown, which starts once
     ACKS_BEFORE_STOP reports were acknowledged (SIGTERM, as operators stop it); return its result and every
@@ -117,7 +118,7 @@ def run_with_senders(
         os.kill(os.getpid(), signal.SIGTERM)  # run_daemon's handler is installed until the daemon returns
 
     def ready(_metrics_port: int) -> None:
-        service = parts["service"]
+        service = slot.service
         assert isinstance(service, RuntimeService)
         senders.extend(Sender(f"job-{i}", service.endpoint, done, progress) for i in range(SENDERS))
         for sender in senders:
@@ -176,10 +177,10 @@ def test_reports_acknowledged_while_stopping_are_all_stored(
         return
     store = tmp_path / "fleet.duckdb"
     config = daemon_config(store)
-    parts: dict[str, object] = {}
-    runtime = slow_runtime(parts) if slow else runtime_extension(config, parts)
+    slot = RuntimeSlot()
+    runtime = slow_runtime(slot) if slow else runtime_extension(config, slot)
     with caplog.at_level(logging.WARNING):
-        result, acked = run_with_senders(config, runtime, parts)
+        result, acked = run_with_senders(config, runtime, slot)
     assert len(acked) >= ACKS_BEFORE_STOP  # the senders did report before and during the shutdown
     lost = acked - stored_heartbeats(store)
     assert not lost, f"{len(lost)} acknowledged reports are not in the store, e.g. {sorted(lost)[:5]}"

@@ -14,6 +14,7 @@ from fleetguard.actions.executor import ActionRequest
 from fleetguard.argv import ArgvTemplateError
 from fleetguard.clock import FakeClock
 from fleetguard.config import Config, RuntimeConfig
+from fleetguard.jobcontrol.runtime_slot import RuntimeSlot
 from fleetguard.jobcontrol.trust import job_key
 from fleetguard.records.action_requests import ActionKind
 from fleetguard.records.findings import ActionOutcome, ActionRecord, Finding, FindingKind, Severity
@@ -587,7 +588,7 @@ def test_a_controller_command_runs_as_a_typed_request_and_the_ledger_names_the_c
     service = make_service(clock, sink)
     for r, p in enumerate(ranks):
         report(service, clock, r, p.pid, step=5)
-    run = runtime_runner({"service": service}, "node1")
+    run = runtime_runner(RuntimeSlot(service), "node1")
     outcome, detail = run(HostCommand("c-1", CommandKind.CHECKPOINT, JOB, "the controller asks"))
     assert outcome is CommandOutcome.DONE and "the controller asks" in detail
     [record] = sink.of(ActionRecord)
@@ -606,11 +607,13 @@ def test_a_controller_command_without_a_job_is_refused_before_it_reaches_the_run
 
     clock, sink = FakeClock(), Sink()
     service = make_service(clock, sink)
-    run = runtime_runner({"service": service}, "node1")
+    run = runtime_runner(RuntimeSlot(service), "node1")
     outcome, detail = run(HostCommand("c-1", CommandKind.RESTART, None, "why"))
     assert outcome is CommandOutcome.REFUSED and "needs a job id" in detail
     assert sink.of(ActionRecord) == []
-    outcome, _ = runtime_runner({}, "node1")(HostCommand("c-2", CommandKind.CHECKPOINT, JOB, "why"))
+    outcome, _ = runtime_runner(RuntimeSlot(), "node1")(
+        HostCommand("c-2", CommandKind.CHECKPOINT, JOB, "why")
+    )
     assert outcome is CommandOutcome.REFUSED
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from fleetguard.config import load_config
+from fleetguard.jobcontrol.runtime_slot import RuntimeSlot
 from fleetguard.selfcheck.command import command_result, selfcheck_runner
 from fleetguard.selfcheck.report import CheckResult, CheckState, SelfcheckReport
 from fleetguard.shipping.agent_side import host_runner, runtime_runner
@@ -43,7 +44,7 @@ def test_the_agent_routes_selfcheck_to_its_own_runner_and_ships_the_evidence_fir
     shipped: list[object] = []
     config = load_config(env={}, overrides={"agent.host": "node1"})
     run = host_runner(
-        runtime_runner({}, "node1"),
+        runtime_runner(RuntimeSlot(), "node1"),
         {CommandKind.SELFCHECK: selfcheck_runner(config, run=lambda: _report(CheckState.FAILED))},
         shipped.extend,
     )
@@ -55,5 +56,5 @@ def test_the_agent_routes_selfcheck_to_its_own_runner_and_ships_the_evidence_fir
 
 
 def test_an_agent_without_a_selfcheck_runner_refuses_it_clearly() -> None:
-    outcome, detail = runtime_runner({}, "node1")(COMMAND)
+    outcome, detail = runtime_runner(RuntimeSlot(), "node1")(COMMAND)
     assert outcome is CommandOutcome.REFUSED and detail == "selfcheck is not run by this agent"

@@ -16,6 +16,7 @@ import pytest
 
 from fleetguard.actions.slurm import SlurmNodes
 from fleetguard.config import load_config
+from fleetguard.jobcontrol.runtime_slot import RuntimeSlot
 from fleetguard.selfcheck.command import selfcheck_runner
 from fleetguard.shipping.agent_side import host_runner, runtime_runner
 from fleetguard.shipping.channel import CommandChannel
@@ -78,7 +79,7 @@ def agent(tmp_path: Path, controller: Controller) -> Iterator[Agent]:
     channel = CommandChannel(
         tmp_path / "commands.jsonl",
         host_runner(
-            runtime_runner({}, "node1"),
+            runtime_runner(RuntimeSlot(), "node1"),
             {CommandKind.SELFCHECK: selfcheck_runner(config)},
             lambda rows: buffers[0].add(rows),
         ),
