@@ -56,10 +56,20 @@ DRAWN = """(id) => {
   for (const p of body.querySelectorAll('.dash-graph')) {
     if (!p.querySelector('.main-svg')) return false;
   }
-  // An AG Grid's header, or a DataTable's (each draws it once its chunk has loaded).
-  for (const t of body.querySelectorAll('.table')) {
-    if (!t.querySelector('.ag-header-cell, th.dash-header')) return false;
-  }
+  // Every DataTable and AG Grid in Dash's layout has drawn its header (each draws nothing until its chunk
+  // has loaded). Counted from the layout, not from a wrapper's class: the trees compared wrap them apart.
+  const wanted = {DataTable: 0, AgGrid: 0};
+  const walk = (node) => {
+    if (Array.isArray(node)) { node.forEach(walk); return; }
+    if (!node || typeof node !== 'object') return;
+    if (node.type in wanted) wanted[node.type] += 1;
+    if (node.props) walk(node.props.children);
+  };
+  walk(window.store && window.store.getState().layout);
+  const drawn = (sel, head) =>
+    Array.from(document.querySelectorAll(sel)).filter(t => t.querySelector(head)).length;
+  if (drawn('.dash-table-container', 'th.dash-header') < wanted.DataTable) return false;
+  if (drawn('.ag-root-wrapper', '.ag-header-cell') < wanted.AgGrid) return false;
   return true;
 }"""
 

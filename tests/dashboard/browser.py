@@ -80,7 +80,7 @@ DRAWN_JS = """() => {
     if (!p.querySelector('.main-svg')) return false;
   }
   for (const t of document.querySelectorAll('.table')) {
-    if (!t.querySelector('.ag-header-cell, th.dash-header')) return false;
+    if (!t.querySelector('.ag-header-cell, th.dash-header, .empty-table th')) return false;
   }
   return true;
 }"""
