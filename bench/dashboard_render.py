@@ -10,15 +10,23 @@ has changed data to show. Also the server-side render time of each page
 Headless Debian chromium driven by Playwright; the dashboard served by `serve_dashboard` in this process on
 loopback, over the store opened read-only, with the clock fixed at the store's end.
 
+With --compare-src DIR (an export of another commit, e.g. `git archive c86030b | tar -x -C DIR`), that
+tree's dashboard and this one's are each served by a child process over the same store and clock, and every
+page is loaded from one then the other in turn, so both see the same moments of a shared machine's load.
+
 Usage: python bench/dashboard_render.py [--store /tmp/fg-dbench/dbench.duckdb] [--runs 20] [--build]
+                                        [--only fleet,job] [--compare-src /tmp/old-tree]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -48,11 +56,75 @@ DRAWN = """(id) => {
   for (const p of body.querySelectorAll('.dash-graph')) {
     if (!p.querySelector('.main-svg')) return false;
   }
-  for (const t of body.querySelectorAll('.table')) {
-    if (!t.querySelector('.ag-header-cell')) return false;
-  }
+  // Every DataTable and AG Grid in Dash's layout has drawn its header (each draws nothing until its chunk
+  // has loaded). Counted from the layout, not from a wrapper's class: the trees compared wrap them apart.
+  const wanted = {DataTable: 0, AgGrid: 0};
+  const walk = (node) => {
+    if (Array.isArray(node)) { node.forEach(walk); return; }
+    if (!node || typeof node !== 'object') return;
+    if (node.type in wanted) wanted[node.type] += 1;
+    if (node.props) walk(node.props.children);
+  };
+  walk(window.store && window.store.getState().layout);
+  const drawn = (sel, head) =>
+    Array.from(document.querySelectorAll(sel)).filter(t => t.querySelector(head)).length;
+  if (drawn('.dash-table-container', 'th.dash-header') < wanted.DataTable) return false;
+  if (drawn('.ag-root-wrapper', '.ag-header-cell') < wanted.AgGrid) return false;
   return true;
 }"""
+
+
+# A dashboard served from the tree on sys.path[0] (this one's or --compare-src's) over the store read-only;
+# its clock is the store's end plus the seconds in the clock file, which `tick` rewrites.
+CHILD_SERVER = """
+import sys
+from pathlib import Path
+from dashboard.server import serve_dashboard
+from fleetguard.config import load_config
+from fleetguard.store import Store
+store_path, clock_path, end = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
+def now():
+    try:
+        return end + float(clock_path.read_text() or 0)
+    except (OSError, ValueError):
+        return end
+config = load_config(env={}, overrides={"dashboard.refresh_seconds": 3600.0})
+with Store.open(store_path, read_only=True) as store:
+    server = serve_dashboard(store, config, port=0, now=now)
+    print(server.url, flush=True)
+    sys.stdin.read()
+    server.close()
+"""
+
+
+def serve_child(src: Path, store: Path, clock: Path) -> tuple[subprocess.Popen[str], str]:
+    """A dashboard from the tree `src` in a child process (stdin closed = stop) and its URL."""
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD_SERVER, str(store), str(clock), str(END_TS)],
+        cwd=src,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    url = child.stdout.readline().strip()
+    if not url.startswith("http"):
+        child.kill()
+        child.wait()
+        raise SystemExit(f"the dashboard from {src} did not start")
+    return child, url
+
+
+def stop_child(child: subprocess.Popen[str]) -> None:
+    assert child.stdin is not None
+    child.stdin.close()
+    try:
+        child.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
 
 
 def pages(store: Store) -> list[tuple[str, str]]:
@@ -84,48 +156,63 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+def _load_once(
+    browser: Any, url: str, page_id: str, path: str, tick: Callable[[], None]
+) -> tuple[float, list[float]]:
+    """One first render in a new tab and two live refreshes after it."""
+    refresh = []
+    page = browser.new_page()
+    started = time.perf_counter()
+    page.goto(url.rstrip("/") + path)
+    page.wait_for_function(DRAWN, arg=page_id, timeout=TIMEOUT_MS)
+    first = time.perf_counter() - started
+    for _ in range(2):
+        before = page.evaluate(REFRESHES, page_id)
+        tick()
+        started = time.perf_counter()
+        page.click(f"#{page_id}-refresh")
+        page.wait_for_function(f"(id) => ({REFRESHES})(id) > {before}", arg=page_id, timeout=TIMEOUT_MS)
+        page.wait_for_function(DRAWN, arg=page_id, timeout=TIMEOUT_MS)
+        refresh.append(time.perf_counter() - started)
+    page.close()
+    return first, refresh
+
+
 def measure_browser(
-    url: str, targets: list[tuple[str, str]], runs: int, tick: Callable[[], None]
-) -> dict[str, dict[str, float]]:
-    """`tick` moves the dashboard's clock before each refresh, so every refresh has changed data to show
-    (ages, states), as a live one does: a refresh that finds nothing changed sends almost nothing."""
-    out: dict[str, dict[str, float]] = {}
+    urls: dict[str, str], targets: list[tuple[str, str]], runs: int, tick: Callable[[], None]
+) -> dict[tuple[str, str], dict[str, float]]:
+    """`urls`: a dashboard per side (this tree, and the compared one); each run loads the page from every
+    side in turn. `tick` moves the dashboards' clock before each refresh, so every refresh has changed data
+    to show (ages, states), as a live one does: a refresh that finds nothing changed sends almost nothing."""
+    out: dict[tuple[str, str], dict[str, float]] = {}
     with chromium() as browser:
-        warm = browser.new_page()
-        warm.goto(url)  # fills the cache with Dash's and Plotly's bundles once
-        warm.wait_for_function(DRAWN, arg="fleet", timeout=TIMEOUT_MS)
-        warm.close()
+        for url in urls.values():
+            warm = browser.new_page()
+            warm.goto(url)  # fills the cache with Dash's and Plotly's bundles once
+            warm.wait_for_function(DRAWN, arg="fleet", timeout=TIMEOUT_MS)
+            warm.close()
         for page_id, path in targets:
-            first, refresh = [], []
+            first: dict[str, list[float]] = {side: [] for side in urls}
+            refresh: dict[str, list[float]] = {side: [] for side in urls}
             for _ in range(runs):
-                page = browser.new_page()
-                started = time.perf_counter()
-                page.goto(url.rstrip("/") + path)
-                page.wait_for_function(DRAWN, arg=page_id, timeout=TIMEOUT_MS)
-                first.append(time.perf_counter() - started)
-                for _ in range(2):
-                    before = page.evaluate(REFRESHES, page_id)
-                    tick()
-                    started = time.perf_counter()
-                    page.click(f"#{page_id}-refresh")
-                    page.wait_for_function(
-                        f"(id) => ({REFRESHES})(id) > {before}", arg=page_id, timeout=TIMEOUT_MS
-                    )
-                    page.wait_for_function(DRAWN, arg=page_id, timeout=TIMEOUT_MS)
-                    refresh.append(time.perf_counter() - started)
-                page.close()
+                for side, url in urls.items():
+                    took, refreshes = _load_once(browser, url, page_id, path, tick)
+                    first[side].append(took)
+                    refresh[side].extend(refreshes)
             assert not browser.errors, browser.errors[:3]
-            out[path] = {
-                "first_p50": statistics.median(first),
-                "first_p95": pct(first, 0.95),
-                "refresh_p50": statistics.median(refresh),
-                "refresh_p95": pct(refresh, 0.95),
-            }
-            print(
-                f"{path[:60]:60s} first p50 {out[path]['first_p50']:.3f} p95 {out[path]['first_p95']:.3f}  "
-                f"refresh p50 {out[path]['refresh_p50']:.3f} p95 {out[path]['refresh_p95']:.3f}",
-                flush=True,
-            )
+            for side in urls:
+                row = {
+                    "first_p50": statistics.median(first[side]),
+                    "first_p95": pct(first[side], 0.95),
+                    "refresh_p50": statistics.median(refresh[side]),
+                    "refresh_p95": pct(refresh[side], 0.95),
+                }
+                out[(side, path)] = row
+                print(
+                    f"{side:6s} {path[:54]:54s} first p50 {row['first_p50']:.3f} p95 {row['first_p95']:.3f}  "
+                    f"refresh p50 {row['refresh_p50']:.3f} p95 {row['refresh_p95']:.3f}",
+                    flush=True,
+                )
     return out
 
 
@@ -149,24 +236,48 @@ def measure_server(
     return out
 
 
+def shown_path(target: str) -> str:
+    shown = target.split("?")[0].rsplit("/", 1)[0] + "/…" if target.count("/") > 1 else target
+    return shown + ("?" + target.split("?")[1] if "?" in target else "")
+
+
+def print_compared(browser: dict[tuple[str, str], dict[str, float]], targets: list[tuple[str, str]]) -> None:
+    print(
+        "\n| page | first render p50 / p95, compared | this tree | live refresh p50 / p95, compared | this |"
+    )
+    print("|---|---|---|---|---|")
+    for _, target in targets:
+        a, b = browser[("before", target)], browser[("this", target)]
+        print(
+            f"| `{shown_path(target)}` | {a['first_p50']:.2f} / {a['first_p95']:.2f} s | "
+            f"{b['first_p50']:.2f} / {b['first_p95']:.2f} s | "
+            f"{a['refresh_p50']:.2f} / {a['refresh_p95']:.2f} s | "
+            f"{b['refresh_p50']:.2f} / {b['refresh_p95']:.2f} s |"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--store", default="/tmp/fg-dbench/dbench.duckdb")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--build", action="store_true", help="build the store first (minutes)")
     parser.add_argument("--only", default="", help="comma-separated page ids to measure (default: all)")
+    parser.add_argument(
+        "--compare-src", default="", help="another tree's root: its dashboard is measured beside this one's"
+    )
     args = parser.parse_args()
     path = Path(args.store)
     if args.build:
         print(json.dumps(build(path), indent=2), flush=True)
+    if args.compare_src:
+        compare(path, Path(args.compare_src).resolve(), args)
+        return
     from dashboard.app import PAGES
 
     with Store.open(path, read_only=True) as store:
         counts = {t: n for t, n in store.counts().items() if n}
         print(f"store {path}: {path.stat().st_size / 2**30:.2f} GiB, rows {counts}", flush=True)
-        targets = pages(store)
-        if args.only:
-            targets = [t for t in targets if t[0] in args.only.split(",")]
+        targets = select(pages(store), args.only)
         # The refresh button fires the callback dcc.Interval fires; no timer in between the measurements.
         config = load_config(env={}, overrides={"dashboard.refresh_seconds": 3600.0})
         # The clock moves between the store's end and 15 s later on every refresh: the data shown changes
@@ -182,20 +293,46 @@ def main() -> None:
             # the WSGI adapter): the same pages and queries, its own fleet model.
             ctx = create_app(store, config, now=lambda: clock[0]).server.config["fleetguard.dashboard"]
             server_p95 = measure_server(ctx, {p.page_id: p for p in PAGES}, targets, max(5, args.runs // 2))
-            browser = measure_browser(server.url, targets, args.runs, tick)
+            browser = measure_browser({"this": server.url}, targets, args.runs, tick)
         finally:
             server.close()
     print("\n| page | first render p50 | p95 | live refresh p50 | p95 | server render p95 |")
     print("|---|---|---|---|---|---|")
     for _, target in targets:
-        b = browser[target]
-        shown = target.split("?")[0].rsplit("/", 1)[0] + "/…" if target.count("/") > 1 else target
-        if "?" in target:
-            shown += "?" + target.split("?")[1]
+        b = browser[("this", target)]
         print(
-            f"| `{shown}` | {b['first_p50']:.2f} s | {b['first_p95']:.2f} s | {b['refresh_p50']:.2f} s | "
-            f"{b['refresh_p95']:.2f} s | {server_p95[target]:.2f} s |"
+            f"| `{shown_path(target)}` | {b['first_p50']:.2f} s | {b['first_p95']:.2f} s | "
+            f"{b['refresh_p50']:.2f} s | {b['refresh_p95']:.2f} s | {server_p95[target]:.2f} s |"
         )
+
+
+def select(targets: list[tuple[str, str]], only: str) -> list[tuple[str, str]]:
+    return [t for t in targets if t[0] in only.split(",")] if only else targets
+
+
+def compare(path: Path, src: Path, args: argparse.Namespace) -> None:
+    """This tree's dashboard and `src`'s, each in a child process over the same store and clock."""
+    with Store.open(path, read_only=True) as store:
+        targets = select(pages(store), args.only)
+    here = Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory(prefix="fg-dbench-clock-") as tmp:
+        clock = Path(tmp) / "clock"
+        clock.write_text("0")
+
+        def tick() -> None:
+            clock.write_text("15" if clock.read_text() == "0" else "0")
+
+        children = []
+        try:
+            before, before_url = serve_child(src, path, clock)
+            children.append(before)
+            this, this_url = serve_child(here, path, clock)
+            children.append(this)
+            browser = measure_browser({"before": before_url, "this": this_url}, targets, args.runs, tick)
+        finally:
+            for child in children:
+                stop_child(child)
+    print_compared(browser, targets)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import dash
 import flask
@@ -13,6 +13,7 @@ from dash import dcc, html
 
 from dashboard.auth import read_operator_token
 from dashboard.context import DashboardContext, install
+from dashboard.grid_bundle import defer_grid_bundle
 from dashboard.operator import OperatorDesk, Resolver
 from dashboard.pages import alerts, fleet, gpu, host, incidents, jobs, network, policy, predictions, repairs
 from dashboard.pages.live import PageSpec, register
@@ -93,10 +94,21 @@ def create_app(
         suppress_callback_exceptions=True,  # each page's components exist only while it is shown
         serve_locally=True,  # no CDN: the dashboard works on an air-gapped cluster
     )
+    _defer_grid_bundle(app)
     for spec in PAGES:
         register(app, spec)
     app.layout = html.Div([_header(), html.Main(dash.page_container, className="main")])
     return app
+
+
+def _defer_grid_bundle(app: dash.Dash) -> None:
+    """Every page's HTML names AG Grid's bundle instead of loading it (`dashboard.grid_bundle`)."""
+    interpolate: Callable[..., str] = app.interpolate_index
+
+    def without_grid_bundle(**parts: Any) -> str:
+        return interpolate(**{**parts, "scripts": defer_grid_bundle(parts["scripts"])})
+
+    setattr(app, "interpolate_index", without_grid_bundle)  # noqa: B010  (Dash calls self.interpolate_index)
 
 
 def _secure(response: flask.Response) -> flask.Response:

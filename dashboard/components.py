@@ -4,16 +4,24 @@ from __future__ import annotations
 
 import datetime as dt
 import urllib.parse
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from dash import dcc, html
+from dash.dash_table.DataTable import DataTable
+from dash.dash_table.Format import Format, Scheme
 from dash_ag_grid import AgGrid
 
 from dashboard.figures import GRAPH_CONFIG
 from dashboard.health import COLOURS, Health
 from dashboard.live_slots import SlotKind, slot_id
+
+# DataTable warns on every construction that a future Dash major version moves it out; it is in 4.x.
+warnings.filterwarnings(
+    "ignore", message=r"\s*The dash_table.DataTable will be removed", category=DeprecationWarning
+)
 
 Kind = Literal["text", "link", "number", "int", "health"]
 
@@ -106,10 +114,11 @@ def _column_def(c: Col) -> dict[str, Any]:
             "flex": 1,
         }
         return spec
-    # Text wraps and the row grows to fit it: a long reason or an evidence value is read, not cut off.
     spec |= {"filter": "agTextColumnFilter", "flex": 2}
     if c.wide:
-        spec |= {"wrapText": True, "autoHeight": True, "flex": 5}
+        # One line per row and the whole text in a tooltip: a row that grows to fit its text makes the grid
+        # measure every row it draws.
+        spec |= {"tooltipField": c.id, "flex": 5}
     if c.kind == "link":
         # dash-ag-grid's markdown renderer: links open in the same tab, raw HTML in a cell is not rendered.
         spec["cellRenderer"] = "markdown"
@@ -129,12 +138,97 @@ _DEFAULT_COLUMN: Final = {
 
 
 def table(
-    table_id: str, columns: Sequence[Col], rows: Sequence[Mapping[str, Any]], page_size: int = 15
+    table_id: str,
+    columns: Sequence[Col],
+    rows: Sequence[Mapping[str, Any]],
+    page_size: int = 15,
+    *,
+    large: bool = False,
 ) -> html.Div:
-    """A grid that sorts and filters in the browser, with its headers even when it has no rows. Its rows
+    """A table that sorts and filters in the browser, with its headers even when it has no rows. Its rows
     are a live slot (`dashboard.live_slots`): a refresh replaces them in place, so the operator's sort,
-    filter and page stay as they were."""
-    grid = AgGrid(
+    filter and page stay as they were.
+
+    `large` is for a table whose rows grow with the fleet's size (every GPU's risk): an AG Grid, which
+    filters tens of thousands of rows without drawing them. Every other table is a DataTable, which a new
+    tab draws much sooner: no AG Grid bundle to run (`dashboard.grid_bundle`), no grid to build
+    (BENCHMARKS.md, "Tables by size")."""
+    if not rows and not large:
+        return html.Div(_headers_only(columns), id=table_id, className="table")
+    inner = (
+        _grid(table_id, columns, rows, page_size)
+        if large
+        else _data_table(table_id, columns, rows, page_size)
+    )
+    return html.Div(inner, id=table_id, className="table")
+
+
+def _headers_only(columns: Sequence[Col]) -> list[Any]:
+    """An empty table: its headers and a line saying so, in plain HTML. A DataTable with no rows costs a
+    new tab as much as one with rows; rows arriving later change the page's shape, so a refresh sends it
+    whole (`dashboard.live_slots`)."""
+    head = html.Thead(html.Tr([html.Th(c.name) for c in columns]))
+    return [html.Table(head, className="empty-table"), empty("nothing to show")]
+
+
+def _data_column(c: Col) -> dict[str, Any]:
+    spec: dict[str, Any] = {"name": c.name, "id": c.id}
+    if c.kind == "link":
+        spec["presentation"] = "markdown"
+    elif c.kind in ("number", "int"):
+        spec["type"] = "numeric"
+        spec["format"] = Format(  # type: ignore[no-untyped-call]
+            precision=0 if c.kind == "int" else c.decimals, scheme=Scheme.fixed
+        )
+    return spec
+
+
+def _data_table(
+    table_id: str, columns: Sequence[Col], rows: Sequence[Mapping[str, Any]], page_size: int
+) -> DataTable:
+    health_cols = [c.id for c in columns if c.kind == "health"]
+    specs: Any = [_data_column(c) for c in columns]  # plain dicts: the generated TypedDicts add nothing
+    data: Any = [dict(r) for r in rows]
+    return DataTable(
+        id=slot_id(SlotKind.TABLE, table_id),
+        columns=specs,
+        data=data,
+        sort_action="native",
+        filter_action="native",
+        # Matching ignores case, so its toggle (an "Aa" drawn in a font that is not shipped) is hidden by
+        # the stylesheet: there is nothing to toggle.
+        filter_options={"case": "insensitive", "placeholder_text": "filter"},
+        page_action="native",
+        page_size=page_size,
+        markdown_options={"link_target": "_self"},
+        persistence=True,
+        persisted_props=["sort_by", "filter_query", "page_current"],
+        style_as_list_view=True,
+        css=[{"selector": ".dash-cell-value a", "rule": "color: #1f6fd6 !important;"}],
+        style_table={"overflowX": "auto"},
+        style_header={"fontWeight": "600", "backgroundColor": "#f3f5f8"},
+        style_cell={"fontFamily": "inherit", "fontSize": "13px", "padding": "4px 8px", "textAlign": "left"},
+        # Long text wraps within its column: read, not cut off (the other columns stay one line).
+        style_cell_conditional=[
+            {"if": {"column_id": c.id}, "whiteSpace": "normal", "height": "auto", "minWidth": "320px"}
+            for c in columns
+            if c.wide
+        ],
+        style_data_conditional=[
+            {
+                "if": {"filter_query": f'{{{col}}} = "{h.value}"', "column_id": col},
+                "color": "white",
+                "backgroundColor": colour,
+                "fontWeight": "600",
+            }
+            for col in health_cols
+            for h, colour in COLOURS.items()
+        ],
+    )
+
+
+def _grid(table_id: str, columns: Sequence[Col], rows: Sequence[Mapping[str, Any]], page_size: int) -> AgGrid:
+    return AgGrid(
         id=slot_id(SlotKind.GRID, table_id),
         columnDefs=[_column_def(c) for c in columns],
         rowData=[dict(r) for r in rows],
@@ -149,13 +243,14 @@ def table(
             "ensureDomOrder": True,
             "animateRows": False,
             "localeText": {"noRowsToShow": "nothing to show"},
+            "tooltipShowDelay": 300,
         },
         persistence=True,
         persisted_props=["filterModel"],
+        persistence_type="local",  # also assets/lazy_grid.js's default: Dash reads it before the bundle loads
         style={"width": "100%"},
         className="grid",
     )
-    return html.Div(grid, id=table_id, className="table")
 
 
 def when(ts: float | None) -> str:

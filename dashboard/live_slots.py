@@ -21,7 +21,8 @@ from dash.development.base_component import Component
 
 
 class SlotKind(enum.StrEnum):
-    GRID = "grid"
+    GRID = "grid"  # an AG Grid (a large table)
+    TABLE = "table"  # a DataTable
     FIGURE = "figure"
     TEXT = "text"
 
@@ -29,6 +30,7 @@ class SlotKind(enum.StrEnum):
 # The component property each kind of slot holds its value in.
 PROPERTY: Final[dict[SlotKind, str]] = {
     SlotKind.GRID: "rowData",
+    SlotKind.TABLE: "data",
     SlotKind.FIGURE: "figure",
     SlotKind.TEXT: "children",
 }

@@ -79,7 +79,7 @@ def render(ctx: DashboardContext, _params: Params) -> Any:
         ),
         section(
             f"Ranking (top {len(risks)} of {summary.scored})",
-            table("predictions-table", cols, rows, page_size=20),
+            table("predictions-table", cols, rows, page_size=20, large=True),
             section_id="predictions-ranking",
         ),
     ]

@@ -70,7 +70,8 @@ def chromium() -> Iterator[Browser]:
 
 # A page is drawn when its body is filled, no callback is pending, every graph has its SVG (a graph whose
 # plotly bundle is still loading has no .js-plotly-plot yet, so graphs are found by dcc.Graph's own class)
-# and every grid its header (AG Grid's bundle loads on first use, after the layout).
+# and every table its header (an AG Grid's or a DataTable's: each one's chunk loads on first use, after the
+# layout).
 DRAWN_JS = """() => {
   const body = document.querySelector('[id$="-body"]');
   if (!body || body.children.length === 0) return false;
@@ -79,7 +80,7 @@ DRAWN_JS = """() => {
     if (!p.querySelector('.main-svg')) return false;
   }
   for (const t of document.querySelectorAll('.table')) {
-    if (!t.querySelector('.ag-header-cell')) return false;
+    if (!t.querySelector('.ag-header-cell, th.dash-header, .empty-table th')) return false;
   }
   return true;
 }"""

@@ -12,6 +12,7 @@ from dash import html
 
 from dashboard.components import Col, gpu_text, graph, stat_card, table
 from dashboard.figures import centred_range, step_heatmap
+from dashboard.grid_bundle import BUNDLE_ELEMENT_ID, defer_grid_bundle
 from dashboard.live_slots import SlotKind, mark
 from dashboard.pages.jobs import troubles
 from dashboard.pages.live import plan_refresh
@@ -46,7 +47,7 @@ def test_changed_rows_are_sent_to_their_table_alone() -> None:
     rows = [*ROWS, {"host": "c", "gpus": 4}]
     again = plan_refresh("p", _page(rows), first.held, now=160.0)
     assert again.body is None and again.changed
-    assert again.updates == {(SlotKind.GRID, "hosts-table"): rows}
+    assert again.updates == {(SlotKind.TABLE, "hosts-table"): rows}
     assert again.held["changed"] == 160.0
 
 
@@ -86,18 +87,41 @@ def test_slots_are_named_by_page_and_table_id() -> None:
     assert set(live.slots) == {
         (SlotKind.TEXT, "text-1"),
         (SlotKind.TEXT, "text-2"),
-        (SlotKind.GRID, "hosts-table"),
+        (SlotKind.TABLE, "hosts-table"),
         (SlotKind.FIGURE, "plot"),
     }
-    grid = body[2].children
-    assert grid.id == {"slot": "grid", "page": "fleet", "name": "hosts-table"}
-    assert grid.rowData == ROWS  # the value is back in place after the shape was digested
+    rows = body[2].children
+    assert rows.id == {"slot": "table", "page": "fleet", "name": "hosts-table"}
+    assert rows.data == ROWS  # the value is back in place after the shape was digested
+
+
+def test_a_large_table_is_a_grid_whose_rows_are_its_slot() -> None:
+    live = mark([table("risks", COLS, ROWS, large=True)], "predictions")
+    assert set(live.slots) == {(SlotKind.GRID, "risks")}
+    assert live.slots[(SlotKind.GRID, "risks")].value == ROWS
 
 
 def test_every_table_has_its_headers_even_with_no_rows() -> None:
-    grid = table("empty", COLS, []).children
+    small = table("empty", COLS, [])
+    assert [th.children for th in small.children[0].children.children.children] == ["host", "GPUs"]
+    grid = table("empty", COLS, [], large=True).children
     assert [c["headerName"] for c in grid.columnDefs] == ["host", "GPUs"]
     assert grid.rowData == []
+
+
+def test_rows_arriving_in_an_empty_table_send_the_page_whole() -> None:
+    first = plan_refresh("p", _page([]), None, now=100.0)
+    again = plan_refresh("p", _page(ROWS), first.held, now=160.0)
+    assert again.body is not None and again.changed
+
+
+def test_the_grid_bundle_is_named_in_the_page_but_not_loaded() -> None:
+    tag = '<script src="/_dash-component-suites/dash_ag_grid/dash_ag_grid.v35_3_0m17.min.js"></script>'
+    other = '<script src="/_dash-component-suites/dash/dcc/dash_core_components.v4_4_1m17.js"></script>'
+    out = defer_grid_bundle(f"{other}\n{tag}")
+    assert other in out and tag not in out
+    assert f'id="{BUNDLE_ELEMENT_ID}" data-src="/_dash-component-suites/dash_ag_grid/dash_ag_grid.v35' in out
+    assert 'type="text/plain"' in out
 
 
 def test_identical_ranks_fill_a_tenth_of_the_median_each_way_not_the_whole_scale() -> None:

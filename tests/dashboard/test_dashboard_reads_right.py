@@ -60,7 +60,7 @@ def test_incident_evidence_values_are_on_screen_not_cut_off(
     assert row is not None
     page = _open(browser, dashboard, f"/incidents/{row[0]}")
     assert page.inner_text("#card-incident-component .card-value") == "GPU 2"
-    cells = page.locator("#incident-evidence-table .ag-cell[col-id='detail']")
+    cells = page.locator("#incident-evidence-table td.dash-cell[data-dash-column='detail']")
     assert cells.count() > 0
     width = page.viewport_size["width"]
     for i in range(cells.count()):
@@ -95,7 +95,9 @@ def test_a_dead_rank_is_counted_under_deaths_not_hangs(browser: Browser, dashboa
     page.close()
 
 
-@pytest.mark.parametrize("path", ["/", "/incidents", f"/jobs/{JOB_ID}", "/network", "/alerts", "/policy"])
+@pytest.mark.parametrize(
+    "path", ["/", "/incidents", f"/jobs/{JOB_ID}", "/network", "/alerts", "/policy", "/predictions"]
+)
 def test_every_table_has_headers_and_a_filter_row_whose_icons_render(
     browser: Browser, dashboard: DashboardServer, path: str
 ) -> None:
@@ -104,16 +106,62 @@ def test_every_table_has_headers_and_a_filter_row_whose_icons_render(
     tables = page.locator(".table")
     assert tables.count() > 0
     for i in range(tables.count()):
-        headers = tables.nth(i).locator(".ag-header-cell-text").all_inner_texts()
+        if tables.nth(i).locator(".ag-root-wrapper").count():  # a large table: an AG Grid
+            headers = tables.nth(i).locator(".ag-header-cell-text").all_inner_texts()
+            filters = tables.nth(i).locator(".ag-floating-filter").count()
+        elif tables.nth(i).locator(".empty-table").count():  # no rows: headers, nothing to filter
+            headers = tables.nth(i).locator(".empty-table th").all_inner_texts()
+            filters = len(headers)
+            assert "nothing to show" in tables.nth(i).inner_text()
+        else:
+            headers = tables.nth(i).locator("th.dash-header .column-header-name").all_inner_texts()
+            filters = tables.nth(i).locator("th.dash-filter").count()
         assert headers and all(h.strip() for h in headers)
-        assert tables.nth(i).locator(".ag-floating-filter").count() == len(headers)
-    # The deprecated DataTable's case toggle ("Aa" in a font never shipped) is gone; AG Grid's icons draw.
-    assert page.locator(".dash-filter--case").count() == 0
+        assert filters == len(headers)
+    # DataTable's case toggle ("Aa" in a font never shipped) is not shown: its filters ignore case.
+    toggles = page.locator(".dash-filter--case")
+    assert all(not toggles.nth(i).is_visible() for i in range(toggles.count()))
     icons = page.locator(".ag-floating-filter-button .ag-icon, .ag-floating-filter .ag-icon")
     for i in range(min(icons.count(), 5)):
         box = icons.nth(i).bounding_box()
         assert box is not None and box["width"] > 0 and box["height"] > 0
     assert browser.errors == []
+    page.close()
+
+
+def test_a_grid_is_drawn_only_where_a_table_is_large_and_its_bundle_loaded_only_there(
+    browser: Browser, dashboard: DashboardServer
+) -> None:
+    browser.errors.clear()
+    page = _open(browser, dashboard, "/jobs")
+    assert page.locator("#jobs-table .dash-table-container").count() == 1
+    fetched = "() => performance.getEntriesByType('resource').some(r => r.name.includes('dash_ag_grid'))"
+    assert not page.evaluate(fetched)  # no grid on the page: AG Grid's bundle was not fetched
+    # In-app navigation to the page of every GPU's risk: the grid loads its bundle and draws.
+    page.click(".nav-link:text-is('Predictions')")
+    page.wait_for_selector("#predictions-table .ag-root-wrapper .ag-header-cell", timeout=TIMEOUT_MS)
+    wait_drawn(page, TIMEOUT_MS)
+    assert page.evaluate(fetched)
+    assert page.locator("#predictions-table .ag-center-cols-container .ag-row").count() > 0
+    assert browser.errors == []
+    page.close()
+
+
+def test_a_filter_ignores_case(browser: Browser, dashboard: DashboardServer) -> None:
+    page = _open(browser, dashboard, f"/jobs/{JOB_ID}")
+    rows = page.locator("#job-ranks-table td.dash-cell[data-dash-column='host']")
+    host = rows.first.inner_text()
+    before = rows.count()
+    box = page.locator("#job-ranks-table th.dash-filter[data-dash-column='host'] input[type='text']")
+    box.fill(host.upper())
+    box.press("Enter")
+    page.wait_for_function(
+        "(n) => document.querySelectorAll(\"#job-ranks-table td[data-dash-column='host']\").length < n",
+        arg=before,
+        timeout=TIMEOUT_MS,
+    )
+    shown = rows.all_inner_texts()
+    assert shown and all(h == host for h in shown)
     page.close()
 
 
@@ -124,21 +172,21 @@ def test_a_live_refresh_changes_rows_in_place_and_says_when_the_data_changed(
     page = _open(browser, server, "/jobs")
     assert page.inner_text("#jobs-stamp").startswith("loaded")
     page.evaluate(
-        "() => { window.__grid = document.querySelector('#jobs-table .ag-root-wrapper');"
+        "() => { window.__grid = document.querySelector('#jobs-table .dash-table-container');"
         " window.__card = document.querySelector('#card-jobs-count'); }"
     )
-    last = page.locator("#jobs-table .ag-cell[col-id='last']").first
+    last = page.locator("#jobs-table td.dash-cell[data-dash-column='last']").first
     before = last.inner_text()
     clock[0] += 600
     page.click("#jobs-refresh")
     page.wait_for_selector("#jobs-stamp [data-refresh='1']", timeout=TIMEOUT_MS)
     page.wait_for_function(
-        "(before) => document.querySelector(\"#jobs-table .ag-cell[col-id='last']\").textContent !== before",
+        "(was) => document.querySelector(\"#jobs-table td[data-dash-column='last']\").textContent !== was",
         arg=before,
         timeout=TIMEOUT_MS,
     )
-    # The same grid and card elements: updated where they stand, not mounted anew.
-    assert page.evaluate("document.querySelector('#jobs-table .ag-root-wrapper') === window.__grid")
+    # The same table and card elements: updated where they stand, not mounted anew.
+    assert page.evaluate("document.querySelector('#jobs-table .dash-table-container') === window.__grid")
     assert page.evaluate("document.querySelector('#card-jobs-count') === window.__card")
     assert f"data changed {clock_text(clock[0])}" in page.inner_text("#jobs-stamp")
     page.close()
@@ -149,17 +197,21 @@ def test_a_sort_survives_a_live_refresh(
 ) -> None:
     server, clock = moving
     page = _open(browser, server, f"/jobs/{JOB_ID}")
-    header = page.locator("#job-ranks-table [role='columnheader'][col-id='rank'] .ag-header-cell-label")
-    header.click()
-    header.click()  # descending
-    first = page.locator("#job-ranks-table .ag-row[row-index='0'] .ag-cell[col-id='rank']")
-    page.wait_for_function(
-        "() => document.querySelector(\"#job-ranks-table .ag-row[row-index='0'] .ag-cell[col-id='rank']\")"
-        ".textContent === '7'",
-        timeout=TIMEOUT_MS,
-    )
+    icon = "#job-ranks-table th.dash-header[data-dash-column='rank'] .column-header--sort svg"
+    first = "#job-ranks-table td.dash-cell[data-dash-column='rank']"
+    for _ in range(2):  # DataTable's cycle from unsorted: one direction, then the other
+        was = page.get_attribute(icon, "class")
+        page.click(icon)
+        page.wait_for_function(
+            "([sel, was]) => document.querySelector(sel).getAttribute('class') !== was",
+            arg=[icon, was],
+            timeout=TIMEOUT_MS,
+        )
+        if page.locator(first).first.inner_text() == "7":
+            break
+    assert page.locator(first).first.inner_text() == "7"  # descending
     clock[0] += 30
     page.click("#job-refresh")
     page.wait_for_selector("#job-stamp [data-refresh='1']", timeout=TIMEOUT_MS)
-    assert first.inner_text() == "7"
+    assert page.locator(first).first.inner_text() == "7"
     page.close()

@@ -62,8 +62,8 @@ def test_the_repairs_page_shows_time_out_of_service_and_how_often_a_repair_held(
     assert page.inner_text("#card-repairs .card-value") == "3"
     assert page.inner_text("#card-held .card-value") == "50%"  # xid:79: one held, one came back
     assert page.inner_text("#card-out .card-value") == "1"
-    rows = page.locator("#repairs-by-fault .ag-center-cols-container .ag-row")
-    table = [rows.nth(i).locator(".ag-cell").all_inner_texts() for i in range(rows.count())]
+    rows = page.locator("#repairs-by-fault .dash-spreadsheet tbody tr:has(td.dash-cell)")
+    table = [rows.nth(i).locator("td.dash-cell").all_inner_texts() for i in range(rows.count())]
     cells = next(r for r in table if "xid:79" in r)
     assert "50% (1 of 2)" in cells and "6.00" in cells  # 2 h + 4 h out
     out = page.inner_text("#repairs-out")
