@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import duckdb
 
@@ -52,10 +52,33 @@ HOST_TYPES = ("VARCHAR", "VARCHAR", "", "", "", "BIGINT", "DOUBLE", "BIGINT", "B
 TIME_COLUMNS = frozenset({"first_seen", "last_seen", "last_sent"})
 
 
+# Per host, its newest ledger row: the batch committed last (the ledger is written with every batch).
+_NEWEST_COMMITS = """
+SELECT host, boot_id, seq_hi, epoch(committed_ts) FROM ingest_ledger
+QUALIFY row_number() OVER (PARTITION BY host ORDER BY committed_ts DESC, seq_hi DESC) = 1
+"""
+
+
 def load_hosts(con: duckdb.DuckDBPyConnection) -> dict[str, HostState]:
+    """The hosts as stored, each brought up to its newest ledger row: fleet_hosts is written about once a
+    second, the ledger in every commit, so after a crash the ledger knows the later last sign of life."""
     cols = ", ".join(f"epoch({c})" if c in TIME_COLUMNS else f'"{c}"' for c in HOST_COLUMNS)
     rows = con.execute(f"SELECT {cols} FROM fleet_hosts").fetchall()
-    return {str(r[0]): HostState(*r) for r in rows}
+    hosts = {str(r[0]): HostState(*r) for r in rows}
+    for host, boot_id, seq, committed in con.execute(_NEWEST_COMMITS).fetchall():
+        state = hosts.get(str(host))
+        if state is not None:
+            hosts[state.host] = caught_up(state, str(boot_id), int(seq), float(committed))
+    return hosts
+
+
+def caught_up(state: HostState, boot_id: str, seq: int, committed: float) -> HostState:
+    """`state` after the batch the ledger says was committed last (`seq` of `boot_id` at `committed`), if
+    that is newer than what `state` knows."""
+    if committed <= state.last_seen:
+        return state
+    last_seq = max(seq, state.last_seq) if boot_id == state.boot_id else seq
+    return replace(state, boot_id=boot_id, last_seen=committed, last_seq=last_seq)
 
 
 def to_json(state: HostState, now: float, silent_after: float) -> dict[str, object]:

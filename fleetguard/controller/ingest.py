@@ -1,9 +1,16 @@
 """The single writer: checked batches wait in a bounded queue; one thread commits them in groups.
 
 A group is one DuckDB transaction: every table's rows (one INSERT per table), the ledger rows naming the
-batches, the hosts' state and the acknowledged commands. So a batch is either stored whole and recorded in
-the ledger, or neither; a batch already in the ledger is answered "duplicate" and not stored again. Grouping
-is what lets one writer keep up with thousands of agents: the cost of a commit is shared by every batch in it.
+batches, the rows of hosts heard for the first time and the acknowledged commands. So a batch is either
+stored whole and recorded in the ledger, or neither; a batch already in the ledger is answered "duplicate"
+and not stored again. Grouping is what lets one writer keep up with thousands of agents: the cost of a
+commit is shared by every batch in it.
+
+A known host's state (last seen, counts) lives in memory, where the read API, /metrics and the silence
+check read it, and is written to `fleet_hosts` about once a second (`flush_hosts`), not in every commit: the
+upsert was a fifth of a commit's fixed cost. The ledger, written with each batch, is the durable record of
+when a host was last heard: `hosts.load_hosts` takes the newer of the two at start, so a crash between
+flushes loses no host's last sign of life.
 """
 
 from __future__ import annotations
@@ -37,12 +44,16 @@ log = logging.getLogger(__name__)
 MAX_GROUP_BATCHES = 512
 WRITER_LANES = 2
 # A lane starts a commit at most this often (sooner once it holds MAX_GROUP_BATCHES). A commit costs DuckDB
-# 10-20 ms of CPU however few rows it holds (a statement per table, the hosts' upsert, the ledger, the WAL:
+# 10-20 ms of CPU however few rows it holds (a statement per table, the ledger, the WAL:
 # bench/controller_load.py), so a lane that commits whatever is queued the moment it is free spends its cores
 # on small groups as load grows. Gathering for this long bounds that cost per second, not per batch; a batch
 # on a quiet lane is committed at once.
 GROUP_WINDOW_SECONDS = 0.1
 LEDGER_COMPACT_SECONDS = 60.0
+# How often known hosts' state is written to fleet_hosts (the dashboard reads it there; everything else
+# reads the writer's memory). A host is judged silent after several of its 5 s intervals, so a second is
+# prompt enough.
+HOSTS_FLUSH_SECONDS = 1.0
 
 # The store itself failing (disk, memory, I/O): every batch of the group is answered 503 and re-sent later.
 _STORE_FAILURES: tuple[type[Exception], ...] = (
@@ -121,6 +132,8 @@ class IngestWriter:
         self.every(LEDGER_COMPACT_SECONDS, "ledger compaction", self._compact_ledger)
         # Host state read by other threads (read API, /metrics) is copied under this lock.
         self.hosts_lock = threading.Lock()
+        self._unflushed_hosts: set[str] = set()  # changed since fleet_hosts was last written (hosts_lock)
+        self.every(HOSTS_FLUSH_SECONDS, "hosts' state", self.flush_hosts)
 
     def every(self, seconds: float, name: str, task: Task) -> None:
         """Run `task(connection, now)` on the writer thread about every `seconds`, inside a transaction.
@@ -211,7 +224,7 @@ class IngestWriter:
             self._threads.append(thread)
 
     def stop(self) -> None:
-        """Commit what is queued, then stop."""
+        """Commit what is queued, write the hosts' state, then stop."""
         self._stop.set()
         for lane in self._lanes:
             # A lane waiting for its next batch wakes now rather than at the end of its 0.2 s wait (Ctrl-C
@@ -221,6 +234,34 @@ class IngestWriter:
                 lane.put_nowait(_wake)
         for thread in self._threads:
             thread.join(timeout=60)
+        if any(t.is_alive() for t in self._threads):
+            return  # a lane still writes: its host state is not final (load_hosts recovers from the ledger)
+        try:
+            with self.store.transaction() as con:
+                self.flush_hosts(con, self.clock.time())
+        except Exception:
+            log.exception("the hosts' state could not be written at shutdown")
+
+    def flush_hosts(self, con: duckdb.DuckDBPyConnection, _now: float) -> None:
+        """Write the state of the hosts heard since the last flush to fleet_hosts (inside a transaction).
+        An UPDATE of rows the lanes inserted earlier: a lane only ever inserts new hosts, so the two never
+        write the same row (a host inserted after this transaction began is flushed at its next batch)."""
+        with self.hosts_lock:
+            states = [self.hosts[h] for h in self._unflushed_hosts]  # replaced on change, never mutated
+            self._unflushed_hosts = set()
+        if not states:
+            return
+        try:
+            con.register("__flush_hosts", _host_rows(states))
+            try:
+                con.execute(_UPDATE_HOSTS)
+            finally:
+                with contextlib.suppress(duckdb.Error):
+                    con.unregister("__flush_hosts")
+        except BaseException:
+            with self.hosts_lock:
+                self._unflushed_hosts.update(s.host for s in states)
+            raise
 
     def _run(self, index: int, cursor: duckdb.DuckDBPyConnection) -> None:
         try:
@@ -359,13 +400,11 @@ class IngestWriter:
                         views.append(view)
                         con.execute(insert_sql(table, view, arrays))
                 if batches:
-                    con.register("__ingest_ledger_rows", _ledger_rows(batches, now))
-                    views.append("__ingest_ledger_rows")
-                    con.execute(
-                        "INSERT INTO ingest_ledger SELECT host, boot_id, seq, seq, "
-                        "make_timestamp(CAST(round(ts * 1000000) AS BIGINT)), n FROM __ingest_ledger_rows"
-                    )
-                    con.register("__ingest_hosts", _host_rows(staged))
+                    # As parameters: a few dozen values need no registered view (~1 ms a commit).
+                    con.execute(_INSERT_LEDGER, _ledger_params(batches, now))
+                new_hosts = [s for s in staged if s.host not in self.hosts]
+                if new_hosts:  # known hosts' state is written by flush_hosts
+                    con.register("__ingest_hosts", _host_rows(new_hosts))
                     views.append("__ingest_hosts")
                     con.execute(_UPSERT_HOSTS)
                 for b in batches:
@@ -433,6 +472,7 @@ class IngestWriter:
         with self.hosts_lock:
             for s in staged:
                 self.hosts[s.host] = s
+                self._unflushed_hosts.add(s.host)
 
     def _committed(
         self, fresh: list[Pending], duplicates: list[Pending], staged: list[HostState], seconds: float
@@ -473,14 +513,20 @@ def _wake() -> None:
     """Put on a lane by `stop`: ends the writer thread's wait for a batch."""
 
 
-def _ledger_rows(batches: list[IngestBatch], now: float) -> dict[str, object]:
-    return {
-        "host": np.array([b.host for b in batches], dtype=object),
-        "boot_id": np.array([b.boot_id for b in batches], dtype=object),
-        "seq": np.array([b.seq for b in batches], dtype=np.int64),
-        "ts": np.full(len(batches), now, dtype=np.float64),
-        "n": np.array([b.rows for b in batches], dtype=np.int64),
-    }
+_INSERT_LEDGER = (
+    "INSERT INTO ingest_ledger SELECT unnest($1::VARCHAR[]), unnest($2::VARCHAR[]), unnest($3::BIGINT[]), "
+    "unnest($3::BIGINT[]), make_timestamp(CAST(round($4::DOUBLE * 1000000) AS BIGINT)), unnest($5::BIGINT[])"
+)
+
+
+def _ledger_params(batches: list[IngestBatch], now: float) -> list[object]:
+    return [
+        [b.host for b in batches],
+        [b.boot_id for b in batches],
+        [b.seq for b in batches],
+        now,
+        [b.rows for b in batches],
+    ]
 
 
 def _gpus(batch: IngestBatch) -> int:
@@ -491,13 +537,26 @@ def _host_rows(states: list[HostState]) -> dict[str, object]:
     return {c: np.array([getattr(s, c) for s in states], dtype=object) for c in HOST_COLUMNS}
 
 
+def _host_value(column: str, sql_type: str, source: str) -> str:
+    """`column` of `source` (a view of Python objects: _host_rows) as fleet_hosts stores it."""
+    value = f"{source}.{quote_ident(column)}"
+    if column in TIME_COLUMNS:
+        return f"make_timestamp(CAST(round(CAST({value} AS DOUBLE) * 1000000) AS BIGINT))"
+    return f"CAST({value} AS {sql_type})"
+
+
 _UPSERT_HOSTS = (
     "INSERT OR REPLACE INTO fleet_hosts SELECT "
+    + ", ".join(_host_value(c, t, "n") for c, t in zip(HOST_COLUMNS, HOST_TYPES, strict=True))
+    + " FROM __ingest_hosts AS n"
+)
+
+_UPDATE_HOSTS = (
+    "UPDATE fleet_hosts SET "
     + ", ".join(
-        f"make_timestamp(CAST(round(CAST({quote_ident(c)} AS DOUBLE) * 1000000) AS BIGINT))"
-        if c in TIME_COLUMNS
-        else f"CAST({quote_ident(c)} AS {t})"
+        f"{quote_ident(c)} = {_host_value(c, t, 'u')}"
         for c, t in zip(HOST_COLUMNS, HOST_TYPES, strict=True)
+        if c != "host"
     )
-    + " FROM __ingest_hosts"
+    + " FROM __flush_hosts AS u WHERE fleet_hosts.host = CAST(u.host AS VARCHAR)"
 )
