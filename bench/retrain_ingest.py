@@ -31,9 +31,8 @@ def seed(root: Path) -> tuple[Path, Path]:
     import duckdb
 
     from fleetguard.predict.store_reader import register_store
-    from predictor import artifact
     from predictor.dataset import DatasetSpec
-    from predictor.training import PolicyOptions, train_from_views
+    from predictor.training import PolicyOptions, save_trained, train_from_views
     from tests.controller.history_store import write_history_store
 
     store = root / "history.duckdb"
@@ -56,19 +55,7 @@ def seed(root: Path) -> tuple[Path, Path]:
     finally:
         con.close()
     model_dir = root / "models"
-    artifact.save(
-        model_dir,
-        trained.model,
-        spec,
-        inputs.feature_columns,
-        trained.event_kinds,
-        trained.feature_names,
-        trained.window,
-        {},
-        model_id="seed",
-        categories=trained.categories,
-        policy=trained.policy,
-    )
+    save_trained(model_dir, trained, spec, inputs.feature_columns, model_id="seed")
     return store, model_dir
 
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import duckdb
 import numpy as np
 import numpy.typing as npt
 
+from predictor import artifact
 from predictor.dataset import (
     DatasetSpec,
     Instances,
@@ -46,6 +48,34 @@ class TrainedModel:
     # calibration and selection rule; None from the Dask trainer, which does not fit them yet (such a
     # model ranks in `predict` but cannot score live)
     policy: RiskPolicy | None = None
+
+    def figures(self) -> dict[str, int | float | None]:
+        """What the model directory and the registry record of its training."""
+        return {"train_rows": self.rows, "train_positives": self.positives, "train_pr_auc": self.train_pr_auc}
+
+
+def save_trained(
+    directory: Path,
+    trained: TrainedModel,
+    spec: DatasetSpec,
+    feature_columns: tuple[str, ...],
+    model_id: str | None = None,
+) -> Path:
+    """Save `trained` as a model directory (predictor/artifact.py) with everything it carries: its features,
+    categories, calibration and selection rule, and its training figures."""
+    return artifact.save(
+        directory,
+        trained.model,
+        spec,
+        feature_columns,
+        trained.event_kinds,
+        trained.feature_names,
+        trained.window,
+        dict(trained.figures()),
+        model_id=model_id,
+        categories=trained.categories,
+        policy=trained.policy,
+    )
 
 
 @dataclass(frozen=True)

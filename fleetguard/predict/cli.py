@@ -34,7 +34,7 @@ from predictor.dataset import (
 )
 from predictor.durations import format_duration, parse_duration
 from predictor.registry import ALL_MODELS, model_names
-from predictor.training import PolicyOptions, latest_per_device, train_from_views
+from predictor.training import PolicyOptions, latest_per_device, save_trained, train_from_views
 
 _DERIVED = "derived from the data when not given"
 _DASK_HELP = "Build the dataset on a Dask cluster (scheduler address, or `local`); docs/scale-out.md."
@@ -124,23 +124,7 @@ def train_command(
         raise bad_data(exc, samples, failures, events, store) from exc
     finally:
         con.close()
-    metrics = {
-        "train_rows": trained.rows,
-        "train_positives": trained.positives,
-        "train_pr_auc": trained.train_pr_auc,
-    }
-    artifact.save(
-        out,
-        trained.model,
-        spec,
-        inputs.feature_columns,
-        trained.event_kinds,
-        trained.feature_names,
-        trained.window,
-        metrics,
-        categories=trained.categories,
-        policy=trained.policy,
-    )
+    save_trained(out, trained, spec, inputs.feature_columns)
     click.echo(
         f"saved {model_name} to {out}: {trained.rows} training instances, {trained.positives} positive"
     )

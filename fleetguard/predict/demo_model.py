@@ -20,9 +20,8 @@ import duckdb
 from fleetguard.predict.contract import register_inputs
 from fleetguard.predict.simulated_history import HistorySpec, write_parquet
 from fleetguard.predict.store_reader import gpu_feature_columns
-from predictor import artifact
 from predictor.dataset import DatasetSpec, data_end_ts
-from predictor.training import PolicyOptions, train_from_views
+from predictor.training import PolicyOptions, save_trained, train_from_views
 
 
 @dataclass(frozen=True)
@@ -96,19 +95,4 @@ def train_demo_model(out_dir: Path, seed: int = 0, shape: DemoShape = MINUTE_DEM
             )
         finally:
             con.close()
-    return artifact.save(
-        out_dir,
-        trained.model,
-        shape.spec,
-        columns,
-        trained.event_kinds,
-        trained.feature_names,
-        trained.window,
-        {
-            "train_rows": trained.rows,
-            "train_positives": trained.positives,
-            "train_pr_auc": trained.train_pr_auc,
-        },
-        model_id=f"demo-xgboost-seed{seed}",
-        policy=trained.policy,
-    )
+    return save_trained(out_dir, trained, shape.spec, columns, model_id=f"demo-xgboost-seed{seed}")

@@ -87,7 +87,7 @@ def retrain(args: argparse.Namespace) -> dict[str, Any]:
         register_store,
     )
     from predictor import artifact
-    from predictor.training import PolicyOptions, train_from_views
+    from predictor.training import PolicyOptions, save_trained, train_from_views
 
     serving = artifact.load(args.serving)
     policy = artifact.require_policy(serving)
@@ -117,24 +117,7 @@ def retrain(args: argparse.Namespace) -> dict[str, Any]:
                 policy.selection.period_seconds, policy.selection.k, policy.selection.target_precision
             ),
         )
-        metrics = {
-            "train_rows": trained.rows,
-            "train_positives": trained.positives,
-            "train_pr_auc": trained.train_pr_auc,
-        }
-        artifact.save(
-            args.out,
-            trained.model,
-            spec,
-            inputs.feature_columns,
-            trained.event_kinds,
-            trained.feature_names,
-            trained.window,
-            metrics,
-            model_id=args.model_id,
-            categories=trained.categories,
-            policy=trained.policy,
-        )
+        save_trained(args.out, trained, spec, inputs.feature_columns, model_id=args.model_id)
         candidate = artifact.load(args.out)
         figures = _compare(con, candidate, serving, evaluate_from, args.end)
     finally:
@@ -142,7 +125,7 @@ def retrain(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "model_id": args.model_id,
         "train_window": list(trained.window),
-        "metrics": metrics,
+        "metrics": trained.figures(),
         "gate": figures,
     }
 

@@ -21,11 +21,10 @@ from fleetguard.config import load_config
 from fleetguard.controller.process import start_controller
 from fleetguard.predict.model_cli import model_group
 from fleetguard.predict.store_reader import register_store
-from predictor import artifact
 from predictor.dataset import DatasetSpec
 from predictor.gate import GateFigures, Picks, decide
 from predictor.registry import ALL_MODELS
-from predictor.training import PolicyOptions, train_from_views
+from predictor.training import PolicyOptions, save_trained, train_from_views
 from tests.controller.helpers import Controller, batch, start_test_controller
 from tests.controller.history_store import write_history_store
 
@@ -59,19 +58,7 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     finally:
         con.close()
     model_dir = root / "models"
-    artifact.save(
-        model_dir,
-        trained.model,
-        SPEC,
-        inputs.feature_columns,
-        trained.event_kinds,
-        trained.feature_names,
-        trained.window,
-        {},
-        model_id="seed",
-        categories=trained.categories,
-        policy=trained.policy,
-    )
+    save_trained(model_dir, trained, SPEC, inputs.feature_columns, model_id="seed")
     return store, model_dir
 
 
