@@ -180,6 +180,13 @@ def test_status_api_and_dashboard_agree_on_a_controller_and_export_writes_every_
     holder = read_holder(str(fleet.store))
     assert holder is not None and holder.kind == "controller" and holder.url == fleet.url
 
+    # The simulated fleets' first kernel-log faults come some seconds in (later on a loaded machine): the
+    # export below must find the tables it is checked against holding rows, asked of the running controller.
+    deadline = time.monotonic() + 120
+    while _events_stored(config) == 0:
+        assert time.monotonic() < deadline, "no kernel-log event was stored in 120 s"
+        time.sleep(1.0)
+
     out = tmp_path / "export"
     export_started = time.time()
     exported = _cli("export", "--parquet", str(out), "--config", str(config))
@@ -216,6 +223,12 @@ def test_status_api_and_dashboard_agree_on_a_controller_and_export_writes_every_
         late.add("incident_actions")
     assert not [t for t in missing if t not in late], (missing, rows)
     assert read_holder(str(fleet.store)) is None  # withdrawn at stop
+
+
+def _events_stored(config: Path) -> int:
+    query = _cli("query", "SELECT count(*) AS n FROM events", "--config", str(config), "--format", "json")
+    assert query.returncode == 0, query.stderr
+    return int(json.loads(query.stdout)[0]["n"])
 
 
 def _start_controller_with(fleet: Fleet, config: Path) -> subprocess.Popen[bytes]:
