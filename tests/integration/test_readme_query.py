@@ -7,6 +7,7 @@ from __future__ import annotations
 import shlex
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,19 @@ def _run_all(commands: list[list[str]], cwd: Path, env: dict[str, str]) -> list[
     return outputs
 
 
+def _wait_for_stored_samples(cwd: Path, env: dict[str, str]) -> None:
+    """Until the running `up` has stored its first samples (asked of it, as the README's commands ask it)."""
+    deadline = time.monotonic() + 60
+    while True:
+        argv = [FLEETGUARD, "query", "SELECT count(*) AS n FROM gpu_samples", "--format", "csv"]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=cwd, env=env)
+        assert done.returncode == 0, done.stderr
+        if done.stdout.split()[-1] != "0":
+            return
+        assert time.monotonic() < deadline, "up stored no sample in 60 s"
+        time.sleep(0.5)
+
+
 def test_the_readmes_query_and_export_work_while_up_runs_and_after(tmp_path: Path) -> None:
     env = up_env(tmp_path)
     argv = [
@@ -66,6 +80,7 @@ def test_the_readmes_query_and_export_work_while_up_runs_and_after(tmp_path: Pat
                 break
         else:
             raise AssertionError("up never sampled:\n" + "".join(lines))
+        _wait_for_stored_samples(tmp_path, env)  # sampled is not yet stored: the first flush comes later
         held = _run_all(_readme_commands(tmp_path / "fg-held"), tmp_path, env)
     finally:
         up.send_signal(signal.SIGINT)
