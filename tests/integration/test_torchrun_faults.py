@@ -45,8 +45,22 @@ def test_a_slow_rank_is_flagged_checkpointed_and_restarted(tmp_path: Path) -> No
     assert (result.finding.kind, result.finding.rank) == ("straggler", 3)
     assert {f.rank for f in result.findings} == {3}  # the restart it caused is not a crash of another rank
     assert result.detected_seconds < 30.0
-    actions = [(a.action, a.outcome) for a in result.actions if a.finding_id == result.finding.finding_id]
-    assert actions[:2] == [("checkpoint", "requested"), ("restart", "succeeded")]
+    # Found before its loss outweighs a restart (the sliding window, within 10 s), the first finding asks for
+    # nothing; the window its cost first passes restart_cost_seconds raises the one that is acted on.
+    by_finding: dict[str, list[tuple[str, str]]] = {}
+    for a in result.actions:
+        by_finding.setdefault(a.finding_id or "", []).append((a.action, a.outcome))
+    assert by_finding.get(result.finding.finding_id, [])[:1] in (
+        [],
+        [("none", "skipped")],
+        [("checkpoint", "requested")],
+    )
+    acted = [
+        f
+        for f in result.findings
+        if by_finding.get(f.finding_id, [])[:2] == [("checkpoint", "requested"), ("restart", "succeeded")]
+    ]
+    assert [(f.kind, f.rank) for f in acted] == [("straggler", 3)], by_finding
     # the requested checkpoint is the one the restarted group resumes from
     assert result.resumed_step == result.checkpoint_before_fault
 
