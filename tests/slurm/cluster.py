@@ -106,10 +106,6 @@ class SlurmCluster:
         self._spawn("slurmctld", [_which("slurmctld"), "-D", "-f", str(self.conf)])
         self._wait(lambda: self._ping(), "slurmctld")
 
-    def stop_controller(self) -> None:
-        """slurmctld stopped for real (SIGTERM, reaped): Slurm down, until `start_controller`."""
-        self._stop("slurmctld")
-
     def unreachable_conf(self) -> Path:
         """This cluster's config with slurmctld's port moved to one nothing listens on: Slurm down, as
         scontrol sees it, without stopping the cluster the rest of the module uses."""
