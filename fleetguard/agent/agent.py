@@ -119,7 +119,7 @@ class Agent:
         clock: Clock,
         folder: EventFolder | None = None,
         schedule: Schedule | None = None,
-        apply_retention: Callable[[float], object] | None = None,
+        apply_retention: Callable[[float, float], object] | None = None,
         on_round: Callable[[RoundReport], None] | None = None,
         wait: Waiter | None = None,
     ) -> None:
@@ -329,7 +329,7 @@ class Agent:
         if self._apply_retention is None or not self.schedule.retention_days:
             return
         try:
-            self._apply_retention(self.schedule.retention_days)
+            self._apply_retention(self.schedule.retention_days, self.clock.time())
         except Exception as exc:
             log.warning("retention failed: %s", exc)
 

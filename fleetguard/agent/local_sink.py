@@ -45,8 +45,8 @@ class LocalStoreSink:
         except OSError as exc:  # a convenience for error messages: never stop the agent over it
             log.warning("cannot note this agent beside its store: %s", exc)
 
-    def apply_retention(self, days: float) -> None:
-        self._store.apply_retention(days)
+    def apply_retention(self, days: float, now: float) -> None:
+        self._store.apply_retention(days, now=now)
 
     def close(self) -> None:
         withdraw(self._store.path)

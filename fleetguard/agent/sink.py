@@ -33,8 +33,9 @@ class Sink(Protocol):
     def start(self) -> None:
         """Before the first round (threads that carry rows on)."""
 
-    def apply_retention(self, days: float) -> None:
-        """Drop what is older than `days` where this sink keeps it (on the agent's writer thread)."""
+    def apply_retention(self, days: float, now: float) -> None:
+        """Drop what is older than `days` before `now` (the agent's clock, so that a daemon on a test's clock
+        never deletes what it just stored) where this sink keeps it (on the agent's writer thread)."""
 
     def close(self) -> None:
         """After the agent's final flush: hand on what can be, release files and threads."""

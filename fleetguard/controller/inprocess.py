@@ -312,7 +312,7 @@ class InProcessController:
             self.api_server.start()
             announce(self._store.path, HolderKind.UP, self.api_url)
 
-    def apply_retention(self, days: float) -> None:
+    def apply_retention(self, days: float, now: float) -> None:
         """The controller's maintenance runs retention (register_analysis)."""
 
     def close(self) -> None:

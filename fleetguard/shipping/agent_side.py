@@ -106,7 +106,7 @@ class Shipping:
         """No store on this host: the controller keeps the rows."""
         return None
 
-    def apply_retention(self, days: float) -> None:
+    def apply_retention(self, days: float, now: float) -> None:
         """The controller's store has its own retention; the spool is bounded by spool_max_bytes."""
 
     def start(self) -> None:

@@ -16,7 +16,6 @@ import contextlib
 import logging
 import operator
 import threading
-import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -318,11 +317,13 @@ class Store:
 
     # ---- maintenance ----------------------------------------------------------------------------------
 
-    def apply_retention(self, days: float, now: float | None = None) -> dict[str, int]:
-        """Delete rows older than `days` days from every table; return rows deleted per table."""
+    def apply_retention(self, days: float, *, now: float) -> dict[str, int]:
+        """Delete rows older than `days` days before `now` from every table; return rows deleted per table.
+        `now` is the caller's clock, never this module's: a daemon on another clock (a test's) must not
+        delete the rows it just stored."""
         if days <= 0:
             raise StoreError(f"retention must be a positive number of days, got {days}")
-        cutoff = (time.time() if now is None else now) - days * 86400.0
+        cutoff = now - days * 86400.0
         deleted: dict[str, int] = {}
         with self._lock, self._transaction():
             for table in TABLES.values():

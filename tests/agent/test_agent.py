@@ -143,6 +143,42 @@ def test_the_loop_keeps_a_fixed_schedule_and_stops_when_asked(store: Store) -> N
     assert store.counts()["gpu_samples"] == 10
 
 
+def test_retention_cuts_by_the_agents_clock_and_keeps_what_that_clock_just_stored(store: Store) -> None:
+    """The CI failure of 2026-11-27: a daemon on a FakeClock (2023) had its first flush deleted by a retention
+    pass that cut by the machine's clock (2026), whenever the writer thread ran both in one wake."""
+    clock = FakeClock()
+    stop = threading.Event()
+    cut_at: list[float] = []
+    retained = threading.Event()
+
+    def retain(days: float, now: float) -> None:
+        cut_at.append(now)
+        store.apply_retention(days, now=now)
+        retained.set()
+
+    def on_round(report: RoundReport) -> None:
+        if report.ts - FakeClock().time() >= 2.0:  # the loop asks for retention after its first round
+            assert retained.wait(30.0)  # ... and the writer thread's pass has run before time moves on
+        clock.advance(1.0)
+        if report.ts - FakeClock().time() >= 4.0:
+            stop.set()
+
+    agent = make_agent(
+        store,
+        ScriptedCollector(gpus=2),
+        clock=clock,
+        on_round=on_round,
+        apply_retention=retain,
+        schedule=Schedule(flush_interval_seconds=1.0, retention_days=7.0, retention_interval_seconds=1.0),
+    )
+    agent.sample_round()
+    agent.flush()  # rows of the fake clock's time are in the store before any retention pass
+    agent.run(stop)
+    agent.shutdown()
+    assert cut_at and all(FakeClock().time() <= now <= clock.time() for now in cut_at)
+    assert store.counts()["gpu_samples"] == 2 * 5  # the round before the loop and four in it
+
+
 def test_events_reach_the_round_report_once(store: Store) -> None:
     collector = ScriptedCollector(gpus=0)
     collector.emit(Event(1.0, "h", EventKind.XID, "test", "Xid 79", code=79))

@@ -415,7 +415,7 @@ def test_retention_deletes_only_rows_older_than_the_limit(store: Store) -> None:
 
 def test_retention_refuses_a_non_positive_limit(store: Store) -> None:
     with pytest.raises(StoreError, match="positive"):
-        store.apply_retention(0)
+        store.apply_retention(0, now=NOW)
 
 
 def test_export_writes_hive_partitions_by_day_and_host_and_never_duplicates(
