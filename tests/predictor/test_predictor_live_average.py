@@ -311,3 +311,30 @@ def test_an_earlier_model_of_another_step_is_left_out(fleet: tuple[Path, Path], 
         model_dir / "models" / "m3", previous=[artifact.load(model_dir / "models" / "m2"), shifted]
     )
     assert [p.model_id for p in scorer.previous] == ["m2"]
+
+
+def test_the_controller_scores_with_the_configured_average(fleet: tuple[Path, Path], tmp_path: Path) -> None:
+    import dataclasses
+
+    from fleetguard.config import Config
+    from fleetguard.controller.analysis import fleet_scoring
+
+    path, model_dir = fleet
+    copy = tmp_path / "fleet.duckdb"
+    shutil.copy(path, copy)
+    config = Config()
+    config = dataclasses.replace(
+        config,
+        predictor=dataclasses.replace(config.predictor, model_dir=str(model_dir), average_retrains=3),
+    )
+    task = fleet_scoring(config)
+    assert task is not None and task.service.average_retrains == 3
+    con = duckdb.connect(str(copy))
+    try:
+        task(con, NOW)
+        assert [p.model_id for p in task.service.scorer.previous] == ["m2", "m1"]
+        stored = con.execute("SELECT device_id FROM predictions ORDER BY rank").fetchall()
+        flagged = con.execute("SELECT gpu_uuid FROM findings WHERE kind = 'at_risk_gpu'").fetchall()
+    finally:
+        con.close()
+    assert len(stored) == GPUS and len(flagged) == RULE.k
