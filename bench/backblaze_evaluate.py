@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fleetguard.predict.contract import register_inputs
 from fleetguard.predict.tables import markdown_table
 from fleetguard.predict.warning_count import counted_warnings
-from predictor.backtest import BacktestConfig, run_backtest, summarise, to_json
+from predictor.backtest import BacktestConfig, retrain_summary, run_backtest, summarise, to_json
 from predictor.dataset import (
     DatasetSpec,
     build_instances,
@@ -104,7 +104,7 @@ def main() -> None:
         "--models",
         default=",".join(ALL_MODELS),
         help="comma list; also the backtest-only sliding ensembles (subsets, subsets_rank, xgboost_avg, "
-        "subsets_avg) and their members xgboost_sub0..",
+        "subsets_avg, xgboost_grow_avg) and their members xgboost_sub0..",
     )
     ap.add_argument(
         "--no-calibrate",
@@ -165,6 +165,9 @@ def main() -> None:
     )
     if result.kept_members:
         print(kept_summary(result.kept_members))
+    print(retrain_summary("sliding retrains", result.retrains))
+    if result.grow_retrains:
+        print(retrain_summary("xgboost_grow_avg retrains", result.grow_retrains))
     out = {}
     for k in (5, 10, 20):
         metrics = summarise(result, k)

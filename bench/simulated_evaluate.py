@@ -25,7 +25,7 @@ from fleetguard.predict.settings import resolve
 from fleetguard.predict.simulated_history import HistorySpec, write_parquet
 from fleetguard.predict.tables import markdown_table
 from fleetguard.predict.warning_count import counted_warnings
-from predictor.backtest import BacktestConfig, run_backtest, summarise
+from predictor.backtest import BacktestConfig, retrain_summary, run_backtest, summarise
 from predictor.dataset import (
     build_instances,
     candidate_categories,
@@ -95,6 +95,9 @@ def main() -> None:
     )
     if result.kept_members:
         print(kept_summary(result.kept_members))
+    print(retrain_summary("sliding retrains", result.retrains))
+    if result.grow_retrains:
+        print(retrain_summary("xgboost_grow_avg retrains", result.grow_retrains))
     picked = sorted({r.train_window_seconds for r in result.retrains})
     print("L_train used: " + ", ".join(format_duration(w) for w in picked))
     for k in (5, 10, 20):

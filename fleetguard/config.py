@@ -126,6 +126,9 @@ class PredictorConfig:
     # Only what the dashboard highlights: which GPUs become at-risk findings is the model's selection rule.
     risk_threshold: float = 0.5
     budget_k: int = 0  # at-risk GPUs per period fleet-wide; 0: the model's own K (its training budget)
+    # R: rank each step by the serving model and the R - 1 registry models that served before it, each GPU's
+    # within-step rank averaged (the backtest's `xgboost_avg`); 1: the serving model alone
+    average_retrains: int = 1
     # Retraining on the store (docs/prediction.md, "Retraining"): every retrain_every a child process trains
     # a candidate on the last train_window and the gate compares it with the serving model on the last
     # evaluate_window of known labels; 0: never. Needs model_dir (models are written and loaded only there).
@@ -396,6 +399,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "predictor.score_interval_seconds": (1.0, _DAY),
     "predictor.risk_threshold": (0.0, 1.0),
     "predictor.budget_k": (0, 1_000_000),
+    "predictor.average_retrains": (1, 10),
     "predictor.retrain_every_seconds": (0.0, 365 * _DAY),
     "predictor.train_window_seconds": (60.0, 3650 * _DAY),
     "predictor.evaluate_window_seconds": (60.0, 365 * _DAY),

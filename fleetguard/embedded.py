@@ -173,7 +173,11 @@ def _scoring_extension(
                     # In a child: a stop while it trains abandons it at once (predict/demo_child.py).
                     demo_dir = Path(config.store.path).parent / "demo-model"
                     model_dir = train_in_child(demo_dir, config.simulate.seed, stop_event)
-                service = ScoringService(model_dir, budget_k=config.predictor.budget_k)
+                service = ScoringService(
+                    model_dir,
+                    budget_k=config.predictor.budget_k,
+                    average_retrains=config.predictor.average_retrains,
+                )
             except TrainingAbandoned:
                 abandoned.set()
                 return

@@ -11,7 +11,7 @@ retrain (same data, same seeds), so it is built from their scores rather than tr
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,9 +62,11 @@ from predictor.sliding_ensemble import (
     SUBSETS_AVG,
     SUBSETS_RANK,
     XGBOOST_AVG,
+    XGBOOST_GROW_AVG,
     RankHistory,
     Scorer,
     comparable_members,
+    expanding_window,
     feature_subsets,
     mean_rank,
     stand_in_scores,
@@ -118,6 +120,8 @@ class BacktestConfig:
     member_min_ratio: float = 0.5  # a member stays when its validation PR-AUC is >= this x the best's
     validation_max_negatives: int = 10_000  # negatives of a member's validation fit (4 of them per retrain)
     rank_average_retrains: int = 3  # R: the retrains whose ranks `*_avg` average (this one and R - 1 before)
+    # `xgboost_grow_avg`'s expanding window: everything known from the data's first instance, at most this
+    grow_max_train_seconds: float = 30 * 86400.0
 
     @property
     def period(self) -> float:
@@ -149,6 +153,8 @@ class BacktestResult:
     intersection_scores: dict[str, FloatArray] = field(default_factory=dict)
     # per retrain of the pool, the members it kept
     kept_members: list[tuple[float, tuple[str, ...]]] = field(default_factory=list)
+    # the expanding-window retrains of `xgboost_grow_avg` (those before the first scored period included)
+    grow_retrains: list[TrainRecord] = field(default_factory=list)
 
 
 def _align(ts: float, step: float) -> float:
@@ -206,7 +212,7 @@ def run_backtest(
     if (use_pool or use_avg) and FULL_MEMBER not in singles:
         singles.append(FULL_MEMBER)
     pool_names = [FULL_MEMBER, *(subset_member_name(i) for i in range(config.subset_members))]
-    sliding = [m for m in (SUBSETS_RANK, XGBOOST_AVG, SUBSETS_AVG) if m in config.models]
+    sliding = [m for m in (SUBSETS_RANK, XGBOOST_AVG, SUBSETS_AVG, XGBOOST_GROW_AVG) if m in config.models]
     names = [
         *singles,
         *(["cascade"] if "cascade" in config.models else []),
@@ -219,6 +225,8 @@ def run_backtest(
     kept_log: list[tuple[float, tuple[str, ...]]] = []
     full_history = RankHistory(config.rank_average_retrains)
     pool_history = RankHistory(config.rank_average_retrains)
+    grow_history = RankHistory(config.rank_average_retrains)
+    grow_records: list[TrainRecord] = []
     retrains: list[TrainRecord] = []
 
     static_idx, static_y = training_indices(
@@ -293,7 +301,25 @@ def run_backtest(
         kept_log.append((at, kept))
         return pool, kept
 
+    def fit_grow(at: float) -> None:
+        """`xgboost_grow_avg`'s retrain at `at`: XGBoost on everything known from the first instance on
+        (capped), pushed onto its rank history; a window without both classes adds no model."""
+        window = expanding_window(float(inst.ts.min()), at, config.grow_max_train_seconds)
+        idx, y = training_indices(
+            inst, at, window, config.horizon_seconds, config.max_train_negatives, config.seed
+        )
+        if y.sum() == 0 or y.sum() == len(y):
+            return
+        kinds, cols = _columns(inst, events, at, window, idx, config)
+        model = make_single(FULL_MEMBER, config.n_jobs)
+        model.fit(inst.x[np.ix_(idx, cols)], y, config.seed)
+        grow_history.push([(cols, model)])
+        grow_records.append(_record(inst, at, window, kinds, idx, y))
+
     retrain_at = list(np.arange(first, end, config.retrain_every_seconds, dtype=np.float64))
+    if XGBOOST_GROW_AVG in scores:
+        for j in range(config.rank_average_retrains - 1, 0, -1):
+            fit_grow(first - j * config.retrain_every_seconds)
     if use_avg:
         # The R - 1 retrains before the first scored period, so its steps are averaged like any other.
         for j in range(config.rank_average_retrains - 1, 0, -1):
@@ -363,7 +389,10 @@ def run_backtest(
                 scores[XGBOOST_AVG][in_batch] = full_history.average(x_rows, ts_batch)
             if SUBSETS_AVG in scores:
                 scores[SUBSETS_AVG][in_batch] = pool_history.average(x_rows, ts_batch)
-    return BacktestResult(scored, scores, config, retrains, risk, intersection, kept_log)
+        if XGBOOST_GROW_AVG in scores:
+            fit_grow(float(at))
+            scores[XGBOOST_GROW_AVG][in_batch] = grow_history.average(x_scored[in_batch], scored.ts[in_batch])
+    return BacktestResult(scored, scores, config, retrains, risk, intersection, kept_log, grow_records)
 
 
 def validation_pr_auc(
@@ -391,6 +420,18 @@ def validation_pr_auc(
         model.fit(inst.x[np.ix_(idx, cols)], y, config.seed + i)
         out[name] = average_precision(labels[val], model.score(inst.x[np.ix_(val, cols)]))
     return out
+
+
+def retrain_summary(name: str, records: Sequence[TrainRecord]) -> str:
+    """One line: a model's retrains, the days their windows spanned and the positives they trained on."""
+    if not records:
+        return f"{name}: no retrains"
+    days = [r.train_window_seconds / 86400.0 for r in records]
+    pos = [r.positives for r in records]
+    return (
+        f"{name}: {len(records)} retrains, windows {min(days):.0f}-{max(days):.0f} d, "
+        f"positives {min(pos)}-{max(pos)} (mean {np.mean(pos):.1f})"
+    )
 
 
 def _columns(

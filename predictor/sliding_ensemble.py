@@ -37,7 +37,9 @@ SUBSETS = "subsets"  # the top-K intersection of the kept members
 SUBSETS_RANK = "subsets_rank"  # the kept members' rank average
 XGBOOST_AVG = "xgboost_avg"  # sliding XGBoost's ranks averaged over the last R retrains
 SUBSETS_AVG = "subsets_avg"  # the kept members' ranks averaged over the last R retrains
-SLIDING_ENSEMBLES = (SUBSETS, SUBSETS_RANK, XGBOOST_AVG, SUBSETS_AVG)
+# XGBoost on an expanding window (everything known, capped), its ranks averaged over the last R retrains
+XGBOOST_GROW_AVG = "xgboost_grow_avg"
+SLIDING_ENSEMBLES = (SUBSETS, SUBSETS_RANK, XGBOOST_AVG, SUBSETS_AVG, XGBOOST_GROW_AVG)
 POOL_USERS = frozenset({SUBSETS, SUBSETS_RANK, SUBSETS_AVG})
 # A retrain's scorer: the instance columns it reads and the fitted model.
 Scorer = tuple[IntArray, Model]
@@ -70,6 +72,13 @@ def comparable_members(validation_ap: Mapping[str, float | None], min_ratio: flo
         return tuple(validation_ap)
     best = max(known.values())
     return tuple(name for name, ap in known.items() if ap >= min_ratio * best)
+
+
+def expanding_window(first_instance_ts: float, at: float, max_seconds: float) -> float:
+    """The training window of a retrain at `at` that takes every instance from the first one of the data
+    on, bounded by `max_seconds` (a drifting fleet's old behaviour must age out; the cost stays bounded).
+    Zero when `at` is not past the first instance."""
+    return max(0.0, min(max_seconds, at - first_instance_ts))
 
 
 def mean_rank(member_scores: Sequence[FloatArray], ts: FloatArray) -> FloatArray:

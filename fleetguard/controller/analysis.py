@@ -175,7 +175,11 @@ def fleet_scoring(config: Config) -> FleetScoring | None:
     from fleetguard.predict.scoring_service import ScoringService
 
     try:
-        service = ScoringService(Path(config.predictor.model_dir), budget_k=config.predictor.budget_k)
+        service = ScoringService(
+            Path(config.predictor.model_dir),
+            budget_k=config.predictor.budget_k,
+            average_retrains=config.predictor.average_retrains,
+        )
     except (ValueError, OSError) as exc:  # ArtifactError is a ValueError
         log.warning("fleet risk scoring is off: %s", exc)
         return None

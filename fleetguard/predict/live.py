@@ -5,13 +5,21 @@ calibrated probability of a failure within its horizon, and which GPUs are flagg
 selection rule (K per period, a device once per period, its risk floor) applied through the same
 `predictor.selection.pick_step` the backtest measured it with. Never a hand-picked threshold on a raw score.
 
+With `[predictor] average_retrains` = R > 1 the ranking the rule picks from is each GPU's within-step rank
+averaged over the serving model and the R - 1 models that served before it (predictor.sliding_ensemble's
+`mean_rank`, the function the backtest's `xgboost_avg` ranks with), so a retrain that happens to re-draw
+its negatives differently moves a pick only when the retrains before it agree. `risk` stays the serving
+model's calibrated probability: the averaged rank orders GPUs, it is not a probability.
+
 The demo's model is built in demo_model.py: production scoring never imports the simulator.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,12 +32,15 @@ from fleetguard.records.evidence import evidence_json
 from fleetguard.records.findings import Finding, FindingKind, Severity, finding_id
 from fleetguard.records.prediction import Prediction
 from predictor import artifact
-from predictor.dataset import build_instances, fetch_instances
+from predictor.dataset import Instances, build_instances, fetch_instances
 from predictor.explain import drivers_vs_reference
 from predictor.models import Matrix
 from predictor.risk_policy import RiskPolicy
 from predictor.selection import SelectionRule, StepSelector
+from predictor.sliding_ensemble import mean_rank
 from predictor.training import latest_per_device
+
+log = logging.getLogger(__name__)
 
 # Explanations cost one scoring pass per feature: only the riskiest GPUs of a round (and every pick) get them.
 EXPLAIN_TOP = 32
@@ -46,10 +57,20 @@ class ScoredRound:
 
 class LiveScorer:
     """Scores the GPUs of a store connection with the model saved in `model_dir` and applies its selection
-    rule, step by step, carrying the period's picks between rounds. `budget_k` > 0 replaces the model's K."""
+    rule, step by step, carrying the period's picks between rounds. `budget_k` > 0 replaces the model's K.
+    `previous`: the models that served before this one, newest first, whose ranks are averaged with its own
+    (`average_with`)."""
 
-    def __init__(self, model_dir: Path, rule: FailureRule | None = None, budget_k: int = 0) -> None:
+    def __init__(
+        self,
+        model_dir: Path,
+        rule: FailureRule | None = None,
+        budget_k: int = 0,
+        previous: Sequence[artifact.LoadedModel] = (),
+    ) -> None:
         self.loaded = artifact.load(model_dir)
+        self.previous: tuple[artifact.LoadedModel, ...] = ()
+        self.average_with(previous)
         self.policy: RiskPolicy = artifact.require_policy(self.loaded)
         if budget_k > 0:
             self.policy = RiskPolicy(
@@ -65,6 +86,22 @@ class LiveScorer:
             )
         self.rule = rule or FailureRule()
         self._selector = StepSelector(self.policy.selection)
+
+    def average_with(self, previous: Sequence[artifact.LoadedModel]) -> None:
+        """Average each step's ranks with these earlier models from the next round on (none: this model's
+        own ranking). One of another dataset shape is left out, with one log line: its steps are not this
+        model's."""
+        kept: list[artifact.LoadedModel] = []
+        for p in previous:
+            if _same_steps(p, self.loaded):
+                kept.append(p)
+            else:
+                log.warning(
+                    "model %s is left out of the rank average: its window, horizon or step differ from %s's",
+                    p.model_id,
+                    self.loaded.model_id,
+                )
+        self.previous = tuple(kept)
 
     @property
     def horizon_hours(self) -> float:
@@ -90,18 +127,13 @@ class LiveScorer:
         try:
             inputs = register_store(cur, self.rule, since_ts=since, until_ts=bucket_end)
             artifact.check_schema(self.loaded, inputs.all_columns, "store gpu_samples", STORE_MODEL_HINT)
-            names = build_instances(
-                cur,
-                self.loaded.feature_columns,
-                spec,
-                self.loaded.event_kinds,
-                table="fg_live",
-                categories=self.loaded.categories,
-            )
-            if names != self.loaded.feature_names:
-                raise artifact.ArtifactError("store features differ from the model's feature schema")
-            inst = latest_per_device(fetch_instances(cur, names, table="fg_live"))
-            inst = inst.subset(inst.ts == bucket_end)
+            inst = _step_instances(cur, self.loaded, bucket_end)
+            earlier = [
+                _earlier_scores(cur, p, inputs.all_columns, bucket_end, (self.loaded, inst))
+                for p in self.previous
+            ]
+            # one that cannot score this store is dropped (one log line), not retried every round
+            self.previous = tuple(p for p, e in zip(self.previous, earlier, strict=True) if e is not None)
             hosts = dict(
                 cur.execute(
                     "SELECT uuid, any_value(host) FROM gpu_samples "
@@ -114,9 +146,17 @@ class LiveScorer:
             return ScoredRound([])
         raw = self.loaded.model.score(inst.x)
         risk = self.policy.calibration.apply(raw)
-        picks = self._selector.pick(bucket_end, inst.device_id, raw, risk >= self.selection.min_risk)
-        # ranked by the raw score (calibration is monotone, and keeps the model's finer order among ties)
-        order = np.lexsort((inst.device_id.astype(str), -np.where(np.isnan(raw), -np.inf, raw)))
+        ranking = averaged_ranking(raw, [e for e in earlier if e is not None], bucket_end)
+        picks = self._selector.pick(bucket_end, inst.device_id, ranking, risk >= self.selection.min_risk)
+        # ranked as picked; among ties by the raw score (calibration is monotone, and keeps the model's finer
+        # order among ties)
+        order = np.lexsort(
+            (
+                inst.device_id.astype(str),
+                -np.where(np.isnan(raw), -np.inf, raw),
+                -np.where(np.isnan(ranking), -np.inf, ranking),
+            )
+        )
         explain = sorted(set(order[:EXPLAIN_TOP].tolist()) | set(picks.tolist()))
         why = dict(
             zip(
@@ -145,6 +185,86 @@ class LiveScorer:
                 base_rate=self.policy.calibration.base_rate,
             )
         return ScoredRound([by_index[i] for i in order.tolist()], [by_index[i] for i in picks.tolist()])
+
+
+def averaged_ranking(
+    current: npt.NDArray[np.float64], earlier: Sequence[npt.NDArray[np.float64]], step_ts: float
+) -> npt.NDArray[np.float64]:
+    """What the selection rule ranks one step by: the current model's raw scores alone, or with earlier
+    models' scores of the same GPUs, each GPU's within-step rank averaged over them all (the backtest's
+    `mean_rank`: live equals backtest). `earlier` is newest first; the ranks are summed oldest first, as the
+    backtest's history holds them, so that rounding breaks no tie differently."""
+    if not earlier:
+        return current
+    return mean_rank([*reversed(earlier), current], np.full(len(current), step_ts))
+
+
+def _same_steps(a: artifact.LoadedModel, b: artifact.LoadedModel) -> bool:
+    return (a.spec.window_seconds, a.spec.horizon_seconds, a.spec.step_seconds) == (
+        b.spec.window_seconds,
+        b.spec.horizon_seconds,
+        b.spec.step_seconds,
+    )
+
+
+def _same_features(a: artifact.LoadedModel, b: artifact.LoadedModel) -> bool:
+    return (a.feature_columns, a.event_kinds, a.categories, a.feature_names) == (
+        b.feature_columns,
+        b.event_kinds,
+        b.categories,
+        b.feature_names,
+    )
+
+
+def _step_instances(
+    cur: duckdb.DuckDBPyConnection, loaded: artifact.LoadedModel, step_ts: float
+) -> Instances:
+    """`loaded`'s features of each GPU at the step ending `step_ts`, from the registered store views."""
+    table = "fg_live"
+    names = build_instances(
+        cur,
+        loaded.feature_columns,
+        loaded.spec,
+        loaded.event_kinds,
+        table=table,
+        categories=loaded.categories,
+    )
+    if names != loaded.feature_names:
+        raise artifact.ArtifactError("store features differ from the model's feature schema")
+    inst = latest_per_device(fetch_instances(cur, names, table=table))
+    return inst.subset(inst.ts == step_ts)
+
+
+def _earlier_scores(
+    cur: duckdb.DuckDBPyConnection,
+    loaded: artifact.LoadedModel,
+    columns: tuple[str, ...],
+    step_ts: float,
+    serving: tuple[artifact.LoadedModel, Instances],
+) -> npt.NDArray[np.float64] | None:
+    """An earlier model's raw scores of `device_id` at the step (from its own features: a retrain may keep
+    other event kinds or categories); NaN, ranked last, for a GPU it has no features of. None, with one
+    log line, when it cannot score this store: the average goes on without it. `serving`: the serving
+    model and its instances of the step, reused when this model's features are the same (most retrains
+    keep the same columns; the feature SQL is the round's main cost)."""
+    current, current_inst = serving
+    device_id = current_inst.device_id
+    try:
+        artifact.check_schema(loaded, columns, "store gpu_samples")
+        inst = current_inst if _same_features(loaded, current) else _step_instances(cur, loaded, step_ts)
+    except (artifact.ArtifactError, duckdb.Error) as exc:
+        log.warning("model %s is left out of this round's rank average: %s", loaded.model_id, exc)
+        return None
+    out = np.full(len(device_id), np.nan)
+    if len(inst) == 0:
+        return out
+    scores = loaded.model.score(inst.x)
+    where = {str(d): i for i, d in enumerate(inst.device_id.tolist())}
+    for j, d in enumerate(device_id.tolist()):
+        i = where.get(str(d))
+        if i is not None:
+            out[j] = scores[i]
+    return out
 
 
 def complete_bucket_end(now: float, step_seconds: float) -> float:

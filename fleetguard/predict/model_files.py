@@ -13,7 +13,7 @@ from pathlib import Path
 
 import duckdb
 
-from fleetguard.store.model_registry import active_model, check_model_id
+from fleetguard.store.model_registry import active_model, check_model_id, served_before
 
 MODELS = "models"
 WORK = "retrain"
@@ -34,6 +34,16 @@ def serving_model(con: duckdb.DuckDBPyConnection, model_dir: Path) -> tuple[Path
     if record is None:
         return model_dir, None
     return model_path(model_dir, record.model_id), record.model_id
+
+
+def earlier_models(
+    con: duckdb.DuckDBPyConnection, model_dir: Path, serving_id: str | None, count: int
+) -> tuple[Path, ...]:
+    """The directories of up to `count` registry models that served before `serving_id`, newest first;
+    none when the operator's own model serves (nothing served before it)."""
+    if serving_id is None or count <= 0:
+        return ()
+    return tuple(model_path(model_dir, r.model_id) for r in served_before(con, serving_id, count))
 
 
 def dataset_shape(directory: Path) -> tuple[float, float, float]:

@@ -189,6 +189,21 @@ def active_model(con: duckdb.DuckDBPyConnection) -> ModelRecord | None:
     return _record(rows[0]) if rows else None
 
 
+def served_before(con: duckdb.DuckDBPyConnection, model_id: str, limit: int) -> list[ModelRecord]:
+    """Up to `limit` models that served before `model_id` (retired, first promoted before it, files kept),
+    the most recently promoted first: the retrains live scoring averages its ranks over."""
+    if limit <= 0:
+        return []
+    rows = con.execute(
+        f"SELECT {_COLUMNS} FROM model_registry WHERE state = 'retired' AND files_kept "
+        "AND promoted_ts IS NOT NULL AND model_id <> ? "
+        "AND promoted_ts < (SELECT promoted_ts FROM model_registry WHERE model_id = ?) "
+        "ORDER BY promoted_ts DESC, model_id DESC LIMIT ?",
+        [model_id, model_id, limit],
+    ).fetchall()
+    return [_record(r) for r in rows]
+
+
 def history(con: duckdb.DuckDBPyConnection, model_id: str | None = None, limit: int = 100) -> list[LogEntry]:
     """The log, newest first (of one model when given)."""
     where, args = ("WHERE model_id = ?", [model_id]) if model_id else ("", [])

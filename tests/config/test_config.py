@@ -108,6 +108,13 @@ def test_the_action_policy_is_set_in_the_runtime_section(tmp_path: Path) -> None
             {},
             r"runtime\.cordon_stragglers: needs runtime\.cordon_command",
         ),
+        (
+            "[predictor]\naverage_retrains = 0\n",
+            {},
+            r"predictor\.average_retrains: must be within 1\.\.10",
+        ),
+        ("", {"FLEETGUARD_PREDICTOR_AVERAGE_RETRAINS": "11"}, r"predictor\.average_retrains: must be within"),
+        ('[predictor]\naverage_retrains = "3"\n', {}, r"predictor\.average_retrains: expected an integer"),
         ("agent = 3\n", {}, r"agent: expected a \[agent\] table"),
         ("[agent\n", {}, r"not valid TOML"),
     ],

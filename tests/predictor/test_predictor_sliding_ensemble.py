@@ -7,12 +7,13 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from predictor.backtest import BacktestConfig, BacktestResult, run_backtest, summarise
+from predictor.backtest import BacktestConfig, BacktestResult, retrain_summary, run_backtest, summarise
 from predictor.dataset import Instances
 from predictor.models import XGBoostModel
 from predictor.sliding_ensemble import (
     RankHistory,
     comparable_members,
+    expanding_window,
     feature_subsets,
     kept_summary,
     mean_rank,
@@ -127,7 +128,7 @@ def _fleet(extra_failures_after: float | None = None) -> Instances:
     )
 
 
-def _backtest(inst: Instances) -> BacktestResult:
+def _backtest(inst: Instances, grow_max_days: float = 30.0) -> BacktestResult:
     f_dev = np.unique(inst.device_id[np.isfinite(inst.next_failure_ts)])
     f_ts = np.asarray([inst.next_failure_ts[inst.device_id == d][0] for d in f_dev], dtype=np.float64)
     config = BacktestConfig(
@@ -135,9 +136,10 @@ def _backtest(inst: Instances) -> BacktestResult:
         train_window_seconds=14 * DAY,
         retrain_every_seconds=7 * DAY,
         validation_seconds=7 * DAY,
-        models=("subsets", "subsets_rank", "xgboost_avg", "subsets_avg"),
+        models=("subsets", "subsets_rank", "xgboost_avg", "subsets_avg", "xgboost_grow_avg"),
         subset_members=2,
         rank_average_retrains=2,
+        grow_max_train_seconds=grow_max_days * DAY,
         calibrate=False,
         n_jobs=1,
     )
@@ -149,7 +151,14 @@ def test_the_sliding_ensembles_use_nothing_from_after_their_retrain() -> None:
     a, b = _backtest(_fleet()), _backtest(_fleet(extra_failures_after=cut))
     early_a, early_b = a.scored.ts < cut, b.scored.ts < cut
     assert early_a.sum() == early_b.sum() > 0
-    assert {"xgboost_sub0", "xgboost_sub1", "subsets_rank", "xgboost_avg", "subsets_avg"} <= a.scores.keys()
+    assert {
+        "xgboost_sub0",
+        "xgboost_sub1",
+        "subsets_rank",
+        "xgboost_avg",
+        "subsets_avg",
+        "xgboost_grow_avg",
+    } <= a.scores.keys()
     for name, scores in a.scores.items():
         assert not np.isnan(scores).any(), name  # every scored instance ranked
         np.testing.assert_array_equal(scores[early_a], b.scores[name][early_b], err_msg=name)
@@ -160,8 +169,41 @@ def test_the_sliding_ensembles_use_nothing_from_after_their_retrain() -> None:
         k for k in b.kept_members if k[0] < cut
     ]
     summary = summarise(a, 3)
-    assert {"subsets", "subsets_rank", "xgboost_avg", "subsets_avg"} <= summary.keys()
+    assert {"subsets", "subsets_rank", "xgboost_avg", "subsets_avg", "xgboost_grow_avg"} <= summary.keys()
     assert summary["subsets_avg"].predictions > 0
+    assert summary["xgboost_grow_avg"].predictions > 0
+
+
+def test_the_expanding_window_reaches_back_to_the_first_instance_up_to_its_cap() -> None:
+    assert expanding_window(10 * DAY, 25 * DAY, 30 * DAY) == 15 * DAY
+    assert expanding_window(10 * DAY, 50 * DAY, 30 * DAY) == 30 * DAY
+    assert expanding_window(10 * DAY, 5 * DAY, 30 * DAY) == 0.0
+
+
+def test_the_growing_model_trains_on_everything_known_and_nothing_after_its_retrain() -> None:
+    inst = _fleet()
+    result = _backtest(inst, grow_max_days=24.0)
+    first_ts = float(inst.ts.min())
+    grow = result.grow_retrains
+    # the retrain before the first scored period (R = 2) and one per retrain of the scored range
+    assert [r.at_ts for r in grow] == [
+        result.retrains[0].at_ts - 7 * DAY,
+        *(r.at_ts for r in result.retrains),
+    ]
+    for r in grow:
+        assert r.train_window_seconds == min(24 * DAY, r.at_ts - first_ts)
+        assert r.max_train_ts < r.at_ts
+        assert np.isnan(r.max_label_failure_ts) or r.max_label_failure_ts < r.at_ts
+    sliding = {r.at_ts: r for r in result.retrains}
+    for r in grow:
+        if r.at_ts in sliding:
+            # the sliding model's 14 days are inside the growing window: no fewer positives
+            assert r.train_window_seconds >= sliding[r.at_ts].train_window_seconds
+            assert r.positives >= sliding[r.at_ts].positives
+    assert any(r.train_window_seconds == 24 * DAY for r in grow)  # the cap binds on the later retrains
+    line = retrain_summary("xgboost_grow_avg retrains", grow)
+    assert line.startswith(f"xgboost_grow_avg retrains: {len(grow)} retrains, windows ")
+    assert retrain_summary("x", []) == "x: no retrains"
 
 
 def test_the_kept_members_summary_counts_retrains() -> None:

@@ -85,3 +85,22 @@ def test_a_model_without_its_files_cannot_be_promoted(store: Store) -> None:
         reg.mark_files_removed(con, "old", 2000.0, "gate")
         with pytest.raises(reg.RegistryError, match="files were removed"):
             reg.promote(con, "old", "x", 3000.0)
+
+
+def test_served_before_lists_what_served_before_a_model_newest_first(store: Store) -> None:
+    with store:
+        con = store.connection
+        for i, t in enumerate((1000.0, 2000.0, 3000.0, 4000.0), start=1):
+            reg.add_model(con, _model(f"m{i}", t), "gate")
+            reg.promote(con, f"m{i}", "gate", t + 1)
+        reg.add_model(con, _model("rejected", 3500.0, reg.ModelState.REJECTED), "gate")
+        reg.add_model(con, _model("candidate", 4500.0), "gate")
+        assert [m.model_id for m in reg.served_before(con, "m4", 2)] == ["m3", "m2"]
+        assert [m.model_id for m in reg.served_before(con, "m4", 9)] == ["m3", "m2", "m1"]
+        assert reg.served_before(con, "m4", 0) == [] and reg.served_before(con, "m1", 3) == []
+        reg.mark_files_removed(con, "m2", 5000.0, "retrain gate")
+        assert [m.model_id for m in reg.served_before(con, "m4", 2)] == ["m3", "m1"]
+        # after a rollback to m3, m4 (promoted later) did not serve before it
+        reg.rollback(con, "bob", 6000.0)
+        assert [m.model_id for m in reg.served_before(con, "m3", 3)] == ["m1"]
+        assert reg.served_before(con, "unknown", 3) == []
