@@ -1,20 +1,30 @@
 """All rules together: records in, observations out, with the little state rules need between rounds
-(the previous sample of each GPU, which PCI address is which GPU)."""
+(the previous sample of each GPU, which PCI address is which GPU).
+
+Samples may also come as plain rows (`Rows`, what a columnar reader fetches): a row no rule can call a fault,
+of a component with nothing pending or open, only updates that state and never becomes a record or an
+observation. At 1 Hz nearly every GPU sample and port state of a fleet is such a row, and building each as a
+record with its "still fine" observations was most of a round's cost."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
 
 from diagnosis.model import ComponentKind, Deferred, Observation, RepairAction, Severity
 from diagnosis.policy import Policy
 from diagnosis.rules_events import event_observation, finding_observation
-from diagnosis.rules_gpu import gpu_observations
-from diagnosis.rules_nic import counter_observation, port_observations
+from diagnosis.rules_gpu import GPU_RULE_FIELDS, LastCounters, gpu_observations, may_fault, says_healthy
+from diagnosis.rules_nic import counter_observation, port_down, port_id, port_observations
 from fleetguard.records.findings import Finding
 from fleetguard.records.telemetry import Event, GpuSample, NicCounterSample, NicSample
 
 MAX_GPUS = 1_000_000  # bound on the per-GPU state a hostile or broken feed can make us keep
+_PORT_ROW_FIELDS = frozenset({"ts", "host", "device", "port", "state", "phys_state"})
+
+Component = tuple[str, ComponentKind, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,8 +38,18 @@ class Reading:
 
 
 @dataclass(frozen=True, slots=True)
+class Rows:
+    """Records of one kind as plain rows, oldest first; `names` are the record's fields in the rows' column
+    order. The rules treat them exactly as the records they stand for."""
+
+    names: tuple[str, ...] = ()
+    rows: Sequence[tuple[Any, ...]] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Signals:
-    """What one round brings: any mix of records, in any order."""
+    """What one round brings: any mix of records, in any order (`gpu_rows` after `gpu_samples`,
+    `nic_rows` after `nic_samples`, when both come)."""
 
     events: Iterable[Event] = ()
     findings: Iterable[Finding] = ()
@@ -37,21 +57,26 @@ class Signals:
     nic_samples: Iterable[NicSample] = ()
     nic_counters: Iterable[NicCounterSample] = ()
     readings: Iterable[Reading] = ()
+    gpu_rows: Rows = Rows()
+    nic_rows: Rows = Rows()
+
+
+# A row left out of a round's observations: where its healthy ones would go in the round's list, its
+# component, the row, and what builds them should the component turn out to need them.
+_Quiet = tuple[int, Component, tuple[Any, ...], Callable[[tuple[Any, ...]], list[Observation | Deferred]]]
 
 
 @dataclass(slots=True)
 class Rules:
     policy: Policy
-    previous: dict[tuple[str, str], GpuSample] = field(default_factory=dict)
+    previous: dict[tuple[str, str], LastCounters] = field(default_factory=dict)
     uuids: dict[tuple[str, str], str] = field(default_factory=dict)  # (host, pci or "index:N") -> uuid
     # When each GPU / port was last read at all: a fault read from samples is healthy only once a later
     # reading says so, not merely because no reading came (a lost GPU, a sparse history).
     read_at: dict[tuple[str, str], float] = field(default_factory=dict)  # (host, "gpu:uuid"|"port:dev/p")
     heard: set[str] = field(default_factory=set)  # hosts of healthy observations left out (`observations`)
 
-    def observations(
-        self, signals: Signals, busy: Collection[tuple[str, ComponentKind, str]] | None = None
-    ) -> list[Observation]:
+    def observations(self, signals: Signals, busy: Collection[Component] | None = None) -> list[Observation]:
         """Every observation of the round, sorted by time (bursts and thresholds depend on the order).
 
         With `busy` (the components with something pending or open), a healthy observation is left out
@@ -60,9 +85,11 @@ class Rules:
         most of a round's cost."""
         defer = busy is not None
         out: list[Observation | Deferred] = []
+        quiet: list[_Quiet] = []
         # Samples first: they teach which PCI address is which GPU before its events are keyed.
         for sample in signals.gpu_samples:
             out.extend(self._gpu(sample, defer))
+        self._gpu_rows(signals.gpu_rows, busy, out, quiet)
         for event in signals.events:
             obs = event_observation(event, self.policy, self.uuids)
             if obs is not None:
@@ -73,6 +100,7 @@ class Rules:
                 out.append(obs)
         for port in signals.nic_samples:
             out.extend(port_observations(port, defer))
+        self._port_rows(signals.nic_rows, busy, out, quiet)
         for counter in signals.nic_counters:
             self._read((counter.host, f"port:{counter.device}/{counter.port}"), counter.ts)
             obs = counter_observation(counter, self.policy.counters)
@@ -80,12 +108,12 @@ class Rules:
                 out.append(obs)
         for reading in signals.readings:
             self._read((reading.host, reading.component), reading.ts)
-        built = self._build_deferred(out, busy) if busy is not None else out
+        built = self._build_deferred(out, busy, quiet) if busy is not None else out
         built.sort(key=lambda o: o.ts)
         return built  # type: ignore[return-value]  # no Deferred is left in it
 
     def _build_deferred(
-        self, out: list[Observation | Deferred], busy: Collection[tuple[str, ComponentKind, str]]
+        self, out: list[Observation | Deferred], busy: Collection[Component], quiet: list[_Quiet]
     ) -> list[Observation | Deferred]:
         """The deferred healthy observations of busy components built in their places; the rest dropped."""
         hot = set(busy)
@@ -94,6 +122,7 @@ class Rules:
             for o in out
             if isinstance(o, Observation) and not o.healthy
         )
+        out = self._place(out, quiet, hot)
         built: list[Observation | Deferred] = []
         for o in out:
             if isinstance(o, Observation):
@@ -108,22 +137,136 @@ class Rules:
                 self.heard.add(o.key.host)
         return built
 
+    def _place(
+        self, out: list[Observation | Deferred], quiet: list[_Quiet], hot: set[Component]
+    ) -> list[Observation | Deferred]:
+        """`out` with the healthy observations of the quiet rows whose component faulted elsewhere this
+        round put where the rows stood; the other quiet rows only say their host was heard from."""
+        extra: list[tuple[int, list[Observation | Deferred]]] = []
+        for position, component, row, build in quiet:
+            if component in hot:
+                extra.append((position, build(row)))
+            else:
+                self.heard.add(component[0])
+        if not extra:
+            return out
+        placed: list[Observation | Deferred] = []
+        start = 0
+        for position, observations in extra:  # positions never decrease: rows were taken in order
+            placed.extend(out[start:position])
+            placed.extend(observations)
+            start = position
+        placed.extend(out[start:])
+        return placed
+
+    def _gpu_rows(
+        self,
+        rows: Rows,
+        busy: Collection[Component] | None,
+        out: list[Observation | Deferred],
+        quiet: list[_Quiet],
+    ) -> None:
+        names = rows.names
+        if busy is None or not set(names) >= GPU_RULE_FIELDS:
+            for row in rows.rows:
+                out.extend(self._gpu(GpuSample(**dict(zip(names, row, strict=True))), busy is not None))
+            return
+        at = {name: i for i, name in enumerate(names)}
+        i_ts, i_host, i_uuid, i_index, i_pci = (
+            at[n] for n in ("ts", "host", "uuid", "gpu_index", "pci_bus_id")
+        )
+        i_sbe, i_dbe, i_crc, i_replay = (
+            at[n]
+            for n in (
+                "ecc_corrected_volatile",
+                "ecc_uncorrected_volatile",
+                "nvlink_crc_flit_errors",
+                "pcie_replay_errors",
+            )
+        )
+        i_failure, i_pending, i_reasons, i_temp = (
+            at[n]
+            for n in (
+                "remapped_rows_failure",
+                "remapped_rows_pending",
+                "clocks_event_reasons",
+                "temperature_celsius",
+            )
+        )
+        rules = self.policy.gpu
+        healthy = partial(self._gpu_healthy, names)
+        gpu = ComponentKind.GPU
+        for row in rows.rows:
+            ts, host, uuid = row[i_ts], row[i_host], row[i_uuid]
+            counters = LastCounters(ts, row[i_sbe], row[i_dbe], row[i_crc], row[i_replay])
+            previous = self._remember(host, uuid, row[i_index], row[i_pci], counters)
+            rose = previous is not None and ts > previous.ts and _rose(previous, counters)
+            pending, reasons = row[i_pending], row[i_reasons]
+            component = (host, gpu, uuid)
+            if component in busy or may_fault(row[i_failure], pending, reasons, row[i_temp], rules, rose):
+                sample = GpuSample(**dict(zip(names, row, strict=True)))
+                out.extend(gpu_observations(sample, previous, rules, True))
+            elif says_healthy(pending, reasons):
+                quiet.append((len(out), component, row, healthy))
+
+    def _gpu_healthy(self, names: tuple[str, ...], row: tuple[Any, ...]) -> list[Observation | Deferred]:
+        """A quiet row's healthy observations (they never depend on the previous sample)."""
+        sample = GpuSample(**dict(zip(names, row, strict=True)))
+        return list(gpu_observations(sample, None, self.policy.gpu, True))
+
+    def _port_rows(
+        self,
+        rows: Rows,
+        busy: Collection[Component] | None,
+        out: list[Observation | Deferred],
+        quiet: list[_Quiet],
+    ) -> None:
+        names = rows.names
+        if busy is None or not set(names) >= _PORT_ROW_FIELDS:
+            for row in rows.rows:
+                out.extend(
+                    port_observations(NicSample(**dict(zip(names, row, strict=True))), busy is not None)
+                )
+            return
+        at = {name: i for i, name in enumerate(names)}
+        i_host, i_device, i_port, i_state = (at[n] for n in ("host", "device", "port", "state"))
+        observe = partial(_port_observations, names)
+        port_kind = ComponentKind.PORT
+        for row in rows.rows:
+            state = row[i_state]
+            if state is None:
+                continue
+            component = (row[i_host], port_kind, port_id(row[i_device], row[i_port]))
+            if port_down(state) or component in busy:
+                out.extend(observe(row))
+            else:
+                quiet.append((len(out), component, row, observe))
+
     def _gpu(self, sample: GpuSample, defer: bool = False) -> Iterator[Observation | Deferred]:
-        key = (sample.host, sample.uuid)
+        previous = self._remember(
+            sample.host, sample.uuid, sample.gpu_index, sample.pci_bus_id, LastCounters.of(sample)
+        )
+        yield from gpu_observations(sample, previous, self.policy.gpu, defer)
+
+    def _remember(
+        self, host: str, uuid: str, gpu_index: int, pci_bus_id: str | None, counters: LastCounters
+    ) -> LastCounters | None:
+        """Take a sample into the per-GPU state; the previous sample's counters, as the rules compare."""
+        key = (host, uuid)
         previous = self.previous.get(key)
         if previous is None and len(self.previous) >= MAX_GPUS:
             self.previous.clear()
-        if previous is None or sample.ts >= previous.ts:
+        if previous is None or counters.ts >= previous.ts:
             # A late sample (older than the one kept) says nothing about what changed since: keeping it
             # would count the increase up to the newer one a second time.
-            self.previous[key] = sample
-        self._read((sample.host, f"gpu:{sample.uuid}"), sample.ts)
-        if sample.pci_bus_id:
-            self.uuids[(sample.host, sample.pci_bus_id.lower().removesuffix(".0"))] = sample.uuid
-        self.uuids[(sample.host, f"index:{sample.gpu_index}")] = sample.uuid
+            self.previous[key] = counters
+        self._read((host, f"gpu:{uuid}"), counters.ts)
+        if pci_bus_id:
+            self.uuids[(host, pci_bus_id.lower().removesuffix(".0"))] = uuid
+        self.uuids[(host, f"index:{gpu_index}")] = uuid
         if len(self.uuids) > 2 * MAX_GPUS:
             self.uuids.clear()
-        yield from gpu_observations(sample, previous, self.policy.gpu, defer)
+        return previous
 
     def _read(self, component: tuple[str, str], ts: float) -> None:
         if component not in self.read_at and len(self.read_at) >= 2 * MAX_GPUS:
@@ -144,3 +287,16 @@ class Rules:
         """The time of the latest reading of `component` after `since`, or None when none came."""
         ts = self.read_at.get((host, component))
         return ts if ts is not None and ts > since else None
+
+
+def _rose(previous: LastCounters, now: LastCounters) -> bool:
+    """Whether any counter the rules rate is above its previous value (both read)."""
+    for before, after in zip(previous[1:], now[1:], strict=True):
+        if before is not None and after is not None and after > before:
+            return True
+    return False
+
+
+def _port_observations(names: tuple[str, ...], row: tuple[Any, ...]) -> list[Observation | Deferred]:
+    """What a port row says, as `port_observations` with its healthy one deferred."""
+    return list(port_observations(NicSample(**dict(zip(names, row, strict=True))), True))

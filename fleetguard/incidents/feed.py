@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 import duckdb
 
-from diagnosis.rules import Reading, Rules, Signals
+from diagnosis.rules import Reading, Rows, Rules, Signals
 from diagnosis.rules_gpu import GPU_RULE_FIELDS
 from fleetguard.incidents.watermark import GRACE_SECONDS, SeqMark
 from fleetguard.records.findings import Finding
@@ -66,8 +66,8 @@ class StoreFeed:
     def read(self, now: float) -> Signals:
         """The rows stored since the last call, oldest first; the marks are stored with them."""
         signals = Signals(
-            gpu_samples=self._records("gpu_samples", GpuSample, now, GPU_RULE_FIELDS),
-            nic_samples=self._records("nic_samples", NicSample, now),
+            gpu_rows=self._rows("gpu_samples", GpuSample, now, GPU_RULE_FIELDS),
+            nic_rows=self._rows("nic_samples", NicSample, now),
             findings=self._records("findings", Finding, now),
             events=self._records("events", Event, now),
             **self._counters(now),
@@ -138,6 +138,21 @@ class StoreFeed:
             f"SELECT {_select_list(names)} FROM {table} WHERE {where} ORDER BY {_order(names)}", params
         ).fetchall()
         return _build(record, names, rows)
+
+    def _rows(self, table: str, record: type, now: float, only: frozenset[str] | None = None) -> Rows:
+        """This round's rows of a sample table as plain rows (the rules build a record only of a row they
+        act on); every field of `record` (in `only`) is a column, NULL where an older store lacks it."""
+        where, params = self._new(table, now)
+        present = set(_present(self.con, table, record, only))
+        names = [f.name for f in fields(record) if only is None or f.name in only]
+        select = ", ".join(
+            (epoch_sql(n) if n in _TIMES else f'"{n}"') if n in present else f'NULL AS "{n}"' for n in names
+        )
+        order = _order([n for n in names if n in present])
+        rows = self.con.execute(
+            f"SELECT {select} FROM {table} WHERE {where} ORDER BY {order}", params
+        ).fetchall()
+        return Rows(tuple(names), rows)
 
     def _counters(self, now: float) -> dict[str, Any]:
         if self.telling_counters is None:
