@@ -8,15 +8,17 @@ record with its "still fine" observations was most of a round's cost."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from operator import itemgetter
+from typing import Any, NamedTuple
 
 from diagnosis.model import ComponentKind, Deferred, Observation, RepairAction, Severity
 from diagnosis.policy import Policy
 from diagnosis.rules_events import event_observation, finding_observation
-from diagnosis.rules_gpu import GPU_RULE_FIELDS, LastCounters, gpu_observations, may_fault, says_healthy
+from diagnosis.rules_gpu import LastCounters, gpu_observations, may_fault, says_healthy
 from diagnosis.rules_nic import counter_observation, port_down, port_id, port_observations
 from fleetguard.records.findings import Finding
 from fleetguard.records.telemetry import Event, GpuSample, NicCounterSample, NicSample
@@ -27,10 +29,10 @@ _PORT_ROW_FIELDS = frozenset({"ts", "host", "device", "port", "state", "phys_sta
 Component = tuple[str, ComponentKind, str]
 
 
-@dataclass(frozen=True, slots=True)
-class Reading:
+class Reading(NamedTuple):
     """A component was read at `ts` and said nothing a rule looks at (a port's counters that did not move):
-    a reader may pass this instead of the records themselves."""
+    a reader may pass this instead of the records themselves (a tuple: a reader makes one per port and
+    round)."""
 
     host: str
     component: str  # "port:<device>/<port>", as `IncidentKey.component`
@@ -61,15 +63,40 @@ class Signals:
     nic_rows: Rows = Rows()
 
 
-# A row left out of a round's observations: where its healthy ones would go in the round's list, its
-# component, the row, and what builds them should the component turn out to need them.
-_Quiet = tuple[int, Component, tuple[Any, ...], Callable[[tuple[Any, ...]], list[Observation | Deferred]]]
+# What the rules keep of a GPU's previous sample: ts and the four counters, as in GPU_ROW_ORDER.
+Counters = tuple[float, int | None, int | None, int | None, int | None]
+# The order of GPU rows whose quiet ones the rules pass over fastest: the counters first, as one slice.
+GPU_ROW_ORDER = (
+    "ts",
+    "ecc_corrected_volatile",
+    "ecc_uncorrected_volatile",
+    "nvlink_crc_flit_errors",
+    "pcie_replay_errors",
+    "host",
+    "uuid",
+    "gpu_index",
+    "pci_bus_id",
+)
+_Build = Callable[[tuple[Any, ...]], list[Observation | Deferred]]
+
+
+@dataclass(slots=True)
+class _QuietRows:
+    """Rows left out of a round's observations, with their components; for each, where its healthy
+    observations would go in the round's list and what builds them, should its component need them."""
+
+    components: list[Component] = field(default_factory=list)
+    rows: list[tuple[int, tuple[Any, ...], _Build]] = field(default_factory=list)
+
+    def add(self, position: int, component: Component, row: tuple[Any, ...], build: _Build) -> None:
+        self.components.append(component)
+        self.rows.append((position, row, build))
 
 
 @dataclass(slots=True)
 class Rules:
     policy: Policy
-    previous: dict[tuple[str, str], LastCounters] = field(default_factory=dict)
+    previous: dict[tuple[str, str], Counters] = field(default_factory=dict)
     uuids: dict[tuple[str, str], str] = field(default_factory=dict)  # (host, pci or "index:N") -> uuid
     # When each GPU / port was last read at all: a fault read from samples is healthy only once a later
     # reading says so, not merely because no reading came (a lost GPU, a sparse history).
@@ -85,7 +112,7 @@ class Rules:
         most of a round's cost."""
         defer = busy is not None
         out: list[Observation | Deferred] = []
-        quiet: list[_Quiet] = []
+        quiet = _QuietRows()
         # Samples first: they teach which PCI address is which GPU before its events are keyed.
         for sample in signals.gpu_samples:
             out.extend(self._gpu(sample, defer))
@@ -106,14 +133,13 @@ class Rules:
             obs = counter_observation(counter, self.policy.counters)
             if obs is not None:
                 out.append(obs)
-        for reading in signals.readings:
-            self._read((reading.host, reading.component), reading.ts)
+        self._read_many(((host, component), ts) for host, component, ts in signals.readings)
         built = self._build_deferred(out, busy, quiet) if busy is not None else out
         built.sort(key=lambda o: o.ts)
         return built  # type: ignore[return-value]  # no Deferred is left in it
 
     def _build_deferred(
-        self, out: list[Observation | Deferred], busy: Collection[Component], quiet: list[_Quiet]
+        self, out: list[Observation | Deferred], busy: Collection[Component], quiet: _QuietRows
     ) -> list[Observation | Deferred]:
         """The deferred healthy observations of busy components built in their places; the rest dropped."""
         hot = set(busy)
@@ -122,7 +148,7 @@ class Rules:
             for o in out
             if isinstance(o, Observation) and not o.healthy
         )
-        out = self._place(out, quiet, hot)
+        out = self._place(out, quiet, hot.difference(busy))
         built: list[Observation | Deferred] = []
         for o in out:
             if isinstance(o, Observation):
@@ -138,23 +164,29 @@ class Rules:
         return built
 
     def _place(
-        self, out: list[Observation | Deferred], quiet: list[_Quiet], hot: set[Component]
+        self, out: list[Observation | Deferred], quiet: _QuietRows, faulted: set[Component]
     ) -> list[Observation | Deferred]:
-        """`out` with the healthy observations of the quiet rows whose component faulted elsewhere this
-        round put where the rows stood; the other quiet rows only say their host was heard from."""
-        extra: list[tuple[int, list[Observation | Deferred]]] = []
-        for position, component, row, build in quiet:
-            if component in hot:
-                extra.append((position, build(row)))
-            else:
-                self.heard.add(component[0])
-        if not extra:
+        """`out` with the healthy observations of the quiet rows whose component faulted this round put
+        where the rows stood (a quiet row is never of a busy component); the other quiet rows only say
+        their host was heard from. Set operations over the components: no Python per quiet row unless
+        one of them faulted."""
+        components = quiet.components
+        hosts = set(map(itemgetter(0), components))
+        hits = faulted.intersection(components)
+        if not hits:
+            self.heard |= hosts
             return out
+        rows = [i for i, c in enumerate(components) if c in hits]
+        # A host all of whose quiet rows are built is heard from through them, not here.
+        left = Counter(map(itemgetter(0), components))
+        left.subtract(components[i][0] for i in rows)
+        self.heard |= {h for h in hosts if left[h] > 0}
         placed: list[Observation | Deferred] = []
         start = 0
-        for position, observations in extra:  # positions never decrease: rows were taken in order
+        for i in rows:  # positions never decrease: rows were taken in order
+            position, row, build = quiet.rows[i]
             placed.extend(out[start:position])
-            placed.extend(observations)
+            placed.extend(build(row))
             start = position
         placed.extend(out[start:])
         return placed
@@ -164,28 +196,16 @@ class Rules:
         rows: Rows,
         busy: Collection[Component] | None,
         out: list[Observation | Deferred],
-        quiet: list[_Quiet],
+        quiet: _QuietRows,
     ) -> None:
         names = rows.names
-        if busy is None or not set(names) >= GPU_RULE_FIELDS:
+        if busy is None or names[: len(GPU_ROW_ORDER)] != GPU_ROW_ORDER:
             for row in rows.rows:
                 out.extend(self._gpu(GpuSample(**dict(zip(names, row, strict=True))), busy is not None))
             return
-        at = {name: i for i, name in enumerate(names)}
-        i_ts, i_host, i_uuid, i_index, i_pci = (
-            at[n] for n in ("ts", "host", "uuid", "gpu_index", "pci_bus_id")
-        )
-        i_sbe, i_dbe, i_crc, i_replay = (
-            at[n]
-            for n in (
-                "ecc_corrected_volatile",
-                "ecc_uncorrected_volatile",
-                "nvlink_crc_flit_errors",
-                "pcie_replay_errors",
-            )
-        )
-        i_failure, i_pending, i_reasons, i_temp = (
-            at[n]
+        # GPU_ROW_ORDER: ts, the four counters, host, uuid, gpu_index, pci_bus_id, then what only faults read.
+        failure, pending_at, reasons_at, temperature_at = (
+            names.index(n)
             for n in (
                 "remapped_rows_failure",
                 "remapped_rows_pending",
@@ -196,18 +216,29 @@ class Rules:
         rules = self.policy.gpu
         healthy = partial(self._gpu_healthy, names)
         gpu = ComponentKind.GPU
+        read: list[tuple[tuple[str, str], float]] = []
         for row in rows.rows:
-            ts, host, uuid = row[i_ts], row[i_host], row[i_uuid]
-            counters = LastCounters(ts, row[i_sbe], row[i_dbe], row[i_crc], row[i_replay])
-            previous = self._remember(host, uuid, row[i_index], row[i_pci], counters)
-            rose = previous is not None and ts > previous.ts and _rose(previous, counters)
-            pending, reasons = row[i_pending], row[i_reasons]
+            counters: Counters = row[:5]
+            ts, host, uuid = row[0], row[5], row[6]
+            previous = self._remember(host, uuid, row[7], row[8], counters, read)
+            # Counters equal to the previous ones (nearly always) cannot have risen: one tuple comparison.
+            rose = (
+                previous is not None
+                and ts > previous[0]
+                and counters[1:] != previous[1:]
+                and _rose(previous, counters)
+            )
+            pending, reasons = row[pending_at], row[reasons_at]
             component = (host, gpu, uuid)
-            if component in busy or may_fault(row[i_failure], pending, reasons, row[i_temp], rules, rose):
+            if component in busy or may_fault(
+                row[failure], pending, reasons, row[temperature_at], rules, rose
+            ):
                 sample = GpuSample(**dict(zip(names, row, strict=True)))
-                out.extend(gpu_observations(sample, previous, rules, True))
+                last = None if previous is None else LastCounters._make(previous)
+                out.extend(gpu_observations(sample, last, rules, True))
             elif says_healthy(pending, reasons):
-                quiet.append((len(out), component, row, healthy))
+                quiet.add(len(out), component, row, healthy)
+        self._read_many(read)
 
     def _gpu_healthy(self, names: tuple[str, ...], row: tuple[Any, ...]) -> list[Observation | Deferred]:
         """A quiet row's healthy observations (they never depend on the previous sample)."""
@@ -219,7 +250,7 @@ class Rules:
         rows: Rows,
         busy: Collection[Component] | None,
         out: list[Observation | Deferred],
-        quiet: list[_Quiet],
+        quiet: _QuietRows,
     ) -> None:
         names = rows.names
         if busy is None or not set(names) >= _PORT_ROW_FIELDS:
@@ -228,45 +259,64 @@ class Rules:
                     port_observations(NicSample(**dict(zip(names, row, strict=True))), busy is not None)
                 )
             return
-        at = {name: i for i, name in enumerate(names)}
-        i_host, i_device, i_port, i_state = (at[n] for n in ("host", "device", "port", "state"))
+        host_at, device_at, port_at, state_at = (names.index(n) for n in ("host", "device", "port", "state"))
         observe = partial(_port_observations, names)
         port_kind = ComponentKind.PORT
         for row in rows.rows:
-            state = row[i_state]
+            state = row[state_at]
             if state is None:
                 continue
-            component = (row[i_host], port_kind, port_id(row[i_device], row[i_port]))
-            if port_down(state) or component in busy:
+            component = (row[host_at], port_kind, port_id(row[device_at], row[port_at]))
+            if component in busy or port_down(state):
                 out.extend(observe(row))
             else:
-                quiet.append((len(out), component, row, observe))
+                quiet.add(len(out), component, row, observe)
 
     def _gpu(self, sample: GpuSample, defer: bool = False) -> Iterator[Observation | Deferred]:
+        read: list[tuple[tuple[str, str], float]] = []
         previous = self._remember(
-            sample.host, sample.uuid, sample.gpu_index, sample.pci_bus_id, LastCounters.of(sample)
+            sample.host, sample.uuid, sample.gpu_index, sample.pci_bus_id, LastCounters.of(sample), read
         )
-        yield from gpu_observations(sample, previous, self.policy.gpu, defer)
+        self._read_many(read)
+        last = None if previous is None else LastCounters._make(previous)
+        yield from gpu_observations(sample, last, self.policy.gpu, defer)
 
     def _remember(
-        self, host: str, uuid: str, gpu_index: int, pci_bus_id: str | None, counters: LastCounters
-    ) -> LastCounters | None:
-        """Take a sample into the per-GPU state; the previous sample's counters, as the rules compare."""
+        self,
+        host: str,
+        uuid: str,
+        gpu_index: int,
+        pci_bus_id: str | None,
+        counters: Counters,
+        read: list[tuple[tuple[str, str], float]],
+    ) -> Counters | None:
+        """Take a sample into the per-GPU state; the previous sample's counters, as the rules compare.
+        When the GPU was read goes to `read`, for `_read_many`."""
         key = (host, uuid)
         previous = self.previous.get(key)
         if previous is None and len(self.previous) >= MAX_GPUS:
             self.previous.clear()
-        if previous is None or counters.ts >= previous.ts:
+        if previous is None or counters[0] >= previous[0]:
             # A late sample (older than the one kept) says nothing about what changed since: keeping it
             # would count the increase up to the newer one a second time.
             self.previous[key] = counters
-        self._read((host, f"gpu:{uuid}"), counters.ts)
+        read.append(((host, f"gpu:{uuid}"), counters[0]))
         if pci_bus_id:
             self.uuids[(host, pci_bus_id.lower().removesuffix(".0"))] = uuid
         self.uuids[(host, f"index:{gpu_index}")] = uuid
         if len(self.uuids) > 2 * MAX_GPUS:
             self.uuids.clear()
         return previous
+
+    def _read_many(self, reads: Iterable[tuple[tuple[str, str], float]]) -> None:
+        """`_read` of each, in order (one call for a round's thousands)."""
+        read_at = self.read_at
+        for component, ts in reads:
+            before = read_at.get(component)
+            if before is None and len(read_at) >= 2 * MAX_GPUS:
+                read_at.clear()
+            if ts > (float("-inf") if before is None else before):
+                read_at[component] = ts
 
     def _read(self, component: tuple[str, str], ts: float) -> None:
         if component not in self.read_at and len(self.read_at) >= 2 * MAX_GPUS:
@@ -280,8 +330,7 @@ class Rules:
             self.previous.pop((sample.host, sample.uuid), None)
             for _ in self._gpu(sample, defer=True):
                 pass  # only the state: what the sample said was said before the restart
-        for reading in readings:
-            self._read((reading.host, reading.component), reading.ts)
+        self._read_many(((host, component), ts) for host, component, ts in readings)
 
     def read_since(self, host: str, component: str, since: float) -> float | None:
         """The time of the latest reading of `component` after `since`, or None when none came."""
@@ -289,7 +338,7 @@ class Rules:
         return ts if ts is not None and ts > since else None
 
 
-def _rose(previous: LastCounters, now: LastCounters) -> bool:
+def _rose(previous: Counters, now: Counters) -> bool:
     """Whether any counter the rules rate is above its previous value (both read)."""
     for before, after in zip(previous[1:], now[1:], strict=True):
         if before is not None and after is not None and after > before:

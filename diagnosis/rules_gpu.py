@@ -92,7 +92,7 @@ def says_healthy(pending: object, reasons: int | None) -> bool:
 
 def gpu_observations(
     sample: GpuSample,
-    previous: LastCounters | GpuSample | None,
+    previous: LastCounters | None,
     rules: GpuRules,
     defer_healthy: bool = False,
 ) -> Iterator[Observation | Deferred]:
