@@ -80,6 +80,21 @@ GPU_ROW_ORDER = (
 _Build = Callable[[tuple[Any, ...]], list[Observation | Deferred]]
 
 
+class _GpuNames(NamedTuple):
+    """A GPU's keys into the rules' maps, for the PCI address and index it was last read at."""
+
+    pci_bus_id: str | None
+    gpu_index: int
+    read_key: tuple[str, str]  # into read_at
+    by_pci: tuple[str, str] | None  # into uuids
+    by_index: tuple[str, str]  # into uuids
+
+    @classmethod
+    def of(cls, host: str, uuid: str, gpu_index: int, pci_bus_id: str | None) -> _GpuNames:
+        pci = (host, pci_bus_id.lower().removesuffix(".0")) if pci_bus_id else None
+        return cls(pci_bus_id, gpu_index, (host, f"gpu:{uuid}"), pci, (host, f"index:{gpu_index}"))
+
+
 @dataclass(slots=True)
 class _QuietRows:
     """Rows left out of a round's observations, with their components; for each, where its healthy
@@ -102,6 +117,8 @@ class Rules:
     # reading says so, not merely because no reading came (a lost GPU, a sparse history).
     read_at: dict[tuple[str, str], float] = field(default_factory=dict)  # (host, "gpu:uuid"|"port:dev/p")
     heard: set[str] = field(default_factory=set)  # hosts of healthy observations left out (`observations`)
+    # Each GPU's keys into the maps above, made once rather than once per sample.
+    names: dict[tuple[str, str], _GpuNames] = field(default_factory=dict)
 
     def observations(self, signals: Signals, busy: Collection[Component] | None = None) -> list[Observation]:
         """Every observation of the round, sorted by time (bursts and thresholds depend on the order).
@@ -300,10 +317,16 @@ class Rules:
             # A late sample (older than the one kept) says nothing about what changed since: keeping it
             # would count the increase up to the newer one a second time.
             self.previous[key] = counters
-        read.append(((host, f"gpu:{uuid}"), counters[0]))
-        if pci_bus_id:
-            self.uuids[(host, pci_bus_id.lower().removesuffix(".0"))] = uuid
-        self.uuids[(host, f"index:{gpu_index}")] = uuid
+        names = self.names.get(key)
+        if names is None or names[0] != pci_bus_id or names[1] != gpu_index:
+            if names is None and len(self.names) >= MAX_GPUS:
+                self.names.clear()
+            names = _GpuNames.of(host, uuid, gpu_index, pci_bus_id)
+            self.names[key] = names
+        read.append((names.read_key, counters[0]))
+        if names.by_pci is not None:
+            self.uuids[names.by_pci] = uuid
+        self.uuids[names.by_index] = uuid
         if len(self.uuids) > 2 * MAX_GPUS:
             self.uuids.clear()
         return previous

@@ -125,15 +125,20 @@ def test_rows_say_what_the_same_samples_say_as_records(seed: int) -> None:
     records, rows = Rules(policy), Rules(policy)
     counters = {(h, g): [0, 0, 0, 0] for h in HOSTS for g in range(GPUS)}
     faults = built_from_quiet = 0
+    uuids: dict[tuple[str, str], str] = {}  # which address is which GPU, worked out here the plain way
     for r in range(60):
         signals = _round(rng, T0 + 10 * r, counters)
+        for sample in signals.gpu_samples:
+            if sample.pci_bus_id:
+                uuids[(sample.host, sample.pci_bus_id.lower().removesuffix(".0"))] = sample.uuid
+            uuids[(sample.host, f"index:{sample.gpu_index}")] = sample.uuid
         busy = _busy(rng) if r % 5 else set()
         expected = records.observations(signals, busy)
         got = rows.observations(_as_rows(signals), busy)
         assert got == expected, f"round {r}"
         assert all(isinstance(o, Observation) for o in got)  # no Deferred is left over
         assert rows.previous == records.previous
-        assert rows.uuids == records.uuids
+        assert rows.uuids == records.uuids == uuids
         assert rows.read_at == records.read_at
         assert rows.heard == records.heard
         faults += sum(not o.healthy for o in got)
