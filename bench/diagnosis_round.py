@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from fleetguard.config import load_config
-from fleetguard.controller.process import collect_less
 from fleetguard.controller.columns import concat, insert_sql
+from fleetguard.controller.process import collect_less
 from fleetguard.incidents.controller_task import IncidentTask
 from fleetguard.records.telemetry import EventKind
 from fleetguard.settings.policy_files import load_policy
