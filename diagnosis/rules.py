@@ -8,10 +8,10 @@ record with its "still fine" observations was most of a round's cost."""
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import compress
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -101,11 +101,7 @@ class _QuietRows:
     observations would go in the round's list and what builds them, should its component need them."""
 
     components: list[Component] = field(default_factory=list)
-    rows: list[tuple[int, tuple[Any, ...], _Build]] = field(default_factory=list)
-
-    def add(self, position: int, component: Component, row: tuple[Any, ...], build: _Build) -> None:
-        self.components.append(component)
-        self.rows.append((position, row, build))
+    rows: list[tuple[int, tuple[Any, ...], _Build]] = field(default_factory=list)  # beside `components`
 
 
 @dataclass(slots=True)
@@ -185,19 +181,16 @@ class Rules:
     ) -> list[Observation | Deferred]:
         """`out` with the healthy observations of the quiet rows whose component faulted this round put
         where the rows stood (a quiet row is never of a busy component); the other quiet rows only say
-        their host was heard from. Set operations over the components: no Python per quiet row unless
-        one of them faulted."""
+        their host was heard from. Set operations and iterators over the components: no Python code
+        runs per quiet row."""
         components = quiet.components
-        hosts = set(map(itemgetter(0), components))
         hits = faulted.intersection(components)
         if not hits:
-            self.heard |= hosts
+            self.heard.update(map(itemgetter(0), components))
             return out
-        rows = [i for i, c in enumerate(components) if c in hits]
         # A host all of whose quiet rows are built is heard from through them, not here.
-        left = Counter(map(itemgetter(0), components))
-        left.subtract(components[i][0] for i in rows)
-        self.heard |= {h for h in hosts if left[h] > 0}
+        self.heard.update(map(itemgetter(0), set(components).difference(hits)))
+        rows = compress(range(len(components)), map(hits.__contains__, components))
         placed: list[Observation | Deferred] = []
         start = 0
         for i in rows:  # positions never decrease: rows were taken in order
@@ -234,6 +227,7 @@ class Rules:
         healthy = partial(self._gpu_healthy, names)
         gpu = ComponentKind.GPU
         read: list[tuple[tuple[str, str], float]] = []
+        quiet_component, quiet_row = quiet.components.append, quiet.rows.append  # once per row: no call
         for row in rows.rows:
             counters: Counters = row[:5]
             ts, host, uuid = row[0], row[5], row[6]
@@ -254,7 +248,8 @@ class Rules:
                 last = None if previous is None else LastCounters._make(previous)
                 out.extend(gpu_observations(sample, last, rules, True))
             elif says_healthy(pending, reasons):
-                quiet.add(len(out), component, row, healthy)
+                quiet_component(component)
+                quiet_row((len(out), row, healthy))
         self._read_many(read)
 
     def _gpu_healthy(self, names: tuple[str, ...], row: tuple[Any, ...]) -> list[Observation | Deferred]:
@@ -279,6 +274,7 @@ class Rules:
         host_at, device_at, port_at, state_at = (names.index(n) for n in ("host", "device", "port", "state"))
         observe = partial(_port_observations, names)
         port_kind = ComponentKind.PORT
+        quiet_component, quiet_row = quiet.components.append, quiet.rows.append
         for row in rows.rows:
             state = row[state_at]
             if state is None:
@@ -287,7 +283,8 @@ class Rules:
             if component in busy or port_down(state):
                 out.extend(observe(row))
             else:
-                quiet.add(len(out), component, row, observe)
+                quiet_component(component)
+                quiet_row((len(out), row, observe))
 
     def _gpu(self, sample: GpuSample, defer: bool = False) -> Iterator[Observation | Deferred]:
         read: list[tuple[tuple[str, str], float]] = []
