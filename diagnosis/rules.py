@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from itertools import compress
 from operator import itemgetter
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from diagnosis.model import ComponentKind, Deferred, Observation, RepairAction, Severity
 from diagnosis.policy import Policy
@@ -27,6 +27,7 @@ MAX_GPUS = 1_000_000  # bound on the per-GPU state a hostile or broken feed can 
 _PORT_ROW_FIELDS = frozenset({"ts", "host", "device", "port", "state", "phys_state"})
 
 Component = tuple[str, ComponentKind, str]
+_R = TypeVar("_R", GpuSample, NicSample)
 
 
 class Reading(NamedTuple):
@@ -211,7 +212,7 @@ class Rules:
         names = rows.names
         if busy is None or names[: len(GPU_ROW_ORDER)] != GPU_ROW_ORDER:
             for row in rows.rows:
-                out.extend(self._gpu(GpuSample(**dict(zip(names, row, strict=True))), busy is not None))
+                out.extend(self._gpu(_stored(GpuSample, names, row), busy is not None))
             return
         # GPU_ROW_ORDER: ts, the four counters, host, uuid, gpu_index, pci_bus_id, then what only faults read.
         failure, pending_at, reasons_at, temperature_at = (
@@ -244,7 +245,7 @@ class Rules:
             if component in busy or may_fault(
                 row[failure], pending, reasons, row[temperature_at], rules, rose
             ):
-                sample = GpuSample(**dict(zip(names, row, strict=True)))
+                sample = _stored(GpuSample, names, row)
                 last = None if previous is None else LastCounters._make(previous)
                 out.extend(gpu_observations(sample, last, rules, True))
             elif says_healthy(pending, reasons):
@@ -254,7 +255,7 @@ class Rules:
 
     def _gpu_healthy(self, names: tuple[str, ...], row: tuple[Any, ...]) -> list[Observation | Deferred]:
         """A quiet row's healthy observations (they never depend on the previous sample)."""
-        sample = GpuSample(**dict(zip(names, row, strict=True)))
+        sample = _stored(GpuSample, names, row)
         return list(gpu_observations(sample, None, self.policy.gpu, True))
 
     def _port_rows(
@@ -267,9 +268,7 @@ class Rules:
         names = rows.names
         if busy is None or not set(names) >= _PORT_ROW_FIELDS:
             for row in rows.rows:
-                out.extend(
-                    port_observations(NicSample(**dict(zip(names, row, strict=True))), busy is not None)
-                )
+                out.extend(port_observations(_stored(NicSample, names, row), busy is not None))
             return
         host_at, device_at, port_at, state_at = (names.index(n) for n in ("host", "device", "port", "state"))
         observe = partial(_port_observations, names)
@@ -368,4 +367,11 @@ def _rose(previous: Counters, now: Counters) -> bool:
 
 def _port_observations(names: tuple[str, ...], row: tuple[Any, ...]) -> list[Observation | Deferred]:
     """What a port row says, as `port_observations` with its healthy one deferred."""
-    return list(port_observations(NicSample(**dict(zip(names, row, strict=True))), True))
+    return list(port_observations(_stored(NicSample, names, row), True))
+
+
+def _stored(record: type[_R], names: tuple[str, ...], row: tuple[Any, ...]) -> _R:
+    """A stored row as the record it was written from: read back, not measured (the one sampler,
+    collectors.gpu_sampling, builds every new GpuSample)."""
+    build: Callable[..., _R] = record
+    return build(**dict(zip(names, row, strict=True)))
