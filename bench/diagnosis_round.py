@@ -22,6 +22,7 @@ from typing import Any
 
 from fleetguard.config import load_config
 from fleetguard.controller.columns import concat, insert_sql
+from fleetguard.controller.process import collect_less
 from fleetguard.incidents.controller_task import IncidentTask
 from fleetguard.records.telemetry import EventKind
 from fleetguard.settings.policy_files import load_policy
@@ -142,6 +143,7 @@ def main() -> None:
     task.policy = load_policy(overrides={"breaker": {"max_host_fraction": 1.0}})
     t0 = 1_700_000_000.0
     walls, cpus, records = [], [], 0
+    collect_less()  # as the controller process runs
     with Store.open(path) as store:
         for r in range(args.warmup + args.rounds):
             now = t0 + r

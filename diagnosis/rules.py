@@ -1,26 +1,39 @@
 """All rules together: records in, observations out, with the little state rules need between rounds
-(the previous sample of each GPU, which PCI address is which GPU)."""
+(the previous sample of each GPU, which PCI address is which GPU).
+
+Samples may also come as plain rows (`Rows`, what a columnar reader fetches): a row no rule can call a fault,
+of a component with nothing pending or open, only updates that state and never becomes a record or an
+observation. At 1 Hz nearly every GPU sample and port state of a fleet is such a row, and building each as a
+record with its "still fine" observations was most of a round's cost."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
+from itertools import compress
+from operator import itemgetter
+from typing import Any, NamedTuple, TypeVar
 
 from diagnosis.model import ComponentKind, Deferred, Observation, RepairAction, Severity
 from diagnosis.policy import Policy
 from diagnosis.rules_events import event_observation, finding_observation
-from diagnosis.rules_gpu import gpu_observations
-from diagnosis.rules_nic import counter_observation, port_observations
+from diagnosis.rules_gpu import LastCounters, gpu_observations, may_fault, says_healthy
+from diagnosis.rules_nic import counter_observation, port_down, port_id, port_observations
 from fleetguard.records.findings import Finding
 from fleetguard.records.telemetry import Event, GpuSample, NicCounterSample, NicSample
 
 MAX_GPUS = 1_000_000  # bound on the per-GPU state a hostile or broken feed can make us keep
+_PORT_ROW_FIELDS = frozenset({"ts", "host", "device", "port", "state", "phys_state"})
+
+Component = tuple[str, ComponentKind, str]
+_R = TypeVar("_R", GpuSample, NicSample)
 
 
-@dataclass(frozen=True, slots=True)
-class Reading:
+class Reading(NamedTuple):
     """A component was read at `ts` and said nothing a rule looks at (a port's counters that did not move):
-    a reader may pass this instead of the records themselves."""
+    a reader may pass this instead of the records themselves (a tuple: a reader makes one per port and
+    round)."""
 
     host: str
     component: str  # "port:<device>/<port>", as `IncidentKey.component`
@@ -28,8 +41,18 @@ class Reading:
 
 
 @dataclass(frozen=True, slots=True)
+class Rows:
+    """Records of one kind as plain rows, oldest first; `names` are the record's fields in the rows' column
+    order. The rules treat them exactly as the records they stand for."""
+
+    names: tuple[str, ...] = ()
+    rows: Sequence[tuple[Any, ...]] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Signals:
-    """What one round brings: any mix of records, in any order."""
+    """What one round brings: any mix of records, in any order (`gpu_rows` after `gpu_samples`,
+    `nic_rows` after `nic_samples`, when both come)."""
 
     events: Iterable[Event] = ()
     findings: Iterable[Finding] = ()
@@ -37,21 +60,64 @@ class Signals:
     nic_samples: Iterable[NicSample] = ()
     nic_counters: Iterable[NicCounterSample] = ()
     readings: Iterable[Reading] = ()
+    gpu_rows: Rows = Rows()
+    nic_rows: Rows = Rows()
+
+
+# What the rules keep of a GPU's previous sample: ts and the four counters, as in GPU_ROW_ORDER.
+Counters = tuple[float, int | None, int | None, int | None, int | None]
+# The order of GPU rows whose quiet ones the rules pass over fastest: the counters first, as one slice.
+GPU_ROW_ORDER = (
+    "ts",
+    "ecc_corrected_volatile",
+    "ecc_uncorrected_volatile",
+    "nvlink_crc_flit_errors",
+    "pcie_replay_errors",
+    "host",
+    "uuid",
+    "gpu_index",
+    "pci_bus_id",
+)
+_Build = Callable[[tuple[Any, ...]], list[Observation | Deferred]]
+
+
+class _GpuNames(NamedTuple):
+    """A GPU's keys into the rules' maps, for the PCI address and index it was last read at."""
+
+    pci_bus_id: str | None
+    gpu_index: int
+    read_key: tuple[str, str]  # into read_at
+    by_pci: tuple[str, str] | None  # into uuids
+    by_index: tuple[str, str]  # into uuids
+
+    @classmethod
+    def of(cls, host: str, uuid: str, gpu_index: int, pci_bus_id: str | None) -> _GpuNames:
+        pci = (host, pci_bus_id.lower().removesuffix(".0")) if pci_bus_id else None
+        return cls(pci_bus_id, gpu_index, (host, f"gpu:{uuid}"), pci, (host, f"index:{gpu_index}"))
+
+
+@dataclass(slots=True)
+class _QuietRows:
+    """Rows left out of a round's observations, with their components; for each, where its healthy
+    observations would go in the round's list and what builds them, should its component need them."""
+
+    components: list[Component] = field(default_factory=list)
+    rows: list[tuple[int, tuple[Any, ...], _Build]] = field(default_factory=list)  # beside `components`
 
 
 @dataclass(slots=True)
 class Rules:
     policy: Policy
-    previous: dict[tuple[str, str], GpuSample] = field(default_factory=dict)
+    previous: dict[tuple[str, str], Counters] = field(default_factory=dict)
     uuids: dict[tuple[str, str], str] = field(default_factory=dict)  # (host, pci or "index:N") -> uuid
     # When each GPU / port was last read at all: a fault read from samples is healthy only once a later
     # reading says so, not merely because no reading came (a lost GPU, a sparse history).
     read_at: dict[tuple[str, str], float] = field(default_factory=dict)  # (host, "gpu:uuid"|"port:dev/p")
     heard: set[str] = field(default_factory=set)  # hosts of healthy observations left out (`observations`)
+    # Each GPU's keys into the maps above, made once rather than once per sample.
+    names: dict[tuple[str, str], _GpuNames] = field(default_factory=dict)
 
-    def observations(
-        self, signals: Signals, busy: Collection[tuple[str, ComponentKind, str]] | None = None
-    ) -> list[Observation]:
+    def observations(self, signals: Signals, busy: Collection[Component] | None = None) -> list[Observation]:
         """Every observation of the round, sorted by time (bursts and thresholds depend on the order).
 
         With `busy` (the components with something pending or open), a healthy observation is left out
@@ -60,9 +126,11 @@ class Rules:
         most of a round's cost."""
         defer = busy is not None
         out: list[Observation | Deferred] = []
+        quiet = _QuietRows()
         # Samples first: they teach which PCI address is which GPU before its events are keyed.
         for sample in signals.gpu_samples:
             out.extend(self._gpu(sample, defer))
+        self._gpu_rows(signals.gpu_rows, busy, out, quiet)
         for event in signals.events:
             obs = event_observation(event, self.policy, self.uuids)
             if obs is not None:
@@ -73,19 +141,19 @@ class Rules:
                 out.append(obs)
         for port in signals.nic_samples:
             out.extend(port_observations(port, defer))
+        self._port_rows(signals.nic_rows, busy, out, quiet)
         for counter in signals.nic_counters:
             self._read((counter.host, f"port:{counter.device}/{counter.port}"), counter.ts)
             obs = counter_observation(counter, self.policy.counters)
             if obs is not None:
                 out.append(obs)
-        for reading in signals.readings:
-            self._read((reading.host, reading.component), reading.ts)
-        built = self._build_deferred(out, busy) if busy is not None else out
+        self._read_many(((host, component), ts) for host, component, ts in signals.readings)
+        built = self._build_deferred(out, busy, quiet) if busy is not None else out
         built.sort(key=lambda o: o.ts)
         return built  # type: ignore[return-value]  # no Deferred is left in it
 
     def _build_deferred(
-        self, out: list[Observation | Deferred], busy: Collection[tuple[str, ComponentKind, str]]
+        self, out: list[Observation | Deferred], busy: Collection[Component], quiet: _QuietRows
     ) -> list[Observation | Deferred]:
         """The deferred healthy observations of busy components built in their places; the rest dropped."""
         hot = set(busy)
@@ -94,6 +162,7 @@ class Rules:
             for o in out
             if isinstance(o, Observation) and not o.healthy
         )
+        out = self._place(out, quiet, hot.difference(busy))
         built: list[Observation | Deferred] = []
         for o in out:
             if isinstance(o, Observation):
@@ -108,22 +177,165 @@ class Rules:
                 self.heard.add(o.key.host)
         return built
 
+    def _place(
+        self, out: list[Observation | Deferred], quiet: _QuietRows, faulted: set[Component]
+    ) -> list[Observation | Deferred]:
+        """`out` with the healthy observations of the quiet rows whose component faulted this round put
+        where the rows stood (a quiet row is never of a busy component); the other quiet rows only say
+        their host was heard from. Set operations and iterators over the components: no Python code
+        runs per quiet row."""
+        components = quiet.components
+        hits = faulted.intersection(components)
+        if not hits:
+            self.heard.update(map(itemgetter(0), components))
+            return out
+        # A host all of whose quiet rows are built is heard from through them, not here.
+        self.heard.update(map(itemgetter(0), set(components).difference(hits)))
+        rows = compress(range(len(components)), map(hits.__contains__, components))
+        placed: list[Observation | Deferred] = []
+        start = 0
+        for i in rows:  # positions never decrease: rows were taken in order
+            position, row, build = quiet.rows[i]
+            placed.extend(out[start:position])
+            placed.extend(build(row))
+            start = position
+        placed.extend(out[start:])
+        return placed
+
+    def _gpu_rows(
+        self,
+        rows: Rows,
+        busy: Collection[Component] | None,
+        out: list[Observation | Deferred],
+        quiet: _QuietRows,
+    ) -> None:
+        names = rows.names
+        if busy is None or names[: len(GPU_ROW_ORDER)] != GPU_ROW_ORDER:
+            for row in rows.rows:
+                out.extend(self._gpu(_stored(GpuSample, names, row), busy is not None))
+            return
+        # GPU_ROW_ORDER: ts, the four counters, host, uuid, gpu_index, pci_bus_id, then what only faults read.
+        failure, pending_at, reasons_at, temperature_at = (
+            names.index(n)
+            for n in (
+                "remapped_rows_failure",
+                "remapped_rows_pending",
+                "clocks_event_reasons",
+                "temperature_celsius",
+            )
+        )
+        rules = self.policy.gpu
+        healthy = partial(self._gpu_healthy, names)
+        gpu = ComponentKind.GPU
+        read: list[tuple[tuple[str, str], float]] = []
+        quiet_component, quiet_row = quiet.components.append, quiet.rows.append  # once per row: no call
+        for row in rows.rows:
+            counters: Counters = row[:5]
+            ts, host, uuid = row[0], row[5], row[6]
+            previous = self._remember(host, uuid, row[7], row[8], counters, read)
+            # Counters equal to the previous ones (nearly always) cannot have risen: one tuple comparison.
+            rose = (
+                previous is not None
+                and ts > previous[0]
+                and counters[1:] != previous[1:]
+                and _rose(previous, counters)
+            )
+            pending, reasons = row[pending_at], row[reasons_at]
+            component = (host, gpu, uuid)
+            if component in busy or may_fault(
+                row[failure], pending, reasons, row[temperature_at], rules, rose
+            ):
+                sample = _stored(GpuSample, names, row)
+                last = None if previous is None else LastCounters._make(previous)
+                out.extend(gpu_observations(sample, last, rules, True))
+            elif says_healthy(pending, reasons):
+                quiet_component(component)
+                quiet_row((len(out), row, healthy))
+        self._read_many(read)
+
+    def _gpu_healthy(self, names: tuple[str, ...], row: tuple[Any, ...]) -> list[Observation | Deferred]:
+        """A quiet row's healthy observations (they never depend on the previous sample)."""
+        sample = _stored(GpuSample, names, row)
+        return list(gpu_observations(sample, None, self.policy.gpu, True))
+
+    def _port_rows(
+        self,
+        rows: Rows,
+        busy: Collection[Component] | None,
+        out: list[Observation | Deferred],
+        quiet: _QuietRows,
+    ) -> None:
+        names = rows.names
+        if busy is None or not set(names) >= _PORT_ROW_FIELDS:
+            for row in rows.rows:
+                out.extend(port_observations(_stored(NicSample, names, row), busy is not None))
+            return
+        host_at, device_at, port_at, state_at = (names.index(n) for n in ("host", "device", "port", "state"))
+        observe = partial(_port_observations, names)
+        port_kind = ComponentKind.PORT
+        quiet_component, quiet_row = quiet.components.append, quiet.rows.append
+        for row in rows.rows:
+            state = row[state_at]
+            if state is None:
+                continue
+            component = (row[host_at], port_kind, port_id(row[device_at], row[port_at]))
+            if component in busy or port_down(state):
+                out.extend(observe(row))
+            else:
+                quiet_component(component)
+                quiet_row((len(out), row, observe))
+
     def _gpu(self, sample: GpuSample, defer: bool = False) -> Iterator[Observation | Deferred]:
-        key = (sample.host, sample.uuid)
+        read: list[tuple[tuple[str, str], float]] = []
+        previous = self._remember(
+            sample.host, sample.uuid, sample.gpu_index, sample.pci_bus_id, LastCounters.of(sample), read
+        )
+        self._read_many(read)
+        last = None if previous is None else LastCounters._make(previous)
+        yield from gpu_observations(sample, last, self.policy.gpu, defer)
+
+    def _remember(
+        self,
+        host: str,
+        uuid: str,
+        gpu_index: int,
+        pci_bus_id: str | None,
+        counters: Counters,
+        read: list[tuple[tuple[str, str], float]],
+    ) -> Counters | None:
+        """Take a sample into the per-GPU state; the previous sample's counters, as the rules compare.
+        When the GPU was read goes to `read`, for `_read_many`."""
+        key = (host, uuid)
         previous = self.previous.get(key)
         if previous is None and len(self.previous) >= MAX_GPUS:
             self.previous.clear()
-        if previous is None or sample.ts >= previous.ts:
+        if previous is None or counters[0] >= previous[0]:
             # A late sample (older than the one kept) says nothing about what changed since: keeping it
             # would count the increase up to the newer one a second time.
-            self.previous[key] = sample
-        self._read((sample.host, f"gpu:{sample.uuid}"), sample.ts)
-        if sample.pci_bus_id:
-            self.uuids[(sample.host, sample.pci_bus_id.lower().removesuffix(".0"))] = sample.uuid
-        self.uuids[(sample.host, f"index:{sample.gpu_index}")] = sample.uuid
+            self.previous[key] = counters
+        names = self.names.get(key)
+        if names is None or names[0] != pci_bus_id or names[1] != gpu_index:
+            if names is None and len(self.names) >= MAX_GPUS:
+                self.names.clear()
+            names = _GpuNames.of(host, uuid, gpu_index, pci_bus_id)
+            self.names[key] = names
+        read.append((names.read_key, counters[0]))
+        if names.by_pci is not None:
+            self.uuids[names.by_pci] = uuid
+        self.uuids[names.by_index] = uuid
         if len(self.uuids) > 2 * MAX_GPUS:
             self.uuids.clear()
-        yield from gpu_observations(sample, previous, self.policy.gpu, defer)
+        return previous
+
+    def _read_many(self, reads: Iterable[tuple[tuple[str, str], float]]) -> None:
+        """`_read` of each, in order (one call for a round's thousands)."""
+        read_at = self.read_at
+        for component, ts in reads:
+            before = read_at.get(component)
+            if before is None and len(read_at) >= 2 * MAX_GPUS:
+                read_at.clear()
+            if ts > (float("-inf") if before is None else before):
+                read_at[component] = ts
 
     def _read(self, component: tuple[str, str], ts: float) -> None:
         if component not in self.read_at and len(self.read_at) >= 2 * MAX_GPUS:
@@ -137,10 +349,29 @@ class Rules:
             self.previous.pop((sample.host, sample.uuid), None)
             for _ in self._gpu(sample, defer=True):
                 pass  # only the state: what the sample said was said before the restart
-        for reading in readings:
-            self._read((reading.host, reading.component), reading.ts)
+        self._read_many(((host, component), ts) for host, component, ts in readings)
 
     def read_since(self, host: str, component: str, since: float) -> float | None:
         """The time of the latest reading of `component` after `since`, or None when none came."""
         ts = self.read_at.get((host, component))
         return ts if ts is not None and ts > since else None
+
+
+def _rose(previous: Counters, now: Counters) -> bool:
+    """Whether any counter the rules rate is above its previous value (both read)."""
+    for before, after in zip(previous[1:], now[1:], strict=True):
+        if before is not None and after is not None and after > before:
+            return True
+    return False
+
+
+def _port_observations(names: tuple[str, ...], row: tuple[Any, ...]) -> list[Observation | Deferred]:
+    """What a port row says, as `port_observations` with its healthy one deferred."""
+    return list(port_observations(_stored(NicSample, names, row), True))
+
+
+def _stored(record: type[_R], names: tuple[str, ...], row: tuple[Any, ...]) -> _R:
+    """A stored row as the record it was written from: read back, not measured (the one sampler,
+    collectors.gpu_sampling, builds every new GpuSample)."""
+    build: Callable[..., _R] = record
+    return build(**dict(zip(names, row, strict=True)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 from diagnosis.model import ComponentKind, Deferred, IncidentKey, Observation, RepairAction, Severity
 from diagnosis.policy import GpuRules
@@ -39,8 +40,61 @@ GPU_RULE_FIELDS = frozenset(
 )
 
 
+# Throttle bits some rule can call a fault (whether the policy switches that rule on or not).
+FAULT_BITS = THERMAL_BITS | POWER_BITS
+
+
+class LastCounters(NamedTuple):
+    """What the rules keep of a GPU's previous sample: its time and the counters whose increase they rate."""
+
+    ts: float
+    ecc_corrected_volatile: int | None
+    ecc_uncorrected_volatile: int | None
+    nvlink_crc_flit_errors: int | None
+    pcie_replay_errors: int | None
+
+    @classmethod
+    def of(cls, sample: GpuSample) -> LastCounters:
+        return cls(
+            sample.ts,
+            sample.ecc_corrected_volatile,
+            sample.ecc_uncorrected_volatile,
+            sample.nvlink_crc_flit_errors,
+            sample.pcie_replay_errors,
+        )
+
+
+def may_fault(
+    failure: object,
+    pending: object,
+    reasons: int | None,
+    temperature: float | None,
+    rules: GpuRules,
+    rose: bool,
+) -> bool:
+    """Whether `gpu_observations` could say more than "healthy" of a sample with these values (`rose`: a
+    counter is above the previous sample's, which is older). False is exact: such a sample yields only
+    healthy observations, so a reader may skip building it. Keep in step with `gpu_observations`."""
+    return bool(
+        failure
+        or pending
+        or (reasons is not None and reasons & FAULT_BITS)
+        or (temperature is not None and temperature >= rules.temperature_warn_celsius)
+        or rose
+    )
+
+
+def says_healthy(pending: object, reasons: int | None) -> bool:
+    """Whether a sample `may_fault` passed yields any healthy observation (remap none pending, not
+    throttled)."""
+    return pending is False or reasons is not None
+
+
 def gpu_observations(
-    sample: GpuSample, previous: GpuSample | None, rules: GpuRules, defer_healthy: bool = False
+    sample: GpuSample,
+    previous: LastCounters | None,
+    rules: GpuRules,
+    defer_healthy: bool = False,
 ) -> Iterator[Observation | Deferred]:
     """What one sample says, given the previous sample of the same GPU (for counters and rates). With
     `defer_healthy`, a healthy observation comes as its `Deferred` mark."""

@@ -43,6 +43,11 @@ def counter_observation(sample: NicCounterSample, rules: Mapping[str, CounterRul
     )
 
 
+def port_down(state: str | None) -> bool:
+    """Whether `port_observations` calls a port in this state down (None: says nothing of it)."""
+    return state is not None and state.upper() != "ACTIVE"
+
+
 def port_observations(sample: NicSample, defer_healthy: bool = False) -> Iterator[Observation | Deferred]:
     """A port that is not ACTIVE is down; ACTIVE again clears it (a cancellation pair in the policy). With
     `defer_healthy`, ACTIVE comes as its `Deferred` mark."""

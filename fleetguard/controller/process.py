@@ -194,15 +194,20 @@ def _start_dashboard(config: Config, running: RunningController) -> str | None:
     return server.url
 
 
+def collect_less() -> None:
+    """The controller's garbage collector settings (benchmarks of its parts take the same). Parsed batches
+    and a diagnosis round's rows are many small containers: collect the young generation less often, and
+    never walk the objects made so far (modules, config, the hosts) in a full collection."""
+    gc.set_threshold(20_000, 20, 20)
+    gc.freeze()
+
+
 def run_controller(config: Config, out: TextIO = sys.stdout, duration_seconds: float | None = None) -> None:
     # Many handler threads wait on the writer; a shorter GIL switch interval keeps the writer thread from
     # queueing 5 ms behind each of them whenever DuckDB hands the GIL back.
     sys.setswitchinterval(0.001)
     running = start_controller(config)
-    # Parsed batches are many small containers: collect the young generation less often, and never walk the
-    # objects made at start (modules, config, the hosts) in a full collection.
-    gc.set_threshold(20_000, 20, 20)
-    gc.freeze()
+    collect_less()
     stop = threading.Event()
 
     def request_stop(_signum: int, _frame: object) -> None:

@@ -1,10 +1,14 @@
 """Evidence captured when an incident opens, before any action can wipe it: the observations that opened
-it, the component's recent samples, the host's events and kernel-log lines, and the job's runtime state."""
+it, the component's recent samples, the host's events and kernel-log lines, and the job's runtime state.
+
+The incidents a round opens are captured together: one query per kind of evidence for all of them (each
+incident's rows picked by a join on what names it), not one per incident and kind; a storm that opens
+dozens of incidents in a round costs a handful of queries, each scanning the window once."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import asdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 
 import duckdb
 
@@ -18,17 +22,83 @@ BEFORE_SECONDS = 600.0  # how far back from the first sighting the evidence reac
 MAX_ROWS = 100  # per kind of evidence: an incident's evidence is bounded whatever the storm
 
 
+@dataclass(frozen=True, slots=True)
+class _Kind:
+    """One kind of evidence: the rows of `table` matching `match` (SQL over the table `t` and the wanted
+    incident `w`: w.name, w.k1, w.k2 as `keys` gives them) within the incident's window."""
+
+    kind: str
+    table: str
+    match: str
+    by_job: bool = False  # the window's rows are the job's, not the host's
+
+
+_GPU = _Kind("gpu_sample", "gpu_samples", "t.uuid = w.k1")
+_PORT = _Kind("nic_counter", "nic_counters", "t.device = w.k1 AND t.port = w.k2 AND coalesce(t.delta, 0) > 0")
+_KERNEL = _Kind("kernel_log", "events", "t.source IN ('kmsg', 'simulated')")
+_EVENT = _Kind("event", "events", "t.source NOT IN ('kmsg', 'simulated')")
+_FINDING = _Kind("finding", "findings", "true", by_job=True)
+_HEARTBEAT = _Kind("heartbeat", "heartbeats", "true", by_job=True)
+_ORDER = (_GPU, _PORT, _KERNEL, _EVENT, _FINDING, _HEARTBEAT)  # each incident's evidence, in this order
+
+
 def capture(con: duckdb.DuckDBPyConnection, change: IncidentChange, now: float) -> list[EvidenceRow]:
-    incident = change.incident
-    rows = [
-        EvidenceRow(incident.incident_id, o.ts, "observation", _plain(asdict(o)))
-        for o in change.evidence[:MAX_ROWS]
-    ]
-    try:
-        rows.extend(_from_store(con, incident, now))
-    except duckdb.Error as exc:  # a store of another shape: keep what we have, say why
-        rows.append(EvidenceRow(incident.incident_id, now, "error", {"error": str(exc)[:500]}))
-    return rows
+    return capture_many(con, [change], now)
+
+
+def capture_many(
+    con: duckdb.DuckDBPyConnection, changes: Sequence[IncidentChange], now: float
+) -> list[EvidenceRow]:
+    """The evidence of each change's incident, incident after incident, each in `_ORDER`. A kind the store
+    cannot answer (a store of another shape) ends that incident's evidence with a row saying why."""
+    found: dict[str, list[EvidenceRow]] = {}
+    failed: dict[str, str] = {}
+    for change in changes:
+        incident = change.incident
+        found[incident.incident_id] = [
+            EvidenceRow(incident.incident_id, o.ts, "observation", _plain(asdict(o)))
+            for o in change.evidence[:MAX_ROWS]
+        ]
+    for kind in _ORDER:
+        wanted = [
+            c.incident for c in changes if c.incident.incident_id not in failed and _wants(kind, c.incident)
+        ]
+        if not wanted:
+            continue
+        try:
+            for incident_id, row in _rows(con, kind, wanted, now):
+                found[incident_id].append(row)
+        except duckdb.Error as exc:
+            for incident in wanted:
+                failed[incident.incident_id] = str(exc)[:500]
+    out: list[EvidenceRow] = []
+    for incident_id, rows in found.items():
+        out += rows
+        if incident_id in failed:
+            out.append(EvidenceRow(incident_id, now, "error", {"error": failed[incident_id]}))
+    return out
+
+
+def _wants(kind: _Kind, incident: Incident) -> bool:
+    component = incident.key.component_kind
+    if kind is _GPU:
+        return component is ComponentKind.GPU
+    if kind is _PORT:
+        return component is ComponentKind.PORT
+    if kind.by_job:
+        return component is ComponentKind.JOB
+    return True
+
+
+def _keys(kind: _Kind, incident: Incident) -> tuple[str, str, int]:
+    """(who the window's rows belong to, k1, k2) for the join."""
+    key = incident.key
+    if kind is _PORT:
+        device, _, port = key.component_id.partition("/")
+        return key.host, device, int(port) if port.isdigit() else -1
+    if kind.by_job:
+        return key.component_id, "", 0
+    return key.host, key.component_id, 0
 
 
 def _plain(values: dict[str, object]) -> dict[str, object]:
@@ -41,56 +111,42 @@ def _plain(values: dict[str, object]) -> dict[str, object]:
     return out
 
 
-def _from_store(con: duckdb.DuckDBPyConnection, incident: Incident, now: float) -> Iterator[EvidenceRow]:
-    key = incident.key
-    since = incident.first_seen - BEFORE_SECONDS
-    window = [key.host, since, now]
-    where = f"host = ? AND ts BETWEEN {ts_sql()} AND {ts_sql()}"
-    if key.component_kind is ComponentKind.GPU:
-        yield from _rows(
-            con, incident, "gpu_sample", "gpu_samples", f"{where} AND uuid = ?", [*window, key.component_id]
-        )
-    if key.component_kind is ComponentKind.PORT:
-        device, _, port = key.component_id.partition("/")
-        yield from _rows(
-            con,
-            incident,
-            "nic_counter",
-            "nic_counters",
-            f"{where} AND device = ? AND port = ? AND coalesce(delta, 0) > 0",
-            [*window, device, int(port) if port.isdigit() else -1],
-        )
-    yield from _rows(
-        con, incident, "kernel_log", "events", f"{where} AND source IN ('kmsg', 'simulated')", window
-    )
-    yield from _rows(
-        con, incident, "event", "events", f"{where} AND source NOT IN ('kmsg', 'simulated')", window
-    )
-    if key.component_kind is ComponentKind.JOB:
-        job = [key.component_id, since, now]
-        job_where = f"job_id = ? AND ts BETWEEN {ts_sql()} AND {ts_sql()}"
-        yield from _rows(con, incident, "finding", "findings", job_where, job)
-        yield from _rows(con, incident, "heartbeat", "heartbeats", job_where, job)
-
-
 def _rows(
-    con: duckdb.DuckDBPyConnection,
-    incident: Incident,
-    kind: str,
-    table: str,
-    where: str,
-    params: Sequence[object],
-) -> Iterator[EvidenceRow]:
-    """The latest MAX_ROWS rows of `table` matching `where`, oldest first."""
+    con: duckdb.DuckDBPyConnection, kind: _Kind, incidents: list[Incident], now: float
+) -> list[tuple[str, EvidenceRow]]:
+    """Each incident's latest MAX_ROWS rows of the kind in its window, oldest first."""
+    keys = [_keys(kind, i) for i in incidents]
+    since = [i.first_seen - BEFORE_SECONDS for i in incidents]
+    owner = "job_id" if kind.by_job else "host"
     # The store's ingest order is its bookkeeping, not evidence.
-    hidden = f"ts, {SEQ_COLUMN}" if table in ORDERED_TABLES else "ts"
+    hidden = f"ts, {SEQ_COLUMN}" if kind.table in ORDERED_TABLES else "ts"
     cursor = con.execute(
-        f"SELECT {epoch_sql('ts')} AS ts_epoch, * EXCLUDE ({hidden}) FROM {table} WHERE {where} "
-        f"ORDER BY ts DESC LIMIT {MAX_ROWS}",
-        list(params),
+        "WITH w AS (SELECT unnest(?::INTEGER[]) AS n, unnest(?::VARCHAR[]) AS owner, "
+        "unnest(?::VARCHAR[]) AS k1, unnest(?::BIGINT[]) AS k2, unnest(?::DOUBLE[]) AS since) "
+        f"SELECT w.n AS w_n, {epoch_sql('t.ts')} AS ts_epoch, t.* EXCLUDE ({hidden}) "
+        f"FROM {kind.table} t JOIN w ON t.{owner} = w.owner "
+        f"AND t.ts BETWEEN {ts_sql('w.since')} AND {ts_sql()} AND {kind.match} "
+        # The union of the windows, as a constant: the scan skips blocks outside it.
+        f"WHERE t.ts BETWEEN {ts_sql()} AND {ts_sql()} "
+        "QUALIFY row_number() OVER (PARTITION BY w.n ORDER BY t.ts DESC) <= ? "
+        "ORDER BY w.n, t.ts",
+        [
+            list(range(len(incidents))),
+            [k[0] for k in keys],
+            [k[1] for k in keys],
+            [k[2] for k in keys],
+            since,
+            now,
+            min(since),
+            now,
+            MAX_ROWS,
+        ],
     )
     names = [d[0] for d in cursor.description or ()]
-    for row in reversed(cursor.fetchall()):
+    out = []
+    for row in cursor.fetchall():
         detail = dict(zip(names, row, strict=True))
+        n = detail.pop("w_n")
         ts = float(detail.pop("ts_epoch"))
-        yield EvidenceRow(incident.incident_id, ts, kind, detail)
+        out.append((incidents[n].incident_id, EvidenceRow(incidents[n].incident_id, ts, kind.kind, detail)))
+    return out

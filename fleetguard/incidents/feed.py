@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 import duckdb
 
-from diagnosis.rules import Reading, Rules, Signals
+from diagnosis.rules import GPU_ROW_ORDER, Reading, Rows, Rules, Signals
 from diagnosis.rules_gpu import GPU_RULE_FIELDS
 from fleetguard.incidents.watermark import GRACE_SECONDS, SeqMark
 from fleetguard.records.findings import Finding
@@ -41,6 +41,9 @@ MAX_ROWS_PER_ROUND = 500_000  # per table: a backlog is worked off over several 
 RESTORE_HORIZON_SECONDS = 6 * 3600.0  # a GPU silent for longer starts its counters afresh after a restart
 _TIMES = frozenset({"ts", "last_ts", "slow_read_ts"})
 _SEQ = SEQ_COLUMN
+_FOLLOWED = ("gpu_samples", "nic_samples", "findings", "events", "nic_counters")
+# A port's component as `IncidentKey.component` spells it ("port:<device>/<port>"), made by the query.
+_PORT_COMPONENT = "'port:' || device || '/' || CAST(port AS VARCHAR)"
 
 
 @dataclass
@@ -51,6 +54,7 @@ class StoreFeed:
     grace_seconds: float = GRACE_SECONDS
     max_rows: int = MAX_ROWS_PER_ROUND
     marks: dict[str, SeqMark] = field(default_factory=dict)
+    _columns: dict[str, set[str]] = field(default_factory=dict, init=False, repr=False)
 
     @classmethod
     def open(
@@ -65,12 +69,13 @@ class StoreFeed:
 
     def read(self, now: float) -> Signals:
         """The rows stored since the last call, oldest first; the marks are stored with them."""
+        new = self._new(_FOLLOWED, now)
         signals = Signals(
-            gpu_samples=self._records("gpu_samples", GpuSample, now, GPU_RULE_FIELDS),
-            nic_samples=self._records("nic_samples", NicSample, now),
-            findings=self._records("findings", Finding, now),
-            events=self._records("events", Event, now),
-            **self._counters(now),
+            gpu_rows=self._rows("gpu_samples", new, GpuSample, GPU_RULE_FIELDS, GPU_ROW_ORDER),
+            nic_rows=self._rows("nic_samples", new, NicSample),
+            findings=self._records("findings", new, Finding),
+            events=self._records("events", new, Event),
+            **self._counters(new),
         )
         self._save()
         return signals
@@ -97,29 +102,38 @@ class StoreFeed:
     def _port_readings(self, mark: SeqMark, horizon_seconds: float) -> list[Reading]:
         handed, params = _handed_on(mark)
         rows = self.con.execute(
-            f"SELECT host, device, port, {epoch_sql('max(ts)')} FROM nic_counters WHERE {handed} AND ts >= "
-            f"(SELECT max(ts) FROM nic_counters WHERE {handed}) - to_microseconds(CAST(? * 1e6 AS BIGINT)) "
-            "GROUP BY ALL",
+            f"SELECT host, {_PORT_COMPONENT}, {epoch_sql('max(ts)')} FROM nic_counters WHERE {handed} "
+            f"AND ts >= (SELECT max(ts) FROM nic_counters WHERE {handed}) "
+            "- to_microseconds(CAST(? * 1e6 AS BIGINT)) GROUP BY host, device, port",
             [*params, *params, horizon_seconds],
         ).fetchall()
-        return [Reading(h, f"port:{d}/{p}", float(ts)) for h, d, p, ts in rows]
+        return list(map(Reading._make, rows))
 
-    def _new(self, table: str, now: float) -> tuple[str, list[object]]:
-        """The filter for this round's rows of `table` (whole statements, within the row budget), and
-        record their values as handed on."""
-        mark = self.marks.setdefault(table, SeqMark())
-        where, params = _unread(mark)
-        counts = self.con.execute(
-            f"SELECT {_SEQ}, count(*) FROM {table} WHERE {where} GROUP BY 1 ORDER BY 1", params
-        ).fetchall()
+    def _new(self, tables: Sequence[str], now: float) -> dict[str, tuple[str, list[object]]]:
+        """Each table's filter for this round's rows (whole statements, within the row budget), from one
+        query for all of them; their values are recorded as handed on."""
+        parts: list[str] = []
+        params: list[object] = []
+        for table in tables:
+            where, values = _unread(self.marks.setdefault(table, SeqMark()))
+            parts.append(f"SELECT ? AS t, {_SEQ} AS v, count(*) AS n FROM {table} WHERE {where} GROUP BY 2")
+            params += [table, *values]
+        counts: dict[str, list[tuple[int, int]]] = {table: [] for table in tables}
+        for table, value, n in self.con.execute(
+            " UNION ALL ".join(parts) + " ORDER BY t, v", params
+        ).fetchall():
+            counts[table].append((int(value), int(n)))
+        return {table: self._take(table, counts[table], now) for table in tables}
+
+    def _take(self, table: str, counts: list[tuple[int, int]], now: float) -> tuple[str, list[object]]:
         chosen: list[int] = []
         total = 0
         for value, n in counts:
             if chosen and total + n > self.max_rows:
                 break
-            chosen.append(int(value))
+            chosen.append(value)
             total += n
-        mark.take(chosen, now, self.grace_seconds)
+        self.marks[table].take(chosen, now, self.grace_seconds)
         if not chosen:
             return "false", []
         # Exactly the statements counted: outside a transaction another may commit between the two queries.
@@ -129,21 +143,58 @@ class StoreFeed:
             chosen,
         ]
 
+    def _present(self, table: str, record: type, only: frozenset[str] | None = None) -> list[str]:
+        """`_present`, with the table's columns read once (the schema is settled when the store opens)."""
+        columns = self._columns.get(table)
+        if columns is None:
+            columns = self._columns[table] = _columns(self.con, table)
+        return [f.name for f in fields(record) if f.name in columns and (only is None or f.name in only)]
+
     def _records(
-        self, table: str, record: type[R], now: float, only: frozenset[str] | None = None
+        self,
+        table: str,
+        new: dict[str, tuple[str, list[object]]],
+        record: type[R],
+        only: frozenset[str] | None = None,
     ) -> list[R]:
-        where, params = self._new(table, now)
-        names = _present(self.con, table, record, only)
+        where, params = new[table]
+        names = self._present(table, record, only)
         rows = self.con.execute(
             f"SELECT {_select_list(names)} FROM {table} WHERE {where} ORDER BY {_order(names)}", params
         ).fetchall()
         return _build(record, names, rows)
 
-    def _counters(self, now: float) -> dict[str, Any]:
+    def _rows(
+        self,
+        table: str,
+        new: dict[str, tuple[str, list[object]]],
+        record: type,
+        only: frozenset[str] | None = None,
+        first: tuple[str, ...] = (),
+    ) -> Rows:
+        """This round's rows of a sample table as plain rows (the rules build a record only of a row they
+        act on); every field of `record` (in `only`) is a column, `first` first, NULL where an older
+        store lacks it."""
+        where, params = new[table]
+        present = set(self._present(table, record, only))
+        names = [
+            *first,
+            *(f.name for f in fields(record) if (only is None or f.name in only) and f.name not in first),
+        ]
+        select = ", ".join(
+            (epoch_sql(n) if n in _TIMES else f'"{n}"') if n in present else f'NULL AS "{n}"' for n in names
+        )
+        order = _order([n for n in names if n in present])
+        rows = self.con.execute(
+            f"SELECT {select} FROM {table} WHERE {where} ORDER BY {order}", params
+        ).fetchall()
+        return Rows(tuple(names), rows)
+
+    def _counters(self, new: dict[str, tuple[str, list[object]]]) -> dict[str, Any]:
         if self.telling_counters is None:
-            return {"nic_counters": self._records("nic_counters", NicCounterSample, now)}
-        where, params = self._new("nic_counters", now)
-        names = _present(self.con, "nic_counters", NicCounterSample)
+            return {"nic_counters": self._records("nic_counters", new, NicCounterSample)}
+        where, params = new["nic_counters"]
+        names = self._present("nic_counters", NicCounterSample)
         # Exactly the rows `counter_observation` can act on (a rule, no reset, a rise).
         telling = "counter IN (SELECT unnest(?)) AND NOT reset AND delta > 0"
         rows = self.con.execute(
@@ -152,22 +203,27 @@ class StoreFeed:
             [*params, sorted(self.telling_counters)],
         ).fetchall()
         reads = self.con.execute(
-            f"SELECT host, device, port, {epoch_sql('max(ts)')} FROM nic_counters WHERE {where} "
-            "GROUP BY ALL ORDER BY ALL",
+            f"SELECT host, {_PORT_COMPONENT}, {epoch_sql('max(ts)')} FROM nic_counters WHERE {where} "
+            "GROUP BY host, device, port ORDER BY host, device, port",
             params,
         ).fetchall()
         return {
             "nic_counters": _build(NicCounterSample, names, rows),
-            "readings": [Reading(h, f"port:{d}/{p}", float(ts)) for h, d, p, ts in reads],
+            "readings": list(map(Reading._make, reads)),
         }
 
     def _save(self) -> None:
+        """Every table's mark, in one statement (each statement costs milliseconds on its own)."""
+        if not self.marks:
+            return
+        values: list[object] = []
         for table, mark in self.marks.items():
-            seen, horizon = mark.to_json()
-            self.con.execute(
-                "INSERT OR REPLACE INTO diagnosis_feed_marks VALUES (?, ?, ?, ?)",
-                [table, mark.floor, seen, horizon],
-            )
+            values += [table, mark.floor, *mark.to_json()]
+        self.con.execute(
+            "INSERT OR REPLACE INTO diagnosis_feed_marks VALUES "
+            + ", ".join(["(?, ?, ?, ?)"] * len(self.marks)),
+            values,
+        )
 
 
 def _unread(mark: SeqMark) -> tuple[str, list[object]]:
@@ -188,10 +244,14 @@ def _handed_on(mark: SeqMark) -> tuple[str, list[object]]:
     return "(" + " OR ".join(where) + ")", params
 
 
+def _columns(con: duckdb.DuckDBPyConnection, table: str) -> set[str]:
+    return {r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()}
+
+
 def _present(
     con: duckdb.DuckDBPyConnection, table: str, record: type, only: frozenset[str] | None = None
 ) -> list[str]:
-    existing = {r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()}
+    existing = _columns(con, table)
     names = [f.name for f in fields(record)]
     return [n for n in names if n in existing and (only is None or n in only)]
 

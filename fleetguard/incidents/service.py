@@ -19,7 +19,7 @@ from diagnosis.incident import ActionOutcome, IncidentChange
 from diagnosis.policy import Policy
 from diagnosis.rules import Signals
 from fleetguard.alerts.outbox import outbox_rows
-from fleetguard.incidents.evidence import capture
+from fleetguard.incidents.evidence import capture_many
 from fleetguard.incidents.incident_store import EvidenceRow, IncidentStore
 from fleetguard.incidents.repairs import RepairExecutor
 from fleetguard.incidents.soft_state import load_soft_state, save_soft_state
@@ -78,11 +78,9 @@ class IncidentService:
         """Store changes (with evidence and alerts), then carry out the repairs they requested."""
         if not changes:
             return
-        evidence: list[EvidenceRow] = []
-        for change in changes:
-            # A fault that keeps coming back has told its story: bounded evidence per incident.
-            if change.opened and change.incident.returns < MAX_EVIDENCE_CAPTURES:
-                evidence.extend(capture(self.con, change, now))
+        # A fault that keeps coming back has told its story: bounded evidence per incident.
+        opened = [c for c in changes if c.opened and c.incident.returns < MAX_EVIDENCE_CAPTURES]
+        evidence: list[EvidenceRow] = capture_many(self.con, opened, now) if opened else []
         alerts = outbox_rows(changes, self.webhooks, now)
         self.store.persist(changes, evidence, alerts, self.engine.breaker.state, now)
         self._repair(changes, now)

@@ -154,7 +154,7 @@ class FullReread:
         self.shown: dict[str, Counter[tuple[Any, ...]]] = {t: Counter() for t, _, _ in FOLLOWED}
 
     def round(self, now: float) -> list[IncidentChange]:
-        signals = {}
+        signals: dict[str, list[Any]] = {}
         for (table, record, only), field in zip(
             FOLLOWED, ("gpu_samples", "nic_samples", "nic_counters", "events", "findings"), strict=True
         ):
@@ -165,7 +165,15 @@ class FullReread:
             self.shown[table] = rows
             signals[field] = [record(**dict(zip(names, row[:-1], strict=True))) for row in new]
         # Every healthy observation built (no `busy`): the reference does not skip what changes nothing.
-        observations = self.engine.rules.observations(Signals(**signals))
+        observations = self.engine.rules.observations(
+            Signals(
+                gpu_samples=signals["gpu_samples"],
+                nic_samples=signals["nic_samples"],
+                nic_counters=signals["nic_counters"],
+                events=signals["events"],
+                findings=signals["findings"],
+            )
+        )
         return self.engine.observe_many(observations, now)
 
 

@@ -103,11 +103,12 @@ def test_the_feed_hands_on_each_stored_record_once(store: Store) -> None:
     feed = StoreFeed.open(store.cursor())
     store.append([xid(79, T0), gpu(T0)])
     first = feed.read(T0)
-    assert len(list(first.events)) == 1 and len(list(first.gpu_samples)) == 1
+    assert len(list(first.events)) == 1 and len(first.gpu_rows.rows) == 1
     store.append([xid(79, T0 + 1), gpu(T0 + 1)])
     second = feed.read(T0 + 1)
     assert [e.ts for e in second.events] == [T0 + 1]
-    assert [s.ts for s in second.gpu_samples] == [T0 + 1]
+    ts = second.gpu_rows.names.index("ts")
+    assert [row[ts] for row in second.gpu_rows.rows] == [T0 + 1]
     third = feed.read(T0 + 2)
     assert list(third.events) == [] and list(third.gpu_samples) == []
 
