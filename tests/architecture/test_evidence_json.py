@@ -1,6 +1,7 @@
 """A finding's evidence is turned to and from JSON in one module only (fleetguard/records/evidence.py): every
-other module builds it with `evidence_json` and reads it through the typed views. An AST scan of the
-production packages finds a `json` call that handles evidence anywhere else."""
+other module builds its kind's record, turns it to text with `evidence_json`, and reads it back through the
+records. AST scans of the production packages find a `json` call that handles evidence anywhere else, and a
+dict (or JSON text written by hand) given to a `Finding` as its evidence."""
 
 from __future__ import annotations
 
