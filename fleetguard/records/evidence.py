@@ -180,10 +180,10 @@ def evidence_record(cls: type[R]) -> type[R]:
     fields = dataclasses.fields(cast(Any, cls))  # Any: mypy cannot see that R is a dataclass
     if [f.name for f in fields][-1:] != [_MORE]:
         raise TypeError(f"{cls.__name__}: the last field must be `more`")
-    for f in fields:
-        if f.name != _MORE and f.type not in _READERS:
+    for f in fields:  # str(): an annotation's text, whether kept as text or evaluated ("str | None")
+        if f.name != _MORE and str(f.type) not in _READERS:
             raise TypeError(f"{cls.__name__}.{f.name}: no reader for {f.type!r}")
-        if f.name == _MORE and f.type != _MORE_TYPE:
+        if f.name == _MORE and str(f.type) != _MORE_TYPE:
             raise TypeError(f"{cls.__name__}.more must be {_MORE_TYPE}")
     return cls
 
