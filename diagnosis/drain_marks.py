@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from diagnosis.gpu_jobs import GpuUsage, usage_of
-from fleetguard.records.evidence import evidence_json
+from fleetguard.records.evidence import IdleEvidence, evidence_json
 from fleetguard.records.findings import Finding, FindingKind, Severity, finding_id
 
 MAX_MARKS = 1024
@@ -87,7 +87,5 @@ def idle_finding(mark: DrainMark, now: float) -> Finding:
         "so it can be drained without stopping a job",
         host=mark.host or None,
         gpu_uuid=mark.gpu_uuid,
-        evidence_json=evidence_json(
-            {"at_risk_finding": mark.finding_id, "risk": mark.risk, "marked_at": mark.marked_at}
-        ),
+        evidence_json=evidence_json(IdleEvidence(mark.finding_id, mark.risk, mark.marked_at)),
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
-from fleetguard.records.evidence import rank_evidence
+from fleetguard.records.evidence import hung_rank_evidence
 from fleetguard.records.findings import Finding, FindingKind
 from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
 from straggler.hang import COLLECTIVE_MISMATCH, HOST_STUCK, HangDiagnosis, hang_finding, localise_hang
@@ -170,7 +170,7 @@ class RuntimeAnalyzer:
             if job_id not in self._hang_open:
                 self._hang_open.add(job_id)
                 diag = self.localise(job_id, hung)
-                diag = replace(diag, evidence={**diag.evidence, "spans_hosts": self.spans_hosts(job_id)})
+                diag = replace(diag, spans_hosts=self.spans_hosts(job_id))
                 findings.append(hang_finding(diag, job_id, now))
         findings.extend(self.stragglers.check(now))
         return findings
@@ -263,4 +263,4 @@ def section_outliers(sections: Mapping[int, str]) -> list[int]:
 
 
 def _cause(f: Finding) -> str | None:
-    return rank_evidence(f).cause
+    return hung_rank_evidence(f).cause

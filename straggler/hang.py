@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
-from fleetguard.records.evidence import evidence_json
+from fleetguard.records.evidence import HangEvidence, evidence_json
 from fleetguard.records.findings import Finding, FindingKind, Severity, finding_id
 from fleetguard.records.runtime import CollectiveProgress
 from straggler.plausibility import COLLECTIVE_LIMITS, implausible_among
@@ -31,6 +32,9 @@ class HangDiagnosis:
     suspect_ranks: tuple[int, ...]
     evidence: dict[str, object] = field(default_factory=dict)
     evict_hardware: bool = False  # only a blocked GPU stream points at one rank's hardware
+    spans_hosts: bool | None = (
+        None  # the job's ranks run on hosts this analyzer does not see (None: not said)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,13 +180,14 @@ def _root_group(blocked: list[_Blocked]) -> _Blocked:
 
 def hang_finding(diag: HangDiagnosis, job_id: str, now: float) -> Finding:
     """The `hang_localised` finding for a diagnosis: names the suspects and whether to evict hardware."""
-    evidence = {
-        "hang_kind": diag.kind,
-        "process_group": diag.process_group,
-        "suspect_ranks": list(diag.suspect_ranks),
-        "evict_hardware": diag.evict_hardware,
-        **diag.evidence,
-    }
+    evidence = HangEvidence(
+        hang_kind=diag.kind,
+        process_group=diag.process_group,
+        suspect_ranks=diag.suspect_ranks,
+        evict_hardware=diag.evict_hardware,
+        spans_hosts=diag.spans_hosts,
+        more=MappingProxyType(dict(diag.evidence)),  # the classifier's say, kept whole
+    )
     suspects = ", ".join(str(r) for r in diag.suspect_ranks) or "none"
     hosts = diag.evidence.get("suspect_hosts")
     host_names = set(hosts.values()) if isinstance(hosts, dict) else set()

@@ -13,8 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
-from fleetguard.records.evidence import evidence_json
+from fleetguard.records.evidence import (
+    HungRankEvidence,
+    RankErrorEvidence,
+    RankExitEvidence,
+    evidence_json,
+)
 from fleetguard.records.findings import Finding, FindingKind, Severity, finding_id
 from fleetguard.records.runtime import Heartbeat
 
@@ -237,7 +243,7 @@ class HeartbeatMonitor:
                     r,
                     ts,
                     f"rank {hb.rank} of job {hb.job_id} reported an error status",
-                    {"status": hb.status, "step": hb.step, "section": section, "pid": hb.pid},
+                    RankErrorEvidence(hb.status, hb.step, section, hb.pid),
                 )
             )
             r.finished = True  # the process will exit; its exit is what we act on next
@@ -266,13 +272,9 @@ class HeartbeatMonitor:
         r.dead_since = now
         job.dead.add(rank)
         r.hung_since = None
-        evidence = {
-            "exit_code": exit_code,
-            "pid": r.pid,
-            "last_heartbeat_ts": r.last_seen,
-            "step": r.step,
-            **(detail or {}),
-        }
+        evidence = RankExitEvidence(
+            exit_code, r.pid, r.last_seen, r.step, MappingProxyType(dict(detail or {}))
+        )
         if exit_code in TERMINATION_EXIT_CODES:
             # Asked to stop, not crashed: launchers tear a worker group down with SIGTERM when a rank on
             # another node failed or the job was cancelled (scancel, pod deletion, Ctrl-C). Acting on it
@@ -346,11 +348,7 @@ class HeartbeatMonitor:
                             r,
                             now,
                             f"rank {rank} of job {job_id} sent no first heartbeat in {waited:.1f} s",
-                            {
-                                "cause": "no_first_heartbeat",
-                                "waited_seconds": waited,
-                                "timeout_seconds": startup_timeout,
-                            },
+                            HungRankEvidence("no_first_heartbeat", waited, startup_timeout),
                         )
                     )
                 continue
@@ -395,16 +393,16 @@ class HeartbeatMonitor:
                     now,
                     f"rank {rank} of job {job_id} {'silent' if cause == 'silent' else 'made no progress'} "
                     f"for {waited:.1f} s in section {section} (timeout {timeout:.1f} s)",
-                    {
-                        "cause": cause,
-                        "section": section,
-                        "step": r.step,
-                        "pid": r.pid,
-                        "waited_seconds": waited,
-                        "timeout_seconds": timeout,
-                        "last_heartbeat_ts": last_seen,
-                        "last_progress_ts": r.last_progress_at,
-                    },
+                    HungRankEvidence(
+                        cause,
+                        waited,
+                        timeout,
+                        section=section,
+                        step=r.step,
+                        pid=r.pid,
+                        last_heartbeat_ts=last_seen,
+                        last_progress_ts=r.last_progress_at,
+                    ),
                 )
             )
         return out
@@ -415,9 +413,14 @@ class HeartbeatMonitor:
         if waited <= self.config.exit_timeout_seconds:
             return []
         r.hung_since = now
-        evidence: dict[str, object] = {"cause": "stuck_exiting", "section": r.section, "step": r.step}
-        evidence |= {"pid": r.pid, "waited_seconds": waited}
-        evidence["timeout_seconds"] = self.config.exit_timeout_seconds
+        evidence = HungRankEvidence(
+            "stuck_exiting",
+            waited,
+            self.config.exit_timeout_seconds,
+            section=r.section,
+            step=r.step,
+            pid=r.pid,
+        )
         summary = f"rank {rank} of job {job_id} said it is exiting {waited:.1f} s ago and has not exited"
         return [_finding(FindingKind.HUNG_RANK, job_id, rank, r, now, summary, evidence)]
 
@@ -501,11 +504,12 @@ def _finding(
     r: _Rank,
     now: float,
     summary: str,
-    evidence: Mapping[str, object],
+    evidence: RankExitEvidence | HungRankEvidence | RankErrorEvidence,
     severity: Severity = Severity.CRITICAL,
 ) -> Finding:
-    """The factory of this module's kinds (dead, hung, error, terminated ranks): one shape, read back as
-    `records.evidence.RankEvidence`; the id is the rank and the time it was seen."""
+    """The factory of this module's kinds, each with its record: dead and terminated ranks
+    (`RankExitEvidence`), hung ranks (`HungRankEvidence`), error ranks (`RankErrorEvidence`); the id is the
+    rank and the time it was seen."""
     return Finding(
         ts=now,
         finding_id=finding_id(kind, job_id, rank, now),

@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from fleetguard.records.evidence import evidence_json
+from fleetguard.records.evidence import SlowdownEvidence, StragglerEvidence, evidence_json
 from fleetguard.records.findings import Finding, FindingKind, Severity, finding_id
 from fleetguard.records.runtime import StepTiming
 
@@ -332,42 +332,30 @@ class StragglerDetector:
         if not first and job.max_step - r.reported_step < c.report_every_windows * w and not crossed:
             return []
         r.reported_step = job.max_step
-        evidence = {
-            "group": group,
-            "section": c.sections[job.section_priority],
-            "window_steps": job.window_steps,
-            "evaluations_flagged": r.streak,
-            "slow_steps": job.max_step - r.onset_step,
-            "onset_step": r.onset_step,
-            "score": round(s.score, 4),
-            "z": round(s.z, 2),
-            "rank_median_seconds": s.median_seconds,
-            "group_median_seconds": center,
-            "slowdown": round(s.median_seconds / center, 4) if center > 0 else None,
-            "lost_seconds": round(r.lost_seconds, 3),
-            "update": not first,
-            "episode_id": f"straggler/{job_id}/{s.rank}/{r.onset_step}",
-            "per_rank_median_seconds": _medians_evidence(ranks, medians, s),
-        }
-        return [
-            Finding(
-                ts=now,
-                finding_id=finding_id(FindingKind.STRAGGLER, job_id, s.rank, r.onset_step, r.streak),
-                kind=FindingKind.STRAGGLER,
-                severity=Severity.WARNING,
-                subject=f"job/{job_id}/rank/{s.rank}",
-                summary=(
-                    f"rank {s.rank} of job {job_id} is {s.median_seconds / center:.2f}x its peers' "
-                    f"median for {job.max_step - r.onset_step} steps; job lost ~{r.lost_seconds:.1f} s so far"
-                    if center > 0
-                    else f"rank {s.rank} of job {job_id} is slower than its peers"
-                ),
-                host=r.host,
-                job_id=job_id,
-                rank=s.rank,
-                evidence_json=evidence_json(evidence),
-            )
-        ]
+        evidence = StragglerEvidence(
+            group=group,
+            section=c.sections[job.section_priority],
+            window_steps=job.window_steps,
+            evaluations_flagged=r.streak,
+            slow_steps=job.max_step - r.onset_step,
+            onset_step=r.onset_step,
+            score=round(s.score, 4),
+            z=round(s.z, 2),
+            rank_median_seconds=s.median_seconds,
+            group_median_seconds=center,
+            slowdown=round(s.median_seconds / center, 4) if center > 0 else None,
+            lost_seconds=round(r.lost_seconds, 3),
+            update=not first,
+            episode_id=f"straggler/{job_id}/{s.rank}/{r.onset_step}",
+            per_rank_median_seconds=_medians_evidence(ranks, medians, s),
+        )
+        summary = (
+            f"rank {s.rank} of job {job_id} is {s.median_seconds / center:.2f}x its peers' "
+            f"median for {job.max_step - r.onset_step} steps; job lost ~{r.lost_seconds:.1f} s so far"
+            if center > 0
+            else f"rank {s.rank} of job {job_id} is slower than its peers"
+        )
+        return [straggler_finding(job_id, s.rank, r.host, (r.onset_step, r.streak), summary, evidence, now)]
 
     def _track_level(self, job_id: str, job: _Job, level: float, now: float) -> Finding | None:
         """Change point on the job-level step time: the last `change_persistence_windows` windows all sit
@@ -392,24 +380,54 @@ class StragglerDetector:
         job.levels.extend(recent)  # the new level is the baseline from now on: one finding per change
         if shift < 0:
             return None  # faster is not a fault
-        evidence = {
-            "section": c.sections[job.section_priority],
-            "baseline_seconds": base,
-            "recent_seconds": [round(v, 6) for v in recent],
-            "shift_fraction": round(shift, 4),
-            "window_steps": job.window_steps,
-            "step": job.max_step,
-        }
-        return Finding(
-            ts=now,
-            finding_id=finding_id(FindingKind.JOB_SLOWDOWN, job_id, job.max_step),
-            kind=FindingKind.JOB_SLOWDOWN,
-            severity=Severity.WARNING,
-            subject=f"job/{job_id}",
-            summary=f"job {job_id} slowed by {shift:.0%} on all ranks (not one straggler)",
-            job_id=job_id,
-            evidence_json=evidence_json(evidence),
+        evidence = SlowdownEvidence(
+            section=c.sections[job.section_priority],
+            baseline_seconds=base,
+            recent_seconds=tuple(round(v, 6) for v in recent),
+            shift_fraction=round(shift, 4),
+            window_steps=job.window_steps,
+            step=job.max_step,
         )
+        return slowdown_finding(job_id, job.max_step, shift, evidence, now)
+
+
+def straggler_finding(
+    job_id: str,
+    rank: int,
+    host: str | None,
+    report: tuple[int, int],
+    summary: str,
+    evidence: StragglerEvidence,
+    now: float,
+) -> Finding:
+    """The `straggler` factory: one id per report of an episode, `report` (its onset step, how many
+    evaluations flagged it so far)."""
+    return Finding(
+        ts=now,
+        finding_id=finding_id(FindingKind.STRAGGLER, job_id, rank, *report),
+        kind=FindingKind.STRAGGLER,
+        severity=Severity.WARNING,
+        subject=f"job/{job_id}/rank/{rank}",
+        summary=summary,
+        host=host,
+        job_id=job_id,
+        rank=rank,
+        evidence_json=evidence_json(evidence),
+    )
+
+
+def slowdown_finding(job_id: str, step: int, shift: float, evidence: SlowdownEvidence, now: float) -> Finding:
+    """The `job_slowdown` factory: one id per job and the step the new level was confirmed at."""
+    return Finding(
+        ts=now,
+        finding_id=finding_id(FindingKind.JOB_SLOWDOWN, job_id, step),
+        kind=FindingKind.JOB_SLOWDOWN,
+        severity=Severity.WARNING,
+        subject=f"job/{job_id}",
+        summary=f"job {job_id} slowed by {shift:.0%} on all ranks (not one straggler)",
+        job_id=job_id,
+        evidence_json=evidence_json(evidence),
+    )
 
 
 def _judge_group(

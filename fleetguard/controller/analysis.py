@@ -18,7 +18,7 @@ from fleetguard.controller.hosts import HostState
 from fleetguard.controller.ingest import IngestWriter
 from fleetguard.controller.maintenance import Maintenance, retention
 from fleetguard.controller.rollups import ROLLUP_SECONDS, Rollups
-from fleetguard.records.evidence import evidence_json
+from fleetguard.records.evidence import HostSilentEvidence, evidence_json
 from fleetguard.records.findings import Finding, FindingKind, Severity, finding_id
 
 if TYPE_CHECKING:
@@ -86,13 +86,13 @@ def host_silent_finding(host: HostState, now: float, silent_after_seconds: float
         ),
         host=host.host,
         evidence_json=evidence_json(
-            {
-                "last_seen_ts": host.last_seen,
-                "last_seq": host.last_seq,
-                "boot_id": host.boot_id,
-                "interval_seconds": host.interval_seconds,
-                "silent_after_seconds": host.silent_after(silent_after_seconds),
-            }
+            HostSilentEvidence(
+                last_seen_ts=host.last_seen,
+                last_seq=host.last_seq,
+                boot_id=host.boot_id,
+                interval_seconds=host.interval_seconds,
+                silent_after_seconds=host.silent_after(silent_after_seconds),
+            )
         ),
     )
 

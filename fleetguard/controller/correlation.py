@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import duckdb
 
 from fleetguard.controller.columns import insert_records
-from fleetguard.records.evidence import evidence_json, fleet_fault_evidence
+from fleetguard.records.evidence import FleetFaultEvidence, evidence_json, fleet_fault_evidence
 from fleetguard.records.findings import Finding, FindingKind, Severity, finding_id
 from fleetguard.records.telemetry import EventKind
 
@@ -136,15 +136,15 @@ def fleet_fault_finding(fault: FleetFault, now: float) -> Finding:
             "(a shared cause: driver, firmware or fabric)"
         ),
         evidence_json=evidence_json(
-            {
-                "signature": fault.signature,
-                "kind": fault.kind,
-                "code": fault.code,
-                "hosts": list(fault.hosts[:MAX_HOSTS_IN_EVIDENCE]),
-                "host_count": len(fault.hosts),
-                "first_ts": fault.first_ts,
-                "last_ts": fault.last_ts,
-                "occurrences": fault.occurrences,
-            }
+            FleetFaultEvidence(
+                signature=fault.signature,
+                kind=fault.kind,
+                code=fault.code,
+                hosts=fault.hosts[:MAX_HOSTS_IN_EVIDENCE],
+                host_count=len(fault.hosts),
+                first_ts=fault.first_ts,
+                last_ts=fault.last_ts,
+                occurrences=fault.occurrences,
+            )
         ),
     )

@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fleetguard.predict.store_reader import STORE_MODEL_HINT, FailureRule, register_store, time_filter
-from fleetguard.records.evidence import evidence_json
+from fleetguard.records.evidence import AtRiskEvidence, evidence_json
 from fleetguard.records.findings import Finding, FindingKind, Severity, finding_id
 from fleetguard.records.prediction import Prediction
 from predictor import artifact
@@ -300,15 +300,15 @@ def at_risk_findings(
                 host=p.host or None,
                 gpu_uuid=p.device_id,
                 evidence_json=evidence_json(
-                    {
-                        "risk": p.risk,
-                        "base_rate": base,
-                        "rank": p.rank,
-                        "model_id": p.model_id,
-                        "selection": rule.to_dict(),
-                        "horizon_hours": p.horizon_hours,
-                        "drivers": _drivers(p),
-                    }
+                    AtRiskEvidence(
+                        risk=p.risk,
+                        base_rate=base,
+                        rank=p.rank,
+                        model_id=p.model_id,
+                        selection=rule.to_dict(),
+                        horizon_hours=p.horizon_hours,
+                        drivers=_drivers(p),
+                    )
                 ),
             )
         )

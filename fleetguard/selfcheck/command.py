@@ -6,10 +6,9 @@ ships the evidence as findings: a `selfcheck_passed` finding naming the command 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 from fleetguard.config import Config
-from fleetguard.records.evidence import evidence_json, with_more_evidence
+from fleetguard.records.evidence import SelfcheckPassedEvidence, evidence_json
 from fleetguard.records.findings import Finding, FindingKind, Severity, finding_id
 from fleetguard.selfcheck.report import SelfcheckReport
 from fleetguard.selfcheck.run import selfcheck_host
@@ -21,31 +20,34 @@ SelfcheckRun = Callable[[], SelfcheckReport]
 
 def command_result(report: SelfcheckReport, command: HostCommand) -> tuple[CommandOutcome, str, list[object]]:
     """A report as the command's ack and the findings shipped with it."""
-    took = report.finished - report.started
-    summary = {
-        "command_id": command.command_id,
-        "reason": command.reason,
-        "status": report.status.name.lower(),
-        "seconds": round(took, 3),
-        "checks": [f"{r.state.value} {r.check} {r.component}" for r in report.results][:64],
-    }
     if report.passed:
-        done = Finding(
-            ts=report.finished,
-            finding_id=finding_id(FindingKind.SELFCHECK_PASSED, report.host, command.command_id),
-            kind=FindingKind.SELFCHECK_PASSED,
-            severity=Severity.INFO,
-            subject=f"host/{report.host}",
-            summary=f"self-check passed on {report.host} ({len(report.results)} checks in {took:.1f} s)",
-            host=report.host,
-            evidence_json=evidence_json(summary),
-        )
+        took = report.finished - report.started
+        done = passed_finding(report, command)
         return CommandOutcome.DONE, f"passed: {len(report.results)} checks in {took:.1f} s", [done]
-    findings: list[object] = []
-    for finding in report.findings():
-        more = with_more_evidence(finding.evidence_json, {"command_id": command.command_id})
-        findings.append(replace(finding, evidence_json=more))
+    findings: list[object] = list(report.findings(command.command_id))
     return CommandOutcome.FAILED, report.first_failure() or f"status {report.status.name.lower()}", findings
+
+
+def passed_finding(report: SelfcheckReport, command: HostCommand) -> Finding:
+    """The `selfcheck_passed` factory: one per host and command."""
+    took = report.finished - report.started
+    evidence = SelfcheckPassedEvidence(
+        command_id=command.command_id,
+        reason=command.reason,
+        status=report.status.name.lower(),
+        seconds=round(took, 3),
+        checks=tuple(f"{r.state.value} {r.check} {r.component}" for r in report.results)[:64],
+    )
+    return Finding(
+        ts=report.finished,
+        finding_id=finding_id(FindingKind.SELFCHECK_PASSED, report.host, command.command_id),
+        kind=FindingKind.SELFCHECK_PASSED,
+        severity=Severity.INFO,
+        subject=f"host/{report.host}",
+        summary=f"self-check passed on {report.host} ({len(report.results)} checks in {took:.1f} s)",
+        host=report.host,
+        evidence_json=evidence_json(evidence),
+    )
 
 
 def selfcheck_runner(

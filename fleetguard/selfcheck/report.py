@@ -6,10 +6,11 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any
 
 from fleetguard.incidents.scan import ScanStatus
-from fleetguard.records.evidence import evidence_json
+from fleetguard.records.evidence import SelfcheckFailedEvidence, evidence_json
 from fleetguard.records.findings import Finding, FindingKind, Severity, finding_id
 
 
@@ -75,8 +76,9 @@ class SelfcheckReport:
             ],
         }
 
-    def findings(self) -> list[Finding]:
-        """One `selfcheck_failed` finding per failed check, its evidence as the finding's."""
+    def findings(self, command_id: str | None = None) -> list[Finding]:
+        """One `selfcheck_failed` finding per failed check, its evidence as the finding's (with the controller
+        command that asked for the self-check, where one did)."""
         out = []
         for r in self.results:
             if r.state is not CheckState.FAILED:
@@ -94,7 +96,9 @@ class SelfcheckReport:
                     summary=f"self-check {r.check} failed on {r.component}: {r.detail}"[:500],
                     host=self.host,
                     evidence_json=evidence_json(
-                        {"check": r.check, "component": r.component, **dict(r.evidence)}
+                        SelfcheckFailedEvidence(
+                            r.check, r.component, command_id, MappingProxyType(dict(r.evidence))
+                        )
                     ),
                 )
             )

@@ -1,6 +1,7 @@
 """A finding's evidence is turned to and from JSON in one module only (fleetguard/records/evidence.py): every
-other module builds it with `evidence_json` and reads it through the typed views. An AST scan of the
-production packages finds a `json` call that handles evidence anywhere else."""
+other module builds its kind's record, turns it to text with `evidence_json`, and reads it back through the
+records. AST scans of the production packages find a `json` call that handles evidence anywhere else, and a
+dict (or JSON text written by hand) given to a `Finding` as its evidence."""
 
 from __future__ import annotations
 
@@ -96,3 +97,86 @@ def test_the_scan_finds_evidence_parsed_by_hand() -> None:
 def test_the_one_module_does_turn_evidence_to_json() -> None:
     # the exemption is for a module that does the work, not a blind spot
     assert evidence_json_calls((REPO / THE_ONE_MODULE).read_text()) != []
+
+
+# ---- writers build their kind's record --------------------------------------------------------------------
+# A finding's evidence is its kind's record (fleetguard/records/evidence.py), built in the factory of the
+# module that detects it and turned to text by `evidence_json(record)`. A dict (or JSON text) handed to a
+# `Finding` is evidence no reader has a definition for: the scan below finds one in the production packages.
+_EVIDENCE_KEYWORDS = frozenset({"evidence", "evidence_json"})
+_FINDING_EVIDENCE_POSITION = (
+    10  # Finding(ts, finding_id, kind, severity, subject, summary, host, job, rank, gpu, ev)
+)
+
+
+def _is_dict(node: ast.AST) -> bool:
+    """A dict literal, a dict comprehension, a `dict(...)` call, or text written by hand."""
+    if isinstance(node, ast.Dict | ast.DictComp | ast.JoinedStr):
+        return True
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    return isinstance(node, ast.Call) and _name(node.func) == "dict"
+
+
+def _is_untyped_evidence(node: ast.AST) -> bool:
+    if _is_dict(node):
+        return True
+    # evidence_json({...}): the one encoder takes a record, never a mapping
+    return (
+        isinstance(node, ast.Call)
+        and _name(node.func) == "evidence_json"
+        and any(_is_dict(a) for a in node.args)
+    )
+
+
+def untyped_evidence_lines(source: str, filename: str = "<source>") -> list[int]:
+    """Lines where a `Finding` (or `replace` of one) gets evidence that is not a record: a dict literal, a
+    `dict(...)`, JSON text, or `evidence_json` of a dict; and any `evidence_json` call of a dict."""
+    found: set[int] = set()
+    for node in ast.walk(ast.parse(source, filename)):
+        if not isinstance(node, ast.Call):
+            continue
+        callee = _name(node.func)
+        if callee == "evidence_json" and any(_is_dict(a) for a in node.args):
+            found.add(node.lineno)
+        if callee not in ("Finding", "replace"):
+            continue
+        given = [k.value for k in node.keywords if k.arg in _EVIDENCE_KEYWORDS]
+        if callee == "Finding" and len(node.args) > _FINDING_EVIDENCE_POSITION:
+            given.append(node.args[_FINDING_EVIDENCE_POSITION])
+        if any(_is_untyped_evidence(value) for value in given):
+            found.add(node.lineno)
+    return sorted(found)
+
+
+def test_findings_are_given_their_kind_record_not_a_dict() -> None:
+    offenders = []
+    for package in PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            relative = path.relative_to(REPO)
+            for line in untyped_evidence_lines(path.read_text(), str(relative)):
+                offenders.append(f"{relative}:{line}")
+    assert offenders == [], "build the kind's evidence record (fleetguard.records.evidence): " + ", ".join(
+        offenders
+    )
+
+
+def test_the_scan_finds_a_dict_given_as_evidence() -> None:
+    untyped = (
+        "def a(now):\n"
+        "    return Finding(ts=now, evidence={'cause': 'silent'})\n"
+        "def b(now, hb):\n"
+        "    return Finding(ts=now, evidence_json=evidence_json({'status': hb.status}))\n"
+        "def c(f):\n"
+        "    return dataclasses.replace(f, evidence_json=dict(cause='x'))\n"
+        "def d(f):\n"
+        '    return replace(f, evidence_json=\'{"cause": "x"}\')\n'
+        "def e(values):\n"
+        "    text = evidence_json({k: v for k, v in values})\n"
+        "def f(a, b, c, d, e, f, g, h, i, j):\n"
+        "    return Finding(a, b, c, d, e, f, g, h, i, j, {'cause': 'x'})\n"
+        "def typed(now, hb, f):\n"
+        "    Finding(ts=now, evidence_json=evidence_json(RankErrorEvidence(hb.status, 1, 's', 2)))\n"
+        "    return replace(f, evidence_json=with_more_evidence(f.evidence_json, {'gpu_jobs': []}))\n"
+    )
+    assert untyped_evidence_lines(untyped) == [2, 4, 6, 8, 10, 12]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 
@@ -18,19 +19,20 @@ from fleetguard.incidents.feed import select_records
 from fleetguard.predict.live import at_risk_findings
 from fleetguard.records.evidence import (
     KEPT_UNREADABLE_CHARS,
+    RECORDS,
     AtRiskEvidence,
     Evidence,
     FleetFaultEvidence,
     HangEvidence,
     HostSilentEvidence,
+    HungRankEvidence,
     IdleEvidence,
-    KindEvidence,
-    RankEvidence,
-    SelfcheckEvidence,
+    RankExitEvidence,
+    SelfcheckFailedEvidence,
+    SelfcheckPassedEvidence,
     SlowdownEvidence,
     StragglerEvidence,
     UnreadableEvidence,
-    evidence_json,
     evidence_of,
     read_evidence,
     with_more_evidence,
@@ -133,23 +135,6 @@ def every_kind() -> list[Finding]:
     ]
 
 
-VIEWS: dict[FindingKind, type[KindEvidence]] = {
-    FindingKind.DEAD_RANK: RankEvidence,
-    FindingKind.HUNG_RANK: RankEvidence,
-    FindingKind.RANK_ERROR: RankEvidence,
-    FindingKind.RANK_TERMINATED: RankEvidence,
-    FindingKind.STRAGGLER: StragglerEvidence,
-    FindingKind.JOB_SLOWDOWN: SlowdownEvidence,
-    FindingKind.HANG_LOCALISED: HangEvidence,
-    FindingKind.AT_RISK_GPU: AtRiskEvidence,
-    FindingKind.AT_RISK_GPU_IDLE: IdleEvidence,
-    FindingKind.SELFCHECK_FAILED: SelfcheckEvidence,
-    FindingKind.SELFCHECK_PASSED: SelfcheckEvidence,
-    FindingKind.HOST_SILENT: HostSilentEvidence,
-    FindingKind.FLEET_FAULT: FleetFaultEvidence,
-}
-
-
 @pytest.fixture(scope="module")
 def raised() -> list[Finding]:
     return every_kind()
@@ -163,7 +148,7 @@ def stored_and_read(tmp_path: Path, findings: list[Finding]) -> list[Finding]:
 
 def test_the_detectors_raise_every_kind(raised: list[Finding]) -> None:
     assert {f.kind for f in raised} == set(FindingKind)
-    assert set(VIEWS) == set(FindingKind)
+    assert set(RECORDS) == set(FindingKind)
 
 
 def test_every_kind_round_trips_the_store_into_a_typed_record(tmp_path: Path, raised: list[Finding]) -> None:
@@ -174,33 +159,51 @@ def test_every_kind_round_trips_the_store_into_a_typed_record(tmp_path: Path, ra
         assert read == original
         assert type(read.kind) is FindingKind and type(read.severity) is Severity
         view = evidence_of(read)
-        assert isinstance(view, VIEWS[read.kind]), (read.kind, view)
+        assert isinstance(view, RECORDS[read.kind]), (read.kind, view)
         assert view == evidence_of(original)
 
 
 def test_the_views_carry_what_the_detectors_wrote(tmp_path: Path, raised: list[Finding]) -> None:
     back = {f.kind: evidence_of(f) for f in stored_and_read(tmp_path, raised)}
     dead, hung = back[FindingKind.DEAD_RANK], back[FindingKind.HUNG_RANK]
-    assert isinstance(dead, RankEvidence) and dead.exit_code == -9 and dead.pid == 1000
-    assert isinstance(hung, RankEvidence) and hung.cause == "silent" and hung.waited_seconds is not None
+    assert dead == RankExitEvidence(exit_code=-9, pid=1000, last_heartbeat_ts=10.0, step=8)
+    assert isinstance(hung, HungRankEvidence) and hung.cause == "silent" and hung.waited_seconds is not None
+    assert hung.section == "step" and hung.pid in range(1000, 1004) and hung.last_progress_ts == 10.0
     straggler = back[FindingKind.STRAGGLER]
     assert isinstance(straggler, StragglerEvidence)
     assert straggler.slowdown is not None and straggler.slowdown > 1.2 and straggler.episode_id is not None
     slowdown = back[FindingKind.JOB_SLOWDOWN]
     assert isinstance(slowdown, SlowdownEvidence) and slowdown.shift_fraction == pytest.approx(0.2, abs=0.03)
     hang = back[FindingKind.HANG_LOCALISED]
-    assert hang == HangEvidence("gpu_stream_blocked", "world", (3,), True, None)
+    assert hang == HangEvidence(
+        "gpu_stream_blocked", "world", (3,), True, None, MappingProxyType({"suspect_hosts": {"3": "h0"}})
+    )
     risk = back[FindingKind.AT_RISK_GPU]
-    assert risk == AtRiskEvidence(0.9, 0.01, "model-1", 72.0)
+    assert isinstance(risk, AtRiskEvidence)
+    assert (risk.risk, risk.base_rate, risk.rank, risk.model_id, risk.horizon_hours) == (
+        0.9,
+        0.01,
+        1,
+        "model-1",
+        72.0,
+    )
+    assert risk.drivers == [{"feature": "ecc", "value": 3}]
     idle = back[FindingKind.AT_RISK_GPU_IDLE]
     assert idle == IdleEvidence("at_risk_gpu/GPU-a/1000.000/model-1", 0.9, 1000.0)
     failed = back[FindingKind.SELFCHECK_FAILED]
-    assert failed == SelfcheckEvidence("compute", "gpu:0", "cmd-7", None)
+    assert failed == SelfcheckFailedEvidence("compute", "gpu:0", "cmd-7", MappingProxyType({"tflops": 1.5}))
     passed = back[FindingKind.SELFCHECK_PASSED]
-    assert passed == SelfcheckEvidence(None, None, "cmd-7", "healthy")
+    assert isinstance(passed, SelfcheckPassedEvidence)
+    assert (passed.command_id, passed.status, passed.checks) == (
+        "cmd-7",
+        "healthy",
+        ("passed compute gpu:0",),
+    )
     silent_after = HostState("h9", "b", 0.0, 500.0, 499.0, 42, 10.0, 3, 30, 8, "1.0").silent_after(30.0)
-    assert back[FindingKind.HOST_SILENT] == HostSilentEvidence(500.0, 42, 10.0, silent_after)
-    assert back[FindingKind.FLEET_FAULT] == FleetFaultEvidence("xid:79", 900.0, 950.0, 3)
+    assert back[FindingKind.HOST_SILENT] == HostSilentEvidence(500.0, 42, "boot-1", 10.0, silent_after)
+    assert back[FindingKind.FLEET_FAULT] == FleetFaultEvidence(
+        "xid:79", "xid", 79, ("h1", "h2", "h3"), 3, 900.0, 950.0, 4
+    )
 
 
 def test_ids_follow_the_one_scheme(raised: list[Finding]) -> None:
@@ -239,9 +242,12 @@ def test_wrong_types_in_evidence_read_as_not_said() -> None:
         Severity.WARNING,
         "s",
         "x",
-        evidence_json=evidence_json({"lost_seconds": "lots", "score": True, "slowdown": 1.5}),
+        # as a hostile peer might send it
+        evidence_json='{"lost_seconds": "lots", "score": true, "slowdown": 1.5, "update": 1}',
     )
-    assert evidence_of(f) == StragglerEvidence(None, 1.5, None, None, None)
+    view = evidence_of(f)
+    assert isinstance(view, StragglerEvidence) and view.slowdown == 1.5
+    assert (view.lost_seconds, view.score, view.update, view.episode_id) == (None, None, None, None)
 
 
 def test_a_kind_this_version_does_not_know_is_passed_over_not_raised(tmp_path: Path) -> None:
