@@ -19,6 +19,7 @@ from fleetguard.records.prediction import Prediction
 from fleetguard.records.telemetry import Event, EventKind, GpuSample
 from fleetguard.store import Store
 from predictor import artifact
+from predictor.dataset import DatasetSpec, build_instances, fetch_instances
 
 HOUR = 3600.0
 T0 = 1_700_000_000.0
@@ -172,6 +173,31 @@ def test_live_features_see_failures_from_before_the_feature_window_as_training_d
     assert ("GPU-1", T0 + 10 * HOUR) in failures
     counted = con.execute("SELECT count(*) FROM fg_events WHERE ts < ?", [now - 7 * HOUR]).fetchone()
     assert counted == (0,)  # other events still only inside the window
+
+
+def test_live_features_see_growth_since_the_gpus_first_sample_as_training_does(store_path: Path) -> None:
+    """`__growth` is the rise since a GPU was first seen: the live views (only the feature window's samples)
+    must give every feature of the scored step the same value as the whole history does in training."""
+    spec = DatasetSpec(window_seconds=6 * HOUR, horizon_seconds=6 * HOUR, step_seconds=HOUR)
+    end = complete_bucket_end(T0 + 47 * HOUR, HOUR)  # GPU-0 ECC rose over the last 12 h: more than W
+    features: dict[str, dict[str, float]] = {}
+    for name, since in (("history", None), ("live", end - spec.window_steps * HOUR)):
+        con = duckdb.connect()
+        con.execute(f"ATTACH '{store_path}' AS fgstore (READ_ONLY)")
+        inputs = register_store(con, FailureRule(), schema="fgstore", since_ts=since, until_ts=end)
+        names = build_instances(con, inputs.all_columns, spec, kinds=())
+        inst = fetch_instances(con, names)
+        at_end = inst.subset(inst.ts == end)
+        features[name] = {
+            f"{d}/{n}": float(v)
+            for d, row in zip(at_end.device_id, at_end.x, strict=True)
+            for n, v in zip(names, row, strict=True)
+        }
+        con.close()
+    growth = "GPU-0/ecc_corrected_aggregate__growth"
+    assert features["history"][growth] > features["history"]["GPU-0/ecc_corrected_aggregate__delta"]
+    assert features["live"].keys() == features["history"].keys()
+    assert features["live"] == pytest.approx(features["history"], nan_ok=True)
 
 
 def test_live_scoring_reads_complete_steps_only(store_path: Path, demo_model: Path) -> None:
