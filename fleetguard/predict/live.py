@@ -27,6 +27,7 @@ import duckdb
 import numpy as np
 import numpy.typing as npt
 
+from fleetguard.predict.first_samples import FirstSamples
 from fleetguard.predict.store_reader import STORE_MODEL_HINT, FailureRule, register_store, time_filter
 from fleetguard.records.evidence import AtRiskEvidence, evidence_json
 from fleetguard.records.findings import Finding, FindingKind, Severity, finding_id
@@ -86,6 +87,7 @@ class LiveScorer:
             )
         self.rule = rule or FailureRule()
         self._selector = StepSelector(self.policy.selection)
+        self._first_samples = FirstSamples()  # each GPU's, for __growth: looked up once, not every round
 
     def average_with(self, previous: Sequence[artifact.LoadedModel]) -> None:
         """Average each step's ranks with these earlier models from the next round on (none: this model's
@@ -125,7 +127,9 @@ class LiveScorer:
         since = bucket_end - spec.window_steps * spec.step_seconds
         cur = con.cursor()  # temp views live in this cursor's session, not in the caller's
         try:
-            inputs = register_store(cur, self.rule, since_ts=since, until_ts=bucket_end)
+            inputs = register_store(
+                cur, self.rule, since_ts=since, until_ts=bucket_end, first_samples=self._first_samples
+            )
             artifact.check_schema(self.loaded, inputs.all_columns, "store gpu_samples", STORE_MODEL_HINT)
             inst = _step_instances(cur, self.loaded, bucket_end)
             earlier = [

@@ -23,6 +23,7 @@ from fleetguard.predict.contract import (
     InputError,
     quote,
 )
+from fleetguard.predict.first_samples import FirstSamples
 from fleetguard.records.telemetry import GpuSample
 from fleetguard.store.holder import read_holder
 
@@ -70,8 +71,11 @@ def register_store(
     schema: str = "",
     since_ts: float | None = None,
     until_ts: float | None = None,
+    first_samples: FirstSamples | None = None,
 ) -> ContractInputs:
     """Register the contract views over `<schema>gpu_samples` and `<schema>events` in `con` (temp views).
+    `first_samples`: a live scorer's cache of each GPU's first sample (fleetguard.predict.first_samples), kept
+    between its rounds; without one a window's first samples are looked up afresh.
 
     Samples (and the GPUs events are mapped to) are those in [since_ts, until_ts): the bounds compare the
     stored TIMESTAMP column itself, so DuckDB skips row groups outside them instead of scanning the table.
@@ -98,7 +102,10 @@ def register_store(
     feats = "".join(f", CAST({quote(c)} AS DOUBLE) AS {quote(c)}" for c in columns)
     samples = f"SELECT uuid AS device_id, epoch(ts) AS ts{feats} FROM {prefix}gpu_samples WHERE {in_window}"
     if since_ts is not None:
-        samples += " UNION ALL " + _first_samples(prefix, columns, in_window, since_ts)
+        # `__growth` is the rise since a GPU was first seen (training reads the whole history): each GPU's
+        # first sample ever, older than the window, lands in a step before it, where no other feature sees it.
+        table = (first_samples or FirstSamples()).register(con, prefix, columns, in_window, since_ts)
+        samples += f" UNION ALL SELECT * FROM {table}"
     con.execute(f"CREATE OR REPLACE TEMP VIEW {SAMPLES_VIEW} AS {samples}")
     # Map events to GPUs through the samples: by PCI bus id when known, else by host and GPU index.
     con.execute(
@@ -161,21 +168,3 @@ def attach_store(con: duckdb.DuckDBPyConnection, path: Path, alias: str = "fgsto
             ) from exc
         raise InputError(f"{path}: cannot open the store: {' '.join(str(exc).split())}") from exc
     return alias
-
-
-def _first_samples(prefix: str, columns: tuple[str, ...], in_window: str, since_ts: float) -> str:
-    """Each GPU of the window's first sample ever, when it is older than the window: a `__growth` feature is
-    the rise since the GPU was first seen, which training computes over the whole history; live scoring
-    reads only the window's samples, and without this row would compute it since the window's start (a
-    GPU's ECC count that rose for weeks would look flat). The row is older than `since_ts`, so it lands in a
-    step before the feature window of any step scored from these views, where no other feature sees it.
-    (A column NULL in that first row reads, as in training, from the next step that has it: the window's.)"""
-    first = f"arg_min(struct_pack({', '.join(quote(c) for c in columns)}), ts)" if columns else "NULL"
-    unpacked = "".join(f", CAST(first.{quote(c)} AS DOUBLE) AS {quote(c)}" for c in columns)
-    return (
-        f"SELECT device_id, epoch(t0) AS ts{unpacked} FROM ("
-        f"SELECT uuid AS device_id, min(ts) AS t0, {first} AS first FROM {prefix}gpu_samples "
-        f"WHERE ts < {_timestamp(since_ts)} "
-        f"AND uuid IN (SELECT uuid FROM {prefix}gpu_samples WHERE {in_window}) "
-        "GROUP BY uuid)"
-    )

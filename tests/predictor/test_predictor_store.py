@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from fleetguard.predict.cli import evaluate_command
 from fleetguard.predict.demo_model import HOURLY_DEMO, train_demo_model
+from fleetguard.predict.first_samples import FirstSamples
 from fleetguard.predict.live import LiveScorer, at_risk_findings, complete_bucket_end
 from fleetguard.predict.store_reader import FailureRule, register_store
 from fleetguard.records.prediction import Prediction
@@ -176,28 +177,38 @@ def test_live_features_see_failures_from_before_the_feature_window_as_training_d
 
 
 def test_live_features_see_growth_since_the_gpus_first_sample_as_training_does(store_path: Path) -> None:
-    """`__growth` is the rise since a GPU was first seen: the live views (only the feature window's samples)
-    must give every feature of the scored step the same value as the whole history does in training."""
+    """`__growth` is the rise since a GPU was first seen: the live views (only the feature window's samples
+    and the scorer's kept first samples) give every feature of each scored step the same value as the whole
+    history does in training, round after round, for a GPU seen from the start and for one first seen
+    inside an earlier round's window."""
     spec = DatasetSpec(window_seconds=6 * HOUR, horizon_seconds=6 * HOUR, step_seconds=HOUR)
-    end = complete_bucket_end(T0 + 47 * HOUR, HOUR)  # GPU-0 ECC rose over the last 12 h: more than W
-    features: dict[str, dict[str, float]] = {}
-    for name, since in (("history", None), ("live", end - spec.window_steps * HOUR)):
-        con = duckdb.connect()
-        con.execute(f"ATTACH '{store_path}' AS fgstore (READ_ONLY)")
-        inputs = register_store(con, FailureRule(), schema="fgstore", since_ts=since, until_ts=end)
-        names = build_instances(con, inputs.all_columns, spec, kinds=())
-        inst = fetch_instances(con, names)
-        at_end = inst.subset(inst.ts == end)
-        features[name] = {
-            f"{d}/{n}": float(v)
-            for d, row in zip(at_end.device_id, at_end.x, strict=True)
-            for n, v in zip(names, row, strict=True)
-        }
-        con.close()
-    growth = "GPU-0/ecc_corrected_aggregate__growth"
-    assert features["history"][growth] > features["history"]["GPU-0/ecc_corrected_aggregate__delta"]
-    assert features["live"].keys() == features["history"].keys()
-    assert features["live"] == pytest.approx(features["history"], nan_ok=True)
+    with Store.open(store_path) as store:  # a GPU added at hour 40: inside the first round's window
+        late = [s for s in _samples(48, gpus=4, hot_gpu=0) if s.gpu_index == 0 and s.ts >= T0 + 40 * HOUR]
+        store.append(
+            [dataclasses.replace(s, gpu_index=4, uuid="GPU-late", pci_bus_id="0000:05:00.0") for s in late]
+        )
+    kept = FirstSamples()
+    last = complete_bucket_end(T0 + 47 * HOUR, HOUR)  # GPU-0's ECC rose over the last 12 h: more than W
+    for end in (last - 3 * HOUR, last - 2 * HOUR, last - HOUR, last):
+        features: dict[str, dict[str, float]] = {}
+        for name, since in (("history", None), ("live", end - spec.window_steps * HOUR)):
+            con = duckdb.connect()
+            con.execute(f"ATTACH '{store_path}' AS fgstore (READ_ONLY)")
+            inputs = register_store(con, schema="fgstore", since_ts=since, until_ts=end, first_samples=kept)
+            names = build_instances(con, inputs.all_columns, spec, kinds=())
+            inst = fetch_instances(con, names)
+            at_end = inst.subset(inst.ts == end)
+            features[name] = {
+                f"{d}/{n}": float(v)
+                for d, row in zip(at_end.device_id, at_end.x, strict=True)
+                for n, v in zip(names, row, strict=True)
+            }
+            con.close()
+        growth, delta = "GPU-0/ecc_corrected_aggregate__growth", "GPU-0/ecc_corrected_aggregate__delta"
+        assert features["history"][growth] > features["history"][delta]
+        assert "GPU-late/ecc_corrected_aggregate__growth" in features["live"]
+        assert features["live"] == pytest.approx(features["history"], nan_ok=True)
+    assert "GPU-late" in kept.found  # first seen at hour 40: found once the window moved past it
 
 
 def test_live_scoring_reads_complete_steps_only(store_path: Path, demo_model: Path) -> None:
