@@ -14,7 +14,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from predictor.dataset import DatasetSpec
+import duckdb
+
+from predictor.dataset import DatasetSpec, Instances, build_instances, fetch_instances
 from predictor.feature_choice import Categories
 from predictor.members import save as save_any
 from predictor.models import Model
@@ -200,3 +202,19 @@ def check_schema(loaded: LoadedModel, available_columns: tuple[str, ...], where:
             f"{', '.join(missing)} that the data lacks (data has: {', '.join(available_columns)})"
             + (f"; {fix}" if fix else "")
         )
+
+
+def model_instances(con: duckdb.DuckDBPyConnection, loaded: LoadedModel, table: str) -> Instances:
+    """`loaded`'s instances from the contract views registered in `con` (materialised as `table`), its
+    features exactly: ArtifactError when the views give another feature schema."""
+    names = build_instances(
+        con,
+        loaded.feature_columns,
+        loaded.spec,
+        loaded.event_kinds,
+        table=table,
+        categories=loaded.categories,
+    )
+    if names != loaded.feature_names:
+        raise ArtifactError(f"model {loaded.model_id}: the store's features differ from its own")
+    return fetch_instances(con, names, table=table)

@@ -33,7 +33,7 @@ from fleetguard.records.evidence import AtRiskEvidence, evidence_json
 from fleetguard.records.findings import Finding, FindingKind, Severity, finding_id
 from fleetguard.records.prediction import Prediction
 from predictor import artifact
-from predictor.dataset import Instances, build_instances, fetch_instances
+from predictor.dataset import Instances
 from predictor.explain import drivers_vs_reference
 from predictor.models import Matrix
 from predictor.risk_policy import RiskPolicy
@@ -224,18 +224,7 @@ def _step_instances(
     cur: duckdb.DuckDBPyConnection, loaded: artifact.LoadedModel, step_ts: float
 ) -> Instances:
     """`loaded`'s features of each GPU at the step ending `step_ts`, from the registered store views."""
-    table = "fg_live"
-    names = build_instances(
-        cur,
-        loaded.feature_columns,
-        loaded.spec,
-        loaded.event_kinds,
-        table=table,
-        categories=loaded.categories,
-    )
-    if names != loaded.feature_names:
-        raise artifact.ArtifactError("store features differ from the model's feature schema")
-    inst = latest_per_device(fetch_instances(cur, names, table=table))
+    inst = latest_per_device(artifact.model_instances(cur, loaded, "fg_live"))
     return inst.subset(inst.ts == step_ts)
 
 

@@ -135,23 +135,12 @@ def _compare(con: Any, candidate: Any, serving: Any, start: float, end: float) -
     import numpy as np
 
     from predictor import artifact
-    from predictor.dataset import build_instances, fetch_instances
     from predictor.gate import compare
     from predictor.sliding import labels_known_at
 
     scored = []
     for loaded, table in ((candidate, "fg_gate_candidate"), (serving, "fg_gate_serving")):
-        names = build_instances(
-            con,
-            loaded.feature_columns,
-            loaded.spec,
-            loaded.event_kinds,
-            table=table,
-            categories=loaded.categories,
-        )
-        if names != loaded.feature_names:
-            raise artifact.ArtifactError(f"model {loaded.model_id}: the store's features differ from its own")
-        inst = fetch_instances(con, names, table=table)
+        inst = artifact.model_instances(con, loaded, table)
         known = labels_known_at(inst, end, loaded.spec.horizon_seconds)
         keep = (inst.ts >= start) & (inst.ts < end) & ~np.isnan(known)
         inst = inst.subset(keep)
