@@ -36,7 +36,10 @@ Ledger = list[tuple[str, ActionOutcome, str]]  # each round's action lines: (hos
 class Step:
     now: float
     signals: Signals | None = None  # a round of records
-    reset: bool = False  # an operator's `fleetguard breaker reset` (without the backlog)
+    reset: bool = False  # an operator's `fleetguard breaker reset`
+    backlog: bool = False  # ... --process-backlog
+    resolve: bool = False  # an operator resolves every open incident
+    prune_days: float | None = None  # the hourly prune, with this `store.retention_days`
 
 
 def fleet(ts: float, *faults: Event) -> Signals:
@@ -65,7 +68,12 @@ def run(
                 service = IncidentService.open(store.cursor(), policy, step.now, executor=executor())
             changes: list[IncidentChange] = []
             if step.reset:
-                changes += service.reset_breaker(step.now, process_backlog=False)
+                changes += service.reset_breaker(step.now, process_backlog=step.backlog)
+            if step.resolve:
+                for incident in list(service.engine.active()):
+                    service.resolve(incident.incident_id, step.now)
+            if step.prune_days is not None:
+                service.prune(step.now, step.prune_days)
             if step.signals is not None:
                 changes += service.round(step.signals, step.now)
             ledgers.append(sorted((a.host, a.outcome, a.detail) for c in changes for a in c.actions))
@@ -128,13 +136,17 @@ def test_the_repair_rate_limit_is_still_spent_after_a_restart(tmp_path: Path) ->
     assert outcomes(restarted[3]) == [("n2", ActionOutcome.REQUESTED)]
 
 
-def test_an_operators_reset_still_starts_the_window_afresh_after_a_restart(tmp_path: Path) -> None:
-    """Tripped on n0..n3, reset, restarted: a repair on n2 weighs only what was counted since the reset
-    (the two hosts acted on before it are still within 300 s), as without the restart."""
+@pytest.mark.parametrize("backlog", [False, True])
+def test_an_operators_reset_still_starts_the_window_afresh_after_a_restart(
+    tmp_path: Path, backlog: bool
+) -> None:
+    """Tripped on n0..n3, reset (releasing the held n2 and n3, or not), restarted: a repair on n2 weighs only
+    what was counted since the reset (the two hosts acted on before it are still within 300 s), as without
+    the restart."""
     steps = [
         Step(T0, fleet(T0)),
         Step(T0 + 5, fleet(T0 + 5, *(xid(79, T0 + 5, host=h) for h in HOSTS))),
-        Step(T0 + 100, reset=True),
+        Step(T0 + 100, reset=True, backlog=backlog),
         Step(T0 + 110, fleet(T0 + 110, xid(79, T0 + 110, host="n2", pci=OTHER_GPU))),
         Step(T0 + 120, fleet(T0 + 120, xid(79, T0 + 120, host="n3", pci=OTHER_GPU))),
         Step(T0 + 130, fleet(T0 + 130, xid(79, T0 + 130, host="n1", pci=OTHER_GPU))),
@@ -142,11 +154,35 @@ def test_an_operators_reset_still_starts_the_window_afresh_after_a_restart(tmp_p
     once = run(tmp_path / "once.duckdb", steps)
     restarted = run(tmp_path / "restarted.duckdb", steps, restart_before=[3, 4, 5])
     assert restarted == once
+    released = [("n2", ActionOutcome.REQUESTED), ("n3", ActionOutcome.REQUESTED)] if backlog else []
+    assert outcomes(restarted[2]) == released
     assert [outcomes(ledger) for ledger in restarted[3:]] == [
         [("n2", ActionOutcome.REQUESTED)],
         [("n3", ActionOutcome.REQUESTED)],
         [("n1", ActionOutcome.HELD)],  # n2, n3 and n1 since the reset: 3 of 4
     ]
+
+
+def test_pruning_keeps_the_ledger_lines_the_breaker_still_weighs(tmp_path: Path) -> None:
+    """The shortest retention (0.01 days, 864 s) and closed incidents: their lines of the last hour stay, so
+    the rate limit a restarted controller reads is the hour's, as without the restart."""
+    overrides = {
+        "breaker": {"max_host_fraction": 1.0, "repairs_per_hour": 2, "repairs_fraction_per_hour": 0.0},
+        "lifecycle": {"close_after_seconds": 60},
+        "escalation": {"window_seconds": 60},
+    }
+    steps = [
+        Step(T0, fleet(T0)),
+        Step(T0 + 5, fleet(T0 + 5, xid(79, T0 + 5, host="n0"), xid(79, T0 + 5, host="n1"))),
+        Step(T0 + 10, resolve=True),
+        Step(T0 + 100, fleet(T0 + 100)),  # closed
+        Step(T0 + 1000, prune_days=0.01),
+        Step(T0 + 1010, fleet(T0 + 1010, xid(79, T0 + 1010, host="n2"))),
+    ]
+    once = run(tmp_path / "once.duckdb", steps, overrides=overrides)
+    restarted = run(tmp_path / "restarted.duckdb", steps, restart_before=[5], overrides=overrides)
+    assert restarted == once
+    assert outcomes(restarted[5]) == [("n2", ActionOutcome.DEFERRED)]
 
 
 def test_a_skipped_repair_stays_uncounted_after_a_restart(tmp_path: Path) -> None:
