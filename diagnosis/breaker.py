@@ -1,11 +1,16 @@
 """Safety: a circuit breaker that stops all repairs when too much of the fleet is hit too fast, and a repair
-rate limit. Never resets by itself: an operator runs `fleetguard breaker reset` after looking."""
+rate limit. Never resets by itself: an operator runs `fleetguard breaker reset` after looking.
+
+What it counts survives a restart without a store of its own: every counted request is a ledger line marked
+`counted` (the engine copies `Permit.counted` onto it), so the store rebuilds the window and the hour from the
+ledger (`counted_state`), and a count can never be stored apart from the action it counts."""
 
 from __future__ import annotations
 
 import contextlib
 import math
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from diagnosis.incident import ActionOutcome
@@ -20,6 +25,7 @@ class Permit:
     outcome: ActionOutcome  # REQUESTED (go ahead), HELD (breaker open) or DEFERRED (rate limit)
     reason: str = ""
     tripped_now: bool = False
+    counted: bool = False  # the window and the rate limit weigh it (its ledger line says so)
 
 
 @dataclass(slots=True)
@@ -29,6 +35,34 @@ class BreakerState:
     reason: str = ""
     acted: deque[tuple[float, str]] = field(default_factory=deque)  # (when, host) within the window
     repairs: deque[float] = field(default_factory=deque)  # when, within the last hour
+    # When an operator last reset it: `acted` holds only what was counted since (the hour's repairs stay).
+    acted_since: float | None = None
+
+
+def counting_horizon(policy: BreakerPolicy) -> float:
+    """How far back the breaker's decisions look: counted requests older than this never matter again."""
+    return max(policy.window_seconds, _HOUR)
+
+
+def counted_state(
+    tripped: bool,
+    tripped_at: float | None,
+    reason: str,
+    acted_since: float | None,
+    counted: Iterable[tuple[float, str]],
+) -> BreakerState:
+    """The state a breaker had, rebuilt from what was stored: its trip, its last reset and the counted
+    requests (when, host) that were not skipped, within `counting_horizon`. Decisions made with it equal
+    those of the breaker that counted them: every decision prunes to its window and hour first."""
+    ordered = sorted(counted)
+    return BreakerState(
+        tripped=tripped,
+        tripped_at=tripped_at,
+        reason=reason,
+        acted=deque(c for c in ordered if acted_since is None or c[0] >= acted_since),
+        repairs=deque(when for when, _ in ordered),
+        acted_since=acted_since,
+    )
 
 
 class CircuitBreaker:
@@ -62,17 +96,18 @@ class CircuitBreaker:
             return Permit(ActionOutcome.DEFERRED, f"repair rate limit: {limit} per hour reached")
         self.state.acted.append((now, host))
         self.state.repairs.append(now)
-        return Permit(ActionOutcome.REQUESTED)
+        return Permit(ActionOutcome.REQUESTED, counted=True)
 
     def permit_backlog(self, host: str, action: RepairAction, now: float) -> Permit:
         """A held repair an operator released with the reset (`breaker reset --process-backlog`): it goes
         ahead whatever the window holds, since a person looked and asked for the whole backlog (checked
         like a new repair, the third of four held hosts would trip the breaker again on the backlog itself),
         and is counted, so further new repairs are weighed against it."""
-        if action in self.policy.actions:
-            self.state.acted.append((now, host))
-            self.state.repairs.append(now)
-        return Permit(ActionOutcome.REQUESTED)
+        if action not in self.policy.actions:
+            return Permit(ActionOutcome.REQUESTED)
+        self.state.acted.append((now, host))
+        self.state.repairs.append(now)
+        return Permit(ActionOutcome.REQUESTED, counted=True)
 
     def permit_retry(self, action: RepairAction) -> Permit:
         """May a failed repair be tried again? Only while the breaker is closed; it is not counted again (its
@@ -107,11 +142,14 @@ class CircuitBreaker:
         fraction = self.policy.repairs_fraction_per_hour * max(fleet_hosts, 1)
         return max(self.policy.repairs_per_hour, math.floor(fraction))
 
-    def reset(self) -> None:
+    def reset(self, now: float) -> None:
+        """Close it and start its window afresh (`acted_since`, stored, so a restart starts it there too);
+        the hour's repairs still count against the rate limit."""
         self.state.tripped = False
         self.state.tripped_at = None
         self.state.reason = ""
         self.state.acted.clear()
+        self.state.acted_since = now
 
     def _prune(self, now: float) -> None:
         while self.state.acted and now - self.state.acted[0][0] > self.policy.window_seconds:

@@ -95,7 +95,8 @@ class IncidentEngine:
             if incident.state is not IncidentState.CLOSED:
                 self.incidents[incident.key] = incident
                 self.by_id[incident.incident_id] = incident.key
-                self.hosts.add(incident.key.host)
+                if incident.key != BREAKER_KEY:  # "fleet" is no host: counted, it would dilute the breaker
+                    self.hosts.add(incident.key.host)
         for entry in actions:  # in the order they were requested
             if entry.incident_id in self.by_id:
                 self.actions[entry.incident_id] = entry
@@ -178,8 +179,10 @@ class IncidentEngine:
 
     def _finished(self, entry: ActionEntry, outcome: ActionOutcome, detail: str) -> str:
         """Count the attempt; the ledger's detail, saying which attempt it was where there were several."""
-        if outcome is ActionOutcome.SKIPPED:
-            self.breaker.forget(entry.host, entry.action, entry.requested_at)  # it never ran
+        if outcome is ActionOutcome.SKIPPED and entry.counted:
+            # It never ran. Only a counted request is uncounted: a retry skipped at the instant another
+            # repair on its host was counted must not take that one's count away.
+            self.breaker.forget(entry.host, entry.action, entry.requested_at)
         before = self._failed.get(entry.incident_id, 0)
         retry = self.policy.retry
         retried = entry.action in retry.actions and retry.attempts > 1
@@ -199,7 +202,7 @@ class IncidentEngine:
     def reset_breaker(self, now: float, process_backlog: bool) -> list[IncidentChange]:
         """Close the breaker; with `process_backlog`, request the actions it held back."""
         round_ = _Round()
-        self.breaker.reset()
+        self.breaker.reset(now)
         tripped = self.incidents.get(BREAKER_KEY)
         if tripped is not None and tripped.state in ACTIVE_STATES:
             self._resolve(tripped, now, Resolution.OPERATOR, round_)
@@ -401,6 +404,7 @@ class IncidentEngine:
             requested_at=now,
             outcome=permit.outcome,
             detail=permit.reason,
+            counted=permit.counted,
         )
         self.actions[incident.incident_id] = entry
         round_.action(entry)
@@ -503,6 +507,7 @@ class IncidentEngine:
             finished_at=None,
             detail=f"retry {failed} of {retry.attempts - 1}: the last attempt failed: {last.detail}"[:500],
             fault_returned=False,
+            counted=False,  # a retry is weighed by its first attempt's count (`permit_retry`)
         )
         self.actions[incident.incident_id] = entry
         round_.action(entry)

@@ -74,6 +74,9 @@ class ActionEntry:
     finished_at: float | None = None
     detail: str = ""
     fault_returned: bool = False
+    # The circuit breaker counted this request: its window and rate limit weigh it (unless it ends
+    # skipped). The count lives on the ledger line itself, so a stored action always carries its count.
+    counted: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,9 @@
 """Incidents in the store: read back after a restart, and every round's changes, their evidence and their
-alerts written in ONE transaction, so an incident change and its outbox rows exist together or not at all."""
+alerts written in ONE transaction, so an incident change and its outbox rows exist together or not at all.
+
+The repair breaker's counts are not stored apart: a counted request is its ledger line (`breaker_counted`),
+and `restore` rebuilds the breaker's window and hour from those lines, so a restarted controller weighs its
+next repair exactly as the one that stopped would have (a crash loop cannot act on more of the fleet)."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from diagnosis.breaker import BreakerState
+from diagnosis.breaker import BreakerState, counted_state
 from diagnosis.incident import (
     ActionEntry,
     ActionOutcome,
@@ -36,7 +40,8 @@ _UPSERT_INCIDENT = (
 )
 _UPSERT_ACTION = (
     "INSERT OR REPLACE INTO incident_actions (action_id, incident_id, host, action, rule, requested_at, "
-    f"outcome, finished_at, detail, fault_returned) VALUES (?, ?, ?, ?, ?, {_T}, ?, {_T}, ?, ?)"
+    "outcome, finished_at, detail, fault_returned, breaker_counted) VALUES "
+    f"(?, ?, ?, ?, ?, {_T}, ?, {_T}, ?, ?, ?)"
 )
 _INSERT_EVIDENCE = (
     f"INSERT INTO incident_evidence (incident_id, ts, kind, detail_json) VALUES (?, {_T}, ?, ?)"
@@ -87,7 +92,9 @@ class IncidentStore:
             raise
         self.con.execute("COMMIT")
 
-    def restore(self, now: float, history_seconds: float) -> RestoredState:
+    def restore(self, now: float, history_seconds: float, breaker_seconds: float) -> RestoredState:
+        """What the engine held: incidents not closed with their ledger, openings within `history_seconds`,
+        and the breaker with the requests it counted within `breaker_seconds` (`counting_horizon`)."""
         rows = self.con.execute(
             f"SELECT {_select_incident()} FROM incidents WHERE state <> 'closed'"
         ).fetchall()
@@ -112,16 +119,28 @@ class IncidentStore:
                 history.append((IncidentKey.parse(str(key)), float(ts)))
             except ValueError:  # a key this version cannot read: its escalation history starts afresh
                 continue
-        return RestoredState(incidents, actions, history, self._breaker())
+        return RestoredState(incidents, actions, history, self._breaker(now - breaker_seconds))
 
-    def _breaker(self) -> BreakerState:
+    def _breaker(self, since: float) -> BreakerState:
+        """The breaker's trip and last reset, and its counts from the ledger: every counted request since
+        `since` (of any incident, closed ones too) that was not skipped (`CircuitBreaker.forget`)."""
         row = self.con.execute(
-            f"SELECT tripped, {epoch_sql('tripped_at')}, reason FROM breaker_state WHERE id = 1"
+            f"SELECT tripped, {epoch_sql('tripped_at')}, reason, {epoch_sql('acted_since')} "
+            "FROM breaker_state WHERE id = 1"
         ).fetchall()
-        if not row:
-            return BreakerState()
-        tripped, at, reason = row[0]
-        return BreakerState(tripped=bool(tripped), tripped_at=at, reason=str(reason))
+        tripped, at, reason, acted_since = row[0] if row else (False, None, "", None)
+        counted = self.con.execute(
+            f"SELECT {epoch_sql('requested_at')}, host FROM incident_actions WHERE breaker_counted "
+            f"AND outcome <> ? AND requested_at >= {_T}",
+            [ActionOutcome.SKIPPED.value, since],
+        ).fetchall()
+        return counted_state(
+            bool(tripped),
+            number_or_none(at),
+            str(reason),
+            number_or_none(acted_since),
+            ((number(when), str(host)) for when, host in counted),
+        )
 
     def persist(
         self,
@@ -159,8 +178,10 @@ class IncidentStore:
                     ],
                 )
             self.con.execute(
-                f"INSERT OR REPLACE INTO breaker_state VALUES (1, ?, {_T}, ?, {_T})",
-                [breaker.tripped, breaker.tripped_at, breaker.reason, now],
+                "INSERT OR REPLACE INTO breaker_state "
+                "(id, tripped, tripped_at, reason, updated_at, acted_since) "
+                f"VALUES (1, ?, {_T}, ?, {_T}, {_T})",
+                [breaker.tripped, breaker.tripped_at, breaker.reason, now, breaker.acted_since],
             )
 
     def prune(self, cutoff: float) -> None:
@@ -237,6 +258,7 @@ def _select_action() -> str:
         "finished_at",
         "detail",
         "fault_returned",
+        "breaker_counted",
     )
     return ", ".join(epoch_sql(c) if c in ("requested_at", "finished_at") else c for c in cols)
 
@@ -276,6 +298,7 @@ def _action(r: Sequence[object]) -> ActionEntry:
         finished_at=number_or_none(r[7]),
         detail=str(r[8]),
         fault_returned=bool(r[9]),
+        counted=bool(r[10]),
     )
 
 
@@ -320,4 +343,5 @@ def _action_params(a: ActionEntry) -> list[object]:
         a.finished_at,
         a.detail,
         a.fault_returned,
+        a.counted,
     ]

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import duckdb
 
+from diagnosis.breaker import counting_horizon
 from diagnosis.engine import IncidentEngine
 from diagnosis.incident import ActionOutcome, IncidentChange
 from diagnosis.policy import Policy
@@ -60,7 +61,9 @@ class IncidentService:
         """An engine that takes up the incidents, actions and breaker state the store holds.
 
         `own_transactions=False` when every call comes inside a transaction the caller holds on `con`."""
-        restored = IncidentStore(con).restore(now, policy.escalation.window_seconds)
+        restored = IncidentStore(con).restore(
+            now, policy.escalation.window_seconds, counting_horizon(policy.breaker)
+        )
         engine = IncidentEngine(policy, restored.breaker)
         engine.restore(restored.incidents, restored.actions, restored.history)
         load_soft_state(con, engine)
@@ -102,8 +105,11 @@ class IncidentService:
 
     def prune(self, now: float, retention_days: float) -> None:
         """Bound the incident and alert tables: what ended more than the retention ago goes (the escalation
-        window's openings are kept whatever the retention)."""
-        keep = max(retention_days * 86400.0, self.engine.policy.escalation.window_seconds)
+        window's openings, and the ledger lines the breaker still weighs, are kept whatever the retention)."""
+        policy = self.engine.policy
+        keep = max(
+            retention_days * 86400.0, policy.escalation.window_seconds, counting_horizon(policy.breaker)
+        )
         self.store.prune(now - keep)
 
     def resolve(self, incident_id: str, now: float) -> bool:

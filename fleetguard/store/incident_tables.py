@@ -1,4 +1,5 @@
-"""Tables of incidents, their evidence and action ledger, the breaker, and the alert outbox (schema 8, 9).
+"""Tables of incidents, their evidence and action ledger, the breaker, and the alert outbox (schema 8, 9;
+18: what the breaker counted, on the ledger lines, and when it was last reset).
 
 Unlike the telemetry tables these rows change (an incident moves open -> acting -> resolved -> closed, an
 outbox row from pending to delivered), so they have primary keys and explicit DDL instead of being derived
@@ -93,6 +94,25 @@ ALERT_DDL = (
   duration_seconds DOUBLE NOT NULL
 )""",
 )
+
+
+BREAKER_COUNT_DDL = (
+    # Each ledger line says whether the breaker counted it: the breaker's window and rate limit are
+    # rebuilt from these lines on start, so its count is written with the action, never apart from it.
+    "ALTER TABLE incident_actions ADD COLUMN IF NOT EXISTS breaker_counted BOOLEAN DEFAULT FALSE",
+    # Lines from before this step: a request that went ahead was counted, unless it was a retry (whose detail
+    # the engine starts with "retry" while it runs and "attempt" once it ended); held, deferred and skipped
+    # ones were not. Run once, on a store no newer fleetguard has written to.
+    "UPDATE incident_actions SET breaker_counted = outcome IN ('requested', 'succeeded', 'failed') "
+    "AND NOT (detail LIKE 'retry %' OR detail LIKE 'attempt %')",
+    # The last operator reset: the breaker's window counts only hosts acted on since.
+    "ALTER TABLE breaker_state ADD COLUMN IF NOT EXISTS acted_since TIMESTAMP",
+)
+
+
+def create_breaker_count_columns(con: duckdb.DuckDBPyConnection) -> None:
+    for sql in BREAKER_COUNT_DDL:
+        con.execute(sql)
 
 
 def create_incident_tables(con: duckdb.DuckDBPyConnection) -> None:

@@ -14,7 +14,11 @@ import duckdb
 
 from fleetguard.store.controller_tables import controller_ddl, rollup_ddl
 from fleetguard.store.diagnosis_state_tables import create_diagnosis_state_tables
-from fleetguard.store.incident_tables import create_alert_tables, create_incident_tables
+from fleetguard.store.incident_tables import (
+    create_alert_tables,
+    create_breaker_count_columns,
+    create_incident_tables,
+)
 from fleetguard.store.ingest_order import create_ingest_order
 from fleetguard.store.model_registry import create_registry_tables
 from fleetguard.store.operator_tables import create_operator_tables
@@ -121,6 +125,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         17,
         "failure predictor: each prediction's base rate beside its risk",
         _add_columns("predictions", "base_rate"),
+    ),
+    Migration(
+        18,
+        "incidents: what the repair breaker counted (on the action ledger) and its last reset",
+        create_breaker_count_columns,
     ),
 )
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from diagnosis.breaker import CircuitBreaker
+from diagnosis.breaker import CircuitBreaker, counted_state
 from diagnosis.engine import BREAKER_KEY, IncidentEngine
 from diagnosis.incident import ActionOutcome, IncidentState
 from diagnosis.model import RepairAction
@@ -22,7 +22,7 @@ def test_acting_on_more_than_the_fraction_of_hosts_trips_and_holds_everything_af
     assert third.outcome is ActionOutcome.HELD and third.tripped_now and "3 of 4 hosts" in third.reason
     # It never resets by itself.
     assert breaker.permit("a", RepairAction.RESET_GPU, T0 + 86400, 4).outcome is ActionOutcome.HELD
-    breaker.reset()
+    breaker.reset(T0 + 86400)
     assert breaker.permit("a", RepairAction.RESET_GPU, T0 + 86401, 4).outcome is ActionOutcome.REQUESTED
 
 
@@ -152,3 +152,29 @@ def test_a_released_backlog_is_carried_out_whole_and_does_not_trip_the_breaker_a
     assert requested == held and not eng.breaker.tripped
     changes = eng.observe(Signals(events=[xid(79, T0 + 601, host="n9")]), T0 + 601)
     assert [a.outcome for c in changes for a in c.actions if a.host == "n9"] == [ActionOutcome.HELD]
+
+
+def test_a_breaker_rebuilt_from_its_counted_requests_and_last_reset_decides_as_the_one_that_counted() -> None:
+    """What the store gives back after a restart (`counted_state`): the counted (time, host) pairs, the trip
+    and the last reset. The pairs from before the reset still spend the hour, not the window."""
+    policy = BreakerPolicy(max_host_fraction=0.5, window_seconds=300, min_hosts=2, repairs_per_hour=4)
+    live = CircuitBreaker(policy)
+    counted = []
+    for i, host in enumerate("ab"):
+        permit = live.permit(host, RepairAction.REBOOT_NODE, T0 + i, 4)
+        assert permit.counted
+        counted.append((T0 + i, host))
+    assert live.permit("c", RepairAction.REBOOT_NODE, T0 + 2, 4).outcome is ActionOutcome.HELD
+    assert not live.permit("c", RepairAction.INSPECT, T0 + 2, 4).counted  # never weighed
+    live.reset(T0 + 100)
+    for i, host in enumerate("cd"):
+        assert live.permit(host, RepairAction.REBOOT_NODE, T0 + 101 + i, 4).counted
+        counted.append((T0 + 101 + i, host))
+    s = live.state
+    rebuilt = CircuitBreaker(policy, counted_state(s.tripped, s.tripped_at, s.reason, s.acted_since, counted))
+    assert list(rebuilt.state.acted) == [(T0 + 101, "c"), (T0 + 102, "d")]
+    for breaker in (live, rebuilt):
+        # c again: the window holds c and d (a and b were before the reset: with them c would trip it), and
+        # the hour's four repairs defer it.
+        assert breaker.permit("c", RepairAction.REBOOT_NODE, T0 + 110, 4).outcome is ActionOutcome.DEFERRED
+        assert breaker.permit("a", RepairAction.REBOOT_NODE, T0 + 3601, 4).outcome is ActionOutcome.REQUESTED

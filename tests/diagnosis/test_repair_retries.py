@@ -100,3 +100,17 @@ def test_a_retry_a_restart_interrupted_keeps_its_count() -> None:
     restarted.restore(eng.incidents.values(), [first, retry], [])
     (change,) = restarted.action_finished(retry.action_id, ActionOutcome.FAILED, "scontrol: down", T0 + 70)
     assert change.actions[0].detail == "attempt 2 of 2: scontrol: down (no more attempts: a person must look)"
+
+
+def test_a_retry_is_not_counted_and_skipping_it_leaves_anothers_count_alone() -> None:
+    """The breaker counted the first attempt only. A retry recorded skipped at the very instant another repair
+    on its host was counted must not take that one's count (both are (time, host) in the breaker)."""
+    eng = _engine(breaker={"max_host_fraction": 1.0, "repairs_per_hour": 10})
+    (first,) = _requested(eng.observe(Signals(events=[xid(79, T0)]), T0))
+    assert first.counted
+    _fail(eng, first, T0 + 1)
+    changes = eng.observe(Signals(events=[xid(79, T0 + 61, pci="0000:3b:00")]), T0 + 61)
+    other, retry = sorted(_requested(changes), key=lambda a: a.detail.startswith("retry"))
+    assert other.counted and not retry.counted and other.requested_at == retry.requested_at
+    eng.action_finished(retry.action_id, ActionOutcome.SKIPPED, "no diagnosis.drain_command", T0 + 62)
+    assert list(eng.breaker.state.repairs) == [T0, T0 + 61]

@@ -8,7 +8,7 @@ from fleetguard.clock import FakeClock
 from fleetguard.config import load_config
 from fleetguard.incidents.controller_task import IncidentTask
 from fleetguard.store import Store
-from tests.diagnosis.records import T0, xid
+from tests.diagnosis.records import T0, gpu, xid
 
 
 def test_the_task_turns_committed_records_into_incidents_within_the_callers_transaction(
@@ -58,3 +58,42 @@ def test_a_repair_requested_just_before_a_restart_is_pending_again_after_it_and_
             after.action_finished(asked.action_id, asked.outcome.SUCCEEDED, "rebooted", T0 + 40)
             after(con, T0 + 45)
         assert after.pending_repairs == []
+
+
+def _ledger_after_a_third_host(path: Path, restart: bool) -> list[tuple[str, str, str]]:
+    """Four hosts heard from, reboots asked for on two, the controller restarted (or not), a third host's
+    reboot: the ledger lines the controller writes in that round."""
+    config = load_config(overrides={"store.path": str(path)})
+    store = Store.open(path)
+    try:
+        task = IncidentTask(config, FakeClock(T0))
+        with store.transaction() as con:
+            task(con, T0)  # started: it reads what is stored from now on
+        store.append([gpu(T0 + 1, host=h, remapped_rows_pending=False) for h in ("n0", "n1", "n2", "n3")])
+        with store.transaction() as con:
+            task(con, T0 + 1)
+        store.append([xid(79, T0 + 2, host="n0"), xid(79, T0 + 2, host="n1")])
+        with store.transaction() as con:
+            task(con, T0 + 5)
+        assert sorted(p.entry.host for p in task.pending_repairs) == ["n0", "n1"]
+        if restart:  # systemd restarts the controller: a new process on the reopened store
+            store.close()
+            store = Store.open(path)
+            task = IncidentTask(config, FakeClock(T0 + 10))
+        store.append([xid(79, T0 + 10, host="n2")])
+        with store.transaction() as con:
+            task(con, T0 + 12)
+        return [(a.host, a.outcome.value, a.detail) for c in task.last_changes for a in c.actions]
+    finally:
+        store.close()
+
+
+def test_the_controller_holds_after_a_restart_the_repair_it_would_have_held_without_one(
+    tmp_path: Path,
+) -> None:
+    """The defect this guards against: the breaker's counts went with the process, so a crash-looping
+    controller asked for a third host's reboot the breaker had held ("3 of 4 hosts acted on within 300 s")."""
+    restarted = _ledger_after_a_third_host(tmp_path / "restarted.duckdb", restart=True)
+    assert restarted == _ledger_after_a_third_host(tmp_path / "running.duckdb", restart=False)
+    [(host, outcome, detail)] = restarted
+    assert (host, outcome) == ("n2", "held") and "3 of 4 hosts acted on within 300 s" in detail
