@@ -8,6 +8,7 @@ persists what `observe` / `tick` return. `restore` rebuilds the state from the s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
@@ -66,7 +67,7 @@ class IncidentEngine:
         # Incident key text -> when a repair of that fault last returned the host to service (the store's
         # repair outcomes, refreshed each round): the fault back within the window escalates.
         self.returned: dict[str, float] = {}
-        self.hosts: set[str] = set()
+        self.hosts: dict[str, float] = {}  # host -> when last heard: the breaker's fleet (`fleet_size`)
         self._pending: dict[IncidentKey, Pending] = {}
         self._cancels: dict[
             str, tuple[str, ...]
@@ -96,7 +97,7 @@ class IncidentEngine:
                 self.incidents[incident.key] = incident
                 self.by_id[incident.incident_id] = incident.key
                 if incident.key != BREAKER_KEY:  # "fleet" is no host: counted, it would dilute the breaker
-                    self.hosts.add(incident.key.host)
+                    self.heard((incident.key.host,), incident.last_seen)
         for entry in actions:  # in the order they were requested
             if entry.incident_id in self.by_id:
                 self.actions[entry.incident_id] = entry
@@ -133,7 +134,7 @@ class IncidentEngine:
         """Apply a round of records, then (with `tick`) the passage of time up to `now`."""
         busy = {(k.host, k.component_kind, k.component_id) for k in (*self._pending, *self.incidents)}
         observations = self.rules.observations(signals, busy)
-        self.hosts |= self.rules.heard
+        self.heard(self.rules.heard, now)
         self.rules.heard.clear()
         return self.observe_many(observations, now, tick=tick)
 
@@ -220,6 +221,21 @@ class IncidentEngine:
     def active(self) -> list[Incident]:
         return [i for i in self.incidents.values() if i.state in ACTIVE_STATES]
 
+    def heard(self, hosts: Iterable[str], at: float) -> None:
+        """These hosts were heard from at `at` (a later time never moves back)."""
+        for host in hosts:
+            if self.hosts.get(host, -math.inf) < at:
+                self.hosts[host] = at
+
+    def fleet_size(self, now: float) -> int:
+        """The hosts heard within the breaker's `fleet_seconds`: the fleet its fractions are of. Hosts heard
+        before that are forgotten here, so the map holds no more than the fleet of the last day."""
+        since = now - self.policy.breaker.fleet_seconds
+        gone = [h for h, at in self.hosts.items() if at < since]
+        for host in gone:
+            del self.hosts[host]
+        return len(self.hosts)
+
     # ---- internals ------------------------------------------------------------------------------------
 
     def _incident_by_id(self, ident: str) -> Incident | None:
@@ -227,7 +243,7 @@ class IncidentEngine:
         return self.incidents.get(key) if key is not None else None
 
     def _observe(self, obs: Observation, now: float, round_: _Round) -> None:
-        self.hosts.add(obs.key.host)
+        self.heard((obs.key.host,), now)
         if obs.healthy:
             self._healthy(obs, round_)
             return
@@ -394,7 +410,7 @@ class IncidentEngine:
         if released:
             permit = self.breaker.permit_backlog(incident.key.host, incident.action, now)
         else:
-            permit = self.breaker.permit(incident.key.host, incident.action, now, len(self.hosts))
+            permit = self.breaker.permit(incident.key.host, incident.action, now, self.fleet_size(now))
         entry = ActionEntry(
             action_id=action_id(incident.incident_id, now, incident.action),
             incident_id=incident.incident_id,
@@ -477,7 +493,7 @@ class IncidentEngine:
             and last is not None
             and last.outcome is ActionOutcome.DEFERRED
             and not self.breaker.tripped
-            and not self.breaker.rate_limited(now, len(self.hosts))
+            and not self.breaker.rate_limited(now, self.fleet_size(now))
         ):
             self._request(incident, now, round_)
 

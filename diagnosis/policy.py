@@ -112,6 +112,9 @@ class BreakerPolicy:
     max_host_fraction: float = 0.5
     window_seconds: float = 300.0
     min_hosts: int = 2  # never trip on fewer hosts than this (a 2-host demo fleet)
+    # The fleet the fraction is of: the hosts heard within this long. A host gone for longer (retired, or
+    # down for a week) no longer makes the breaker more lenient than the fleet that is really there.
+    fleet_seconds: float = 86400.0
     repairs_per_hour: int = 3  # at most max(this, repairs_fraction_per_hour * hosts) per hour
     repairs_fraction_per_hour: float = 0.1
     actions: tuple[RepairAction, ...] = (

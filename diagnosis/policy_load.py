@@ -232,6 +232,8 @@ def _breaker(table: Mapping[str, Any], where: str) -> BreakerPolicy:
         raise PolicyError(f"{where}.max_host_fraction: must be within (0, 1]")
     if not 0.0 <= policy.repairs_fraction_per_hour <= 1.0:
         raise PolicyError(f"{where}.repairs_fraction_per_hour: must be within [0, 1]")
+    if not 60.0 <= policy.fleet_seconds <= 365 * 86400.0:
+        raise PolicyError(f"{where}.fleet_seconds: must be within [60, 31536000] (a minute to a year)")
     return replace(policy, actions=actions)
 
 

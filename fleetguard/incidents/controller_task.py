@@ -83,7 +83,7 @@ class IncidentTask:
             )
             self.feed = StoreFeed.open(con, telling_counters=frozenset(self.policy.counters))
             # The rules' per-GPU state as the rows handed on before a restart left it.
-            self.service.engine.hosts |= self.feed.restore_rules(self.service.engine.rules)
+            self.service.engine.heard(self.feed.restore_rules(self.service.engine.rules), now)
         # The controller turns REQUESTED actions of these changes into host commands.
         self.last_changes = incident_round(
             self.service, self.feed, self.relay, self.config.store.path, now, self.config.store.retention_days

@@ -74,6 +74,23 @@ def test_the_engine_opens_a_breaker_incident_holds_actions_and_replays_the_backl
     assert len(requested) == 2  # the two held reboots
 
 
+def test_the_fleet_is_the_hosts_heard_within_fleet_seconds_so_retired_hosts_make_it_no_more_lenient() -> None:
+    overrides = {"max_host_fraction": 0.5, "min_hosts": 2, "repairs_per_hour": 10, "fleet_seconds": 86400}
+    eng = IncidentEngine(load_policy(overrides={"breaker": overrides}))
+    hosts = [f"n{i}" for i in range(4)]
+    eng.observe(Signals(events=[xid(43, T0, host=h) for h in hosts]), T0)  # four hosts, then two retired
+    assert eng.fleet_size(T0) == 4
+    later = T0 + 2 * 86400
+    eng.observe(Signals(events=[xid(43, later, host=h) for h in hosts[:2]]), later)
+    changes = eng.observe(
+        Signals(events=[xid(79, later + 1 + i, host=h) for i, h in enumerate(hosts[:2])]), later + 5
+    )
+    # Two of the two hosts still there, within the window: more than half of the fleet. Counted against
+    # the four ever heard, it would have been half, and both reboots would have gone ahead.
+    assert [a.outcome for c in changes for a in c.actions] == [ActionOutcome.REQUESTED, ActionOutcome.HELD]
+    assert eng.fleet_size(later + 5) == 2 and set(eng.hosts) == {"n0", "n1"}  # the others forgotten
+
+
 def test_reset_without_the_backlog_leaves_held_actions_alone() -> None:
     eng = IncidentEngine(
         load_policy(overrides={"breaker": {"max_host_fraction": 0.5, "min_hosts": 2, "repairs_per_hour": 10}})
