@@ -155,7 +155,7 @@ def test_status_api_and_dashboard_agree_on_a_controller_and_export_writes_every_
     # A head start: the thermal, ECC and XID faults (20-40 s into the script) are due at once.
     a = fleet.start_agent("host-a", seed=1, duration=300, head_start=HEAD_START)
     b = fleet.start_agent("host-b", seed=2, duration=300, head_start=HEAD_START)
-    gone = fleet.start_agent("host-gone", seed=3, duration=4, head_start=HEAD_START)
+    gone = fleet.start_agent("host-gone", seed=3, duration=1, head_start=HEAD_START)
     fleet.wait_for_hosts({"host-a", "host-b", "host-gone"})
     gone.communicate(timeout=60)
     # Faults of the simulated fleet open incidents; host-gone turns silent.
