@@ -36,7 +36,7 @@ def test_controller_and_agent_kills_store_every_batch_exactly_once(tmp_path: Pat
 
     kill(agents["a3"])  # its spool holds batches the controller may or may not have committed
     time.sleep(1)
-    a3_again = fleet.start_agent("a3", 3, duration=4)
+    a3_again = fleet.start_agent("a3", 3, duration=2)
 
     done = {"a3": summary(a3_again)}
     for host in ("a1", "a2"):
