@@ -83,6 +83,9 @@ class SimulateConfig:
     fleet: str = ""  # "HOSTSxGPUS"; empty = real collectors
     seed: int = 0
     faults: bool = True
+    # The fleet starts as if it had run this long: the scripted faults due by then have happened, so a short
+    # demo or a test sees incidents at once instead of waiting out the script's first 20-40 s of real time.
+    head_start_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -383,6 +386,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "store.retention_days": (0.01, 36500.0),
     "collectors.nvml_slow_interval_seconds": (0.0, _DAY),
     "simulate.seed": (0, 2**32 - 1),
+    "simulate.head_start_seconds": (0.0, _DAY),
     "runtime.port": _PORT,
     "runtime.restart_grace_seconds": (0.0, 3600.0),
     "runtime.restart_cost_seconds": (0.0, 7 * _DAY),

@@ -44,7 +44,8 @@ def build_sources(
     """Collectors for this config. Raises NoSources when nothing at all can be sampled. A simulated fleet
     starts at `clock`'s time (the daemon's: a FakeClock's in tests)."""
     if config.simulate.fleet:
-        return _simulated(config, (clock or SystemClock()).time())
+        # a head start moves the fault script's origin back, never the clock: samples are stamped now
+        return _simulated(config, (clock or SystemClock()).time() - config.simulate.head_start_seconds)
     collectors: list[Collector] = []
     unavailable: list[str] = []
     host = config.host

@@ -8,9 +8,11 @@ import base64
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +53,22 @@ def _wait_for(path: Path, seconds: float) -> None:
         time.sleep(0.05)  # polling a real process's file: it offers no event to wait on
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _pending(read_api: str) -> int | None:
+    """Alerts waiting in the outbox of the `up` serving `read_api` (None: it did not answer)."""
+    try:
+        with urllib.request.urlopen(f"http://{read_api}/v1/alerts", timeout=10) as response:
+            doc = json.loads(response.read())
+    except (OSError, ValueError):
+        return None
+    return sum(int(row["count"]) for row in doc["outbox"] if row["status"] == "pending")
+
+
 def _read_log(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
@@ -64,10 +82,14 @@ def run_outage(
     after_seconds: float,
     alerts_toml: str = "",
     first_alert_timeout: float = 150.0,
+    head_start_seconds: float = 0.0,
+    stop_when_caught_up: bool = False,
 ) -> OutageRun:
     """Start the receiver (down), then `up`; the outage ends `outage_seconds` after the first refused
     alert (while it lasts the relay probes with its oldest alert only, so the receiver sees few requests);
-    `up` stops `after_seconds` later. Every process is stopped and reaped before returning."""
+    `up` stops `after_seconds` later, or (`stop_when_caught_up`) as soon as its outbox holds no pending alert.
+    `head_start_seconds`: the simulated fleet's (its scripted faults come that much sooner). Every process is
+    stopped and reaped before returning."""
     secret, down, log, port_file = (folder / n for n in ("secret", "down", "log.jsonl", "port"))
     secret.write_text(SECRET)
     secret.chmod(0o600)  # a secret readable by others is refused (fleetguard.secret_files)
@@ -87,6 +109,7 @@ def run_outage(
             'min_severity = "info"\nrate_per_second = 20\n'
         )
         store = folder / "fleetguard.duckdb"
+        read_api = f"127.0.0.1:{_free_port()}"
         up = subprocess.Popen(
             [
                 FLEETGUARD,
@@ -108,7 +131,8 @@ def run_outage(
             env={
                 **os.environ,
                 "FLEETGUARD_AGENT_FLUSH_INTERVAL_SECONDS": "1",
-                "FLEETGUARD_CONTROLLER_LISTEN": "127.0.0.1:0",  # up's read API: any free port
+                "FLEETGUARD_CONTROLLER_LISTEN": read_api,  # up's read API, asked for the outbox
+                "FLEETGUARD_SIMULATE_HEAD_START_SECONDS": str(head_start_seconds),
                 "FLEETGUARD_DASHBOARD_ENABLED": "false",
                 "FLEETGUARD_COLLECTORS_KMSG_STATE_PATH": str(folder / "kmsg.seq"),
             },
@@ -127,8 +151,10 @@ def run_outage(
         down.unlink()
         returned_at = time.time()
         stop_at = time.monotonic() + after_seconds
-        while time.monotonic() < stop_at:  # the store is up's: the whole wait, then read it
-            time.sleep(0.2)
+        # The store is up's until it stops: its read API says when nothing waits in the outbox any more
+        # (every alert raised during the outage delivered, or given up on), and the outbox is read after.
+        while time.monotonic() < stop_at and (not stop_when_caught_up or _pending(read_api) != 0):
+            time.sleep(0.2)  # polling a real fleetguard up process: it offers no event to wait on
     finally:
         output, code = "", None
         if up is not None:

@@ -75,7 +75,10 @@ class Fleet:
                 time.sleep(0.1)  # polling a real controller process: it offers no event to wait on
         raise TimeoutError("controller did not start")
 
-    def agent_config(self, host: str, seed: int, runtime: str = "enabled = false\n") -> Path:
+    def agent_config(
+        self, host: str, seed: int, runtime: str = "enabled = false\n", head_start: float = 0.0
+    ) -> Path:
+        """`head_start`: simulate.head_start_seconds (the scripted faults come that much sooner)."""
         token = self.root / f"{host}.token"
         if not token.exists():
             token.write_text(add_token(self.root / "tokens.json", host))
@@ -87,7 +90,7 @@ class Fleet:
             f'controller_url = "{self.url}"\ncontroller_token_file = "{token}"\n'
             f'spool_dir = "{self.root}/spool-{host}"\n'
             f'[runtime]\n{runtime}[store]\npath = "{self.root}/{host}-unused.duckdb"\n'
-            f'[simulate]\nfleet = "1x8"\nseed = {seed}\n'
+            f'[simulate]\nfleet = "1x8"\nseed = {seed}\nhead_start_seconds = {float(head_start)}\n'
         )
         return path
 
@@ -98,6 +101,7 @@ class Fleet:
         duration: float,
         runtime: str = "enabled = false\n",
         simulate: str | None = None,
+        head_start: float = 0.0,
     ) -> subprocess.Popen[bytes]:
         """An agent shipping to this fleet's controller; `simulate` passes `--simulate` on the command line
         (the config's [simulate] fleet is 1x8 either way)."""
@@ -106,7 +110,7 @@ class Fleet:
                 *FLEETGUARD,
                 "agent",
                 "--config",
-                str(self.agent_config(host, seed, runtime)),
+                str(self.agent_config(host, seed, runtime, head_start)),
                 "--duration",
                 str(duration),
                 *(["--simulate", simulate] if simulate else []),

@@ -16,6 +16,9 @@ from fleetguard.shipping.wire import OutgoingBatch, columns_by_table
 from tests.controller.helpers import Controller, metric_value, start_test_controller
 
 HOSTS = ("node-a", "node-b", "evil")
+# Each host ships 150 one-second steps as an agent does, several steps a batch: every commit of a batch costs
+# the controller's writer lane up to its 0.1 s gather window, and a batch a step made the test 30 s long.
+STEPS_PER_BATCH = 5
 
 
 @pytest.fixture
@@ -66,10 +69,11 @@ def test_a_host_claiming_another_hosts_job_first_gets_no_restart_queued_for_it(
     t0 = time.time() - 400  # in the past: the detectors tick at the hosts' send times, not the wall clock
     _ship(controller, "evil", 1, t0 - 1, _records("evil", 0, t0 - 1))  # evil speaks first
     time.sleep(1.5)  # the controller's runtime analysis (every second) has seen evil's claim alone
-    for i in range(150):
-        t = t0 + i
+    for k, first in enumerate(range(0, 150, STEPS_PER_BATCH)):
+        steps = range(first, first + STEPS_PER_BATCH)
         for host in HOSTS:
-            _ship(controller, host, 2 + i, t, _records(host, i, t))
+            records = [r for i in steps for r in _records(host, i, t0 + i)]
+            _ship(controller, host, 2 + k, t0 + steps[-1], records)
         time.sleep(0.03)  # several analysis ticks over the run
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not _commands(controller, "node-b"):

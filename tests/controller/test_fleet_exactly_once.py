@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 import urllib.request
 from pathlib import Path
@@ -24,19 +25,23 @@ def _scalar(con: duckdb.DuckDBPyConnection, sql: str, *params: object) -> int:
 
 def test_controller_and_agent_kills_store_every_batch_exactly_once(tmp_path: Path, fleet: Fleet) -> None:
     controller = fleet.start_controller()
-    agents = {h: fleet.start_agent(h, seed, duration=22) for h, seed in (("a1", 1), ("a2", 2), ("a3", 3))}
+    # a1 and a2 run until the test stops them (SIGTERM), after a3's second life: no duration to guess that
+    # outlasts the kills and restarts on a loaded machine, and no waiting it out on a quiet one.
+    agents = {h: fleet.start_agent(h, seed, duration=300) for h, seed in (("a1", 1), ("a2", 2), ("a3", 3))}
     fleet.wait_for_hosts({"a1", "a2", "a3"})
 
-    kill(controller)  # mid-run: agents keep sampling into their spools
-    time.sleep(5)
+    kill(controller)  # mid-run: agents keep sampling into their spools (a batch a second)
+    time.sleep(2)
     controller = fleet.start_controller()
 
     kill(agents["a3"])  # its spool holds batches the controller may or may not have committed
     time.sleep(1)
-    a3_again = fleet.start_agent("a3", 3, duration=6)
+    a3_again = fleet.start_agent("a3", 3, duration=2)
 
-    done = {h: summary(agents[h]) for h in ("a1", "a2")}
-    done["a3"] = summary(a3_again)
+    done = {"a3": summary(a3_again)}
+    for host in ("a1", "a2"):
+        agents[host].send_signal(signal.SIGTERM)
+        done[host] = summary(agents[host])
     with urllib.request.urlopen(fleet.url + "/metrics", timeout=30) as response:
         metrics = response.read().decode()
     stop(controller)

@@ -6,35 +6,57 @@ pipeline opens as incidents that only watch."""
 from __future__ import annotations
 
 import json
+import math
+import signal
 import time
+import urllib.request
 from pathlib import Path
 
 import duckdb
 import pytest
 
-from fleetguard.predict.demo_model import train_demo_model
 from tests.controller.fleet_processes import Fleet, free_port, stop, summary
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
-AGENT_SECONDS = 160  # the scripted ECC ramp (30 s on, over 100 s) must show in complete one-minute steps
+STEP_SECONDS = 60.0  # the demo model scores complete one-minute steps
+# simulate.head_start_seconds: the scripted ECC ramp (30 s in, over 100 s), XID storm (40 s) and NVLink
+# bursts (60 s) are under way in the first samples; the GPU falling off the bus (170 s) stays out of the run
+HEAD_START = 60.0
+SCORE_INTERVAL = 2.0
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return train_demo_model(tmp_path_factory.mktemp("model") / "demo", seed=0)
+@pytest.fixture
+def model_dir(demo_model: Path) -> Path:
+    """The session's demo model (tests/conftest.py): trained once per session (or cached), read only here."""
+    return demo_model
 
 
-def test_a_controller_with_a_model_scores_its_agents_gpus(tmp_path: Path, model_dir: Path) -> None:
+def _at_risk_findings(fleet: Fleet) -> int:
+    with urllib.request.urlopen(fleet.url + "/v1/findings", timeout=10) as response:
+        doc = json.loads(response.read())
+    return sum(1 for f in doc["findings"] if f["kind"] == "at_risk_gpu")
+
+
+def test_a_controller_with_a_model_scores_its_agents_gpus(tmp_path: Path, demo_model: Path) -> None:
     fleet = Fleet(tmp_path, free_port())
     try:
         controller = fleet.start_controller(
-            f'[predictor]\nmodel_dir = "{model_dir}"\nscore_interval_seconds = 2.0\n'
+            f'[predictor]\nmodel_dir = "{demo_model}"\nscore_interval_seconds = {SCORE_INTERVAL}\n'
         )
-        agent = fleet.start_agent("gpu-a", seed=1, duration=AGENT_SECONDS, simulate="1x8")
+        agent = fleet.start_agent("gpu-a", seed=1, duration=600, simulate="1x8", head_start=HEAD_START)
         fleet.wait_for_hosts({"gpu-a"})
-        done = summary(agent, timeout=AGENT_SECONDS + 120)
-        time.sleep(4.0)  # two more scoring rounds over the last rows shipped
+        # Rows are stored from now on; the step ending at the second boundary from now is the earliest second
+        # complete step there can be, scored within a round (and a flush) of its end. Until then, and until
+        # the model's selection rule has raised an at-risk warning, the agent keeps shipping.
+        second_step = (math.floor(time.time() / STEP_SECONDS) + 2) * STEP_SECONDS
+        deadline = second_step + 240  # a wait, not a target: a loaded machine scores slowly
+        while time.time() < second_step + 2 * SCORE_INTERVAL + 1 or not _at_risk_findings(fleet):
+            assert time.time() < deadline, "no at-risk warning raised"
+            time.sleep(0.5)  # polling a real controller process: it offers no event to wait on
+        agent.send_signal(signal.SIGTERM)
+        done = summary(agent)
+        time.sleep(2 * SCORE_INTERVAL)  # two more scoring rounds (and an incident round) over the last rows
         stop(controller)
     finally:
         fleet.cleanup()

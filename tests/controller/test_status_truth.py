@@ -29,6 +29,7 @@ from tests.controller.fleet_processes import FLEETGUARD, Fleet, free_port, stop
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SILENT_AFTER = 8.0  # controller.silent_after_seconds: a stopped agent turns silent within the test
+HEAD_START = 45.0  # simulate.head_start_seconds: incidents and kernel-log events from the first samples
 
 
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -151,9 +152,10 @@ def test_status_api_and_dashboard_agree_on_a_controller_and_export_writes_every_
     config.write_text(text)
     controller = _start_controller_with(fleet, config)
 
-    a = fleet.start_agent("host-a", seed=1, duration=300)
-    b = fleet.start_agent("host-b", seed=2, duration=300)
-    gone = fleet.start_agent("host-gone", seed=3, duration=4)
+    # A head start: the thermal, ECC and XID faults (20-40 s into the script) are due at once.
+    a = fleet.start_agent("host-a", seed=1, duration=300, head_start=HEAD_START)
+    b = fleet.start_agent("host-b", seed=2, duration=300, head_start=HEAD_START)
+    gone = fleet.start_agent("host-gone", seed=3, duration=1, head_start=HEAD_START)
     fleet.wait_for_hosts({"host-a", "host-b", "host-gone"})
     gone.communicate(timeout=60)
     # Faults of the simulated fleet open incidents; host-gone turns silent.
@@ -180,8 +182,9 @@ def test_status_api_and_dashboard_agree_on_a_controller_and_export_writes_every_
     holder = read_holder(str(fleet.store))
     assert holder is not None and holder.kind == "controller" and holder.url == fleet.url
 
-    # The simulated fleets' first kernel-log faults come some seconds in (later on a loaded machine): the
-    # export below must find the tables it is checked against holding rows, asked of the running controller.
+    # The simulated fleets' kernel-log faults reach the store a flush or two in (later on a loaded machine):
+    # the export below must find the tables it is checked against holding rows, asked of the running
+    # controller.
     deadline = time.monotonic() + 120
     while _events_stored(config) == 0:
         assert time.monotonic() < deadline, "no kernel-log event was stored in 120 s"
@@ -265,7 +268,7 @@ def test_up_serves_the_read_api_and_the_commands_ask_it(tmp_path: Path) -> None:
         f"[agent]\nmetrics_port = 0\nsample_interval_seconds = 0.5\nflush_interval_seconds = 1.0\n"
         f'[controller]\nlisten = "127.0.0.1:{port}"\ntokens_file = "{tmp_path}/tokens.json"\n'
         f'[store]\npath = "{store}"\n[dashboard]\nenabled = false\n[runtime]\nenabled = false\n'
-        '[simulate]\nfleet = "2x4"\nseed = 5\n'
+        f'[simulate]\nfleet = "2x4"\nseed = 5\nhead_start_seconds = {HEAD_START}\n'
     )
     log = (tmp_path / "up.log").open("ab")
     up = subprocess.Popen(

@@ -27,6 +27,22 @@ if TYPE_CHECKING:
     from tests.predictor.conftest import History
 
 DAY = 86400.0
+PAST_SECONDS = 27 * DAY
+FUTURE_SECONDS = 3 * DAY
+
+
+def _between(samples: Path, start: float, end: float, out: Path) -> Path:
+    """The samples from `start` to `end`, as one Parquet file."""
+    con = duckdb.connect()
+    try:
+        kept = (
+            f"SELECT * FROM read_parquet('{samples}/*.parquet') "
+            f"WHERE ts >= {float(start)!r} AND ts <= {float(end)!r}"
+        )
+        con.execute(f"COPY ({kept}) TO '{out}' (FORMAT parquet)")
+    finally:
+        con.close()
+    return out
 
 
 def _events(
@@ -69,8 +85,13 @@ def test_future_events_and_failures_change_no_earlier_score_or_pick(
 ) -> None:
     spec = small_history.spec
     devices = [f"gpu-{i:06d}" for i in range(spec.n_gpus)]
-    start, end = spec.start_ts, spec.end_ts
-    cut = start + 40 * DAY  # T: a retrain happens before it, scored days follow on both sides
+    cut = spec.start_ts + 40 * DAY  # T: a retrain happens before it, scored days follow on both sides
+    # The samples run from PAST_SECONDS before T (the backtest's first retrain comes 20 days in: a retrain
+    # a week before T, and scored days up to it) to FUTURE_SECONDS after it (a retrain and days of scores
+    # that see the future: a flood of events from T on, failures from a day after). More on either side
+    # would only repeat that: each retrain trains every model of both runs again.
+    start, end = cut - PAST_SECONDS, cut + FUTURE_SECONDS
+    samples = _between(small_history.samples, start, end, tmp_path / "samples.parquet")
     base = _events(tmp_path / "base.parquet", devices, start, end, ["xid_13", "xid_31", "xid_43"], 3000, 1)
     table = pq.read_table(base)
     # The future, made very different: a flood of a new kind and of a known one, and extra failures.
@@ -89,8 +110,8 @@ def test_future_events_and_failures_change_no_earlier_score_or_pick(
     fails_perturbed = tmp_path / "failures.parquet"
     pq.write_table(pa.concat_tables([fails, more.cast(fails.schema)]), fails_perturbed)
 
-    a = _run(small_history.samples, small_history.failures, base)
-    b = _run(small_history.samples, fails_perturbed, perturbed)
+    a = _run(samples, small_history.failures, base)
+    b = _run(samples, fails_perturbed, perturbed)
     assert a.retrains and any(r.at_ts < cut for r in a.retrains)
     early_a, early_b = a.scored.ts <= cut, b.scored.ts <= cut
     assert early_a.sum() == early_b.sum() > 0
