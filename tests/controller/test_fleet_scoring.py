@@ -5,6 +5,7 @@ pipeline opens as incidents that only watch."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import signal
@@ -15,21 +16,33 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from fleetguard.predict.demo_model import MINUTE_DEMO, DemoShape, train_demo_model
+from predictor.dataset import DatasetSpec
 from tests.controller.fleet_processes import Fleet, free_port, stop, summary
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
-STEP_SECONDS = 60.0  # the demo model scores complete one-minute steps
+# The demo model's shape (fleetguard.predict.demo_model.MINUTE_DEMO) at 5 s steps: the same features over 30
+# steps, its selection rule per 60 steps, a 60-step horizon, on a smaller history of the same operating point.
+# Its steps complete twelve times sooner than the demo's one-minute steps, so two of them are scored seconds
+# after the agent's first rows instead of one to two minutes.
+STEP_SECONDS = 5.0
+FIVE_SECOND_DEMO = DemoShape(
+    spec=DatasetSpec(30 * STEP_SECONDS, 60 * STEP_SECONDS, step_seconds=STEP_SECONDS),
+    history=dataclasses.replace(MINUTE_DEMO.history, n_gpus=100, n_steps=360, step_seconds=STEP_SECONDS),
+    options=dataclasses.replace(MINUTE_DEMO.options, period_seconds=60 * STEP_SECONDS),
+)
 # simulate.head_start_seconds: the scripted ECC ramp (30 s in, over 100 s), XID storm (40 s) and NVLink
 # bursts (60 s) are under way in the first samples; the GPU falling off the bus (170 s) stays out of the run
 HEAD_START = 60.0
-SCORE_INTERVAL = 2.0
+SCORE_INTERVAL = 1.0
 
 
-@pytest.fixture
-def model_dir(demo_model: Path) -> Path:
-    """The session's demo model (tests/conftest.py): trained once per session (or cached), read only here."""
-    return demo_model
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo model at 5 s steps, trained once for this module (seconds) with the demo's own training and
+    save path (seed 0: its model id is the demo's), read only here."""
+    return train_demo_model(tmp_path_factory.mktemp("five-second-demo") / "model", 0, FIVE_SECOND_DEMO)
 
 
 def _at_risk_findings(fleet: Fleet) -> int:
@@ -38,11 +51,11 @@ def _at_risk_findings(fleet: Fleet) -> int:
     return sum(1 for f in doc["findings"] if f["kind"] == "at_risk_gpu")
 
 
-def test_a_controller_with_a_model_scores_its_agents_gpus(tmp_path: Path, demo_model: Path) -> None:
+def test_a_controller_with_a_model_scores_its_agents_gpus(tmp_path: Path, model_dir: Path) -> None:
     fleet = Fleet(tmp_path, free_port())
     try:
         controller = fleet.start_controller(
-            f'[predictor]\nmodel_dir = "{demo_model}"\nscore_interval_seconds = {SCORE_INTERVAL}\n'
+            f'[predictor]\nmodel_dir = "{model_dir}"\nscore_interval_seconds = {SCORE_INTERVAL}\n'
         )
         agent = fleet.start_agent("gpu-a", seed=1, duration=600, simulate="1x8", head_start=HEAD_START)
         fleet.wait_for_hosts({"gpu-a"})
@@ -97,7 +110,6 @@ def test_a_controller_with_a_model_scores_its_agents_gpus(tmp_path: Path, demo_m
 def test_a_model_that_cannot_score_live_is_one_log_line_and_no_task(
     tmp_path: Path, model_dir: Path, what: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    import dataclasses
     import shutil
 
     from fleetguard.config import Config
