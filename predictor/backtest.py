@@ -110,7 +110,10 @@ class BacktestConfig:
     candidate_categories: Categories = ()
     max_categories: int = 10
     seed: int = 0
-    n_jobs: int = 2
+    # One thread per fit: a backtest's fits are many and small, and on a busy host OpenMP workers spin-wait
+    # for a core someone else holds. The README's evaluate (80 GPUs x 40 days) took 31-52 s with one thread
+    # and 64-67 s with two, load 3.4-4.3, reporting the same table (BENCHMARKS.md).
+    n_jobs: int = 1
     # Calibrate each retrain's models on out-of-fold scores of their own training window (three more fits
     # per model and retrain), so the backtest reports calibrated risk and its Brier score.
     calibrate: bool = True
