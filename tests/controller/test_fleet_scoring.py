@@ -22,12 +22,12 @@ from tests.controller.fleet_processes import Fleet, free_port, stop, summary
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
-# The demo model's shape (fleetguard.predict.demo_model.MINUTE_DEMO) at 5 s steps: the same features over 30
+# The demo model's shape (fleetguard.predict.demo_model.MINUTE_DEMO) at 3 s steps: the same features over 30
 # steps, its selection rule per 60 steps, a 60-step horizon, on a smaller history of the same operating point.
-# Its steps complete twelve times sooner than the demo's one-minute steps, so two of them are scored seconds
-# after the agent's first rows instead of one to two minutes.
-STEP_SECONDS = 5.0
-FIVE_SECOND_DEMO = DemoShape(
+# Its steps complete twenty times sooner than the demo's one-minute steps, so two of them are scored seconds
+# after the agent's first rows instead of one to two minutes (5 s steps: about 5 s more per run).
+STEP_SECONDS = 3.0
+SHORT_STEP_DEMO = DemoShape(
     spec=DatasetSpec(30 * STEP_SECONDS, 60 * STEP_SECONDS, step_seconds=STEP_SECONDS),
     history=dataclasses.replace(MINUTE_DEMO.history, n_gpus=100, n_steps=360, step_seconds=STEP_SECONDS),
     options=dataclasses.replace(MINUTE_DEMO.options, period_seconds=60 * STEP_SECONDS),
@@ -40,9 +40,9 @@ SCORE_INTERVAL = 1.0
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The demo model at 5 s steps, trained once for this module (seconds) with the demo's own training and
+    """The demo model at 3 s steps, trained once for this module (seconds) with the demo's own training and
     save path (seed 0: its model id is the demo's), read only here."""
-    return train_demo_model(tmp_path_factory.mktemp("five-second-demo") / "model", 0, FIVE_SECOND_DEMO)
+    return train_demo_model(tmp_path_factory.mktemp("short-step-demo") / "model", 0, SHORT_STEP_DEMO)
 
 
 def _at_risk_findings(fleet: Fleet) -> int:
