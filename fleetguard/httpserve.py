@@ -612,8 +612,11 @@ class HttpServer:
         try:
             async with asyncio.timeout_at(head_until):
                 head = await self._read_head(first, reader)
-            async with asyncio.timeout_at(started + self.limits.request_timeout_seconds):
-                body = await self._read_body(head, reader, writer)
+            body = b""
+            if "content-length" in head.headers or "transfer-encoding" in head.headers:
+                # a deadline (a timer on the loop) only where there is a body to wait for: a GET has none
+                async with asyncio.timeout_at(started + self.limits.request_timeout_seconds):
+                    body = await self._read_body(head, reader, writer)
         except TimeoutError:
             self.stats.timeouts += 1
             return False
@@ -679,6 +682,8 @@ class HttpServer:
 
     async def _write(self, writer: asyncio.StreamWriter, data: bytes) -> None:
         writer.write(data)
+        if self._ssl is None and writer.transport.get_write_buffer_size() == 0 and not writer.is_closing():
+            return  # the kernel took all of it: nothing to wait for, so no deadline (a timer) to set
         try:
             async with asyncio.timeout(self.limits.write_timeout_seconds):
                 await writer.drain()
