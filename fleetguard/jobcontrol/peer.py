@@ -62,11 +62,14 @@ def diag_peer(client: tuple[str, int], server: tuple[str, int], wait: bool = Tru
     """tcp_peer through NETLINK_SOCK_DIAG: the one socket named by its four-tuple, as the kernel sees it.
     wait=False: never block (for an event loop's thread); _NoSockDiag if the answer is not there at once.
     The kernel answers a sock_diag request within the send itself, so it always is on a working kernel."""
-    local, remote = ipaddress.ip_address(client[0]), ipaddress.ip_address(server[0])
-    family = socket.AF_INET6 if local.version == 6 else socket.AF_INET
+    family = socket.AF_INET6 if ":" in client[0] else socket.AF_INET
+    try:  # inet_pton rather than ipaddress: this runs at every accept, on the server's loop thread
+        local, remote = socket.inet_pton(family, client[0]), socket.inet_pton(family, server[0])
+    except OSError as exc:
+        raise ValueError(f"not an address pair: {client[0]!r}, {server[0]!r}") from exc
     request = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 0, 0, _ALL_STATES)
     request += struct.pack("!HH", client[1], server[1])
-    request += local.packed.ljust(16, b"\0") + remote.packed.ljust(16, b"\0")
+    request += local.ljust(16, b"\0") + remote.ljust(16, b"\0")
     request += struct.pack("=III", 0, _NO_COOKIE, _NO_COOKIE)
     message = _HEADER.pack(_HEADER.size + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST, 1, 0) + request
     try:
