@@ -91,7 +91,8 @@ def agent(tree: Path, work: Path, args: list[str], env: dict[str, str]) -> Itera
     )
     assert proc.stderr is not None
     line = proc.stderr.readline()
-    match = re.search(r"port (\d+)", line)
+    # "port N" (older banners) or the bound URL's ":N/metrics"
+    match = re.search(r"port (\d+)", line) or re.search(r":(\d+)/metrics", line)
     if match is None:
         proc.kill()
         raise RuntimeError(f"agent from {tree} did not start: {line}{proc.stderr.read()}")

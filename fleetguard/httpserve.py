@@ -26,11 +26,16 @@ Usage::
     server.stop()                                          # stop accepting, finish in-flight, close all
 
 `inline=True` runs the handler on the server's loop thread instead of a worker: only for a handler that never
-blocks (the /metrics one answers with bytes it already holds). `ssl_context=` serves HTTPS.
+blocks. `quick=` is the middle way: a function run on the loop thread first that answers at once or returns
+None, and only then is `handler` run on a worker (the /metrics one answers with bytes it already holds, and
+waits for a rendering only on a worker). `submit()` runs work of the server's own on its workers (the
+/metrics text rendered ahead of the scrapes). `ssl_context=` serves HTTPS.
 
 `request.connection.memo` keeps per-connection facts a handler looks up once (a sender's uid): a
 connection's requests are handled one at a time, in order. `owner_of=` names who holds a new connection (run
-on a worker once, before its first request; it may fill `memo`), and `Limits.max_connections_per_owner` caps
+on a worker once, before its first request; it may fill `memo`); `owner_now=`, where given, is asked first on
+the loop thread and either names the owner without blocking or returns `LOOKUP_BLOCKS` (then `owner_of` runs
+on a worker as before), and `Limits.max_connections_per_owner` caps
 each owner's share. `Limits.max_connections_per_address` caps each client address's share at accept (an
 IPv6 client's /64 is one address). A connection beyond any share is answered 503 with Retry-After and
 closed while the others are served.
@@ -41,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import enum
 import ipaddress
 import itertools
 import json
@@ -171,7 +177,14 @@ class Response:
         return cls(status, text.encode())
 
 
+class Lookup(enum.Enum):
+    BLOCKS = "blocks"  # owner_now cannot name the owner without blocking: ask owner_of on a worker
+
+
+LOOKUP_BLOCKS: Final = Lookup.BLOCKS
+
 Handler = Callable[[Request], Response]
+QuickHandler = Callable[[Request], "Response | None"]  # loop thread: an answer now, or None (ask handler)
 OwnerOf = Callable[["Connection"], Hashable]
 
 
@@ -337,9 +350,13 @@ class HttpServer:
         ssl_context: ssl.SSLContext | None = None,
         inline: bool = False,
         owner_of: OwnerOf | None = None,
+        quick: QuickHandler | None = None,
+        owner_now: OwnerOf | None = None,
     ) -> None:
         self.limits = limits or Limits()
         self._owner_of = owner_of
+        self._owner_now = owner_now
+        self._quick = quick
         self._per_owner: dict[Hashable, int] = {}  # owner -> connections held (loop thread only)
         self._per_address: dict[str, int] = {}  # client address key -> connections held (loop thread only)
         self.stats = HttpStats()
@@ -395,6 +412,20 @@ class HttpServer:
         self._sock.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._owner_executor.shutdown(wait=False, cancel_futures=True)
+
+    def submit(self, work: Callable[[], object]) -> bool:
+        """Run `work` on one of the handler workers (its exceptions are logged); False once stopped."""
+        try:
+            self._executor.submit(self._run_logged, work)
+        except RuntimeError:  # the executor is shut down: the server has stopped
+            return False
+        return True
+
+    def _run_logged(self, work: Callable[[], object]) -> None:
+        try:
+            work()
+        except Exception:
+            log.exception("%s: background work failed", self._name)
 
     def __enter__(self) -> HttpServer:
         self.start()
@@ -498,8 +529,17 @@ class HttpServer:
                 await _linger_close(reader, writer)
 
     async def _owner(self, connection: Connection) -> Hashable:
-        """Who holds `connection` (`owner_of`, on a worker: it may read /proc); None when that fails."""
+        """Who holds `connection` (`owner_now` on the loop where it can tell without blocking, else
+        `owner_of` on a worker: it may read /proc); None when that fails."""
         assert self._owner_of is not None
+        if self._owner_now is not None:
+            try:
+                owner = self._owner_now(connection)
+            except Exception:
+                log.exception("%s: looking up who holds a connection failed", self._name)
+                return None
+            if owner is not LOOKUP_BLOCKS:
+                return owner
         try:
             async with asyncio.timeout(self.limits.request_timeout_seconds):
                 loop = asyncio.get_running_loop()
@@ -572,8 +612,11 @@ class HttpServer:
         try:
             async with asyncio.timeout_at(head_until):
                 head = await self._read_head(first, reader)
-            async with asyncio.timeout_at(started + self.limits.request_timeout_seconds):
-                body = await self._read_body(head, reader, writer)
+            body = b""
+            if "content-length" in head.headers or "transfer-encoding" in head.headers:
+                # a deadline (a timer on the loop) only where there is a body to wait for: a GET has none
+                async with asyncio.timeout_at(started + self.limits.request_timeout_seconds):
+                    body = await self._read_body(head, reader, writer)
         except TimeoutError:
             self.stats.timeouts += 1
             return False
@@ -613,6 +656,17 @@ class HttpServer:
     async def _answer(self, request: Request) -> Response:
         if self._inline:
             return self._respond(request)
+        if self._quick is not None:
+            try:
+                quick = self._quick(request)
+            except HttpError as exc:
+                return _error_response(exc)
+            except Exception:
+                self.stats.handler_errors += 1
+                log.exception("%s: handler failed on %s %s", self._name, request.method, request.path)
+                return Response.json(500, {"error": "internal error"})
+            if quick is not None:
+                return quick
         return await asyncio.get_running_loop().run_in_executor(self._executor, self._respond, request)
 
     def _respond(self, request: Request) -> Response:
@@ -628,6 +682,8 @@ class HttpServer:
 
     async def _write(self, writer: asyncio.StreamWriter, data: bytes) -> None:
         writer.write(data)
+        if self._ssl is None and writer.transport.get_write_buffer_size() == 0 and not writer.is_closing():
+            return  # the kernel took all of it: nothing to wait for, so no deadline (a timer) to set
         try:
             async with asyncio.timeout(self.limits.write_timeout_seconds):
                 await writer.drain()

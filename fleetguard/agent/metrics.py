@@ -2,7 +2,9 @@
 
 A custom prometheus_client collector renders the agent's state on a scrape thread, so sampling never formats
 text; the text is rendered at most once per sampling round (`round_done`) and served from bytes however
-many scrapers ask (`exposition`). Cumulative sources (ECC, PCIe replay, NVLink, NIC counters, XIDs, energy)
+many scrapers ask (`exposition`). While someone scrapes, the /metrics server renders each round's text on its
+worker as the round completes (`on_round`, `wants_rendering`), so a scrape only copies bytes; an agent
+nobody scrapes renders nothing. Cumulative sources (ECC, PCIe replay, NVLink, NIC counters, XIDs, energy)
 are counters; they can reset (driver reload), which Prometheus' rate() handles. Every XID occurrence is
 counted, including repeats that the store folds into one row. Each XID arrives from one collector only
 (`fleetguard.agent.sources` takes them from the kernel log, or from NVML where the kernel log cannot be read),
@@ -23,6 +25,10 @@ from fleetguard.agent.gpu_directory import GpuDirectory, GpuName, bus_key
 from fleetguard.agent.nic_families import nic_counter_families
 from fleetguard.records.prediction import Prediction
 from fleetguard.records.telemetry import Batch, Event, EventKind, GpuSample, NicSample
+
+# Keep rendering each round's text ahead while the last scrape is at most this many rounds old: Prometheus
+# scrapes every 15-60 s, rounds come every second or few.
+SCRAPED_ROUNDS = 64
 
 # NVML clocks-event reason bits (nvmlClocksEventReason*), exported as one 0/1 series per reason.
 CLOCKS_EVENT_REASONS: Mapping[str, int] = {
@@ -203,6 +209,9 @@ class MetricsState(PromCollector):
         self._round = 0  # bumped by round_done: the exposition text of an earlier round is stale
         self._render_lock = threading.Lock()
         self._rendered: tuple[int, bytes] | None = None
+        self._scraped_round: int | None = None  # the round of the last scrape: render ahead while recent
+        # Called (agent thread, outside the locks) after each round_done: the /metrics server's "render now".
+        self.on_round: list[Callable[[], None]] = []
         # More families rendered with these (the shipping spool's counters on an agent with a controller).
         self.extra: list[PromCollector] = []
 
@@ -257,18 +266,39 @@ class MetricsState(PromCollector):
         """A sampling round (or a new set of predictions) is in: the next scrape renders the state afresh."""
         with self._lock:
             self._round += 1
+        for listener in list(self.on_round):
+            listener()
+
+    def wants_rendering(self) -> bool:
+        """Whether someone scraped within the last SCRAPED_ROUNDS rounds, so rendering each round's text
+        as it completes saves the next scrape the wait."""
+        with self._lock:
+            return self._scraped_round is not None and self._round - self._scraped_round <= SCRAPED_ROUNDS
 
     # ---- rendering (scrape thread) ------------------------------------------------------------------
 
-    def exposition(self) -> bytes:
-        """The Prometheus text of the state as of the last completed round. Rendered by the first scrape
-        after `round_done`; concurrent and later scrapes of the same round share those bytes."""
+    def exposition(self, scrape: bool = True) -> bytes:
+        """The Prometheus text of the state as of the last completed round. Rendered by the first caller
+        after `round_done`; concurrent and later callers of the same round share those bytes. scrape=False:
+        rendering ahead, which does not count as someone scraping."""
         with self._render_lock:
             with self._lock:
                 current = self._round
+                if scrape:
+                    self._scraped_round = current
             if self._rendered is None or self._rendered[0] != current:
                 self._rendered = (current, generate_latest(self))
             return self._rendered[1]
+
+    def rendered_now(self) -> bytes | None:
+        """The text of the last completed round if it is already rendered (a scrape, without waiting or
+        rendering: for an event loop's thread); None otherwise."""
+        rendered = self._rendered  # one read of an immutable tuple: no lock needed to see a whole one
+        with self._lock:
+            self._scraped_round = self._round
+            if rendered is None or rendered[0] != self._round:
+                return None
+        return rendered[1]
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:

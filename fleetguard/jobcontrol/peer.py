@@ -58,18 +58,23 @@ _UID_INODE = struct.Struct("=II")  # inet_diag_msg's idiag_uid, idiag_inode
 _UID_OFFSET = _HEADER.size + 4 + 48 + 12
 
 
-def diag_peer(client: tuple[str, int], server: tuple[str, int]) -> Sender | None:
-    """tcp_peer through NETLINK_SOCK_DIAG: the one socket named by its four-tuple, as the kernel sees it."""
-    local, remote = ipaddress.ip_address(client[0]), ipaddress.ip_address(server[0])
-    family = socket.AF_INET6 if local.version == 6 else socket.AF_INET
+def diag_peer(client: tuple[str, int], server: tuple[str, int], wait: bool = True) -> Sender | None:
+    """tcp_peer through NETLINK_SOCK_DIAG: the one socket named by its four-tuple, as the kernel sees it.
+    wait=False: never block (for an event loop's thread); _NoSockDiag if the answer is not there at once.
+    The kernel answers a sock_diag request within the send itself, so it always is on a working kernel."""
+    family = socket.AF_INET6 if ":" in client[0] else socket.AF_INET
+    try:  # inet_pton rather than ipaddress: this runs at every accept, on the server's loop thread
+        local, remote = socket.inet_pton(family, client[0]), socket.inet_pton(family, server[0])
+    except OSError as exc:
+        raise ValueError(f"not an address pair: {client[0]!r}, {server[0]!r}") from exc
     request = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 0, 0, _ALL_STATES)
     request += struct.pack("!HH", client[1], server[1])
-    request += local.packed.ljust(16, b"\0") + remote.packed.ljust(16, b"\0")
+    request += local.ljust(16, b"\0") + remote.ljust(16, b"\0")
     request += struct.pack("=III", 0, _NO_COOKIE, _NO_COOKIE)
     message = _HEADER.pack(_HEADER.size + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST, 1, 0) + request
     try:
         with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as nl:
-            nl.settimeout(1.0)
+            nl.settimeout(1.0 if wait else 0.0)
             nl.send(message)
             reply = nl.recv(8192)
     except OSError as exc:
@@ -114,16 +119,39 @@ def proc_peer(client: tuple[str, int], server: tuple[str, int], proc_root: str =
 def connection_owner(client: tuple[str, int], server: tuple[str, int]) -> tuple[str, object]:
     """Who holds a connection, for a per-owner connection cap: a loopback client is its uid (one local user
     can bind any 127.x address), a remote one its address; ("unknown", None) when the uid cannot be found."""
-    try:
-        address = ipaddress.ip_address(client[0].partition("%")[0])
-    except ValueError:
+    address = _peer_address(client)
+    if address is None:
         return ("address", client[0])
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
     if not address.is_loopback:
         return ("address", str(address))
     sender = tcp_peer(client, server)
     return ("uid", sender.uid) if sender is not None else ("unknown", None)
+
+
+def connection_owner_now(client: tuple[str, int], server: tuple[str, int]) -> tuple[str, object] | None:
+    """connection_owner without blocking, for an event loop's thread: the same answer, or None where only a
+    blocking lookup (netlink unavailable: /proc/net/tcp read whole) could give it. A remote client costs no
+    system call; a loopback one is one netlink request for its one socket."""
+    address = _peer_address(client)
+    if address is None:
+        return ("address", client[0])
+    if not address.is_loopback:
+        return ("address", str(address))
+    try:
+        sender = diag_peer(client, server, wait=False)
+    except _NoSockDiag:
+        return None
+    return ("uid", sender.uid) if sender is not None else ("unknown", None)
+
+
+def _peer_address(client: tuple[str, int]) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        address = ipaddress.ip_address(client[0].partition("%")[0])
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
 
 
 def tcp_peer_uid(client: tuple[str, int], server: tuple[str, int], proc_root: str = "/proc") -> int | None:

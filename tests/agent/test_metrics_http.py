@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from fleetguard.agent.metrics import MetricsState
 from fleetguard.agent.metrics_http import serve_metrics
 from fleetguard.httpserve import HttpServer, Limits
-from fleetguard.jobcontrol.peer import connection_owner
+from fleetguard.jobcontrol.peer import connection_owner, connection_owner_now
 from fleetguard.records.telemetry import Batch, GpuSample
 
 WAIT_SECONDS = 30.0
@@ -172,3 +172,41 @@ def test_owners_are_local_uids_or_remote_addresses() -> None:
         client.close()
         accepted.close()
     assert owner == ("uid", os.geteuid())
+
+
+def test_the_lookup_on_the_loop_gives_the_same_owner_without_blocking() -> None:
+    # connection_owner_now runs on the server's loop thread: a remote peer needs no lookup at all, a
+    # loopback one is the kernel's answer for that one socket, the uid that connection_owner finds
+    for remote in [("10.1.2.3", 5000), ("::ffff:10.1.2.3", 5000), ("2001:db8::1", 5000)]:
+        assert connection_owner_now(remote, ("::", 9400)) == connection_owner(remote, ("::", 9400))
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = socket.create_connection(listener.getsockname())
+        accepted, _ = listener.accept()
+        now = connection_owner_now(client.getsockname(), client.getpeername())
+        blocking = connection_owner(client.getsockname(), client.getpeername())
+        client.close()
+        accepted.close()
+    assert now == blocking == ("uid", os.geteuid())
+    # a connection that is gone is nobody's: counted as unknown, as the blocking lookup does
+    assert connection_owner_now(("127.0.0.1", 1), ("127.0.0.1", 2)) == ("unknown", None)
+
+
+def test_rounds_are_rendered_ahead_only_while_someone_scrapes(state: CountingState) -> None:
+    srv = serve_metrics(state, "127.0.0.1", 0)
+    try:
+        renders_before = state.renders
+        state.round_done()
+        assert not state.wants_rendering()  # nobody has scraped: an unscraped agent renders nothing
+        assert state.renders == renders_before
+        assert scrape(srv.port)[0] == 200  # rendered for this scrape, on the worker
+        assert state.wants_rendering()
+        state.observe(Batch(gpu_samples=[gpu(80.0)]))
+        state.round_done()  # someone scrapes: the worker renders the round as it completes
+        deadline = time.monotonic() + WAIT_SECONDS
+        while state.renders < renders_before + 2 and time.monotonic() < deadline:
+            time.sleep(0.01)  # the worker offers no event to wait on
+        assert state.renders == renders_before + 2
+        assert temperature(scrape(srv.port)[1]) == 80.0  # served from those bytes: no third rendering
+        assert state.renders == renders_before + 2
+    finally:
+        srv.stop()

@@ -17,7 +17,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fleetguard.httpserve import (
+    LOOKUP_BLOCKS,
     BindError,
+    Connection,
     HttpError,
     HttpServer,
     JsonBodyError,
@@ -398,6 +400,82 @@ def test_an_owner_beyond_its_share_is_answered_503_while_others_are_served() -> 
         assert poll(lambda: _get_from("127.0.0.2", server.port).startswith(b"HTTP/1.1 200 "))  # share back
     finally:
         server.stop()
+
+
+def test_owner_now_answers_on_the_loop_or_hands_the_lookup_to_a_worker() -> None:
+    # 127.0.0.2 is named on the loop thread; 127.0.0.3 cannot be without blocking, so owner_of names it on
+    # a worker. Each share is still one owner's: the third connection of either is refused.
+    loop_threads: set[str] = set()
+
+    def owner_now(connection: Connection) -> object:
+        loop_threads.add(threading.current_thread().name)
+        return connection.peer[0] if connection.peer[0] == "127.0.0.2" else LOOKUP_BLOCKS
+
+    worker_threads: set[str] = set()
+
+    def owner_of(connection: Connection) -> object:
+        worker_threads.add(threading.current_thread().name)
+        return connection.peer[0]
+
+    server = HttpServer(
+        echo,
+        "127.0.0.1",
+        0,
+        Limits(max_connections=16, max_connections_per_owner=2),
+        owner_of=owner_of,
+        owner_now=owner_now,
+        name="owned",
+    )
+    server.start()
+    held: list[socket.socket] = []
+    try:
+        for source in ("127.0.0.2", "127.0.0.3"):
+            for _ in range(2):
+                sock = socket.socket()
+                sock.bind((source, 0))
+                sock.connect(("127.0.0.1", server.port))
+                held.append(sock)
+                sock.settimeout(WAIT_SECONDS)
+                sock.sendall(b"GET /x HTTP/1.1\r\n\r\n")  # answered: its owner is counted
+                assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+            assert _get_from(source, server.port).startswith(b"HTTP/1.1 503 ")
+        assert loop_threads == {"owned"}
+        assert worker_threads and all(name.startswith("owned-owner") for name in worker_threads)
+    finally:
+        for sock in held:
+            sock.close()
+        server.stop()
+
+
+def test_a_quick_answer_is_given_on_the_loop_and_none_asks_the_handler_on_a_worker() -> None:
+    threads: dict[str, str] = {}
+
+    def quick(request: Request) -> Response | None:
+        threads["quick"] = threading.current_thread().name
+        if request.path == "/now":
+            return Response.text(200, "now\n")
+        if request.path == "/bad":
+            raise HttpError(400, "bad now")
+        return None
+
+    def handler(request: Request) -> Response:
+        threads["handler"] = threading.current_thread().name
+        return echo(request)
+
+    server = HttpServer(handler, "127.0.0.1", 0, quick=quick, name="quick")
+    server.start()
+    try:
+        assert raw_request(server.port, b"GET /now HTTP/1.0\r\n\r\n").endswith(b"\r\n\r\nnow\n")
+        assert "handler" not in threads and threads["quick"] == "quick"
+        assert raw_request(server.port, b"GET /bad HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+        assert b'"path": "/x"' in raw_request(server.port, b"GET /x HTTP/1.0\r\n\r\n")
+        assert threads["handler"].startswith("quick-worker")
+        done = threading.Event()
+        assert server.submit(done.set)
+        assert done.wait(WAIT_SECONDS)
+    finally:
+        server.stop()
+    assert not server.submit(lambda: None)  # stopped: nothing runs
 
 
 @pytest.mark.parametrize(
