@@ -72,7 +72,8 @@ def main() -> None:
         )
         assert proc.stderr is not None
         line = proc.stderr.readline()
-        port_match = re.search(r"port (\d+)", line)
+        # The banner names the bound address (".../metrics at http://0.0.0.0:PORT/metrics"); older: "port N".
+        port_match = re.search(r"port (\d+)", line) or re.search(r":(\d+)/metrics", line)
         assert port_match, line
         port = int(port_match.group(1))
         time.sleep(args.warmup)
