@@ -73,8 +73,12 @@ class DrainLoop:
         self.drain = Drain(spool, rng)
         self._thread_name = thread_name
         self._join_seconds = join_seconds
-        self._wake = threading.Event()
+        self._wake = threading.Event()  # a new batch
         self._stop = threading.Event()
+        # Shutdown: a backoff in progress ends now (the far end may well be back: a final try is cheap) ...
+        self._closing = threading.Event()
+        # ... and the first send that fails after that ends the drain (the rest stays spooled).
+        self._gave_up = threading.Event()
         self._thread: threading.Thread | None = None
 
     def wake(self) -> None:
@@ -87,12 +91,16 @@ class DrainLoop:
 
     def stop(self, drain_seconds: float = 0.0) -> None:
         """Stop; with `drain_seconds`, first try that long to send what is spooled (shutdown)."""
-        if drain_seconds > 0 and self._thread is not None:
+        if drain_seconds > 0 and self._thread is not None and self._thread.is_alive():
+            # Not "only if the last send worked": a shipper backing off from a controller that has since come
+            # back would otherwise leave its whole backlog spooled at every stop (CI caught 6 batches so).
             deadline = self.clock() + drain_seconds
-            while self.spool.pending() and self.clock() < deadline and self.drain.failures == 0:
-                self._wake.set()
-                self._stop.wait(0.05)
+            self._closing.set()
+            self._wake.set()
+            while self.spool.pending() and self.clock() < deadline and not self._gave_up.is_set():
+                self._gave_up.wait(0.05)
         self._stop.set()
+        self._closing.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=self._join_seconds)
@@ -105,9 +113,13 @@ class DrainLoop:
                 self._wake.wait(IDLE_WAIT_SECONDS)
                 self._wake.clear()
             elif delay > 0:
+                if self._closing.is_set():
+                    self._gave_up.set()  # one failure at shutdown: the rest waits for the next start
+                    self._stop.wait()
+                    continue
                 # A backoff is not cut short by new batches (a fleet that lost its controller must not
-                # retry at every flush), only by stop.
-                self._stop.wait(delay)
+                # retry at every flush), only by shutdown.
+                self._closing.wait(delay)
 
     def step(self) -> float | None:
         """One round: the next batch sent; the seconds to wait before the next round, None when idle."""

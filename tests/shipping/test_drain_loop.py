@@ -133,3 +133,54 @@ def test_the_thread_ships_what_is_woken_and_stops_with_a_final_drain(spool: Spoo
         loop.stop(drain_seconds=5.0)  # what was spooled at stop is sent before the thread ends
     assert spool.pending() == 0 and loop.stats.committed == 2
     assert transport.closed == 1  # the transport is closed at stop
+
+
+class RecoveringTransport(ScriptedTransport):
+    """Down until `recover()`: a controller killed and started again."""
+
+    def __init__(self) -> None:
+        super().__init__(down=TransportDown("controller down", said=True))
+        self.tried_down = threading.Event()
+
+    def prepare(self) -> None:
+        if self.down is not None:
+            self.tried_down.set()
+        super().prepare()
+
+    def recover(self) -> None:
+        self.down = None
+
+
+def test_a_stop_during_a_backoff_tries_again_and_sends_what_the_returned_far_end_takes(spool: Spool) -> None:
+    transport = RecoveringTransport()
+    loop = loop_over(spool, transport)
+    loop.drain.failures = 10  # deep in a backoff: the next wait is 15-30 s
+    for seq in range(1, 7):
+        spool.append(encode(batch("node-a", seq)))
+    loop.start()
+    try:
+        assert transport.tried_down.wait(10), "the loop never tried the far end"
+        transport.recover()  # back, while this loop sleeps its backoff
+    finally:
+        started = time.monotonic()
+        loop.stop(drain_seconds=5.0)
+    assert spool.pending() == 0 and loop.stats.committed == 6
+    assert time.monotonic() - started < 5.0  # it did not sleep out the backoff
+
+
+def test_a_stop_whose_final_try_fails_keeps_the_backlog_and_does_not_wait_out_the_drain(spool: Spool) -> None:
+    transport = ScriptedTransport(down=TransportDown("controller down", said=True))
+    loop = loop_over(spool, transport)
+    loop.drain.failures = 10  # its backoff after the next failure is 15-30 s
+    for seq in range(1, 4):
+        spool.append(encode(batch("node-a", seq)))
+    loop.start()
+    deadline = time.monotonic() + 10
+    while loop.stats.errors == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)  # until it failed once and sleeps its backoff
+    errors = loop.stats.errors
+    started = time.monotonic()
+    loop.stop(drain_seconds=30.0)
+    assert time.monotonic() - started < 10.0  # gave up at the first failure, not at the deadline
+    assert loop.stats.errors == errors + 1  # exactly one final try
+    assert spool.pending() == 3 and loop.stats.committed == 0
