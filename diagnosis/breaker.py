@@ -39,6 +39,26 @@ class BreakerState:
     acted_since: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class BreakerHeadroom:
+    """How near the breaker is to tripping and the rate limit to deferring, as the next decision would weigh
+    them: what an operator reads before a reset (`fleetguard breaker status`)."""
+
+    fleet_hosts: int  # the fleet its fraction is of (hosts heard within `fleet_seconds`)
+    hosts_acted: int  # distinct hosts acted on within the window
+    window_seconds: float
+    trips_at_hosts: int  # the breaker opens when a repair would make this many hosts acted on in the window
+    repairs_last_hour: int
+    repairs_per_hour: int  # the rate limit for this fleet
+
+
+def trip_threshold(policy: BreakerPolicy, fleet_hosts: int) -> int:
+    """The fewest hosts acted on within the window that open the breaker: at least `min_hosts`, and more
+    than `max_host_fraction` of the fleet (the rule `CircuitBreaker.permit` applies)."""
+    fleet = max(fleet_hosts, 1)
+    return max(policy.min_hosts, math.floor(policy.max_host_fraction * fleet) + 1)
+
+
 def counting_horizon(policy: BreakerPolicy) -> float:
     """How far back the breaker's decisions look: counted requests older than this never matter again."""
     return max(policy.window_seconds, _HOUR)
@@ -131,6 +151,18 @@ class CircuitBreaker:
         return Permit(
             ActionOutcome.HELD,
             f"circuit breaker open since {self.state.tripped_at:.0f}: {self.state.reason}",
+        )
+
+    def headroom(self, now: float, fleet_hosts: int) -> BreakerHeadroom:
+        """What the next decision at `now` would weigh (nothing is counted)."""
+        self._prune(now)
+        return BreakerHeadroom(
+            fleet_hosts=fleet_hosts,
+            hosts_acted=len({h for _, h in self.state.acted}),
+            window_seconds=self.policy.window_seconds,
+            trips_at_hosts=trip_threshold(self.policy, fleet_hosts),
+            repairs_last_hour=len(self.state.repairs),
+            repairs_per_hour=self._limit(fleet_hosts),
         )
 
     def rate_limited(self, now: float, fleet_hosts: int) -> bool:

@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from diagnosis.breaker import BreakerState, CircuitBreaker
+from diagnosis.breaker import BreakerHeadroom, BreakerState, CircuitBreaker
 from diagnosis.escalation import escalation_step, repair_did_not_hold, unheld_escalation
 from diagnosis.incident import (
     ACTIVE_STATES,
@@ -143,6 +143,10 @@ class IncidentEngine:
     ) -> list[IncidentChange]:
         round_ = _Round()
         self._busy = {(k.host, k.component_kind, k.component_id) for k in (*self._pending, *self.incidents)}
+        observations = list(observations)
+        # Every host heard in this round is in the fleet before any repair of the round is weighed: the
+        # breaker's fraction must not depend on the order a round's records come in.
+        self.heard({o.key.host for o in observations if o.key != BREAKER_KEY}, now)
         for obs in observations:
             self._observe(obs, now, round_)
         if tick:
@@ -235,6 +239,10 @@ class IncidentEngine:
         for host in gone:
             del self.hosts[host]
         return len(self.hosts)
+
+    def breaker_headroom(self, now: float) -> BreakerHeadroom:
+        """How near the breaker and the rate limit are, weighed as the next repair would be."""
+        return self.breaker.headroom(now, self.fleet_size(now))
 
     # ---- internals ------------------------------------------------------------------------------------
 

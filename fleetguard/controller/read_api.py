@@ -11,6 +11,7 @@ import duckdb
 
 from diagnosis.health import SEVERITY_ORDER, Health, OpenIncident, Verdict, host_verdicts, rank
 from fleetguard.controller.hosts import HostState, to_json
+from fleetguard.incidents.incident_store import breaker_document
 from fleetguard.records.evidence import api_document
 from fleetguard.store import open_incidents
 
@@ -120,12 +121,9 @@ def _incident(incident: OpenIncident) -> dict[str, Any]:
     }
 
 
-def breaker(cur: duckdb.DuckDBPyConnection) -> dict[str, Any]:
-    """The repair breaker: open (tripped) or closed, since when and what tripped it."""
-    row = cur.execute("SELECT tripped, epoch(tripped_at), reason FROM breaker_state WHERE id = 1").fetchone()
-    if row is None or not row[0]:
-        return {"tripped": False, "since_ts": None, "reason": ""}
-    return {"tripped": True, "since_ts": _plain(row[1]), "reason": str(row[2])}
+def breaker(cur: duckdb.DuckDBPyConnection) -> dict[str, object]:
+    """The repair breaker: open (tripped) or closed, since when, what tripped it, and how near it was."""
+    return breaker_document(cur)
 
 
 def at_risk(cur: duckdb.DuckDBPyConnection, now: float) -> list[dict[str, Any]]:

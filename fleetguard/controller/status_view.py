@@ -127,7 +127,14 @@ def render_status(status: dict[str, Any]) -> str:
             "(repairs held; `fleetguard breaker reset` after looking)"
         )
     else:
-        lines.append("breaker   closed: repairs go ahead")
+        room = breaker.get("headroom")
+        near = (
+            f" ({room.get('hosts_acted')} of {room.get('fleet_hosts')} hosts acted on in "
+            f"{float(room.get('window_seconds') or 0):g} s; it opens at {room.get('trips_at_hosts')})"
+            if isinstance(room, dict)
+            else ""
+        )
+        lines.append(f"breaker   closed: repairs go ahead{near}")
     ingest = fleet.get("ingest") or {}
     if ingest:
         lines.append(

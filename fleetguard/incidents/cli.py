@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import click
@@ -14,6 +15,7 @@ from diagnosis.policy_load import PolicyError
 from diagnosis.replay import ReplayReport, compare, replay
 from fleetguard.config import Config
 from fleetguard.config_options import config_options, load
+from fleetguard.incidents.incident_store import breaker_document
 from fleetguard.read_client import ask_holder, token_option
 from fleetguard.settings.policy_files import load_policy
 from fleetguard.store import Store, StoreError, StoreLocked
@@ -249,11 +251,7 @@ def breaker_status(
     config = load(config_path, **{"store.path": store_path})
     try:
         with Store.open(config.store.path, read_only=True) as store:
-            rows = store.connection.execute(
-                "SELECT tripped, epoch(tripped_at), reason FROM breaker_state WHERE id = 1"
-            ).fetchall()
-        doc = {"tripped": bool(rows and rows[0][0]), "since_ts": rows[0][1] if rows else None}
-        doc["reason"] = rows[0][2] if rows else ""
+            doc = breaker_document(store.connection)
     except StoreLocked as exc:
         doc = ask_holder(exc, "/v1/breaker", token_file)
     except StoreError as exc:
@@ -261,13 +259,39 @@ def breaker_status(
     if as_json:
         click.echo(json.dumps(doc, indent=2))
         return
+    for line in breaker_lines(doc):
+        click.echo(line)
+
+
+def _utc(ts: object) -> str:
+    if not isinstance(ts, int | float):
+        return "?"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(float(ts))) + " UTC"
+
+
+def breaker_lines(doc: Mapping[str, Any]) -> list[str]:
+    """`breaker status` for a person: open or closed, and how near it and the rate limit are."""
     if doc.get("tripped"):
-        since = doc.get("since_ts")
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(float(since))) if since is not None else "?"
-        click.echo(f"OPEN since {when} UTC: {doc.get('reason', '')}")
-        click.echo("  repairs are held; after looking, run: fleetguard breaker reset [--process-backlog]")
+        lines = [
+            f"OPEN since {_utc(doc.get('since_ts'))}: {doc.get('reason', '')}",
+            "  repairs are held; after looking, run: fleetguard breaker reset [--process-backlog]",
+        ]
     else:
-        click.echo("closed: repairs go ahead")
+        lines = ["closed: repairs go ahead"]
+    room = doc.get("headroom")
+    if isinstance(room, Mapping):
+        lines.append(
+            f"  acted on {room.get('hosts_acted')} of {room.get('fleet_hosts')} hosts in the last "
+            f"{float(room.get('window_seconds') or 0):g} s; it opens at {room.get('trips_at_hosts')}"
+        )
+        repairs = room.get("repairs_last_hour")
+        lines.append(
+            f"  {repairs} repair{'' if repairs == 1 else 's'} in the last hour of "
+            f"{room.get('repairs_per_hour')} allowed (as of {_utc(room.get('as_of_ts'))})"
+        )
+    else:
+        lines.append("  no diagnosis round has weighed it yet")
+    return lines
 
 
 @breaker_group.command("reset")

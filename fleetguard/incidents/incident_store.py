@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from diagnosis.breaker import BreakerState, counted_state
+from diagnosis.breaker import BreakerHeadroom, BreakerState, counted_state
 from diagnosis.incident import (
     ActionEntry,
     ActionOutcome,
@@ -51,6 +51,29 @@ _INSERT_OUTBOX = (
     "INSERT OR IGNORE INTO alert_outbox (alert_id, endpoint, incident_id, event, severity, created_at, "
     "body_json, status, attempts, next_attempt_at, delivered_at, last_error, seq, schedule_step) VALUES "
     f"(?, ?, ?, ?, ?, {_T}, ?, 'pending', 0, {_T}, NULL, '', nextval('alert_outbox_seq'), 0)"
+)
+
+# Each writer sets only its own columns of the one breaker row: the trip (every persist) and the headroom
+# (each round it changes) do not overwrite each other.
+_UPSERT_BREAKER = (
+    "INSERT INTO breaker_state (id, tripped, tripped_at, reason, updated_at, acted_since) "
+    f"VALUES (1, ?, {_T}, ?, {_T}, {_T}) ON CONFLICT (id) DO UPDATE SET tripped = excluded.tripped, "
+    "tripped_at = excluded.tripped_at, reason = excluded.reason, updated_at = excluded.updated_at, "
+    "acted_since = excluded.acted_since"
+)
+_HEADROOM_COLUMNS = (
+    "fleet_hosts",
+    "hosts_acted",
+    "window_seconds",
+    "trips_at_hosts",
+    "repairs_last_hour",
+    "repairs_per_hour",
+)
+_UPSERT_HEADROOM = (
+    "INSERT INTO breaker_state (id, tripped, reason, updated_at, "
+    f"{', '.join(_HEADROOM_COLUMNS)}, headroom_at) "
+    f"VALUES (1, false, '', {_T}, ?, ?, ?, ?, ?, ?, {_T}) ON CONFLICT (id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in (*_HEADROOM_COLUMNS, "headroom_at"))
 )
 
 
@@ -178,11 +201,33 @@ class IncidentStore:
                     ],
                 )
             self.con.execute(
-                "INSERT OR REPLACE INTO breaker_state "
-                "(id, tripped, tripped_at, reason, updated_at, acted_since) "
-                f"VALUES (1, ?, {_T}, ?, {_T}, {_T})",
+                _UPSERT_BREAKER,
                 [breaker.tripped, breaker.tripped_at, breaker.reason, now, breaker.acted_since],
             )
+
+    def save_headroom(self, headroom: BreakerHeadroom, now: float, *, counts_only: bool = False) -> None:
+        """How near the breaker and the rate limit were at `now` (its own columns: the trip stays); with
+        `counts_only`, the counts and the time, and the fleet, threshold and limit as they were."""
+        if counts_only:
+            self.con.execute(
+                f"UPDATE breaker_state SET hosts_acted = ?, repairs_last_hour = ?, headroom_at = {_T} "
+                "WHERE id = 1 AND headroom_at IS NOT NULL",
+                [headroom.hosts_acted, headroom.repairs_last_hour, now],
+            )
+            return
+        self.con.execute(
+            _UPSERT_HEADROOM,
+            [
+                now,
+                headroom.fleet_hosts,
+                headroom.hosts_acted,
+                headroom.window_seconds,
+                headroom.trips_at_hosts,
+                headroom.repairs_last_hour,
+                headroom.repairs_per_hour,
+                now,
+            ],
+        )
 
     def prune(self, cutoff: float) -> None:
         """Forget what ended before `cutoff`: closed incidents with their evidence and ledger, finished
@@ -345,3 +390,30 @@ def _action_params(a: ActionEntry) -> list[object]:
         a.fault_returned,
         a.counted,
     ]
+
+
+def breaker_document(cur: duckdb.DuckDBPyConnection) -> dict[str, object]:
+    """The breaker as `fleetguard breaker status` and `GET /v1/breaker` show it: open or closed, since when
+    and why, and how near it and the rate limit were at the last round (`headroom`: None before the first
+    round that weighed them)."""
+    row = cur.execute(
+        f"SELECT tripped, {epoch_sql('tripped_at')}, reason, {', '.join(_HEADROOM_COLUMNS)}, "
+        f"{epoch_sql('headroom_at')} FROM breaker_state WHERE id = 1"
+    ).fetchone()
+    if row is None:
+        return {"tripped": False, "since_ts": None, "reason": "", "headroom": None}
+    tripped = bool(row[0])
+    doc: dict[str, object] = {
+        "tripped": tripped,
+        "since_ts": number_or_none(row[1]) if tripped else None,
+        "reason": str(row[2]) if tripped else "",
+        "headroom": None,
+    }
+    if row[-1] is not None:
+        values = dict(zip(_HEADROOM_COLUMNS, row[3:-1], strict=True))
+        doc["headroom"] = {
+            **{k: integer(v) for k, v in values.items() if k != "window_seconds"},
+            "window_seconds": number(values["window_seconds"]),
+            "as_of_ts": number(row[-1]),
+        }
+    return doc

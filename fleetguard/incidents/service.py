@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import duckdb
 
-from diagnosis.breaker import counting_horizon
+from diagnosis.breaker import BreakerHeadroom, counting_horizon
 from diagnosis.engine import IncidentEngine
 from diagnosis.incident import ActionOutcome, IncidentChange
 from diagnosis.policy import Policy
@@ -30,6 +30,9 @@ from fleetguard.store.repair_tables import recent_returns
 log = logging.getLogger(__name__)
 
 MAX_EVIDENCE_CAPTURES = 5  # openings of one incident whose evidence is kept (the first and 4 returns)
+# The breaker's headroom is stored when it changes, and at least this often while rounds run, so what
+# `fleetguard breaker status` reads is never older than this (one row: no write per quiet round).
+HEADROOM_REFRESH_SECONDS = 60.0
 
 
 class IncidentService:
@@ -47,6 +50,8 @@ class IncidentService:
         self.webhooks = tuple(webhooks)
         self.executor = executor
         self.next_prune_at = 0.0
+        self._headroom: BreakerHeadroom | None = None
+        self._headroom_at = -HEADROOM_REFRESH_SECONDS
 
     @classmethod
     def open(
@@ -75,7 +80,16 @@ class IncidentService:
         changes = self.engine.observe(signals, now)
         self.apply(changes, now)
         save_soft_state(self.con, self.engine)
+        self._save_headroom(now)
         return changes
+
+    def _save_headroom(self, now: float, *, force: bool = False) -> None:
+        headroom = self.engine.breaker_headroom(now)
+        if force or headroom != self._headroom or now - self._headroom_at >= HEADROOM_REFRESH_SECONDS:
+            # A service that has heard no host yet (`breaker reset` on a free store, before any round) knows
+            # the counts but not the fleet: the fleet last weighed stays.
+            self.store.save_headroom(headroom, now, counts_only=headroom.fleet_hosts == 0)
+            self._headroom, self._headroom_at = headroom, now
 
     def apply(self, changes: Sequence[IncidentChange], now: float) -> None:
         """Store changes (with evidence and alerts), then carry out the repairs they requested."""
@@ -125,4 +139,5 @@ class IncidentService:
             changes, (), outbox_rows(changes, self.webhooks, now), self.engine.breaker.state, now
         )
         self._repair(changes, now)
+        self._save_headroom(now, force=True)
         return changes

@@ -110,6 +110,26 @@ BREAKER_COUNT_DDL = (
 )
 
 
+# How near the breaker was to tripping at the last round (diagnosis.breaker.BreakerHeadroom), for operators.
+BREAKER_HEADROOM_DDL = tuple(
+    f"ALTER TABLE breaker_state ADD COLUMN IF NOT EXISTS {column} {kind}"
+    for column, kind in (
+        ("fleet_hosts", "INTEGER"),
+        ("hosts_acted", "INTEGER"),
+        ("window_seconds", "DOUBLE"),
+        ("trips_at_hosts", "INTEGER"),
+        ("repairs_last_hour", "INTEGER"),
+        ("repairs_per_hour", "INTEGER"),
+        ("headroom_at", "TIMESTAMP"),
+    )
+)
+
+
+def create_breaker_headroom_columns(con: duckdb.DuckDBPyConnection) -> None:
+    for sql in BREAKER_HEADROOM_DDL:
+        con.execute(sql)
+
+
 def create_breaker_count_columns(con: duckdb.DuckDBPyConnection) -> None:
     for sql in BREAKER_COUNT_DDL:
         con.execute(sql)

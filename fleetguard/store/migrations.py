@@ -17,6 +17,7 @@ from fleetguard.store.diagnosis_state_tables import create_diagnosis_state_table
 from fleetguard.store.incident_tables import (
     create_alert_tables,
     create_breaker_count_columns,
+    create_breaker_headroom_columns,
     create_incident_tables,
 )
 from fleetguard.store.ingest_order import create_ingest_order
@@ -130,6 +131,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         18,
         "incidents: what the repair breaker counted (on the action ledger) and its last reset",
         create_breaker_count_columns,
+    ),
+    Migration(
+        19,
+        "incidents: how near the repair breaker and the rate limit were at the last round",
+        create_breaker_headroom_columns,
     ),
 )
 

@@ -117,7 +117,7 @@ def test_breaker_status_prints_a_sentence_or_json(fleet_store: Path, tmp_path: P
     text = readable(run("breaker", "status", "--store", str(fleet_store), cwd=tmp_path))
     assert text.startswith(("closed: repairs go ahead", "OPEN since"))
     doc = json.loads(readable(run("breaker", "status", "--json", "--store", str(fleet_store), cwd=tmp_path)))
-    assert set(doc) == {"tripped", "since_ts", "reason"}
+    assert set(doc) == {"tripped", "since_ts", "reason", "headroom"}
     assert text.startswith("OPEN") == doc["tripped"]
 
 

@@ -106,3 +106,23 @@ def test_an_older_controllers_document_still_prints() -> None:
     text = render_status(doc)
     assert "3 hosts" in text and "breaker   closed" in text
     assert "node-9" in text and "silent" in text.split("node-9", 1)[1].splitlines()[0]
+
+
+def test_a_closed_breaker_says_how_near_it_is() -> None:
+    doc = _doc()
+    doc["fleet"]["breaker"] = {
+        "tripped": False,
+        "since_ts": None,
+        "reason": "",
+        "headroom": {
+            "fleet_hosts": 40,
+            "hosts_acted": 3,
+            "window_seconds": 300.0,
+            "trips_at_hosts": 21,
+            "repairs_last_hour": 3,
+            "repairs_per_hour": 4,
+            "as_of_ts": 1795409100.0,
+        },
+    }
+    text = render_status(doc)
+    assert "breaker   closed: repairs go ahead (3 of 40 hosts acted on in 300 s; it opens at 21)" in text

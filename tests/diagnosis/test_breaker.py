@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from diagnosis.breaker import CircuitBreaker, counted_state
+from hypothesis import given
+from hypothesis import strategies as st
+
+from diagnosis.breaker import CircuitBreaker, counted_state, trip_threshold
 from diagnosis.engine import BREAKER_KEY, IncidentEngine
 from diagnosis.incident import ActionOutcome, IncidentState
 from diagnosis.model import RepairAction
@@ -155,10 +158,13 @@ def test_the_shipped_policy_puts_slurm_down_behind_the_breaker() -> None:
 
 
 def test_a_released_backlog_is_carried_out_whole_and_does_not_trip_the_breaker_again() -> None:
-    """Three reboots held in a fleet of four: weighed like new repairs, the third would trip the breaker on
-    the backlog an operator just released. They all go, and count against what comes next."""
+    """Three reboots held in a fleet of four (the second host acted on opened it): weighed like new repairs,
+    the second would trip the breaker again on the backlog an operator just released. They all go, and count
+    against what comes next."""
     eng = IncidentEngine(
-        load_policy(overrides={"breaker": {"max_host_fraction": 0.5, "min_hosts": 2, "repairs_per_hour": 10}})
+        load_policy(
+            overrides={"breaker": {"max_host_fraction": 0.25, "min_hosts": 2, "repairs_per_hour": 10}}
+        )
     )
     hosts = [f"n{i}" for i in range(4)]
     eng.observe(Signals(events=[xid(79, T0 + i, host=h) for i, h in enumerate(hosts)]), T0 + 5)
@@ -195,3 +201,64 @@ def test_a_breaker_rebuilt_from_its_counted_requests_and_last_reset_decides_as_t
         # the hour's four repairs defer it.
         assert breaker.permit("c", RepairAction.REBOOT_NODE, T0 + 110, 4).outcome is ActionOutcome.DEFERRED
         assert breaker.permit("a", RepairAction.REBOOT_NODE, T0 + 3601, 4).outcome is ActionOutcome.REQUESTED
+
+
+@given(
+    fraction=st.floats(0.01, 1.0),
+    min_hosts=st.integers(1, 8),
+    fleet=st.integers(1, 200),
+)
+def test_the_headroom_says_at_which_host_the_breaker_opens_as_permit_decides(
+    fraction: float, min_hosts: int, fleet: int
+) -> None:
+    """Distinct hosts acted on one by one: before each, `headroom` counts them, and the permit that opens the
+    breaker is the one that would make `trips_at_hosts` of them."""
+    policy = BreakerPolicy(
+        max_host_fraction=fraction, window_seconds=300, min_hosts=min_hosts, repairs_per_hour=10_000
+    )
+    breaker = CircuitBreaker(policy)
+    for i in range(fleet + 1):
+        room = breaker.headroom(T0 + i, fleet)
+        assert room.hosts_acted == i and room.fleet_hosts == fleet
+        assert room.trips_at_hosts == trip_threshold(policy, fleet)
+        permit = breaker.permit(f"h{i}", RepairAction.REBOOT_NODE, T0 + i, fleet)
+        if permit.outcome is ActionOutcome.HELD:
+            assert permit.tripped_now and i + 1 == room.trips_at_hosts
+            return
+        assert i + 1 < room.trips_at_hosts
+    # Never opened: the threshold is beyond the fleet (a fraction of 1.0 can never be exceeded).
+    assert trip_threshold(policy, fleet) > fleet + 1
+
+
+def test_the_headroom_counts_the_hours_repairs_against_the_rate_limit_and_forgets_the_window() -> None:
+    policy = BreakerPolicy(max_host_fraction=0.5, window_seconds=300, min_hosts=2, repairs_per_hour=3)
+    breaker = CircuitBreaker(policy)
+    for i, host in enumerate("ab"):
+        breaker.permit(host, RepairAction.REBOOT_NODE, T0 + i, 40)
+    room = breaker.headroom(T0 + 10, 40)
+    assert (room.hosts_acted, room.trips_at_hosts, room.repairs_last_hour, room.repairs_per_hour) == (
+        2,
+        21,
+        2,
+        4,
+    )
+    later = breaker.headroom(T0 + 400, 40)  # past the window, inside the hour
+    assert (later.hosts_acted, later.repairs_last_hour) == (0, 2)
+    assert breaker.headroom(T0 + 3700, 40).repairs_last_hour == 0
+
+
+def test_the_fleet_a_round_is_weighed_against_does_not_depend_on_the_order_of_its_records() -> None:
+    """Four hosts whose GPUs fall off the bus in one round: all four were heard in that round, so the breaker
+    weighs each repair against a fleet of four whatever order the records came in (it once grew the fleet
+    host by host and opened at the second: "2 of 2 hosts")."""
+    policy = load_policy(
+        overrides={"breaker": {"max_host_fraction": 0.5, "min_hosts": 2, "repairs_per_hour": 10}}
+    )
+    outcomes = []
+    for order in (range(4), reversed(range(4))):
+        eng = IncidentEngine(policy)
+        eng.observe(Signals(events=[xid(79, T0, host=f"n{i}") for i in order]), T0 + 1)
+        held = [e for e in eng.actions.values() if e.outcome is ActionOutcome.HELD]
+        outcomes.append(sorted(e.outcome.value for e in eng.actions.values()))
+        assert len(held) == 2 and any("3 of 4 hosts" in e.detail for e in held)
+    assert outcomes[0] == outcomes[1]

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from diagnosis.rules import Signals
 from fleetguard.cli import cli
+from fleetguard.incidents.incident_store import breaker_document
 from fleetguard.incidents.service import IncidentService
 from fleetguard.settings.alerts import WebhookConfig, WebhookKind
 from fleetguard.settings.policy_files import load_policy
@@ -35,9 +36,35 @@ def test_breaker_status_and_reset_on_a_free_store(tmp_path: Path) -> None:
     status = runner.invoke(cli, ["breaker", "status", "--store", str(path)])
     assert status.exit_code == 0 and status.output.startswith("OPEN since")
     assert "hosts acted on within 300 s" in status.output
+    # The round that tripped it weighed 2 hosts acted on of the 4 heard; a third opened it.
+    assert "acted on 2 of 4 hosts in the last 300 s; it opens at 3" in status.output
+    assert "2 repairs in the last hour of 3 allowed" in status.output
     reset = runner.invoke(cli, ["breaker", "reset", "--store", str(path)])
     assert reset.exit_code == 0 and "breaker closed" in reset.output
-    assert runner.invoke(cli, ["breaker", "status", "--store", str(path)]).output.startswith("closed")
+    after = runner.invoke(cli, ["breaker", "status", "--store", str(path)]).output
+    assert after.startswith("closed")
+    # The reset starts the window afresh; the command ran years after the store's rounds: the hour is empty.
+    # The fleet and its threshold are the last round's (the command heard no host itself).
+    assert "acted on 0 of 4 hosts in the last 300 s; it opens at 3" in after
+    assert "0 repairs in the last hour of 3 allowed" in after
+
+
+def test_the_headroom_and_the_trip_are_stored_without_overwriting_each_other(tmp_path: Path) -> None:
+    path = tmp_path / "s.duckdb"
+    with Store.open(path) as store:
+        policy = load_policy(overrides={"breaker": {"max_host_fraction": 0.5, "min_hosts": 2}})
+        service = IncidentService.open(store.cursor(), policy, T0)
+        service.round(Signals(events=[xid(43, T0, host=f"n{i}") for i in range(6)]), T0)
+        doc = breaker_document(store.cursor())
+        room = doc["headroom"]
+        assert doc["tripped"] is False and isinstance(room, dict)
+        assert (room["fleet_hosts"], room["hosts_acted"], room["trips_at_hosts"]) == (6, 0, 4)
+        # Four hosts lose a GPU: three repairs (3 of 6 is not more than half), the fourth opens it.
+        service.round(Signals(events=[xid(79, T0 + 1, host=f"n{i}") for i in range(4)]), T0 + 1)
+        doc = breaker_document(store.cursor())
+        room = doc["headroom"]
+        assert doc["tripped"] is True and "4 of 6 hosts" in str(doc["reason"]) and isinstance(room, dict)
+        assert (room["hosts_acted"], room["repairs_last_hour"], room["as_of_ts"]) == (3, 3, T0 + 1)
 
 
 def test_a_reset_that_processes_the_backlog_on_a_free_store_carries_out_the_held_repairs(
