@@ -189,15 +189,26 @@ class RuntimeAnalyzer:
             {f.rank for f in hung if f.rank is not None and _cause(f) in ("silent", "no_first_heartbeat")}
         )
         hung_ranks = sorted({f.rank for f in hung if f.rank is not None})
+        # Where each rank runs, from its heartbeats and hung findings: a suspect that never reported on the
+        # stuck group (the usual host-stuck rank) has no progress report to say where it is.
+        known = {**self.heartbeats.hosts(job_id)}
+        known |= {f.rank: f.host for f in hung if f.rank is not None and f.host is not None}
         diag = localise_hang(list(self._progress.get(job_id, {}).values()), self._members(job_id))
         if diag is not None and (
             not silent or set(diag.suspect_ranks) <= set(silent) or diag.kind == COLLECTIVE_MISMATCH
         ):
+            named = diag.evidence.get("suspect_hosts")
+            hosts = {int(r): str(h) for r, h in named.items()} if isinstance(named, dict) else {}
+            hosts |= {r: known[r] for r in diag.suspect_ranks if r not in hosts and r in known}
             return HangDiagnosis(
                 diag.kind,
                 diag.process_group,
                 diag.suspect_ranks,
-                {**diag.evidence, "heartbeat_hung_ranks": hung_ranks},
+                {
+                    **diag.evidence,
+                    "suspect_hosts": {str(r): hosts[r] for r in sorted(hosts)},
+                    "heartbeat_hung_ranks": hung_ranks,
+                },
                 diag.evict_hardware,
             )
         evidence: dict[str, object] = {"heartbeat_hung_ranks": hung_ranks, "heartbeat_silent_ranks": silent}
@@ -219,8 +230,7 @@ class RuntimeAnalyzer:
             evidence["reasoning"] = verdict.reasoning
         placed = list(verdict.suspects) if verdict is not None else []
         suspects = silent or odd or placed or hung_ranks
-        hosts = {f.rank: f.host for f in hung if f.rank in suspects and f.host is not None}
-        hosts |= {r: h for r, h in self.heartbeats.hosts(job_id).items() if r in placed}
+        hosts = {r: known[r] for r in suspects if r in known}
         evidence["suspect_hosts"] = {str(r): hosts[r] for r in sorted(hosts)}
         if verdict is not None and verdict.direction == AHEAD:
             kind = COLLECTIVE_MISMATCH  # a program that skipped a collective: no hardware to evict

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from fleetguard.clock import FakeClock
 from fleetguard.records.findings import Finding
-from fleetguard.records.runtime import Heartbeat, StepTiming
+from fleetguard.records.runtime import CollectiveProgress, Heartbeat, StepTiming
 from straggler.analysis import RuntimeAnalyzer
 from straggler.positions import AHEAD, BEHIND, RankPosition, position_outliers
 
@@ -124,3 +124,28 @@ def test_a_named_rank_is_always_a_strict_minority(raw: dict[int, tuple[int, froz
     if verdict is not None:
         assert verdict.suspects and 2 * len(verdict.suspects) < len(positions)
         assert set(verdict.suspects) <= set(positions)
+
+
+def test_a_host_stuck_rank_that_never_reported_on_the_stuck_group_is_placed_on_its_host() -> None:
+    """Ranks 0-2 wait inside the world group's collective 8; rank 3 never reported on it and then went
+    silent. Its host is known from its heartbeats, so the finding names one host to act on."""
+    clock = FakeClock()
+    a = RuntimeAnalyzer()
+    a.register_job(JOB, WORLD, clock.time())
+    found: list[Finding] = []
+    for i in range(60):
+        clock.advance(1.0)
+        for r in range(WORLD):
+            if r == 3 and i >= 5:
+                continue  # rank 3's process stopped: no heartbeat, no report
+            _beat(a, clock.time(), r, min(i, 5))
+            if r < 3 and i >= 5:
+                report = CollectiveProgress(ts=clock.time(), host=f"h{r}", job_id=JOB, rank=r,
+                                            process_group="world", last_enqueued=8, last_started=8,
+                                            last_completed=7)  # fmt: skip
+                a.observe(report, clock.time())
+        found.extend(a.tick(clock.time()))
+    [f] = [f for f in found if f.kind == "hang_localised"]
+    ev = json.loads(f.evidence_json)
+    assert ev["suspect_ranks"] == [3] and ev["hang_kind"] == "host_stuck"
+    assert ev["suspect_hosts"] == {"3": "h3"} and f.host == "h3"
