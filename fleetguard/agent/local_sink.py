@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from fleetguard.agent.buffer import WriteBuffer
@@ -29,7 +30,7 @@ class LocalStoreSink:
         # DuckDB's start-up (import, connect, migrations) runs code its writes never run again: reclaimed
         # after each step, the agent's peak RSS is its working set, not their sum (BENCHMARKS.md, issue 22).
         release_start_up_pages()
-        store = open_store(path)
+        store = open_store(path, on_connect=release_start_up_pages)
         release_start_up_pages()
         return cls(store, Path(path + ".rejected.jsonl") if path != ":memory:" else None)
 
@@ -63,12 +64,13 @@ class LocalStoreSink:
         return {}
 
 
-def open_store(path: str) -> Store:
-    """The store for writing, or a StartupError naming store.path and why it cannot be used."""
+def open_store(path: str, on_connect: Callable[[], object] | None = None) -> Store:
+    """The store for writing, or a StartupError naming store.path and why it cannot be used (`on_connect`:
+    as `Store.open`'s)."""
     bound_native_threads()  # before any numpy import (an extension's) starts a BLAS pool per core
     raise_open_file_limit()  # connections local users hold must not take the descriptors the agent needs
     try:
-        return Store.open(path, limits=AGENT_DUCKDB)
+        return Store.open(path, limits=AGENT_DUCKDB, on_connect=on_connect)
     except StoreError as exc:
         raise StartupError(f"store.path: {one_line(str(exc))}") from exc
     except FileExistsError as exc:  # making its directory: a file is in the way
