@@ -16,7 +16,7 @@ import contextlib
 import logging
 import operator
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -97,13 +97,15 @@ class Store:
         must_exist: bool = False,
         schema_version_target: int = CURRENT_VERSION,
         limits: EngineLimits | None = None,
+        on_connect: Callable[[], object] | None = None,
     ) -> Store:
         """Open (creating and migrating as needed) the store at `path`; ":memory:" for a throwaway one.
 
         `limits` bounds DuckDB's worker threads and memory for this process (a database opened once per
         process: they hold for every cursor); by default DuckDB starts a worker per core and may use 80% of
         RAM, right for a controller, not for an agent beside a training job. `must_exist` for an operator's
-        command that changes a store (a typo must not leave a fresh, empty one behind)."""
+        command that changes a store (a typo must not leave a fresh, empty one behind). `on_connect` runs once
+        the database is open, before migrations (the agent gives back DuckDB's start-up pages there)."""
         target = str(path)
         if target != ":memory:":
             if (read_only or must_exist) and not Path(target).exists():
@@ -124,6 +126,12 @@ class Store:
             raise StoreError(f"cannot open store {target}: {exc}") from exc
         except duckdb.Error as exc:
             raise StoreError(f"cannot open store {target}: {exc}") from exc
+        if on_connect is not None:
+            try:
+                on_connect()
+            except BaseException:
+                con.close()  # the write lock with it
+                raise
         if read_only:
             version = schema_version(con)
             if version > CURRENT_VERSION:

@@ -455,3 +455,21 @@ def test_migration_versions_only_increase() -> None:
     # version reused, would be skipped for every store already past it.
     versions = [m.version for m in MIGRATIONS]
     assert versions == sorted(set(versions))
+
+
+def test_on_connect_runs_once_per_open_and_a_failing_one_releases_the_store(tmp_path: Path) -> None:
+    path = tmp_path / "hooked.duckdb"
+    calls: list[str] = []
+    with Store.open(path, on_connect=lambda: calls.append("write")) as store:
+        assert store.schema_version == CURRENT_VERSION  # migrations ran after it
+    with Store.open(path, read_only=True, on_connect=lambda: calls.append("read")):
+        pass
+    assert calls == ["write", "read"]
+
+    def fail() -> None:
+        raise OSError("hook failed")
+
+    with pytest.raises(OSError, match="hook failed"):
+        Store.open(path, on_connect=fail)
+    with Store.open(path) as again:  # the failed open left the store usable
+        assert again.schema_version == CURRENT_VERSION
