@@ -11,6 +11,8 @@ the browser's own clocks, per page, median over --runs loads in a new tab with a
 - plotly: running plotly.js's script (from the moment its bytes are in until `window.Plotly` is set); 0
   on a page that never loads it;
 - draw: time inside `Plotly.react`/`newPlot`, every figure of the page summed;
+- render: the rest after the page's callback is in (drawn - its end - plotly - draw): the components built
+  and drawn by React, tables' chunks loaded and run;
 - drawn: the bench's "drawn" test (bench/dashboard_render.py's DRAWN) first true, from the navigation's start;
 - long: main-thread long tasks (> 50 ms) summed over the whole load.
 
@@ -80,6 +82,7 @@ READ = """() => {
     boot: layout ? layout.startTime - nav.responseEnd : NaN,
     layout: layout && deps ? Math.max(layout.responseEnd, deps.responseEnd) - layout.startTime : NaN,
     page_cb: page ? page.responseEnd - page.startTime : NaN,
+    cb_end: page ? page.responseEnd : NaN,
     server: page ? page.responseStart - page.requestStart : NaN,
     kb: page ? page.encodedBodySize / 1024 : NaN,
     plotly: plotlyRun,
@@ -91,7 +94,7 @@ READ = """() => {
       .reduce((s, r) => s + r.decodedBodySize, 0) / 1024,
   };
 }"""
-COLUMNS = ("html", "boot", "layout", "page_cb", "server", "kb", "plotly", "draw", "drawn", "long")
+COLUMNS = ("html", "boot", "layout", "page_cb", "server", "kb", "plotly", "draw", "render", "drawn", "long")
 
 
 def load_once(browser: Any, url: str, page_id: str) -> dict[str, float]:
@@ -103,6 +106,9 @@ def load_once(browser: Any, url: str, page_id: str) -> dict[str, float]:
     page.wait_for_timeout(300)  # a figure's draw promise resolving after the test passed
     out: dict[str, float] = page.evaluate(READ)
     page.close()
+    # What is left once the page's callback is in: components built and drawn (tables' chunks loaded and
+    # run, React), less plotly's script and the figures' drawing, which have columns of their own.
+    out["render"] = out["drawn"] - out["cb_end"] - out["plotly"] - out["draw"]
     return out
 
 
