@@ -9,7 +9,7 @@ DEVSTAMP := $(VENV)/.installed-dev
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := prometheus prometheus-alertmanager chromium nats-server slurm-wlm munge
 
-.PHONY: demo test lint typecheck rules unit system-deps bench clean
+.PHONY: demo test lint typecheck rules unit system-deps bench clean vendor-plotly
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,15 @@ test: lint typecheck rules unit
 
 bench: $(DEVSTAMP)
 	$(BIN)/python bench/run_all.py
+
+# plotly.js's cartesian partial bundle (MIT), unchanged from npm, served in place of Dash's full plotly.js
+# (dashboard/plotly_bundle.py: its VERSION and TRACE_TYPES must match what this fetches).
+PLOTLY_VERSION := 4.1.1
+vendor-plotly:
+	rm -rf $(VENV)/plotly-pack && mkdir -p $(VENV)/plotly-pack
+	cd $(VENV)/plotly-pack && npm pack -q plotly.js-cartesian-dist-min@$(PLOTLY_VERSION) && tar -xzf plotly.js-cartesian-dist-min-$(PLOTLY_VERSION).tgz
+	cp $(VENV)/plotly-pack/package/plotly-cartesian.min.js dashboard/vendor/plotly-cartesian-$(PLOTLY_VERSION).min.js
+	cp $(VENV)/plotly-pack/package/LICENSE dashboard/vendor/plotly-LICENSE
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -49,6 +49,7 @@ REFRESHES = """(id) => {
   return s ? Number(s.getAttribute('data-refresh')) : 0;
 }"""
 DRAWN = """(id) => {
+  const SKIP = new Set(['figure', 'data', 'rowData', 'columnDefs', 'columns']);  // data, not components
   const body = document.getElementById(id + '-body');
   if (!body || body.children.length === 0) return false;
   if (document.querySelector('[data-dash-is-loading="true"]')) return false;
@@ -58,12 +59,18 @@ DRAWN = """(id) => {
   }
   // Every DataTable and AG Grid in Dash's layout has drawn its header (each draws nothing until its chunk
   // has loaded). Counted from the layout, not from a wrapper's class: the trees compared wrap them apart.
+  // Dash 4 keeps the layout under {components: ...}, and a component may sit in any prop, not only children
+  // (an earlier walk that read props.children from the top found no table at all in Dash 4's store).
   const wanted = {DataTable: 0, AgGrid: 0};
   const walk = (node) => {
     if (Array.isArray(node)) { node.forEach(walk); return; }
     if (!node || typeof node !== 'object') return;
-    if (node.type in wanted) wanted[node.type] += 1;
-    if (node.props) walk(node.props.children);
+    if (typeof node.namespace === 'string' && node.props) {
+      if (node.type in wanted) wanted[node.type] += 1;
+      for (const [k, v] of Object.entries(node.props)) if (!SKIP.has(k)) walk(v);
+      return;
+    }
+    Object.values(node).forEach(walk);
   };
   walk(window.store && window.store.getState().layout);
   const drawn = (sel, head) =>

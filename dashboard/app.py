@@ -17,6 +17,7 @@ from dashboard.grid_bundle import defer_grid_bundle
 from dashboard.operator import OperatorDesk, Resolver
 from dashboard.pages import alerts, fleet, gpu, host, incidents, jobs, network, policy, predictions, repairs
 from dashboard.pages.live import PageSpec, register
+from dashboard.plotly_bundle import serve_partial_bundle
 from dashboard.queries.base import StoreReader
 from dashboard.snapshot import FleetModel, SnapshotCache, build_fleet_model
 from fleetguard.config import Config
@@ -95,6 +96,7 @@ def create_app(
         serve_locally=True,  # no CDN: the dashboard works on an air-gapped cluster
     )
     _defer_grid_bundle(app)
+    serve_partial_bundle(server, app.config.requests_pathname_prefix)
     for spec in PAGES:
         register(app, spec)
     app.layout = html.Div([_header(), html.Main(dash.page_container, className="main")])

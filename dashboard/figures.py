@@ -309,7 +309,21 @@ def step_heatmap(grid: StepGrid) -> Figure:
     }
     layout = _layout(
         max(240, 40 + 18 * len(grid.ranks)),
-        yaxis={"autorange": "reversed", "type": "category"},
+        yaxis={"autorange": "reversed", "type": "category", **rank_ticks(len(grid.ranks))},
         xaxis={"type": "date"},
     )
     return {"data": [trace], "layout": layout}
+
+
+# Plotly measures every tick label it draws (its bounding box, for the margins): at 256 ranks that was a
+# quarter of a second of the job page's first render in Chromium. Past this many rows only every k-th rank
+# is labelled; hovering a row still names its rank.
+MAX_LABELLED_RANKS: Final = 64
+
+
+def rank_ticks(ranks: int, most: int = MAX_LABELLED_RANKS) -> dict[str, Any]:
+    """The rank axis' tick settings: every rank labelled up to `most` rows, else every k-th rank so that at
+    most `most` labels are drawn."""
+    if ranks <= most:
+        return {}
+    return {"tickmode": "linear", "tick0": 0, "dtick": math.ceil(ranks / most)}

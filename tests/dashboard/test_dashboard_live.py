@@ -11,7 +11,7 @@ import pytest
 from dash import html
 
 from dashboard.components import Col, gpu_text, graph, stat_card, table
-from dashboard.figures import centred_range, step_heatmap
+from dashboard.figures import MAX_LABELLED_RANKS, centred_range, rank_ticks, step_heatmap
 from dashboard.grid_bundle import BUNDLE_ELEMENT_ID, defer_grid_bundle
 from dashboard.live_slots import SlotKind, mark
 from dashboard.pages.jobs import troubles
@@ -145,6 +145,17 @@ def test_the_heat_map_uses_the_centred_range() -> None:
     grid = StepGrid([0, 1], [0.0, 60.0], [[1.0, 1.0], [1.0, 1.3]])
     trace = step_heatmap(grid)["data"][0]
     assert (trace["zmin"], trace["zmax"], trace["zauto"]) == (pytest.approx(0.7), pytest.approx(1.3), False)
+
+
+def test_a_small_job_labels_every_rank_a_large_one_every_kth() -> None:
+    assert rank_ticks(MAX_LABELLED_RANKS) == {}
+    ticks = rank_ticks(256)
+    assert ticks == {"tickmode": "linear", "tick0": 0, "dtick": 4}
+    assert 256 / ticks["dtick"] <= MAX_LABELLED_RANKS
+    assert rank_ticks(MAX_LABELLED_RANKS + 1)["dtick"] == 2
+    grid = StepGrid(list(range(256)), [0.0, 60.0], [[1.0, 1.0] for _ in range(256)])
+    axis = step_heatmap(grid)["layout"]["yaxis"]
+    assert (axis["type"], axis["dtick"]) == ("category", 4)
 
 
 def _finding(kind: str, rank: int) -> FindingRow:
