@@ -3,7 +3,9 @@
 Runs `fleetguard agent --simulate 1x8` (8 simulated GPUs, 8 IB ports, kernel-log faults) as a subprocess
 with a DuckDB store, lets it warm up, then measures the process's CPU time (utime + stime from /proc, all
 threads, flushes and /metrics scrapes included) over the steady-state rounds, and its peak RSS (VmHWM).
-Usage: python bench/agent_cost.py [--seconds 60] [--warmup 10] [--fleet 1x8]
+With --scrape-every N, /metrics is also scraped every N seconds of the measured window, as Prometheus would
+(15: its common interval); without it, only at the window's two ends.
+Usage: python bench/agent_cost.py [--seconds 60] [--warmup 10] [--fleet 1x8] [--scrape-every 15]
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--warmup", type=float, default=10.0)
     parser.add_argument("--fleet", default="1x8")
+    parser.add_argument("--scrape-every", type=float, default=0.0, help="seconds between scrapes (0: none)")
     args = parser.parse_args()
     exe = Path(sys.executable).with_name("fleetguard")
     warm_page_cache()
@@ -102,7 +105,13 @@ def main() -> None:
         time.sleep(args.warmup)
         m0 = scrape(port)
         cpu0, rounds0 = cpu_seconds(proc.pid), metric(m0, "fleetguard_agent_rounds_total")
-        time.sleep(args.seconds)
+        end = time.monotonic() + args.seconds
+        scrapes = 2
+        while args.scrape_every > 0 and time.monotonic() + args.scrape_every < end:
+            time.sleep(args.scrape_every)
+            scrape(port)
+            scrapes += 1
+        time.sleep(max(0.0, end - time.monotonic()))
         m1 = scrape(port)
         cpu1, rounds1 = cpu_seconds(proc.pid), metric(m1, "fleetguard_agent_rounds_total")
         rss = peak_rss_mb(proc.pid)
@@ -115,12 +124,12 @@ def main() -> None:
     per_round_ms = 1000 * (cpu1 - cpu0) / rounds
     print(
         "| fleet | rounds | process CPU per round (ms) | of which in the sampling round (ms) "
-        "| CPU share of one core | peak RSS (MB) |"
+        "| CPU share of one core | peak RSS (MB) | scrapes |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     print(
         f"| {args.fleet} + 8 ports/host | {rounds:.0f} | {per_round_ms:.2f} | {1000 * in_round / rounds:.2f} "
-        f"| {per_round_ms / 10:.2f}% | {rss:.0f} |"
+        f"| {per_round_ms / 10:.2f}% | {rss:.0f} | {scrapes} |"
     )
     print(f"shutdown summary: {out.strip()}", file=sys.stderr)
 

@@ -79,6 +79,10 @@ GPU_ROW_ORDER = (
     "pci_bus_id",
 )
 _Build = Callable[[tuple[Any, ...]], list[Observation | Deferred]]
+Found = Observation | Deferred
+# A sample row as the rules first look at it: the row, its component, whether a rule may call it a fault,
+# whether it says "healthy" of anything, and the previous counters of its GPU (None for a port).
+_Look = tuple[tuple[Any, ...], Component, bool, bool, Counters | None]
 
 
 class _GpuNames(NamedTuple):
@@ -182,19 +186,23 @@ class Rules:
     ) -> list[Observation | Deferred]:
         """`out` with the healthy observations of the quiet rows whose component faulted this round put
         where the rows stood (a quiet row is never of a busy component); the other quiet rows only say
-        their host was heard from. Set operations and iterators over the components: no Python code
-        runs per quiet row."""
+        their host was heard from. Only the rows of hosts with a fault are looked at one by one: the rest
+        go through iterators over their hosts (no Python code, and no tuple hashed, per quiet row)."""
         components = quiet.components
-        hits = faulted.intersection(components)
-        if not hits:
-            self.heard.update(map(itemgetter(0), components))
+        hosts = list(map(itemgetter(0), components))
+        faulted_hosts = {host for host, _, _ in faulted}
+        # The rows of the hosts with a fault (a few per fault): the only ones that can be built.
+        near = list(compress(range(len(hosts)), map(faulted_hosts.__contains__, hosts)))
+        if not near:
+            self.heard.update(hosts)
             return out
         # A host all of whose quiet rows are built is heard from through them, not here.
-        self.heard.update(map(itemgetter(0), set(components).difference(hits)))
-        rows = compress(range(len(components)), map(hits.__contains__, components))
+        self.heard.update(set(hosts).difference(faulted_hosts))
+        hits = [i for i in near if components[i] in faulted]
+        self.heard.update(hosts[i] for i in near if components[i] not in faulted)
         placed: list[Observation | Deferred] = []
         start = 0
-        for i in rows:  # positions never decrease: rows were taken in order
+        for i in hits:  # positions never decrease: rows were taken in order
             position, row, build = quiet.rows[i]
             placed.extend(out[start:position])
             placed.extend(build(row))
@@ -214,6 +222,15 @@ class Rules:
             for row in rows.rows:
                 out.extend(self._gpu(_stored(GpuSample, names, row), busy is not None))
             return
+        act = partial(self._gpu_now, names)
+        _route(self._gpu_looks(rows), busy, out, quiet, act, partial(self._gpu_healthy, names))
+
+    def _gpu_looks(self, rows: Rows) -> Iterator[_Look]:
+        """Each GPU row taken into the per-GPU state, with what `_route` needs to place it.
+
+        The state update of a GPU read again at the same PCI address and index (nearly every row) is done
+        here without a call: one call per row was a fifth of a round."""
+        names = rows.names
         # GPU_ROW_ORDER: ts, the four counters, host, uuid, gpu_index, pci_bus_id, then what only faults read.
         failure, pending_at, reasons_at, temperature_at = (
             names.index(n)
@@ -225,14 +242,34 @@ class Rules:
             )
         )
         rules = self.policy.gpu
-        healthy = partial(self._gpu_healthy, names)
         gpu = ComponentKind.GPU
-        read: list[tuple[tuple[str, str], float]] = []
-        quiet_component, quiet_row = quiet.components.append, quiet.rows.append  # once per row: no call
+        kept, known, uuids, read_at = self.previous, self.names, self.uuids, self.read_at
         for row in rows.rows:
             counters: Counters = row[:5]
             ts, host, uuid = row[0], row[5], row[6]
-            previous = self._remember(host, uuid, row[7], row[8], counters, read)
+            key = (host, uuid)
+            previous = kept.get(key)
+            gpu_names = known.get(key)
+            if previous is None or gpu_names is None or gpu_names[0] != row[8] or gpu_names[1] != row[7]:
+                read: list[tuple[tuple[str, str], float]] = []
+                self._remember(host, uuid, row[7], row[8], counters, read)
+                self._read_many(read)
+            else:  # `_remember` and `_read_many` of a GPU already known under these names
+                if ts >= previous[0]:
+                    kept[key] = counters
+                if gpu_names.by_pci is not None:
+                    uuids[gpu_names.by_pci] = uuid
+                uuids[gpu_names.by_index] = uuid
+                if len(uuids) > 2 * MAX_GPUS:
+                    uuids.clear()
+                read_key = gpu_names.read_key
+                before = read_at.get(read_key)
+                if before is None:
+                    if len(read_at) >= 2 * MAX_GPUS:
+                        read_at.clear()
+                    read_at[read_key] = ts
+                elif ts > before:
+                    read_at[read_key] = ts
             # Counters equal to the previous ones (nearly always) cannot have risen: one tuple comparison.
             rose = (
                 previous is not None
@@ -241,17 +278,15 @@ class Rules:
                 and _rose(previous, counters)
             )
             pending, reasons = row[pending_at], row[reasons_at]
-            component = (host, gpu, uuid)
-            if component in busy or may_fault(
-                row[failure], pending, reasons, row[temperature_at], rules, rose
-            ):
-                sample = _stored(GpuSample, names, row)
-                last = None if previous is None else LastCounters._make(previous)
-                out.extend(gpu_observations(sample, last, rules, True))
-            elif says_healthy(pending, reasons):
-                quiet_component(component)
-                quiet_row((len(out), row, healthy))
-        self._read_many(read)
+            faults = may_fault(row[failure], pending, reasons, row[temperature_at], rules, rose)
+            yield row, (host, gpu, uuid), faults, says_healthy(pending, reasons), previous
+
+    def _gpu_now(
+        self, names: tuple[str, ...], row: tuple[Any, ...], previous: Counters | None
+    ) -> Iterable[Found]:
+        """What a GPU row a rule acts on says, against the previous sample kept before it."""
+        last = None if previous is None else LastCounters._make(previous)
+        return gpu_observations(_stored(GpuSample, names, row), last, self.policy.gpu, True)
 
     def _gpu_healthy(self, names: tuple[str, ...], row: tuple[Any, ...]) -> list[Observation | Deferred]:
         """A quiet row's healthy observations (they never depend on the previous sample)."""
@@ -270,20 +305,8 @@ class Rules:
             for row in rows.rows:
                 out.extend(port_observations(_stored(NicSample, names, row), busy is not None))
             return
-        host_at, device_at, port_at, state_at = (names.index(n) for n in ("host", "device", "port", "state"))
         observe = partial(_port_observations, names)
-        port_kind = ComponentKind.PORT
-        quiet_component, quiet_row = quiet.components.append, quiet.rows.append
-        for row in rows.rows:
-            state = row[state_at]
-            if state is None:
-                continue
-            component = (row[host_at], port_kind, port_id(row[device_at], row[port_at]))
-            if component in busy or port_down(state):
-                out.extend(observe(row))
-            else:
-                quiet_component(component)
-                quiet_row((len(out), row, observe))
+        _route(_port_looks(names, rows.rows), busy, out, quiet, lambda row, _: observe(row), observe)
 
     def _gpu(self, sample: GpuSample, defer: bool = False) -> Iterator[Observation | Deferred]:
         read: list[tuple[tuple[str, str], float]] = []
@@ -355,6 +378,37 @@ class Rules:
         """The time of the latest reading of `component` after `since`, or None when none came."""
         ts = self.read_at.get((host, component))
         return ts if ts is not None and ts > since else None
+
+
+def _route(
+    looks: Iterable[_Look],
+    busy: Collection[Component],
+    out: list[Found],
+    quiet: _QuietRows,
+    act: Callable[[tuple[Any, ...], Counters | None], Iterable[Found]],
+    healthy: _Build,
+) -> None:
+    """The one loop shape of sample rows: a row that may fault, or of a busy component, is built now (`act`,
+    in its place in `out`); a quiet row that says "healthy" of something waits in `quiet`, with where it
+    stood and what builds it, for `_place` to build only if its component faults elsewhere this round."""
+    quiet_component, quiet_row = quiet.components.append, quiet.rows.append  # once per row: no lookup
+    for row, component, faults, says, previous in looks:
+        if faults or component in busy:
+            out.extend(act(row, previous))
+        elif says:
+            quiet_component(component)
+            quiet_row((len(out), row, healthy))
+
+
+def _port_looks(names: tuple[str, ...], rows: Iterable[tuple[Any, ...]]) -> Iterator[_Look]:
+    """Each port row with a state, as `_route` takes it (a port holds no state between rounds)."""
+    host_at, device_at, port_at, state_at = (names.index(n) for n in ("host", "device", "port", "state"))
+    port_kind = ComponentKind.PORT
+    for row in rows:
+        state = row[state_at]
+        if state is not None:
+            component = (row[host_at], port_kind, port_id(row[device_at], row[port_at]))
+            yield row, component, port_down(state), True, None
 
 
 def _rose(previous: Counters, now: Counters) -> bool:

@@ -2,13 +2,14 @@
 
 A custom prometheus_client collector renders the agent's state on a scrape thread, so sampling never formats
 text; the text is rendered at most once per sampling round (`round_done`) and served from bytes however
-many scrapers ask (`exposition`). While someone scrapes, the /metrics server renders each round's text on its
-worker as the round completes (`on_round`, `wants_rendering`), so a scrape only copies bytes; an agent
-nobody scrapes renders nothing. Cumulative sources (ECC, PCIe replay, NVLink, NIC counters, XIDs, energy)
-are counters; they can reset (driver reload), which Prometheus' rate() handles. Every XID occurrence is
-counted, including repeats that the store folds into one row. Each XID arrives from one collector only
-(`fleetguard.agent.sources` takes them from the kernel log, or from NVML where the kernel log cannot be read),
-so nothing here matches two reports.
+many scrapers ask (`exposition`). While someone scrapes at least every FAST_SCRAPE_ROUNDS rounds, the
+/metrics server renders each round's text on its worker as the round completes (`on_round`,
+`wants_rendering`), so a scrape only copies bytes; slower scrapers (Prometheus every 15-60 s) have their
+text rendered when they ask, and an agent nobody scrapes renders nothing. Cumulative sources (ECC, PCIe
+replay, NVLink, NIC counters, XIDs, energy) are counters; they can reset (driver reload), which Prometheus'
+rate() handles. Every XID occurrence is counted, including repeats that the store folds into one row. Each
+XID arrives from one collector only (`fleetguard.agent.sources` takes them from the kernel log, or from NVML
+where the kernel log cannot be read), so nothing here matches two reports.
 """
 
 from __future__ import annotations
@@ -26,9 +27,11 @@ from fleetguard.agent.nic_families import nic_counter_families
 from fleetguard.records.prediction import Prediction
 from fleetguard.records.telemetry import Batch, Event, EventKind, GpuSample, NicSample
 
-# Keep rendering each round's text ahead while the last scrape is at most this many rounds old: Prometheus
-# scrapes every 15-60 s, rounds come every second or few.
-SCRAPED_ROUNDS = 64
+# Render each round's text ahead only for scrapers this fast: the rounds between the last two scrapes (in
+# different rounds), and since the last one, at most this many. Prometheus scrapes every 15-60 s and rounds
+# come every second or few: rendering ahead for it made 15 texts for each one served (~3 ms a round); a
+# scraper every round or two is served from bytes, as fifty dashboards polling every second are.
+FAST_SCRAPE_ROUNDS = 2
 
 # NVML clocks-event reason bits (nvmlClocksEventReason*), exported as one 0/1 series per reason.
 CLOCKS_EVENT_REASONS: Mapping[str, int] = {
@@ -209,7 +212,8 @@ class MetricsState(PromCollector):
         self._round = 0  # bumped by round_done: the exposition text of an earlier round is stale
         self._render_lock = threading.Lock()
         self._rendered: tuple[int, bytes] | None = None
-        self._scraped_round: int | None = None  # the round of the last scrape: render ahead while recent
+        self._scraped_round: int | None = None  # the round of the last scrape
+        self._scrape_gap: int | None = None  # rounds between the last two scrapes in different rounds
         # Called (agent thread, outside the locks) after each round_done: the /metrics server's "render now".
         self.on_round: list[Callable[[], None]] = []
         # More families rendered with these (the shipping spool's counters on an agent with a controller).
@@ -270,10 +274,24 @@ class MetricsState(PromCollector):
             listener()
 
     def wants_rendering(self) -> bool:
-        """Whether someone scraped within the last SCRAPED_ROUNDS rounds, so rendering each round's text
-        as it completes saves the next scrape the wait."""
+        """Whether someone scrapes often enough (FAST_SCRAPE_ROUNDS) that rendering each round's text as it
+        completes saves the next scrape the wait instead of rendering text nobody reads."""
         with self._lock:
-            return self._scraped_round is not None and self._round - self._scraped_round <= SCRAPED_ROUNDS
+            last, gap = self._scraped_round, self._scrape_gap
+            return (
+                last is not None
+                and gap is not None
+                and gap <= FAST_SCRAPE_ROUNDS
+                and self._round - last <= FAST_SCRAPE_ROUNDS
+            )
+
+    def _scraped(self) -> None:
+        """Someone scrapes the current round (hold `_lock`). Scrapes within one round (fifty scrapers at
+        once) are one: the gap is between rounds scraped."""
+        last = self._scraped_round
+        if last is not None and self._round > last:
+            self._scrape_gap = self._round - last
+        self._scraped_round = self._round
 
     # ---- rendering (scrape thread) ------------------------------------------------------------------
 
@@ -285,7 +303,7 @@ class MetricsState(PromCollector):
             with self._lock:
                 current = self._round
                 if scrape:
-                    self._scraped_round = current
+                    self._scraped()
             if self._rendered is None or self._rendered[0] != current:
                 self._rendered = (current, generate_latest(self))
             return self._rendered[1]
@@ -295,7 +313,7 @@ class MetricsState(PromCollector):
         rendering: for an event loop's thread); None otherwise."""
         rendered = self._rendered  # one read of an immutable tuple: no lock needed to see a whole one
         with self._lock:
-            self._scraped_round = self._round
+            self._scraped()
             if rendered is None or rendered[0] != self._round:
                 return None
         return rendered[1]

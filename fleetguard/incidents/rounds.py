@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from diagnosis.incident import IncidentChange
 from fleetguard.alerts.outbox import requeue_dead
@@ -41,10 +44,29 @@ def incident_round(
     if silences is not None:
         for line in apply_request(service.con, silences, now):
             log.warning("%s", line)
-    changes = service.round(feed.read(now), now)
+    with collector_paused():
+        changes = service.round(feed.read(now), now)
     if now >= service.next_prune_at:
         service.prune(now, retention_days)
         service.next_prune_at = now + PRUNE_EVERY_SECONDS
     if relay is not None and (changes or released or replay is not None or silences is not None):
         relay.wake()
     return released + changes
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector held off for a round. A round at fleet size makes ~100k short-lived
+    containers (the rows it fetches, the places of quiet rows), freed by reference counting when it ends;
+    each young-generation pass the allocations set off during it walked all of those still alive: 5 passes,
+    ~30 ms, a tenth of a 2,048-host round, reclaiming nothing. The first pass after it (~1.5 ms there) runs
+    as usual, and collects whatever cycles the round left.
+
+    Re-enabled only when it was enabled before: a process that runs with it off keeps it off."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

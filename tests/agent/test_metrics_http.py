@@ -191,22 +191,94 @@ def test_the_lookup_on_the_loop_gives_the_same_owner_without_blocking() -> None:
     assert connection_owner_now(("127.0.0.1", 1), ("127.0.0.1", 2)) == ("unknown", None)
 
 
-def test_rounds_are_rendered_ahead_only_while_someone_scrapes(state: CountingState) -> None:
+def wait_for_renders(state: CountingState, count: int) -> None:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while state.renders < count and time.monotonic() < deadline:
+        time.sleep(0.01)  # the worker offers no event to wait on
+
+
+def test_a_scraper_every_15_seconds_causes_no_rendering_ahead(state: CountingState) -> None:
+    # The agent's clock is its rounds (1 s each at the default sampling): Prometheus every 15 s is a scrape
+    # every 15 rounds. Each scrape renders its own round's text, on the worker; no round is rendered ahead.
+    srv = serve_metrics(state, "127.0.0.1", 0)
+    try:
+        renders_before = state.renders
+        for scrape_number in range(1, 5):
+            for second in range(15):
+                state.observe(Batch(gpu_samples=[gpu(60.0 + scrape_number + second / 100)]))
+                state.round_done()
+                assert not state.wants_rendering()
+            # The worker runs one task at a time, in order: a rendering ahead would have run before this one.
+            assert temperature(scrape(srv.port)[1]) == 60.0 + scrape_number + 14 / 100
+            assert state.renders == renders_before + scrape_number
+    finally:
+        srv.stop()
+
+
+def test_fifty_scrapers_at_once_every_15_rounds_are_one_slow_scraper() -> None:
+    state = CountingState()
+    for _ in range(3):
+        for _ in range(50):
+            state.exposition()  # fifty scrapes of one round: no gap between rounds measured
+        for _ in range(15):
+            state.round_done()
+            assert not state.wants_rendering()
+    assert state.renders == 3
+
+
+def test_a_scraper_every_round_or_two_is_served_rendered_ahead(state: CountingState) -> None:
     srv = serve_metrics(state, "127.0.0.1", 0)
     try:
         renders_before = state.renders
         state.round_done()
         assert not state.wants_rendering()  # nobody has scraped: an unscraped agent renders nothing
-        assert state.renders == renders_before
         assert scrape(srv.port)[0] == 200  # rendered for this scrape, on the worker
-        assert state.wants_rendering()
-        state.observe(Batch(gpu_samples=[gpu(80.0)]))
-        state.round_done()  # someone scrapes: the worker renders the round as it completes
-        deadline = time.monotonic() + WAIT_SECONDS
-        while state.renders < renders_before + 2 and time.monotonic() < deadline:
-            time.sleep(0.01)  # the worker offers no event to wait on
+        state.round_done()
+        assert not state.wants_rendering()  # one scrape tells no interval: rendered when asked
+        assert scrape(srv.port)[0] == 200
         assert state.renders == renders_before + 2
-        assert temperature(scrape(srv.port)[1]) == 80.0  # served from those bytes: no third rendering
-        assert state.renders == renders_before + 2
+        renders = state.renders
+        for step, gap in enumerate((1, 2, 1, 2), start=1):
+            for _ in range(gap):
+                state.observe(Batch(gpu_samples=[gpu(80.0 + step)]))
+                state.round_done()  # a fast scraper: the worker renders each round as it completes
+                assert state.wants_rendering()
+                renders += 1
+                wait_for_renders(state, renders)
+                assert state.renders == renders
+            assert temperature(scrape(srv.port)[1]) == 80.0 + step  # served from those bytes
+            assert state.renders == renders
+    finally:
+        srv.stop()
+
+
+def test_rendering_ahead_stops_when_the_fast_scraper_does() -> None:
+    state = CountingState()
+    for _ in range(3):
+        state.exposition()
+        state.round_done()
+    assert state.wants_rendering()
+    state.round_done()
+    assert state.wants_rendering()  # two rounds since the last scrape: it may still come
+    state.round_done()
+    assert not state.wants_rendering()
+    state.exposition()  # back after three rounds: slower than fast, rendered when asked
+    state.round_done()
+    assert not state.wants_rendering()
+
+
+def test_the_text_served_is_always_the_last_completed_round(state: CountingState) -> None:
+    # Scrapers fast then slow then fast again, some right after a round completes (its text not rendered
+    # ahead yet): every scrape shows the round completed before it, never an earlier one.
+    srv = serve_metrics(state, "127.0.0.1", 0)
+    try:
+        reading = 50.0
+        for gap in (1, 1, 1, 2, 5, 15, 3, 1, 1, 2, 1):
+            for _ in range(gap):
+                reading += 1.0
+                state.observe(Batch(gpu_samples=[gpu(reading)]))
+                state.round_done()
+            assert temperature(scrape(srv.port)[1]) == reading
+            assert temperature(scrape(srv.port)[1]) == reading
     finally:
         srv.stop()
