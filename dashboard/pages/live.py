@@ -3,6 +3,7 @@ every refresh tick, both from the same `render(ctx, params)` function."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import urllib.parse
@@ -11,11 +12,13 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import dash
+import duckdb
 from dash import Input, Output, State, html
 
 from dashboard.components import live_page
 from dashboard.context import DashboardContext, current
 from dashboard.live_slots import PROPERTY, SlotKind, mark, pattern
+from fleetguard.store import schema_behind
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +67,11 @@ def render_safely(spec: PageSpec, ctx: DashboardContext, params: Params) -> Any:
         return spec.render(ctx, params)
     except Exception as exc:
         log.exception("dashboard page %s failed", spec.page_id)
-        return html.Div(f"this page could not be drawn: {type(exc).__name__}: {exc}"[:300], className="error")
+        why = f"{type(exc).__name__}: {exc}"[:300]
+        if isinstance(exc, duckdb.Error):
+            with contextlib.suppress(duckdb.Error), ctx.cursor() as cur:
+                why = schema_behind(cur) or why  # a read-only dashboard on an older store: say so
+        return html.Div(f"this page could not be drawn: {why}", className="error")
 
 
 def stamp(text: str, refreshes: int) -> html.Span:

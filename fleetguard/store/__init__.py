@@ -11,6 +11,7 @@ from fleetguard.store.unstorable import UnstorableRows
 
 if TYPE_CHECKING:
     from fleetguard.store.health_inputs import HostSeen, hosts_seen, open_incidents
+    from fleetguard.store.migrations import schema_behind
     from fleetguard.store.repair_tables import FaultRepairs, OutNode, nodes_out, repair_summary
     from fleetguard.store.store import Store, StoreError, StoreLocked
 
@@ -26,6 +27,7 @@ __all__ = [
     "nodes_out",
     "open_incidents",
     "repair_summary",
+    "schema_behind",
 ]
 
 _LAZY = frozenset({"Store", "StoreError", "StoreLocked"})
@@ -33,6 +35,7 @@ _LAZY = frozenset({"Store", "StoreError", "StoreLocked"})
 _LAZY_REPAIRS = frozenset({"FaultRepairs", "OutNode", "nodes_out", "repair_summary"})
 # The health model's inputs (open incidents, hosts' liveness): read by the read API and the dashboard alike.
 _HEALTH = frozenset({"HostSeen", "hosts_seen", "open_incidents"})
+_SCHEMA = frozenset({"schema_behind"})  # a reader of an older store says why its queries fail
 
 
 def __getattr__(name: str) -> Any:
@@ -48,4 +51,8 @@ def __getattr__(name: str) -> Any:
         from fleetguard.store import health_inputs
 
         return getattr(health_inputs, name)
+    if name in _SCHEMA:
+        from fleetguard.store import migrations
+
+        return getattr(migrations, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

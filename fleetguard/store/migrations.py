@@ -153,6 +153,19 @@ def schema_version(con: duckdb.DuckDBPyConnection) -> int:
     return int(row[0][0]) if row else 0
 
 
+def schema_behind(con: duckdb.DuckDBPyConnection) -> str | None:
+    """One line for a reader of a store older than this fleetguard (opened read-only, so not brought
+    forward): what a query's missing column or table means, and what to do. None when the store is current."""
+    version = schema_version(con)
+    if version >= CURRENT_VERSION:
+        return None
+    return (
+        f"the store is at schema version {version}, older than this fleetguard's {CURRENT_VERSION}, and a "
+        "read-only reader does not bring it forward: run this version's controller, `up` or agent on it once "
+        "(they migrate it when they open it), or read it with the fleetguard that wrote it"
+    )
+
+
 def migrate(con: duckdb.DuckDBPyConnection, target: int = CURRENT_VERSION) -> list[int]:
     """Apply every step above the store's version up to `target`; return the versions applied."""
     current = schema_version(con)

@@ -249,3 +249,29 @@ def _wait_until_rebuilt(cache: SnapshotCache, model_now: float) -> None:
     while cache.get().now != model_now or rebuilding():
         assert time.monotonic() < deadline
         time.sleep(0.01)
+
+
+def test_a_page_over_a_store_older_than_the_dashboard_says_so_in_one_line(tmp_path: Path) -> None:
+    """A read-only dashboard does not bring a store forward: the predictions page's query of a column added
+    at schema 17 fails, and the page says the store's version and what to do, not a binder error."""
+    from dashboard.app import create_app
+    from dashboard.pages.live import render_safely
+    from dashboard.pages.predictions import PAGE as PREDICTIONS_PAGE
+    from fleetguard.store.migrations import CURRENT_VERSION
+
+    path = tmp_path / "old.duckdb"
+    with Store.open(path, schema_version_target=16) as old:
+        # A new store has every column from its CREATE; one made by the version before 17 lacked this one.
+        old.connection.execute("ALTER TABLE predictions DROP COLUMN base_rate")
+        old.connection.execute(
+            "INSERT INTO predictions VALUES "
+            "(to_timestamp(1790000000 - 60), 'n1', 'GPU-1', 0.9, 1, 'm', 24, '{}')"
+        )
+    with Store.open(path, read_only=True) as store:
+        ctx = create_app(store, load_config(None), now=lambda: 1_790_000_000.0).server.config[
+            "fleetguard.dashboard"
+        ]
+        body = render_safely(PREDICTIONS_PAGE, ctx, {})
+    text = str(body.children)
+    assert text.startswith("this page could not be drawn: the store is at schema version 16")
+    assert f"older than this fleetguard's {CURRENT_VERSION}" in text and "Binder" not in text
