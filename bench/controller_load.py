@@ -28,6 +28,7 @@ Usage: python bench/controller_load.py [--hosts 256,1024,2048,4096] [--seconds 4
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import http.client
 import json
@@ -58,13 +59,32 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
+    """The CPU of `pid` and of every process below it (a controller's edge processes): the live ones', and
+    what its reaped children spent."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    own = sum(int(f) for f in fields[11:15]) / TICKS  # utime, stime, cutime, cstime
+    return own + sum(cpu_seconds(child) for child in children(pid))
+
+
+def children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            out += [int(c) for c in (task / "children").read_text().split()]
+    return out
 
 
 def rss_mb(pid: int, key: str = "VmRSS") -> float:
-    match = re.search(rf"{key}:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
-    return int(match.group(1)) / 1024 if match else 0.0
+    """`key` of `pid` and of every process below it, summed (MB)."""
+    try:
+        match = re.search(rf"{key}:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
+    except OSError:
+        return 0.0
+    own = int(match.group(1)) / 1024 if match else 0.0
+    return own + sum(rss_mb(child, key) for child in children(pid))
 
 
 def simulated_rounds(rounds: int, compact: bool, start: float = 1_795_000_000.0) -> list[list[object]]:
@@ -310,13 +330,22 @@ class Controller:
 
 
 def start_controller(
-    label: str, root: Path, port: int, tokens: dict[str, str], text: str, args: argparse.Namespace, src: str
+    label: str,
+    root: Path,
+    port: int,
+    tokens: dict[str, str],
+    text: str,
+    args: argparse.Namespace,
+    src: str,
+    edge_processes: int | None = None,
 ) -> Controller:
     """`fleetguard controller` on `port`, run from this tree, or from source tree `src` (a before/after
-    comparison in one run: the same machine, load and generator)."""
+    comparison in one run: the same machine, load and generator); `edge_processes`: that setting (None: the
+    default)."""
     root.mkdir(parents=True)
+    edge = "" if edge_processes is None else f"edge_processes = {edge_processes}\n"
     (root / "ctl.toml").write_text(
-        f'[controller]\nlisten = "127.0.0.1:{port}"\ntokens_file = "{root.parent}/tokens.json"\n'
+        f'[controller]\nlisten = "127.0.0.1:{port}"\ntokens_file = "{root.parent}/tokens.json"\n{edge}'
         f'[store]\npath = "{root}/ctl.duckdb"\n[dashboard]\nenabled = false\n'
     )
     env = {**os.environ, "PYTHONPATH": src} if src else None
@@ -366,10 +395,12 @@ def load(args: argparse.Namespace) -> None:
     root = Path(tempfile.mkdtemp(prefix="fg-controller-load-"))
     hosts_all = [f"host-{i:05d}" for i in range(max(steps))]
     tokens = add_tokens(root / "tokens.json", hosts_all)
-    sources = [("this tree", "")] + [(f"before ({src})", src) for src in args.compare_src]
+    sources: list[tuple[str, str, int | None]] = [("this tree", "", None)]
+    sources += [(f"this tree, edge_processes = {n}", "", n) for n in args.edge_processes]
+    sources += [(f"before ({src})", src, None) for src in args.compare_src]
     ctls = [
-        start_controller(label, root / f"ctl{k}", args.port + k, tokens, text, args, src)
-        for k, (label, src) in enumerate(sources)
+        start_controller(label, root / f"ctl{k}", args.port + k, tokens, text, args, src, edge)
+        for k, (label, src, edge) in enumerate(sources)
     ]
     time.sleep(3)
     print(
@@ -593,6 +624,15 @@ def main() -> None:
         metavar="DIR",
         help="also run a controller from this source tree (e.g. `git archive` of the commit before), step "
         "by step beside this tree's: before and after in one run",
+    )
+    parser.add_argument(
+        "--edge-processes",
+        action="append",
+        type=int,
+        default=[],
+        metavar="N",
+        help="also run this tree's controller with [controller] edge_processes = N, step by step beside "
+        "the default one (CPU and RSS count its edge processes)",
     )
     parser.add_argument("--footprint", action="store_true")
     parser.add_argument("--footprint-seconds", type=int, default=1800)

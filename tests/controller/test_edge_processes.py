@@ -1,0 +1,183 @@
+"""`[controller] edge_processes`: bodies checked in worker processes answer exactly as the in-process edge
+does, and a worker killed while it holds a batch loses nothing acknowledged and stops nothing."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from fleetguard.config import ConfigError, load_config
+from fleetguard.controller.edge_pool import EdgePool
+from fleetguard.controller.edge_wire import EdgeReplyError, decode_reply, encode_batch, encode_refusal
+from fleetguard.controller.validate import BatchRefused, Refusal, parse_batch
+from fleetguard.records.findings import Finding, FindingKind, Severity
+from fleetguard.shipping.wire import columns_by_table, encode
+from tests.controller.helpers import Controller, Reply, batch, start_test_controller
+
+
+def _bodies() -> list[tuple[str, bytes, str]]:
+    """(what, gzip body, the token's host): one of each check the edge makes, and good batches."""
+    now = time.time()
+    out: list[tuple[str, bytes, str]] = [("good", encode(batch("node-a", 1)), "node-a")]
+    wrong_host = batch("node-b", 2)
+    out.append(("another host's batch", encode(wrong_host), "node-a"))
+    row_host = batch("node-a", 3)
+    row_host.tables["gpu_samples"]["host"][0] = "node-b"
+    out.append(("a row of another host", encode(row_host), "node-a"))
+    big = batch("node-a", 4)
+    big.tables["gpu_samples"]["gpu_index"][0] = 2**63
+    out.append(("int64 bound", encode(big), "node-a"))
+    counter = batch("node-a", 5)
+    counter.tables["nic_counters"]["value"][0] = 2**64
+    out.append(("uint64 bound", encode(counter), "node-a"))
+    out.append(("an hour ahead", encode(batch("node-a", 6, ts=now + 7200)), "node-a"))
+    forged = batch("node-a", 7)
+    forged.tables.update(
+        columns_by_table(
+            [Finding(now, "host_silent:node-b:1", FindingKind.HOST_SILENT, Severity.WARNING, "host/x", "x")]
+        )
+    )
+    out.append(("a controller's finding", encode(forged), "node-a"))
+    text = json.dumps(batch("node-a", 8).to_json())
+    out.append(
+        (
+            "NaN",
+            gzip.compress(
+                text.replace('"utilization_gpu_percent": [50.0', '"utilization_gpu_percent": [NaN').encode()
+            ),
+            "node-a",
+        )
+    )
+    out.append(("lone surrogate", gzip.compress(text.replace('"test"', '"t\\ud800"').encode()), "node-a"))
+    out.append(("nesting", gzip.compress(b"[" * 100_000 + b"]" * 100_000), "node-a"))
+    out.append(("not gzip", b"not gzip", "node-a"))
+    out.append(("gzip bomb", gzip.compress(b" " * (80 << 20)), "node-a"))
+    out.append(("not JSON", gzip.compress(b"[1, 2"), "node-a"))
+    out.append(("good, another seq", encode(batch("node-a", 9)), "node-a"))
+    return out
+
+
+def _answer(c: Controller, body: bytes, host: str) -> tuple[int, object]:
+    reply = c.post("/v1/ingest", body, c.tokens[host])
+    doc = reply.doc if isinstance(reply.doc, dict) else {}
+    return reply.status, (doc.get("reason"), doc.get("error"), doc.get("duplicate"))
+
+
+def test_edge_processes_answer_every_body_as_the_in_process_edge_does(tmp_path: Path) -> None:
+    bodies = _bodies()
+    answers = []
+    for n in (0, 2):
+        c = start_test_controller(tmp_path / str(n), extra={"controller.max_body_bytes": 1 << 20})
+        try:
+            answers.append([(what, *_answer(c, body, host)) for what, body, host in bodies])
+        finally:
+            c.running.stop()
+    in_process, pooled = answers
+    assert pooled == in_process
+    statuses = {what: status for what, status, _ in pooled}
+    assert statuses["good"] == statuses["good, another seq"] == 200
+    assert statuses["another host's batch"] == 403
+    assert statuses["gzip bomb"] == 413
+    assert all(
+        s == 400
+        for what, s in statuses.items()
+        if what not in ("good", "good, another seq", "another host's batch", "gzip bomb")
+    )
+
+
+def _stored_gpu_rows(path: str) -> int:
+    con = duckdb.connect(path, read_only=True)
+    try:
+        row = con.execute("SELECT count(*) FROM gpu_samples").fetchone()
+        return int(row[0]) if row else 0
+    finally:
+        con.close()
+
+
+def _wait_until(predicate: object, what: str, seconds: float = 20.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {seconds} s: {what}")
+        time.sleep(0.01)
+
+
+def test_a_worker_killed_while_it_holds_a_batch_loses_nothing_acknowledged_and_ingest_goes_on(
+    tmp_path: Path,
+) -> None:
+    c = start_test_controller(tmp_path, extra={"controller.edge_processes": 1})
+    try:
+        edge = c.running.api.edge
+        assert isinstance(edge, EdgePool)
+        acknowledged = 0
+        for seq in (1, 2):
+            assert c.ship(batch("node-a", seq)).status == 200
+            acknowledged += 1
+        (worker,) = edge.processes
+        os.kill(worker, signal.SIGSTOP)  # it holds the next body and never answers
+        try:
+            replies: list[Reply] = []
+            sender = threading.Thread(target=lambda: replies.append(c.ship(batch("node-a", 3))))
+            sender.start()
+            _wait_until(lambda: edge.busy == 1, "the batch reached the worker")
+            os.kill(worker, signal.SIGKILL)
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # reaped already, once it was killed
+                os.kill(worker, signal.SIGCONT)
+        sender.join(timeout=30)
+        (held,) = replies
+        assert (held.status, held.doc["reason"]) == (503, "overloaded")
+        assert "Retry-After" in held.headers
+        assert edge.restarts == 1 and edge.processes != [worker]
+        # The agent sends it again: stored once, and the next ones go on.
+        for seq in (3, 4):
+            reply = c.ship(batch("node-a", seq))
+            assert (reply.status, reply.doc["duplicate"]) == (200, False)
+            acknowledged += 1
+    finally:
+        c.running.stop()
+    assert _stored_gpu_rows(c.config_overrides["store.path"]) == 2 * acknowledged  # two GPUs a batch
+
+
+def test_a_pool_replaces_a_worker_that_died_while_idle(tmp_path: Path) -> None:
+    pool = EdgePool(1)
+    try:
+        body = encode(batch("node-a", 1))
+        assert pool.parse(body, "node-a", compressed=True, now=time.time()).seq == 1
+        (worker,) = pool.processes
+        os.kill(worker, signal.SIGKILL)
+        with pytest.raises(BatchRefused) as refused:
+            pool.parse(body, "node-a", compressed=True, now=time.time())
+        assert refused.value.reason is Refusal.OVERLOADED
+        checked = pool.parse(body, "node-a", compressed=True, now=time.time())
+        assert checked == parse_batch(body, "node-a", now=time.time())
+        assert pool.restarts == 1
+    finally:
+        pool.stop()
+    assert pool.processes == []
+
+
+def test_what_comes_back_from_a_worker_is_read_by_type_only() -> None:
+    checked = parse_batch(encode(batch("node-a", 1)), "node-a")
+    assert decode_reply(encode_batch(checked)) == checked
+    with pytest.raises(BatchRefused) as refused:
+        decode_reply(encode_refusal("too_large", "body inflates past 16 bytes"))
+    assert (refused.value.reason, refused.value.message) == (Refusal.TOO_LARGE, "body inflates past 16 bytes")
+    for garbage in (b"\x80", encode_refusal("no_such_reason", "x"), b"\xc1\x00", json.dumps([1]).encode()):
+        with pytest.raises(EdgeReplyError):
+            decode_reply(garbage)
+
+
+@pytest.mark.parametrize("value", [-1, 17])
+def test_edge_processes_is_bounded(value: int) -> None:
+    with pytest.raises(ConfigError, match=r"controller\.edge_processes: must be from 0 to 16"):
+        load_config(overrides={"controller.edge_processes": value})
