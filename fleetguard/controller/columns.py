@@ -36,11 +36,19 @@ def concat(table: Table, parts: Sequence[Columns]) -> dict[str, Any]:
     defaults = _DEFAULTS[table.name]
     out: dict[str, Any] = {}
     for column in table.columns:
-        values: list[Any] = []
-        for part, n in zip(parts, lengths, strict=True):
-            got = part.get(column.name)
-            values.extend(got if got is not None else [defaults[column.name]] * n)
-        array = as_array(column, values)
+        got_parts = [part.get(column.name) for part in parts]
+        if all(isinstance(got, np.ndarray) for got in got_parts):
+            # Arrays of the column's dtype from the edge processes (edge_wire): joined in one step.
+            joined = np.concatenate(got_parts)
+            array = _microseconds(joined) if column.is_timestamp else joined
+        else:
+            values: list[Any] = []
+            for got, n in zip(got_parts, lengths, strict=True):
+                if isinstance(got, np.ndarray):
+                    values.extend(got.tolist())
+                else:
+                    values.extend(got if got is not None else [defaults[column.name]] * n)
+            array = as_array(column, values)
         if column.nullable and _all_null(array):
             continue
         out[column.name] = array

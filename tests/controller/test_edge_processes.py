@@ -4,8 +4,10 @@ does, and a worker killed while it holds a batch loses nothing acknowledged and 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gzip
 import json
+import math
 import os
 import signal
 import threading
@@ -13,12 +15,13 @@ import time
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pytest
 
 from fleetguard.config import ConfigError, load_config
 from fleetguard.controller.edge_pool import EdgePool
 from fleetguard.controller.edge_wire import EdgeReplyError, decode_reply, encode_batch, encode_refusal
-from fleetguard.controller.validate import BatchRefused, Refusal, parse_batch
+from fleetguard.controller.validate import BatchRefused, IngestBatch, Refusal, parse_batch
 from fleetguard.records.findings import Finding, FindingKind, Severity
 from fleetguard.shipping.wire import columns_by_table, encode
 from tests.controller.helpers import Controller, Reply, batch, start_test_controller
@@ -159,16 +162,34 @@ def test_a_pool_replaces_a_worker_that_died_while_idle(tmp_path: Path) -> None:
             pool.parse(body, "node-a", compressed=True, now=time.time())
         assert refused.value.reason is Refusal.OVERLOADED
         checked = pool.parse(body, "node-a", compressed=True, now=time.time())
-        assert checked == parse_batch(body, "node-a", now=time.time())
+        assert _plain(checked) == _plain(parse_batch(body, "node-a", now=time.time()))
         assert pool.restarts == 1
     finally:
         pool.stop()
     assert pool.processes == []
 
 
+def _plain(b: IngestBatch) -> object:
+    """A batch with its columns as lists (arrays compared value by value; NaN, a float column's NULL in an
+    array, as None)."""
+
+    def values(v: object) -> object:
+        if isinstance(v, np.ndarray):
+            return [None if isinstance(x, float) and math.isnan(x) else x for x in v.tolist()]
+        return v
+
+    tables = {name: {c: values(v) for c, v in columns.items()} for name, columns in b.tables.items()}
+    return dataclasses.replace(b, tables=tables)
+
+
 def test_what_comes_back_from_a_worker_is_read_by_type_only() -> None:
     checked = parse_batch(encode(batch("node-a", 1)), "node-a")
-    assert decode_reply(encode_batch(checked)) == checked
+    back = decode_reply(encode_batch(checked))
+    assert _plain(back) == _plain(checked)
+    # The telemetry tables' number columns come back as arrays of the schema's own dtype.
+    assert back.tables["gpu_samples"]["utilization_gpu_percent"].dtype == np.float64
+    assert back.tables["nic_counters"]["value"].dtype == np.uint64
+    assert isinstance(back.tables["gpu_samples"]["uuid"], list)
     with pytest.raises(BatchRefused) as refused:
         decode_reply(encode_refusal("too_large", "body inflates past 16 bytes"))
     assert (refused.value.reason, refused.value.message) == (Refusal.TOO_LARGE, "body inflates past 16 bytes")
@@ -181,3 +202,22 @@ def test_what_comes_back_from_a_worker_is_read_by_type_only() -> None:
 def test_edge_processes_is_bounded(value: int) -> None:
     with pytest.raises(ConfigError, match=r"controller\.edge_processes: must be from 0 to 16"):
         load_config(overrides={"controller.edge_processes": value})
+
+
+def test_a_reply_whose_buffers_do_not_fit_their_columns_is_not_a_reply() -> None:
+    import msgspec
+
+    from fleetguard.controller.edge_wire import EdgeReply
+
+    good = msgspec.msgpack.decode(
+        encode_batch(parse_batch(encode(batch("node-a", 1)), "node-a")), type=EdgeReply
+    )
+    for buffers in (
+        {"gpu_samples": {"utilization_gpu_percent": b"\0" * 7}},  # not whole float64s
+        {"gpu_samples": {"utilization_gpu_percent": b"\0" * 8 * 5}},  # another length than the table's
+        {"gpu_samples": {"uuid": b"\0" * 16}},  # a text column
+        {"findings": {"ts": b"\0" * 8}},  # a table whose columns travel as values
+    ):
+        forged = msgspec.structs.replace(good, buffers=buffers)
+        with pytest.raises(EdgeReplyError):
+            decode_reply(msgspec.msgpack.encode(forged))
