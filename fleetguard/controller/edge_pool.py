@@ -79,9 +79,10 @@ class EdgeWorkerLost(Exception):
 class EdgePool:
     """N edge processes; `parse` runs on the calling (handler) thread and blocks, lock released, on one."""
 
-    def __init__(self, processes: int) -> None:
+    def __init__(self, processes: int, timeout_seconds: float = EDGE_TIMEOUT_SECONDS) -> None:
         if not 1 <= processes <= MAX_EDGE_PROCESSES:
             raise ValueError(f"edge processes: expected 1 to {MAX_EDGE_PROCESSES}")
+        self._timeout = timeout_seconds
         self._lock = threading.Lock()
         self._stopped = False
         self._all: set[_Worker] = set()  # every live worker, idle or busy (under _lock)
@@ -107,11 +108,11 @@ class EdgePool:
             raise
         finally:
             theirs.close()
-        ours.settimeout(EDGE_TIMEOUT_SECONDS)
+        ours.settimeout(self._timeout)
         worker = _Worker(process, ours)
         with self._lock:
             if self._stopped:
-                _end(worker)
+                _end(worker, kill=True)
                 raise BatchRefused(Refusal.OVERLOADED, "the controller is stopping")
             self._all.add(worker)
         return worker
@@ -140,7 +141,7 @@ class EdgePool:
         with self._lock:
             self._all.discard(worker)
             stopped = self._stopped
-        _end(worker)
+        _end(worker, kill=True)  # dead, hung or confused: nothing it holds is worth waiting for
         if stopped:
             return
         log.warning(
@@ -193,15 +194,17 @@ def _read_exactly(sock: socket.socket, n: int) -> bytes:
     view = memoryview(buf)
     got = 0
     while got < n:
-        k = sock.recv_into(view[got:])  # socket.timeout (an OSError) past EDGE_TIMEOUT_SECONDS
+        k = sock.recv_into(view[got:])  # TimeoutError (an OSError) past the pool's timeout
         if not k:
             raise EdgeWorkerLost("it closed its socket")
         got += k
     return bytes(buf)
 
 
-def _end(worker: _Worker) -> None:
+def _end(worker: _Worker, *, kill: bool = False) -> None:
     worker.sock.close()  # a live worker reads the end of its stream and exits
+    if kill:
+        worker.process.kill()
     try:
         worker.process.wait(timeout=2)
     except subprocess.TimeoutExpired:

@@ -221,3 +221,19 @@ def test_a_reply_whose_buffers_do_not_fit_their_columns_is_not_a_reply() -> None
         forged = msgspec.structs.replace(good, buffers=buffers)
         with pytest.raises(EdgeReplyError):
             decode_reply(msgspec.msgpack.encode(forged))
+
+
+def test_a_worker_that_does_not_answer_in_time_is_replaced_and_its_request_answered_503() -> None:
+    # Long enough for a replacement to start on a loaded machine (its first answer waits for its imports).
+    pool = EdgePool(1, timeout_seconds=4.0)
+    try:
+        (worker,) = pool.processes
+        os.kill(worker, signal.SIGSTOP)  # alive, holding the body, never answering
+        body = encode(batch("node-a", 1))
+        with pytest.raises(BatchRefused) as refused:
+            pool.parse(body, "node-a", compressed=True, now=time.time())
+        assert refused.value.reason is Refusal.OVERLOADED
+        assert worker not in pool.processes and pool.restarts == 1
+        assert pool.parse(body, "node-a", compressed=True, now=time.time()).seq == 1
+    finally:
+        pool.stop()
