@@ -162,7 +162,8 @@ class ControllerConfig:
     max_body_bytes: int = 8 << 20  # compressed request body
     max_queue_batches: int = 1024  # accepted, not committed (~250 KB each parsed); past it: 503 + Retry-After
     # Processes that gunzip, decode and check ingest bodies beside the controller's interpreter (0: on its
-    # handler threads). Each is ~30 MB and a start of ~0.3 s (BENCHMARKS.md, "The edge in worker processes").
+    # handler threads). Each is ~42 MB; more CPU in all, less under the one interpreter's lock: it made a
+    # 2-core controller dearer (BENCHMARKS.md, "The edge in worker processes"), hence off by default.
     edge_processes: int = 0
     silent_after_seconds: float = 0.0  # 0: three of the host's flush intervals plus 10 s
     correlation_window_seconds: float = 300.0
