@@ -15,7 +15,8 @@ cores).
 
 Each row also gives the controller's CPU per batch answered and its ratio to the raw floor (gunzip + parse
 + DuckDB append of the same batches with no checks: bench/ingest_floor.py) measured at the start of the run,
-and whether the step kept up (sent on schedule, every batch answered 200, p99 < 250 ms).
+and whether the step kept up (sent on schedule, every batch answered 200, p99 < 250 ms), and how many
+batches the writer's lanes committed per commit over the step (from the controller's /metrics).
 
 Usage: python bench/controller_load.py [--hosts 256,1024,2048,4096] [--seconds 40] [--interval 5]
        python bench/controller_load.py --compare-src /tmp/before   # the same steps for a controller run
@@ -43,6 +44,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -291,8 +293,31 @@ def _drive(
     results.put((result, cpu))
 
 
-def mark_start(marks: dict[str, float], pid: int) -> None:
+def mark_start(marks: dict[str, float], pid: int, port: int) -> None:
     marks["cpu"], marks["t"] = cpu_seconds(pid), time.monotonic()
+    marks["batches"], marks["commits"] = commit_counts(port)
+
+
+def commit_counts(port: int) -> tuple[float, float]:
+    """The controller's batches committed and commits (groups) so far, from its /metrics (loopback: no
+    token needed); zeros if it cannot be read."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as response:
+            text = response.read().decode()
+    except (OSError, http.client.HTTPException):
+        return 0.0, 0.0
+    values = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in (
+            "fleetguard_controller_batches_committed_total",
+            "fleetguard_controller_commit_seconds_count",
+        ):
+            values[name] = float(value)
+    return (
+        values.get("fleetguard_controller_batches_committed_total", 0.0),
+        values.get("fleetguard_controller_commit_seconds_count", 0.0),
+    )
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -405,10 +430,10 @@ def load(args: argparse.Namespace) -> None:
     time.sleep(3)
     print(
         "| controller | hosts | GPUs | batches/s (needed) | p50 ms | p99 ms | refused | failed | "
-        "controller CPU (cores) | CPU ms per batch | vs raw floor | controller RSS MB | "
+        "controller CPU (cores) | CPU ms per batch | vs raw floor | batches per commit | controller RSS MB | "
         "generator CPU (cores) | late sends | kept up, p99 < 250 ms | load before -> after |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
     try:
         for n in steps:
             # Interleaved per step: every controller meets the same moment's load, one at a time.
@@ -428,9 +453,13 @@ def run_step(c: Controller, hosts: list[str], args: argparse.Namespace, floor_ms
     load_window = LoadWindow(own_load=0.0)
     g0 = c.gen.cpu_seconds
     marks: dict[str, float] = {}
-    r = c.gen.run_step(hosts, args.seconds, args.interval, c.seqs, partial(mark_start, marks, c.proc.pid))
+    r = c.gen.run_step(
+        hosts, args.seconds, args.interval, c.seqs, partial(mark_start, marks, c.proc.pid, c.gen.port)
+    )
     wall = time.monotonic() - marks["t"]
     ctl_cpu = cpu_seconds(c.proc.pid) - marks["cpu"]
+    batches, commits = commit_counts(c.gen.port)
+    per_commit = (batches - marks["batches"]) / max(1.0, commits - marks["commits"])
     gcpu = (c.gen.cpu_seconds - g0) / wall
     c.sent_ok += r.ok
     p99 = quantile(r.latencies, 0.99)
@@ -441,7 +470,8 @@ def run_step(c: Controller, hosts: list[str], args: argparse.Namespace, floor_ms
         f"| {c.label} | {n} | {8 * n} | {r.sent / wall:.0f} ({needed:.0f}) | "
         f"{1000 * quantile(r.latencies, 0.5):.0f} | {1000 * p99:.0f} | {sum(r.refused.values())} "
         f"{dict(r.refused) or ''} | {r.failed} | {ctl_cpu / wall:.2f} | {per_batch_ms:.2f} | "
-        f"{per_batch_ms / floor_ms:.1f}x | {rss_mb(c.proc.pid):.0f} | {gcpu:.2f} | {r.late_sends} | "
+        f"{per_batch_ms / floor_ms:.1f}x | {per_commit:.1f} | {rss_mb(c.proc.pid):.0f} | {gcpu:.2f} | "
+        f"{r.late_sends} | "
         f"{'yes' if kept_up else 'no'} | {load_window.close().cell()} |",
         flush=True,
     )
