@@ -61,6 +61,12 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_seconds(pid: int) -> float:
+    """The CPU `pid` has spent (its own threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def tree_cpu_seconds(pid: int) -> float:
     """The CPU of `pid` and of every process below it (a controller's edge processes): the live ones', and
     what its reaped children spent."""
     try:
@@ -68,7 +74,7 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     own = sum(int(f) for f in fields[11:15]) / TICKS  # utime, stime, cutime, cstime
-    return own + sum(cpu_seconds(child) for child in children(pid))
+    return own + sum(tree_cpu_seconds(child) for child in children(pid))
 
 
 def children(pid: int) -> list[int]:
@@ -293,8 +299,13 @@ def _drive(
     results.put((result, cpu))
 
 
-def mark_start(marks: dict[str, float], pid: int, port: int) -> None:
+def mark_start(marks: dict[str, float], pid: int) -> None:
     marks["cpu"], marks["t"] = cpu_seconds(pid), time.monotonic()
+
+
+def mark_step(marks: dict[str, float], pid: int, port: int) -> None:
+    """A controller step's start: its process tree's CPU, the time, its commit counts."""
+    marks["cpu"], marks["t"] = tree_cpu_seconds(pid), time.monotonic()
     marks["batches"], marks["commits"] = commit_counts(port)
 
 
@@ -454,10 +465,10 @@ def run_step(c: Controller, hosts: list[str], args: argparse.Namespace, floor_ms
     g0 = c.gen.cpu_seconds
     marks: dict[str, float] = {}
     r = c.gen.run_step(
-        hosts, args.seconds, args.interval, c.seqs, partial(mark_start, marks, c.proc.pid, c.gen.port)
+        hosts, args.seconds, args.interval, c.seqs, partial(mark_step, marks, c.proc.pid, c.gen.port)
     )
     wall = time.monotonic() - marks["t"]
-    ctl_cpu = cpu_seconds(c.proc.pid) - marks["cpu"]
+    ctl_cpu = tree_cpu_seconds(c.proc.pid) - marks["cpu"]
     batches, commits = commit_counts(c.gen.port)
     per_commit = (batches - marks["batches"]) / max(1.0, commits - marks["commits"])
     gcpu = (c.gen.cpu_seconds - g0) / wall

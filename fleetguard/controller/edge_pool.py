@@ -160,6 +160,20 @@ class EdgePool:
             # loss tries again, and with none left requests are answered 503 after their wait.
             log.error("an edge process could not be started: %s", exc)
 
+    def exposition(self) -> list[str]:
+        """/metrics lines (ControllerStats.extra): the workers alive now and how many were replaced."""
+        with self._lock:
+            alive = len(self._all)
+        return [
+            "# HELP fleetguard_controller_edge_processes Edge processes alive ([controller] edge_processes).",
+            "# TYPE fleetguard_controller_edge_processes gauge",
+            f"fleetguard_controller_edge_processes {alive}",
+            "# HELP fleetguard_controller_edge_process_restarts_total Edge processes replaced after they "
+            "died, hung or answered garbage (each one's request was answered 503).",
+            "# TYPE fleetguard_controller_edge_process_restarts_total counter",
+            f"fleetguard_controller_edge_process_restarts_total {self.restarts}",
+        ]
+
     @property
     def busy(self) -> int:
         """Workers holding a request now."""

@@ -17,7 +17,7 @@ from typing import TextIO
 from fleetguard import stop_signals
 from fleetguard.clock import Clock, SystemClock
 from fleetguard.config import Config
-from fleetguard.controller.edge_pool import Edge, make_edge
+from fleetguard.controller.edge_pool import Edge, EdgePool, make_edge
 from fleetguard.controller.ingest import IngestWriter
 from fleetguard.controller.maintenance import Maintenance
 from fleetguard.controller.server import ApiSettings, ControllerApi, reads_need_token
@@ -141,6 +141,8 @@ def start_controller(config: Config, clock: Clock | None = None) -> RunningContr
             head_timeout_seconds=HEAD_TIMEOUT_SECONDS,
             max_connections_per_address=MAX_CONNECTIONS_PER_ADDRESS,
         )
+        if isinstance(edge, EdgePool):
+            stats.extra.append(edge.exposition)
         tls = tls_context(ctl.tls_cert, ctl.tls_key) if ctl.tls_cert else None
         server = HttpServer(api, address, port, limits, name="fleetguard-controller", ssl_context=tls)
     except BaseException:

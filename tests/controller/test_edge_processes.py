@@ -24,7 +24,7 @@ from fleetguard.controller.edge_wire import EdgeReplyError, decode_reply, encode
 from fleetguard.controller.validate import BatchRefused, IngestBatch, Refusal, parse_batch
 from fleetguard.records.findings import Finding, FindingKind, Severity
 from fleetguard.shipping.wire import columns_by_table, encode
-from tests.controller.helpers import Controller, Reply, batch, start_test_controller
+from tests.controller.helpers import Controller, Reply, batch, metric_value, start_test_controller
 
 
 def _bodies() -> list[tuple[str, bytes, str]]:
@@ -141,6 +141,9 @@ def test_a_worker_killed_while_it_holds_a_batch_loses_nothing_acknowledged_and_i
         assert (held.status, held.doc["reason"]) == (503, "overloaded")
         assert "Retry-After" in held.headers
         assert edge.restarts == 1 and edge.processes != [worker]
+        metrics = c.metrics()
+        assert metric_value(metrics, "fleetguard_controller_edge_process_restarts_total") == 1
+        assert metric_value(metrics, "fleetguard_controller_edge_processes") == 1
         # The agent sends it again: stored once, and the next ones go on.
         for seq in (3, 4):
             reply = c.ship(batch("node-a", seq))
