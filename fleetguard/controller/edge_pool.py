@@ -83,7 +83,9 @@ class EdgePool:
         if not 1 <= processes <= MAX_EDGE_PROCESSES:
             raise ValueError(f"edge processes: expected 1 to {MAX_EDGE_PROCESSES}")
         self._timeout = timeout_seconds
+        self._size = processes
         self._lock = threading.Lock()
+        self._topping_up = threading.Lock()  # one thread at a time starts missing workers
         self._stopped = False
         self._all: set[_Worker] = set()  # every live worker, idle or busy (under _lock)
         self._idle: queue.Queue[_Worker] = queue.Queue()
@@ -118,6 +120,7 @@ class EdgePool:
         return worker
 
     def parse(self, body: bytes, host: str, *, compressed: bool, now: float) -> IngestBatch:
+        self._top_up()
         try:
             worker = self._idle.get(timeout=WAIT_FOR_WORKER_SECONDS)
         except queue.Empty:
@@ -150,15 +153,30 @@ class EdgePool:
             why,
             worker.process.returncode,
         )
-        self.restarts += 1
+        with self._lock:
+            self.restarts += 1
+        self._top_up()
+
+    def _top_up(self) -> None:
+        """Start the workers the pool is short of (after a loss, or a start that failed before)."""
+        with self._lock:
+            short = not self._stopped and len(self._all) < self._size
+        if not short or not self._topping_up.acquire(blocking=False):
+            return
         try:
-            self._idle.put(self._spawn())
+            while True:
+                with self._lock:
+                    if self._stopped or len(self._all) >= self._size:
+                        return
+                self._idle.put(self._spawn())
         except BatchRefused:
             pass  # stopping
         except OSError as exc:
-            # No process could be started (out of memory, pids): the pool is one worker short; the next
-            # loss tries again, and with none left requests are answered 503 after their wait.
+            # No process could be started (out of memory, pids): the pool is short; the next request
+            # tries again, and with no worker at all requests are answered 503 after their wait.
             log.error("an edge process could not be started: %s", exc)
+        finally:
+            self._topping_up.release()
 
     def exposition(self) -> list[str]:
         """/metrics lines (ControllerStats.extra): the workers alive now and how many were replaced."""

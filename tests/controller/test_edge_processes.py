@@ -240,3 +240,33 @@ def test_a_worker_that_does_not_answer_in_time_is_replaced_and_its_request_answe
         assert pool.parse(body, "node-a", compressed=True, now=time.time()).seq == 1
     finally:
         pool.stop()
+
+
+def test_a_worker_that_could_not_be_started_is_started_by_the_next_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import subprocess
+
+    pool = EdgePool(1)
+    try:
+        (worker,) = pool.processes
+        os.kill(worker, signal.SIGKILL)
+        real_popen = subprocess.Popen
+        failures = [OSError(11, "Resource temporarily unavailable")]
+
+        def popen_failing_once(*args: object, **kwargs: object) -> object:
+            if failures:
+                raise failures.pop()  # the machine out of processes, once
+            return real_popen(*args, **kwargs)  # type: ignore[call-overload]
+
+        monkeypatch.setattr(subprocess, "Popen", popen_failing_once)  # the module edge_pool calls it through
+        body = encode(batch("node-a", 1))
+        with pytest.raises(BatchRefused):  # its worker is gone and none could be started in its place
+            pool.parse(body, "node-a", compressed=True, now=time.time())
+        assert pool.processes == [] and not failures
+        assert (
+            pool.parse(body, "node-a", compressed=True, now=time.time()).seq == 1
+        )  # started, not waited for
+        assert len(pool.processes) == 1
+    finally:
+        pool.stop()
