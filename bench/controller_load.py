@@ -15,7 +15,8 @@ cores).
 
 Each row also gives the controller's CPU per batch answered and its ratio to the raw floor (gunzip + parse
 + DuckDB append of the same batches with no checks: bench/ingest_floor.py) measured at the start of the run,
-and whether the step kept up (sent on schedule, every batch answered 200, p99 < 250 ms).
+and whether the step kept up (sent on schedule, every batch answered 200, p99 < 250 ms), and how many
+batches the writer's lanes committed per commit over the step (from the controller's /metrics).
 
 Usage: python bench/controller_load.py [--hosts 256,1024,2048,4096] [--seconds 40] [--interval 5]
        python bench/controller_load.py --compare-src /tmp/before   # the same steps for a controller run
@@ -28,6 +29,7 @@ Usage: python bench/controller_load.py [--hosts 256,1024,2048,4096] [--seconds 4
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import http.client
 import json
@@ -42,6 +44,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -58,13 +61,38 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_seconds(pid: int) -> float:
+    """The CPU `pid` has spent (its own threads)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """The CPU of `pid` and of every process below it (a controller's edge processes): the live ones', and
+    what its reaped children spent."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    own = sum(int(f) for f in fields[11:15]) / TICKS  # utime, stime, cutime, cstime
+    return own + sum(tree_cpu_seconds(child) for child in children(pid))
+
+
+def children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            out += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
 def rss_mb(pid: int, key: str = "VmRSS") -> float:
-    match = re.search(rf"{key}:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
-    return int(match.group(1)) / 1024 if match else 0.0
+    """`key` of `pid` and of every process below it, summed (MB)."""
+    try:
+        match = re.search(rf"{key}:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
+    except OSError:
+        return 0.0
+    own = int(match.group(1)) / 1024 if match else 0.0
+    return own + sum(rss_mb(child, key) for child in children(pid))
 
 
 def simulated_rounds(rounds: int, compact: bool, start: float = 1_795_000_000.0) -> list[list[object]]:
@@ -275,6 +303,34 @@ def mark_start(marks: dict[str, float], pid: int) -> None:
     marks["cpu"], marks["t"] = cpu_seconds(pid), time.monotonic()
 
 
+def mark_step(marks: dict[str, float], pid: int, port: int) -> None:
+    """A controller step's start: its process tree's CPU, the time, its commit counts."""
+    marks["cpu"], marks["t"] = tree_cpu_seconds(pid), time.monotonic()
+    marks["batches"], marks["commits"] = commit_counts(port)
+
+
+def commit_counts(port: int) -> tuple[float, float]:
+    """The controller's batches committed and commits (groups) so far, from its /metrics (loopback: no
+    token needed); zeros if it cannot be read."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as response:
+            text = response.read().decode()
+    except (OSError, http.client.HTTPException):
+        return 0.0, 0.0
+    values = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in (
+            "fleetguard_controller_batches_committed_total",
+            "fleetguard_controller_commit_seconds_count",
+        ):
+            values[name] = float(value)
+    return (
+        values.get("fleetguard_controller_batches_committed_total", 0.0),
+        values.get("fleetguard_controller_commit_seconds_count", 0.0),
+    )
+
+
 def quantile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -310,13 +366,22 @@ class Controller:
 
 
 def start_controller(
-    label: str, root: Path, port: int, tokens: dict[str, str], text: str, args: argparse.Namespace, src: str
+    label: str,
+    root: Path,
+    port: int,
+    tokens: dict[str, str],
+    text: str,
+    args: argparse.Namespace,
+    src: str,
+    edge_processes: int | None = None,
 ) -> Controller:
     """`fleetguard controller` on `port`, run from this tree, or from source tree `src` (a before/after
-    comparison in one run: the same machine, load and generator)."""
+    comparison in one run: the same machine, load and generator); `edge_processes`: that setting (None: the
+    default)."""
     root.mkdir(parents=True)
+    edge = "" if edge_processes is None else f"edge_processes = {edge_processes}\n"
     (root / "ctl.toml").write_text(
-        f'[controller]\nlisten = "127.0.0.1:{port}"\ntokens_file = "{root.parent}/tokens.json"\n'
+        f'[controller]\nlisten = "127.0.0.1:{port}"\ntokens_file = "{root.parent}/tokens.json"\n{edge}'
         f'[store]\npath = "{root}/ctl.duckdb"\n[dashboard]\nenabled = false\n'
     )
     env = {**os.environ, "PYTHONPATH": src} if src else None
@@ -366,18 +431,20 @@ def load(args: argparse.Namespace) -> None:
     root = Path(tempfile.mkdtemp(prefix="fg-controller-load-"))
     hosts_all = [f"host-{i:05d}" for i in range(max(steps))]
     tokens = add_tokens(root / "tokens.json", hosts_all)
-    sources = [("this tree", "")] + [(f"before ({src})", src) for src in args.compare_src]
+    sources: list[tuple[str, str, int | None]] = [("this tree", "", None)]
+    sources += [(f"this tree, edge_processes = {n}", "", n) for n in args.edge_processes]
+    sources += [(f"before ({src})", src, None) for src in args.compare_src]
     ctls = [
-        start_controller(label, root / f"ctl{k}", args.port + k, tokens, text, args, src)
-        for k, (label, src) in enumerate(sources)
+        start_controller(label, root / f"ctl{k}", args.port + k, tokens, text, args, src, edge)
+        for k, (label, src, edge) in enumerate(sources)
     ]
     time.sleep(3)
     print(
         "| controller | hosts | GPUs | batches/s (needed) | p50 ms | p99 ms | refused | failed | "
-        "controller CPU (cores) | CPU ms per batch | vs raw floor | controller RSS MB | "
+        "controller CPU (cores) | CPU ms per batch | vs raw floor | batches per commit | controller RSS MB | "
         "generator CPU (cores) | late sends | kept up, p99 < 250 ms | load before -> after |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
     try:
         for n in steps:
             # Interleaved per step: every controller meets the same moment's load, one at a time.
@@ -397,9 +464,13 @@ def run_step(c: Controller, hosts: list[str], args: argparse.Namespace, floor_ms
     load_window = LoadWindow(own_load=0.0)
     g0 = c.gen.cpu_seconds
     marks: dict[str, float] = {}
-    r = c.gen.run_step(hosts, args.seconds, args.interval, c.seqs, partial(mark_start, marks, c.proc.pid))
+    r = c.gen.run_step(
+        hosts, args.seconds, args.interval, c.seqs, partial(mark_step, marks, c.proc.pid, c.gen.port)
+    )
     wall = time.monotonic() - marks["t"]
-    ctl_cpu = cpu_seconds(c.proc.pid) - marks["cpu"]
+    ctl_cpu = tree_cpu_seconds(c.proc.pid) - marks["cpu"]
+    batches, commits = commit_counts(c.gen.port)
+    per_commit = (batches - marks["batches"]) / max(1.0, commits - marks["commits"])
     gcpu = (c.gen.cpu_seconds - g0) / wall
     c.sent_ok += r.ok
     p99 = quantile(r.latencies, 0.99)
@@ -410,7 +481,8 @@ def run_step(c: Controller, hosts: list[str], args: argparse.Namespace, floor_ms
         f"| {c.label} | {n} | {8 * n} | {r.sent / wall:.0f} ({needed:.0f}) | "
         f"{1000 * quantile(r.latencies, 0.5):.0f} | {1000 * p99:.0f} | {sum(r.refused.values())} "
         f"{dict(r.refused) or ''} | {r.failed} | {ctl_cpu / wall:.2f} | {per_batch_ms:.2f} | "
-        f"{per_batch_ms / floor_ms:.1f}x | {rss_mb(c.proc.pid):.0f} | {gcpu:.2f} | {r.late_sends} | "
+        f"{per_batch_ms / floor_ms:.1f}x | {per_commit:.1f} | {rss_mb(c.proc.pid):.0f} | {gcpu:.2f} | "
+        f"{r.late_sends} | "
         f"{'yes' if kept_up else 'no'} | {load_window.close().cell()} |",
         flush=True,
     )
@@ -593,6 +665,15 @@ def main() -> None:
         metavar="DIR",
         help="also run a controller from this source tree (e.g. `git archive` of the commit before), step "
         "by step beside this tree's: before and after in one run",
+    )
+    parser.add_argument(
+        "--edge-processes",
+        action="append",
+        type=int,
+        default=[],
+        metavar="N",
+        help="also run this tree's controller with [controller] edge_processes = N, step by step beside "
+        "the default one (CPU and RSS count its edge processes)",
     )
     parser.add_argument("--footprint", action="store_true")
     parser.add_argument("--footprint-seconds", type=int, default=1800)

@@ -7,7 +7,7 @@ GIL's wait: a probe thread here and a probe process beside it each sleep 1 ms in
 thread sees over the process is time spent waiting for this interpreter's lock (the machine's load delays
 both alike).
 
-Usage: python bench/controller_threads.py [--hosts 2048] [--seconds 20]
+Usage: python bench/controller_threads.py [--hosts 2048] [--seconds 20] [--edge-processes N]
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.controller_load import Generator, quantile, template
+from bench.controller_load import Generator, cpu_seconds, quantile, template
 from bench.machine_load import LoadWindow
 from fleetguard.config import load_config
+from fleetguard.controller.edge_pool import EdgePool
 from fleetguard.controller.process import start_controller
 from fleetguard.controller.tokens import add_tokens
 
@@ -70,6 +71,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--interval", type=float, default=5.0)
     parser.add_argument("--port", type=int, default=19590)
+    parser.add_argument("--edge-processes", type=int, default=0, help="[controller] edge_processes")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="fg-controller-threads-"))
     text, _rows = template(int(args.interval))
@@ -81,9 +83,15 @@ def main() -> None:
             "controller.tokens_file": str(root / "tokens.json"),
             "store.path": str(root / "ctl.duckdb"),
             "dashboard.enabled": False,
+            "controller.edge_processes": args.edge_processes,
         }
     )
     running = start_controller(config)
+
+    def edge_cpu() -> float:
+        edge = running.api.edge
+        return sum(cpu_seconds(pid) for pid in edge.processes) if isinstance(edge, EdgePool) else 0.0
+
     ctx = multiprocessing.get_context("fork")
     lags_out: multiprocessing.Queue[list[float]] = ctx.Queue()
     in_lags: list[float] = []
@@ -91,7 +99,7 @@ def main() -> None:
     marks: dict[str, object] = {}
 
     def at_start() -> None:
-        marks["cpu"], marks["t"] = thread_cpu(), time.monotonic()
+        marks["cpu"], marks["t"], marks["edge"] = thread_cpu(), time.monotonic(), edge_cpu()
         ctx.Process(target=_probe_process, args=(args.seconds, lags_out), daemon=True).start()
         threading.Thread(target=probe, args=(stop, in_lags, args.seconds), name="gil-probe").start()
 
@@ -102,6 +110,8 @@ def main() -> None:
         )
         wall = time.monotonic() - marks["t"]  # type: ignore[operator]
         after = thread_cpu()
+        if args.edge_processes:
+            after["edge processes (gunzip, decode, checks)"] = edge_cpu() - marks["edge"]  # type: ignore[operator]
         stop.set()
         out_lags = lags_out.get(timeout=60)
     finally:

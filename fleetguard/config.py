@@ -148,6 +148,9 @@ class PredictorConfig:
     retrain_timeout_seconds: float = 3600.0
 
 
+MAX_EDGE_PROCESSES = 16  # [controller] edge_processes: more than the cores of a controller's host is waste
+
+
 @dataclass(frozen=True)
 class ControllerConfig:
     """The fleet controller (`fleetguard controller`): ingest from agents, read API, cross-host analysis."""
@@ -158,6 +161,10 @@ class ControllerConfig:
     tls_key: str = ""
     max_body_bytes: int = 8 << 20  # compressed request body
     max_queue_batches: int = 1024  # accepted, not committed (~250 KB each parsed); past it: 503 + Retry-After
+    # Processes that gunzip, decode and check ingest bodies beside the controller's interpreter (0: on its
+    # handler threads). Each is ~42 MB; more CPU in all, less under the one interpreter's lock: it made a
+    # 2-core controller dearer (BENCHMARKS.md, "The edge in worker processes"), hence off by default.
+    edge_processes: int = 0
     silent_after_seconds: float = 0.0  # 0: three of the host's flush intervals plus 10 s
     correlation_window_seconds: float = 300.0
     correlation_min_hosts: int = 3
@@ -523,6 +530,8 @@ def _validate_shipping(config: Config) -> None:
         raise ConfigError("controller.max_body_bytes: must be from 1 KiB to 1 GiB")
     if not 1 <= ctl.max_queue_batches <= 1_000_000:
         raise ConfigError("controller.max_queue_batches: must be from 1 to 1000000")
+    if not 0 <= ctl.edge_processes <= MAX_EDGE_PROCESSES:
+        raise ConfigError(f"controller.edge_processes: must be from 0 to {MAX_EDGE_PROCESSES}")
     if not 0 <= ctl.silent_after_seconds <= 86400:
         raise ConfigError("controller.silent_after_seconds: must be within 0..86400")
     if not 1 <= ctl.correlation_window_seconds <= 86400:

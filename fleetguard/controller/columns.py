@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
 import duckdb
 import numpy as np
 
-from fleetguard.shipping.wire import Columns
 from fleetguard.store.ingest_order import ORDERED_TABLES, SEQ_COLUMN, statement_seq_sql
 from fleetguard.store.schema import TABLES, Column, Table, quote_ident
 
@@ -28,7 +27,7 @@ def _defaults(table: Table) -> dict[str, object]:
 _DEFAULTS = {name: _defaults(table) for name, table in TABLES.items()}
 
 
-def concat(table: Table, parts: Sequence[Columns]) -> dict[str, Any]:
+def concat(table: Table, parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The columns of several batches for one table, one array per column (a column a batch lacks is its
     default there). Columns that are NULL in every row are left out: the INSERT leaves them NULL, and DuckDB
     converts a column of Python None objects one value at a time (half the cost of a GPU sample insert)."""
@@ -36,11 +35,19 @@ def concat(table: Table, parts: Sequence[Columns]) -> dict[str, Any]:
     defaults = _DEFAULTS[table.name]
     out: dict[str, Any] = {}
     for column in table.columns:
-        values: list[Any] = []
-        for part, n in zip(parts, lengths, strict=True):
-            got = part.get(column.name)
-            values.extend(got if got is not None else [defaults[column.name]] * n)
-        array = as_array(column, values)
+        got_parts = [part.get(column.name) for part in parts]
+        if all(isinstance(got, np.ndarray) for got in got_parts):
+            # Arrays of the column's dtype from the edge processes (edge_wire): joined in one step.
+            joined: Any = np.concatenate(cast(list[Any], got_parts))
+            array = _microseconds(joined) if column.is_timestamp else joined
+        else:
+            values: list[Any] = []
+            for got, n in zip(got_parts, lengths, strict=True):
+                if isinstance(got, np.ndarray):
+                    values.extend(got.tolist())
+                else:
+                    values.extend(got if got is not None else [defaults[column.name]] * n)
+            array = as_array(column, values)
         if column.nullable and _all_null(array):
             continue
         out[column.name] = array

@@ -17,6 +17,7 @@ from typing import TextIO
 from fleetguard import stop_signals
 from fleetguard.clock import Clock, SystemClock
 from fleetguard.config import Config
+from fleetguard.controller.edge_pool import Edge, EdgePool, make_edge
 from fleetguard.controller.ingest import IngestWriter
 from fleetguard.controller.maintenance import Maintenance
 from fleetguard.controller.server import ApiSettings, ControllerApi, reads_need_token
@@ -110,6 +111,7 @@ def start_controller(config: Config, clock: Clock | None = None) -> RunningContr
     address, port = split_listen(ctl.listen)
     tokens = TokenBook(Path(ctl.tokens_file))
     store = Store.open(config.store.path)
+    edge: Edge | None = None
     try:
         store.connection.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
         store.connection.execute(f"SET memory_limit = '{DUCKDB_MEMORY_LIMIT}'")
@@ -130,6 +132,7 @@ def start_controller(config: Config, clock: Clock | None = None) -> RunningContr
                 silent_after_seconds=ctl.silent_after_seconds,
                 model_dir=config.predictor.model_dir,
             ),
+            edge := make_edge(ctl.edge_processes),
         )
         limits = Limits(
             workers=WORKERS,
@@ -138,9 +141,13 @@ def start_controller(config: Config, clock: Clock | None = None) -> RunningContr
             head_timeout_seconds=HEAD_TIMEOUT_SECONDS,
             max_connections_per_address=MAX_CONNECTIONS_PER_ADDRESS,
         )
+        if isinstance(edge, EdgePool):
+            stats.extra.append(edge.exposition)
         tls = tls_context(ctl.tls_cert, ctl.tls_key) if ctl.tls_cert else None
         server = HttpServer(api, address, port, limits, name="fleetguard-controller", ssl_context=tls)
     except BaseException:
+        if edge is not None:
+            edge.stop()
         store.close()
         raise
     writer.start()

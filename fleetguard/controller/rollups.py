@@ -90,9 +90,8 @@ class Rollups:
     def touched(self, tables: dict[str, Columns]) -> None:
         minutes: set[int] = set()
         for name in ("gpu_samples", "nic_counters"):
-            columns = tables.get(name)
-            if columns and columns.get("ts"):
-                ts = columns["ts"]
+            ts = (tables.get(name) or {}).get("ts")
+            if ts is not None and len(ts):  # a list, or an array from the edge processes (edge_wire)
                 lo, hi = int(min(ts) // 60), int(max(ts) // 60)
                 minutes.update(range(lo, min(hi, lo + 1440) + 1))  # at most a day per batch
         if minutes:

@@ -16,11 +16,12 @@ import duckdb
 from fleetguard.clock import Clock
 from fleetguard.controller import model_api, read_api
 from fleetguard.controller.command_queue import CommandRefused
+from fleetguard.controller.edge_pool import Edge, InProcessEdge
 from fleetguard.controller.export_api import ExportRefused, ExportSnapshots
 from fleetguard.controller.ingest import IngestWriter
 from fleetguard.controller.stats import ControllerStats, render
 from fleetguard.controller.tokens import Identity, Role, TokenBook
-from fleetguard.controller.validate import BatchRefused, Refusal, parse_batch
+from fleetguard.controller.validate import BatchRefused, Refusal
 from fleetguard.httpserve import HttpError, Request, Response
 from fleetguard.shipping.commands import CommandKind
 from fleetguard.store import Store
@@ -28,8 +29,6 @@ from fleetguard.store.repair_tables import MAX_SINCE_SECONDS, repairs_document
 
 COMMIT_WAIT_SECONDS = 30.0  # past this the agent is told 503 and re-sends; the ledger stores it once
 MAX_IN_FLIGHT_PER_HOST = 4
-# Parsing is CPU under the GIL: more at once is no faster, and bounds the memory requests can hold.
-MAX_CONCURRENT_PARSES = 2
 DEFAULT_REPAIRS_SECONDS = 30 * 86400.0  # `fleetguard repairs --since`'s default
 
 
@@ -66,6 +65,7 @@ class ControllerApi:
         stats: ControllerStats,
         clock: Clock,
         settings: ApiSettings,
+        edge: Edge | None = None,
     ) -> None:
         self.store = store
         self.writer = writer
@@ -75,7 +75,8 @@ class ControllerApi:
         self.settings = settings
         self._in_flight: dict[str, int] = {}
         self._lock = threading.Lock()
-        self._parsing = threading.BoundedSemaphore(MAX_CONCURRENT_PARSES)
+        # gunzip, decode and every check of a body: in this process, or in edge processes (edge_pool)
+        self.edge: Edge = edge or InProcessEdge()
         self._local = threading.local()
         self.exports = ExportSnapshots(store.path)
         self._routes: dict[tuple[str, str], Callable[[Request], Response]] = {
@@ -126,10 +127,9 @@ class ControllerApi:
             encoding = request.headers.get("content-encoding", "identity").lower()
             if encoding not in ("gzip", "identity"):
                 raise BatchRefused(Refusal.MALFORMED, f"Content-Encoding {encoding[:20]!r} is not gzip")
-            with self._parsing:
-                batch = parse_batch(
-                    request.body, identity.host, compressed=encoding == "gzip", now=self.clock.time()
-                )
+            batch = self.edge.parse(
+                request.body, identity.host, compressed=encoding == "gzip", now=self.clock.time()
+            )
             return self._commit(batch.host, batch)
         except BatchRefused as exc:
             return self._refused(exc)
@@ -301,8 +301,10 @@ class ControllerApi:
         return Response(200, body, "application/vnd.apache.parquet")
 
     def close(self) -> None:
-        """Remove what the API keeps on disk (an export's snapshot); after the server has stopped."""
+        """Remove what the API keeps on disk (an export's snapshot) and end the edge processes; after the
+        server has stopped."""
         self.exports.close()
+        self.edge.stop()
 
     def metrics(self, request: Request) -> Response:
         # Host names, job and silence states: as much a read of the fleet as /v1/hosts, so the same rule.

@@ -24,7 +24,7 @@ from fleetguard.httpserve import holds_lone_surrogate
 from fleetguard.records.bounds import INT64_MAX, INT64_MIN, UINT64_MAX
 from fleetguard.records.findings import CONTROLLER_FINDING_KINDS, FLEET_COPY_PREFIX
 from fleetguard.shipping.commands import CommandAck, ack_from_json
-from fleetguard.shipping.wire import WIRE_VERSION, Columns
+from fleetguard.shipping.wire import WIRE_VERSION
 from fleetguard.store.schema import TABLES, Column, Table
 
 # A real batch inflates to ~40 KB (one flush of an 8-GPU host); the first after a start to ~200 KB. Parsed
@@ -85,7 +85,8 @@ class IngestBatch:
     sent_ts: float
     interval_seconds: float
     agent_version: str
-    tables: dict[str, Columns]
+    # Column name -> values: lists, or (from edge processes, edge_wire) numpy arrays for number columns.
+    tables: dict[str, dict[str, Any]]
     acks: list[CommandAck] = field(default_factory=list)
     rows: int = 0
 
