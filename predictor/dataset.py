@@ -172,37 +172,47 @@ def build_instances_sql(
         f"count(*) FILTER (WHERE kind = '{k.replace(chr(39), chr(39) * 2)}') AS e{j}"
         for j, k in enumerate(kinds)
     ]
+    # Each distinct window aggregate once (`windows`), the features from them (`features`): DuckDB computes a
+    # window expression as often as it is written, and mean, std, delta and growth share theirs.
+    unbounded = "(PARTITION BY device_id ORDER BY b ROWS UNBOUNDED PRECEDING)"
+    windows = []
     features = []
     for i, c in enumerate(columns):
-        n = f"sum(n{i}) OVER w"
-        mean = f"sum(s{i}) OVER w / nullif({n}, 0)"
+        windows += [
+            f"sum(n{i}) OVER w AS w_n{i}, sum(s{i}) OVER w AS w_s{i}, sum(ss{i}) OVER w AS w_ss{i}",
+            f"min(lo{i}) OVER w AS w_lo{i}, max(hi{i}) OVER w AS w_hi{i}",
+            f"last_value(la{i} IGNORE NULLS) OVER w AS w_la{i}",
+            f"first_value(fi{i} IGNORE NULLS) OVER w AS w_fi{i}",
+            f"regr_slope(s{i} / nullif(n{i}, 0), b) OVER w AS w_sl{i}",
+            f"first_value(fi{i} IGNORE NULLS) OVER {unbounded} AS w_g{i}",
+        ]
+        mean = f"w_s{i} / nullif(w_n{i}, 0)"
         features += [
             f"{mean} AS {quote(c + '__mean')}",
-            f"sqrt(greatest(sum(ss{i}) OVER w / nullif({n}, 0) - pow({mean}, 2), 0)) AS {quote(c + '__std')}",
-            f"min(lo{i}) OVER w AS {quote(c + '__min')}",
-            f"max(hi{i}) OVER w AS {quote(c + '__max')}",
-            f"last_value(la{i} IGNORE NULLS) OVER w AS {quote(c + '__last')}",
-            f"last_value(la{i} IGNORE NULLS) OVER w - first_value(fi{i} IGNORE NULLS) OVER w "
-            f"AS {quote(c + '__delta')}",
-            f"regr_slope(s{i} / nullif(n{i}, 0), b) OVER w AS {quote(c + '__slope')}",
-            f"last_value(la{i} IGNORE NULLS) OVER w - first_value(fi{i} IGNORE NULLS) OVER "
-            f"(PARTITION BY device_id ORDER BY b ROWS UNBOUNDED PRECEDING) AS {quote(c + '__growth')}",
+            f"sqrt(greatest(w_ss{i} / nullif(w_n{i}, 0) - pow({mean}, 2), 0)) AS {quote(c + '__std')}",
+            f"w_lo{i} AS {quote(c + '__min')}",
+            f"w_hi{i} AS {quote(c + '__max')}",
+            f"w_la{i} AS {quote(c + '__last')}",
+            f"w_la{i} - w_fi{i} AS {quote(c + '__delta')}",
+            f"w_sl{i} AS {quote(c + '__slope')}",
+            f"w_la{i} - w_g{i} AS {quote(c + '__growth')}",
         ]
     for i, (c, values) in enumerate(categories):
+        windows.append(f"last_value(cat{i} IGNORE NULLS) OVER w AS w_cat{i}")
         for v in values:
             literal = "'" + v.replace("'", "''") + "'"
             features.append(
-                f"CAST(coalesce(last_value(cat{i} IGNORE NULLS) OVER w = {literal}, false) AS DOUBLE) "
+                f"CAST(coalesce(w_cat{i} = {literal}, false) AS DOUBLE) "
                 f"AS {quote(category_feature_name(c, v))}"
             )
     for j, k in enumerate(kinds):
-        features.append(f"coalesce(sum(e{j}) OVER w, 0) AS {quote(event_feature_name(k))}")
-    features += [
-        "coalesce(sum(nf) OVER w, 0) AS failures__count",
-        "coalesce((b + 1) * $step - max(last_fail) OVER "
-        "(PARTITION BY device_id ORDER BY b ROWS UNBOUNDED PRECEDING), "
-        "1e9) / 3600.0 AS hours_since_last_failure",
+        windows.append(f"coalesce(sum(e{j}) OVER w, 0) AS w_e{j}")
+        features.append(f"w_e{j} AS {quote(event_feature_name(k))}")
+    windows += [
+        "coalesce(sum(nf) OVER w, 0) AS w_failures",
+        f"coalesce((b + 1) * $step - max(last_fail) OVER {unbounded}, 1e9) / 3600.0 AS w_since_failure",
     ]
+    features += ["w_failures AS failures__count", "w_since_failure AS hours_since_last_failure"]
     aggs = ", ".join(bucket_aggs)
     ev = "".join(", " + a for a in event_aggs)
     sql = f"""
@@ -220,9 +230,12 @@ keys AS (SELECT device_id, b FROM sb UNION SELECT device_id, b FROM eb),
 joined AS (
   SELECT *, {firsts}, {lasts} FROM keys LEFT JOIN sb USING (device_id, b) LEFT JOIN eb USING (device_id, b)
 ),
-feats AS (
-  SELECT device_id, b, n_rows, CAST((b + 1) * $step AS DOUBLE) AS ts, {", ".join(features)}
+wins AS (
+  SELECT device_id, b, n_rows, {", ".join(windows)}
   FROM joined WINDOW w AS ({_window_clause(spec.window_steps)})
+),
+feats AS (
+  SELECT device_id, b, n_rows, CAST((b + 1) * $step AS DOUBLE) AS ts, {", ".join(features)} FROM wins
 ),
 fail AS (SELECT device_id, ts AS fail_ts FROM {incidents_sql()}),
 data_end AS (

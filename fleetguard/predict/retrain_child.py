@@ -139,8 +139,14 @@ def _compare(con: Any, candidate: Any, serving: Any, start: float, end: float) -
     from predictor.sliding import labels_known_at
 
     scored = []
+    built: dict[tuple[Any, ...], Any] = {}
     for loaded, table in ((candidate, "fg_gate_candidate"), (serving, "fg_gate_serving")):
-        inst = artifact.model_instances(con, loaded, table)
+        # A candidate cut like the serving model (the usual case: the same columns, spec, event kinds and
+        # categories) has the same instances: built once, the feature SQL being most of a gate's cost.
+        shape = _instance_shape(loaded)
+        if shape not in built:
+            built[shape] = artifact.model_instances(con, loaded, table)
+        inst = built[shape]
         known = labels_known_at(inst, end, loaded.spec.horizon_seconds)
         keep = (inst.ts >= start) & (inst.ts < end) & ~np.isnan(known)
         inst = inst.subset(keep)
@@ -163,6 +169,11 @@ def _compare(con: Any, candidate: Any, serving: Any, start: float, end: float) -
     out = figures.to_json()
     out["current_model_id"] = serving.model_id
     return out
+
+
+def _instance_shape(loaded: Any) -> tuple[Any, ...]:
+    """What a model's instances are built from: two models equal in it get the same instances."""
+    return (loaded.feature_columns, loaded.spec, loaded.event_kinds, loaded.categories, loaded.feature_names)
 
 
 if __name__ == "__main__":

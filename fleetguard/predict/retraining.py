@@ -58,7 +58,9 @@ MAX_LOG_TAIL_BYTES = 2048
 # Models keep their files while among the newest this many (the active one always): the registry keeps
 # every model's row, the disk only what a promotion or rollback can still use.
 MAX_MODELS_WITH_FILES = 20
-POLL_SECONDS = 2.0  # how often the maintenance thread looks at a running child and at operator requests
+# How often the maintenance thread looks at a running child and at operator requests: its own tick, so a
+# finished retrain is recorded and a request carried out within a second (a poll() and a directory listing).
+POLL_SECONDS = 1.0
 
 
 @dataclass

@@ -4,6 +4,7 @@ executor (cordon_command) -> ack in the agent's next batch; run once however oft
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 import urllib.request
@@ -46,8 +47,10 @@ def test_a_cordon_from_the_controller_runs_once_on_the_right_host(tmp_path: Path
         "{host}",
     ]
     runtime = f"port = 0\ncordon_command = {json.dumps(argv)}\n"
-    agent = fleet.start_agent("a1", 1, duration=20, runtime=runtime)
-    bystander = fleet.start_agent("a2", 2, duration=20, runtime=runtime)
+    # both agents run until the test stops them (SIGTERM) once the command is acked and more batches have
+    # gone by: no duration to guess that outlasts the ack on a loaded machine, and none to wait out after it
+    agent = fleet.start_agent("a1", 1, duration=300, runtime=runtime)
+    bystander = fleet.start_agent("a2", 2, duration=300, runtime=runtime)
     try:
         fleet.wait_for_hosts({"a1", "a2"})
         command_id = _post_command(fleet, operator, "a1")
@@ -56,8 +59,9 @@ def test_a_cordon_from_the_controller_runs_once_on_the_right_host(tmp_path: Path
             time.sleep(0.2)  # polling a real fleet of processes: it offers no event to wait on
         time.sleep(3)  # more batches and replies: the command must not run again
         [command] = _commands(fleet)
-        summary(agent)
-        summary(bystander)
+        for proc in (agent, bystander):
+            proc.send_signal(signal.SIGTERM)
+            summary(proc)
     finally:
         stop(controller)
     assert (command["command_id"], command["outcome"]) == (command_id, "done")

@@ -84,7 +84,7 @@ def _wait(what: str, seconds: float, check: Callable[[], Any]) -> Any:
         found = check()
         if found:
             return found
-        time.sleep(1.0)
+        time.sleep(0.2)  # polling a real controller and its retrain child: no event to wait on
     raise AssertionError(f"no {what} within {seconds:.0f} s")
 
 
