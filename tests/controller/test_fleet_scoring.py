@@ -36,6 +36,7 @@ SHORT_STEP_DEMO = DemoShape(
 # bursts (60 s) are under way in the first samples; the GPU falling off the bus (170 s) stays out of the run
 HEAD_START = 60.0
 SCORE_INTERVAL = 1.0
+DIAGNOSIS_INTERVAL = 1.0  # [diagnosis] interval_seconds: findings become incidents within a second
 
 
 @pytest.fixture(scope="module")
@@ -51,11 +52,21 @@ def _at_risk_findings(fleet: Fleet) -> int:
     return sum(1 for f in doc["findings"] if f["kind"] == "at_risk_gpu")
 
 
+def _watching_incidents(fleet: Fleet) -> int:
+    """Open warning incidents on GPUs (what at-risk findings become), from the controller's read API."""
+    with urllib.request.urlopen(fleet.url + "/v1/fleet", timeout=10) as response:
+        doc = json.loads(response.read())
+    return sum(
+        1 for i in doc["worst_incidents"] if i["component_kind"] == "gpu" and i["severity"] == "warning"
+    )
+
+
 def test_a_controller_with_a_model_scores_its_agents_gpus(tmp_path: Path, model_dir: Path) -> None:
     fleet = Fleet(tmp_path, free_port())
     try:
         controller = fleet.start_controller(
             f'[predictor]\nmodel_dir = "{model_dir}"\nscore_interval_seconds = {SCORE_INTERVAL}\n'
+            f"[diagnosis]\ninterval_seconds = {DIAGNOSIS_INTERVAL}\n"
         )
         agent = fleet.start_agent("gpu-a", seed=1, duration=600, simulate="1x8", head_start=HEAD_START)
         fleet.wait_for_hosts({"gpu-a"})
@@ -69,7 +80,10 @@ def test_a_controller_with_a_model_scores_its_agents_gpus(tmp_path: Path, model_
             time.sleep(0.5)  # polling a real controller process: it offers no event to wait on
         agent.send_signal(signal.SIGTERM)
         done = summary(agent)
-        time.sleep(2 * SCORE_INTERVAL)  # two more scoring rounds (and an incident round) over the last rows
+        time.sleep(2 * SCORE_INTERVAL)  # two more scoring rounds over the last rows
+        while not _watching_incidents(fleet):  # and an incident round over their findings
+            assert time.time() < deadline, "no at-risk finding became an incident"
+            time.sleep(0.5)
         stop(controller)
     finally:
         fleet.cleanup()
@@ -100,8 +114,15 @@ def test_a_controller_with_a_model_scores_its_agents_gpus(tmp_path: Path, model_
         incidents = con.execute(
             "SELECT component_id, severity, action FROM incidents WHERE fault = 'finding:at_risk_gpu'"
         ).fetchall()
-        assert {str(r[0]) for r in incidents} == {str(r[0]) for r in flagged}
+        assert incidents and {str(r[0]) for r in incidents} <= {str(r[0]) for r in flagged}
         assert all(sev == "warning" and action == "watch" for _, sev, action in incidents)
+        # Every at-risk finding the incident rounds had read when the controller stopped is an incident
+        # (one raised by the last scoring round before the stop is read by the next start's first round).
+        read = con.execute(
+            "SELECT DISTINCT gpu_uuid FROM findings WHERE kind = 'at_risk_gpu' AND ingest_seq <= "
+            "(SELECT floor FROM diagnosis_feed_marks WHERE table_name = 'findings')"
+        ).fetchall()
+        assert read and {str(r[0]) for r in read} <= {str(r[0]) for r in incidents}
     finally:
         con.close()
 
