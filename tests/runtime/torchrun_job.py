@@ -95,6 +95,7 @@ class TorchrunJob:
         max_restarts: int = 3,
         extra: Sequence[str] = (),
         job_id: str = "ddp-test",
+        trainer: str = "plain",
     ) -> None:
         self.tmp = tmp
         self.events_path = tmp / "events.jsonl"
@@ -111,6 +112,9 @@ class TorchrunJob:
             f"--steps={steps}",
             f"--step-seconds={step_seconds}",
             f"--ckpt-every={ckpt_every}",
+            # DDP and torch.optim written out: their torch._dynamo import costs each rank ~1.8 s of CPU per
+            # start; the collectives, heartbeats, checkpoints and exits under test are the same
+            f"--trainer={trainer}",
             *extra,
         ]
         env = {
