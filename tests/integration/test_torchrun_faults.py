@@ -41,7 +41,11 @@ def test_a_rank_hung_with_sigstop_is_localised_and_the_group_is_restarted(tmp_pa
 
 
 def test_a_slow_rank_is_flagged_checkpointed_and_restarted(tmp_path: Path) -> None:
-    result = run_fault(tmp_path, "slow", rank=3, finding_kinds=("straggler",))
+    # 0.05 s steps, 1.3x on rank 3: 15 ms lost per step, so a restart costing 1 s is outweighed after about
+    # 67 steps, some 30 after the first finding (the same sequence as 0.1 s steps and 2 s, in half the time)
+    result = run_fault(
+        tmp_path, "slow", rank=3, finding_kinds=("straggler",), step_seconds=0.05, restart_cost_seconds=1.0
+    )
     assert (result.finding.kind, result.finding.rank) == ("straggler", 3)
     assert {f.rank for f in result.findings} == {3}  # the restart it caused is not a crash of another rank
     assert result.detected_seconds < 30.0
@@ -68,7 +72,9 @@ def test_a_slow_rank_is_flagged_checkpointed_and_restarted(tmp_path: Path) -> No
 def test_a_healthy_run_raises_no_finding(tmp_path: Path) -> None:
     runtime = Runtime()
     endpoint = runtime.start()
-    job = TorchrunJob(tmp_path, endpoint, steps=120, step_seconds=0.1)
+    # 120 steps of 0.05 s: the straggler windows (3 s) are sized in steps from the step time, so the scoring
+    # sees about 60 steps a window, twice, and every rank's stall timeout is learnt from 0.05 s steps
+    job = TorchrunJob(tmp_path, endpoint, steps=120, step_seconds=0.05)
     try:
         wait_until(lambda: job.proc.poll() is not None, 150, "the job to finish")
         service = runtime.service
