@@ -211,6 +211,7 @@ def run_fault(
     finding_kinds: tuple[str, ...] = ("dead_rank",),
     detect_timeout_seconds: float = 60.0,
     restart_cost_seconds: float = 2.0,
+    trainer: str = "plain",
 ) -> FaultResult:
     """One scenario end to end: start the job, inject `fault` (kill | hang | slow) into `rank` once a
     checkpoint exists, wait for the finding naming it and for training steps of the restarted group.
@@ -224,7 +225,7 @@ def run_fault(
             f"--slow-seconds={step_seconds * (slow_factor - 1):.4f}",
             f"--slow-from-step={slow_from_step}",
         ]
-    job = TorchrunJob(tmp, endpoint, step_seconds=step_seconds, extra=extra)
+    job = TorchrunJob(tmp, endpoint, step_seconds=step_seconds, extra=extra, trainer=trainer)
     try:
         wait_until(lambda: job.last_checkpoint(0) is not None, 90, "a first checkpoint")
         fault_at = time.time()
