@@ -28,7 +28,9 @@ def test_a_rank_killed_with_sigkill_is_named_and_the_job_resumes_from_its_checkp
 
 
 def test_a_rank_hung_with_sigstop_is_localised_and_the_group_is_restarted(tmp_path: Path) -> None:
-    result = run_fault(tmp_path, "hang", rank=1, finding_kinds=("hang_localised",))
+    # 0.5 s heartbeats: a stall timeout of 3 s (the floor) instead of 5 s (five 1 s heartbeats); every rank
+    # is then past its timeout at once, the stopped one silent and its peers without progress
+    result = run_fault(tmp_path, "hang", rank=1, finding_kinds=("hang_localised",), heartbeat_seconds=0.5)
     evidence = json.loads(result.finding.evidence_json)
     assert evidence["suspect_ranks"] == [1]
     # its peers wait inside the collective and stall too; nobody is reported dead for the restart

@@ -212,13 +212,14 @@ def run_fault(
     detect_timeout_seconds: float = 60.0,
     restart_cost_seconds: float = 2.0,
     trainer: str = "plain",
+    heartbeat_seconds: float = 1.0,
 ) -> FaultResult:
     """One scenario end to end: start the job, inject `fault` (kill | hang | slow) into `rank` once a
     checkpoint exists, wait for the finding naming it and for training steps of the restarted group.
     A slow rank is slow from its first step, or from `slow_from_step` (a slowdown in the middle of a run)."""
     runtime = Runtime(restart_cost_seconds=restart_cost_seconds)
     endpoint = runtime.start()
-    extra = [f"--step-jitter={step_jitter}"]
+    extra = [f"--step-jitter={step_jitter}", f"--heartbeat-seconds={heartbeat_seconds}"]
     if fault == "slow":
         extra += [
             f"--slow-rank={rank}",
