@@ -7,6 +7,13 @@ A checkpoint is complete when every rank has written its file (tmp file, then os
 written the COMPLETE marker after a barrier. --events FILE appends one JSON line per event (start, resume,
 checkpoint, step, done) for tests and benchmarks. --slow-rank / --slow-seconds inject a slow
 rank (tests only).
+
+--trainer plain runs the same arithmetic written out: rank 0's parameters broadcast, one all_reduce of the
+flattened gradients after backward (DDP's reducer with a single bucket), and p -= lr * grad (torch.optim.SGD).
+DistributedDataParallel's constructor and torch.optim's first add_param_group each import torch._dynamo:
+about 1.8 s of CPU per rank and start on torch 2.13, as much as importing torch. The tests and benchmarks,
+which start 4 ranks on a 2-core machine twice per scenario, use it; the collectives, heartbeats, checkpoints
+and exits are the same.
 """
 
 from __future__ import annotations
@@ -18,15 +25,18 @@ import os
 import random
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 
 from fleetguard import client as fg
+
+if TYPE_CHECKING:
+    from torch.nn.parallel import DistributedDataParallel
 
 MARKER = "COMPLETE"
 
@@ -61,6 +71,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--skip-collective-step", type=int, default=-1)
     p.add_argument(
         "--no-collective-reports", action="store_true", help="report heartbeats, steps and sections only"
+    )
+    p.add_argument(
+        "--trainer",
+        choices=("ddp", "plain"),
+        default="ddp",
+        help="ddp: DistributedDataParallel and torch.optim.SGD; plain: the same written out (see above)",
     )
     p.add_argument(
         "--fault-attempt", type=int, default=0, help="inject faults only in this torchrun restart attempt"
@@ -116,7 +132,7 @@ def latest_complete(root: Path, world_size: int) -> int | None:
     return best
 
 
-def save_checkpoint(root: Path, step: int, rank: int, model: nn.Module, opt: torch.optim.Optimizer) -> None:
+def save_checkpoint(root: Path, step: int, rank: int, model: nn.Module, opt: Optimizer) -> None:
     folder = step_dir(root, step)
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".rank{rank}.pt.tmp"
@@ -130,10 +146,61 @@ def save_checkpoint(root: Path, step: int, rank: int, model: nn.Module, opt: tor
     dist.barrier()  # the marker is in place: the checkpoint is complete for everyone
 
 
-def load_checkpoint(root: Path, step: int, rank: int, model: nn.Module, opt: torch.optim.Optimizer) -> None:
+def load_checkpoint(root: Path, step: int, rank: int, model: nn.Module, opt: Optimizer) -> None:
     state = torch.load(step_dir(root, step) / f"rank{rank}.pt", weights_only=True)  # no arbitrary unpickling
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["optimizer"])
+
+
+class PlainSGD:
+    """torch.optim.SGD without momentum, written out (torch.optim imports torch._dynamo on first use)."""
+
+    def __init__(self, params: Iterable[nn.Parameter], lr: float) -> None:
+        self.params = list(params)
+        self.lr = lr
+
+    def zero_grad(self) -> None:
+        for param in self.params:
+            param.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for param in self.params:
+            if param.grad is not None:
+                param.add_(param.grad, alpha=-self.lr)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"lr": self.lr}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.lr = float(state["lr"])
+
+
+Optimizer = torch.optim.Optimizer | PlainSGD
+
+
+def wrap_ddp(net: nn.Module, trainer: str) -> DistributedDataParallel | None:
+    """`net` in DistributedDataParallel; None for --trainer plain, where every rank takes rank 0's
+    parameters (what DDP's constructor broadcasts) and `average_gradients` syncs after backward."""
+    if trainer == "ddp":
+        from torch.nn.parallel import DistributedDataParallel  # imports torch._dynamo
+
+        return DistributedDataParallel(net)
+    for param in net.parameters():
+        dist.broadcast(param.data, src=0)
+    return None
+
+
+def average_gradients(net: nn.Module) -> None:
+    """One all_reduce of every gradient, flattened (DDP's reducer with one bucket), divided by the world."""
+    grads = [p.grad for p in net.parameters() if p.grad is not None]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    flat /= dist.get_world_size()
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset : offset + g.numel()].view_as(g))
+        offset += g.numel()
 
 
 def init_process_group(attempt: int) -> None:
@@ -158,14 +225,16 @@ def main(argv: list[str] | None = None) -> int:
     events.emit("start", world_size=world)
 
     torch.manual_seed(0)
-    model = DistributedDataParallel(
-        nn.Sequential(nn.Linear(args.hidden, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 1))
-    )
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    net = nn.Sequential(nn.Linear(args.hidden, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 1))
+    ddp = wrap_ddp(net, args.trainer)
+    model = net if ddp is None else ddp
+    opt: Optimizer = PlainSGD(net.parameters(), lr=0.01)
+    if ddp is not None:
+        opt = torch.optim.SGD(net.parameters(), lr=0.01)
     start = 0
     resumed = latest_complete(args.ckpt_dir, world)
     if resumed is not None:
-        load_checkpoint(args.ckpt_dir, resumed, rank, model.module, opt)
+        load_checkpoint(args.ckpt_dir, resumed, rank, net, opt)
         start = resumed
         fg.checkpoint_done(resumed)
     events.emit("resume", step=start, checkpoint=resumed)
@@ -198,14 +267,14 @@ def main(argv: list[str] | None = None) -> int:
         periodic = args.ckpt_every > 0 and step > start and step % args.ckpt_every == 0
         if flags[0] > 0 or periodic:
             with fg.section("checkpoint"):
-                save_checkpoint(args.ckpt_dir, step, rank, model.module, opt)
+                save_checkpoint(args.ckpt_dir, step, rank, net, opt)
             fg.checkpoint_done(step)
             events.emit("checkpoint", step=step, requested=bool(flags[0] > 0))
         x = torch.randn(32, args.hidden, generator=generator)
         y = x.sum(dim=1, keepdim=True)
         # DDP reads whether to sync gradients at forward time: a rank that skips collectives runs both
         # forward and backward under no_sync
-        local_only = model.no_sync() if skipping else contextlib.nullcontext()
+        local_only = ddp.no_sync() if skipping and ddp is not None else contextlib.nullcontext()
         with fg.section("compute"), local_only:
             loss = nn.functional.mse_loss(model(x), y)
             noise = args.step_seconds * args.step_jitter * (2.0 * jitter.random() - 1.0)
@@ -214,8 +283,10 @@ def main(argv: list[str] | None = None) -> int:
         if report is not None:
             report("world", enqueued=step, started=step, completed=step - 1, op="gloo:all_reduce")
         opt.zero_grad()
-        with model.no_sync() if skipping else contextlib.nullcontext():
+        with ddp.no_sync() if skipping and ddp is not None else contextlib.nullcontext():
             loss.backward()  # DDP's gradient all_reduce runs here (not under no_sync)
+        if ddp is None and not skipping:
+            average_gradients(net)
         if report is not None:
             report("world", enqueued=step, started=step, completed=step, op="gloo:all_reduce")
         opt.step()

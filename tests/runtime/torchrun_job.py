@@ -95,6 +95,7 @@ class TorchrunJob:
         max_restarts: int = 3,
         extra: Sequence[str] = (),
         job_id: str = "ddp-test",
+        trainer: str = "plain",
     ) -> None:
         self.tmp = tmp
         self.events_path = tmp / "events.jsonl"
@@ -111,6 +112,9 @@ class TorchrunJob:
             f"--steps={steps}",
             f"--step-seconds={step_seconds}",
             f"--ckpt-every={ckpt_every}",
+            # DDP and torch.optim written out: their torch._dynamo import costs each rank ~1.8 s of CPU per
+            # start; the collectives, heartbeats, checkpoints and exits under test are the same
+            f"--trainer={trainer}",
             *extra,
         ]
         env = {
@@ -206,20 +210,23 @@ def run_fault(
     step_jitter: float = 0.0,
     finding_kinds: tuple[str, ...] = ("dead_rank",),
     detect_timeout_seconds: float = 60.0,
+    restart_cost_seconds: float = 2.0,
+    trainer: str = "plain",
+    heartbeat_seconds: float = 1.0,
 ) -> FaultResult:
     """One scenario end to end: start the job, inject `fault` (kill | hang | slow) into `rank` once a
     checkpoint exists, wait for the finding naming it and for training steps of the restarted group.
     A slow rank is slow from its first step, or from `slow_from_step` (a slowdown in the middle of a run)."""
-    runtime = Runtime()
+    runtime = Runtime(restart_cost_seconds=restart_cost_seconds)
     endpoint = runtime.start()
-    extra = [f"--step-jitter={step_jitter}"]
+    extra = [f"--step-jitter={step_jitter}", f"--heartbeat-seconds={heartbeat_seconds}"]
     if fault == "slow":
         extra += [
             f"--slow-rank={rank}",
             f"--slow-seconds={step_seconds * (slow_factor - 1):.4f}",
             f"--slow-from-step={slow_from_step}",
         ]
-    job = TorchrunJob(tmp, endpoint, step_seconds=step_seconds, extra=extra)
+    job = TorchrunJob(tmp, endpoint, step_seconds=step_seconds, extra=extra, trainer=trainer)
     try:
         wait_until(lambda: job.last_checkpoint(0) is not None, 90, "a first checkpoint")
         fault_at = time.time()
