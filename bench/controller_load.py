@@ -45,7 +45,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -395,20 +395,22 @@ def start_controller(
     return Controller(label, root, proc, Generator(port, tokens, text, args.workers, args.processes))
 
 
+def first_bodies(text: str, hosts: Sequence[str]) -> list[bytes]:
+    """Each host's first batch from the template, gzipped as an agent sends it."""
+    return [
+        gzip.compress(
+            text.replace("HOSTNAME", host).replace("SEQNUM", "1").replace("SENTTS", "1795000000.0").encode(),
+            1,
+        )
+        for host in hosts
+    ]
+
+
 def measure_floor(text: str, hosts: int = 512) -> float:
     """The raw floor (bench/ingest_floor.py) over `hosts` bodies like the generator's, in this process."""
     from bench.ingest_floor import floor_cpu_ms
 
-    bodies = [
-        gzip.compress(
-            text.replace("HOSTNAME", f"host-{i:05d}")
-            .replace("SEQNUM", "1")
-            .replace("SENTTS", "1795000000.0")
-            .encode(),
-            1,
-        )
-        for i in range(hosts)
-    ]
+    bodies = first_bodies(text, [f"host-{i:05d}" for i in range(hosts)])
     window = LoadWindow()
     ms = floor_cpu_ms(bodies)
     print(

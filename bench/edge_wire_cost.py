@@ -11,7 +11,6 @@ Usage: python bench/edge_wire_cost.py
 
 from __future__ import annotations
 
-import gzip
 import sys
 import time
 from collections.abc import Callable
@@ -20,7 +19,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.controller_load import template
+from bench.controller_load import first_bodies, template
 from bench.machine_load import LoadWindow
 from fleetguard.controller import edge_wire
 from fleetguard.controller.columns import concat
@@ -52,17 +51,8 @@ def concat_all(batches: list[IngestBatch]) -> dict[str, Any]:
 def main() -> None:
     window = LoadWindow()
     text, rows = template(5)
-    bodies = [
-        gzip.compress(
-            text.replace("HOSTNAME", f"h{i}")
-            .replace("SEQNUM", "1")
-            .replace("SENTTS", "1795000000.0")
-            .encode(),
-            1,
-        )
-        for i in range(BATCHES)
-    ]
     hosts = [f"h{i}" for i in range(BATCHES)]
+    bodies = first_bodies(text, hosts)
     parsed = [parse_batch(b, h) for b, h in zip(bodies, hosts, strict=True)]
     frames = [edge_wire.encode_batch(p) for p in parsed]
     replies = [edge_wire.decode_reply(f) for f in frames]
