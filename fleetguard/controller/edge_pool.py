@@ -137,6 +137,11 @@ class EdgePool:
         except BaseException:
             self._idle.put(worker)  # a RuntimeError the worker reported: it answered, so it is alive
             raise
+        if not _only_host(batch, host):
+            # The worker parsed a hostile peer's bytes: its answer is believed only for the host the token
+            # named (what the in-process edge guarantees), so a subverted worker cannot write another's rows.
+            self._replace(worker, EdgeWorkerLost(f"a reply for another host than {host[:64]!r}"))
+            raise BatchRefused(Refusal.OVERLOADED, "the controller's edge process failed; retry")
         self._idle.put(worker)
         return batch
 
@@ -247,3 +252,8 @@ def _end(worker: _Worker, *, kill: bool = False) -> None:
 def make_edge(processes: int) -> Edge:
     """The edge `[controller] edge_processes` asks for: 0, in this process."""
     return EdgePool(processes) if processes else InProcessEdge()
+
+
+def _only_host(batch: IngestBatch, host: str) -> bool:
+    """The batch and every row it carries name `host` (the token's): a set per host column, built in C."""
+    return batch.host == host and all(set(t.get("host", ())) <= {host} for t in batch.tables.values())

@@ -270,3 +270,35 @@ def test_a_worker_that_could_not_be_started_is_started_by_the_next_request(
         assert len(pool.processes) == 1
     finally:
         pool.stop()
+
+
+@pytest.mark.parametrize("forged", ["batch", "row"])
+def test_a_worker_whose_answer_names_another_host_is_not_believed(
+    monkeypatch: pytest.MonkeyPatch, forged: str
+) -> None:
+    """A worker parses a hostile peer's bytes: were it subverted, its answer must still not write another
+    host's rows. An answer naming another host than the token's (the batch, or any row) is refused and the
+    worker replaced, as a worker that answered garbage."""
+    from fleetguard.controller import edge_pool
+
+    real = decode_reply
+
+    def subverted(frame: bytes) -> IngestBatch:
+        got = real(frame)
+        if forged == "batch":
+            return dataclasses.replace(got, host="node-b")
+        tables = {n: {**c, "host": ["node-b"] * len(c["host"])} for n, c in got.tables.items() if "host" in c}
+        return dataclasses.replace(got, tables={**got.tables, **tables})
+
+    pool = EdgePool(1)
+    try:
+        (worker,) = pool.processes
+        monkeypatch.setattr(edge_pool, "decode_reply", subverted)
+        with pytest.raises(BatchRefused) as refused:
+            pool.parse(encode(batch("node-a", 1)), "node-a", compressed=True, now=time.time())
+        assert refused.value.reason is Refusal.OVERLOADED
+        assert worker not in pool.processes and pool.restarts == 1
+        monkeypatch.setattr(edge_pool, "decode_reply", real)
+        assert pool.parse(encode(batch("node-a", 2)), "node-a", compressed=True, now=time.time()).seq == 2
+    finally:
+        pool.stop()
