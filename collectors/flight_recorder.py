@@ -23,6 +23,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import pickletools
 import re
 import stat
 from collections import Counter
@@ -56,9 +57,30 @@ class _PlainDataUnpickler(pickle.Unpickler):
         raise FlightRecorderError("refusing a persistent id: a flight-recorder dump has none")
 
 
+# Opcodes that store into the unpickler's memo at an index the file names. The C unpickler grows its memo
+# array to twice the largest index it is given, zeroed: a 1.2 kB dump with one index flipped to 610 M made it
+# allocate and clear ~10 GB (31 s in the fuzz test; a process without the dump child's memory cap can be
+# taken down by it). A plain dump numbers its memo entries from 0, one per object, so an index at or past the
+# file's length is no dump's.
+_MEMO_PUTS: Final = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
+
+
+def _check_memo_indices(data: bytes) -> None:
+    """Walk the opcodes (no object built); refuse a memo index no dump of this size can hold."""
+    try:
+        for opcode, arg, _ in pickletools.genops(data):
+            if opcode.name in _MEMO_PUTS and isinstance(arg, int) and not 0 <= arg < len(data):
+                raise FlightRecorderError(f"memo index {arg} in a {len(data)}-byte dump: corrupt or hostile")
+    except FlightRecorderError:
+        raise
+    except Exception as exc:  # an unknown opcode, a truncated argument, ...: not a pickle
+        raise FlightRecorderError(f"not a readable pickle: {type(exc).__name__}: {exc}"[:300]) from exc
+
+
 def load_dump_bytes(data: bytes) -> dict[str, Any]:
-    """Unpickle a dump with every global refused; the top level must be a dict with an "entries" or
-    "pg_status" key."""
+    """Unpickle a dump with every global refused and every memo index checked first; the top level must be a
+    dict with an "entries" or "pg_status" key."""
+    _check_memo_indices(data)
     try:
         obj = _PlainDataUnpickler(io.BytesIO(data)).load()
     except FlightRecorderError:

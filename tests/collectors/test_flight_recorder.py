@@ -347,3 +347,19 @@ def test_a_dump_with_a_hundred_thousand_groups_is_bounded_and_linear() -> None:
     progress = progress_from_dump(dump, host="h", job_id="j", rank=0, ts=TS, problems=problems)
     assert len(progress) == 256 and progress[0].process_group == "0"
     assert problems["groups_over_limit"] == 100_002 - 256
+
+
+@pytest.mark.parametrize("put", [b"r" + (600_000_000).to_bytes(4, "little"), b"p600000000\n"])
+def test_a_memo_index_no_dump_could_hold_is_refused_before_the_unpickler_grows_its_memo(put: bytes) -> None:
+    """The C unpickler grows its memo array to twice the largest index it is told to store at, zeroed: one
+    flipped byte of a real dump made it take ~10 GB (the fuzz test found it, 31 s). The index is refused
+    from the opcodes alone, before anything is built."""
+    import resource
+
+    bomb = b"\x80\x02}" + put + b"."  # PROTO 2, EMPTY_DICT, LONG_BINPUT / PUT at 600 M, STOP
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(FlightRecorderError, match="memo index 600000000"):
+        load_dump_bytes(bomb)
+    # Refused, not allocated: the process's peak did not grow by the 9.6 GB the memo would take.
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_kib < 512 * 1024
+    assert load_dump_bytes((FIXTURES / "nccl_trace_rank_0").read_bytes())["entries"]  # real indices pass
