@@ -30,6 +30,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SILENT_AFTER = 8.0  # controller.silent_after_seconds: a stopped agent turns silent within the test
 HEAD_START = 45.0  # simulate.head_start_seconds: incidents and kernel-log events from the first samples
+# Tables the export from the running controller must write with rows (what the fleet has stored by then).
+EXPORT_CHECKED = ("gpu_samples", "events", "findings", "fleet_hosts", "incidents", "incident_evidence")
 
 
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -182,12 +184,12 @@ def test_status_api_and_dashboard_agree_on_a_controller_and_export_writes_every_
     holder = read_holder(str(fleet.store))
     assert holder is not None and holder.kind == "controller" and holder.url == fleet.url
 
-    # The simulated fleets' kernel-log faults reach the store a flush or two in (later on a loaded machine):
-    # the export below must find the tables it is checked against holding rows, asked of the running
-    # controller.
+    # The simulated fleets' kernel-log faults reach the store a flush or two in, and the findings (host-gone's
+    # silence) the controller's next check after that (later on a loaded machine): the export below must
+    # find every table it is checked against holding rows, asked of the running controller.
     deadline = time.monotonic() + 120
-    while _events_stored(config) == 0:
-        assert time.monotonic() < deadline, "no kernel-log event was stored in 120 s"
+    while empty := [t for t in EXPORT_CHECKED if _stored(config, t) == 0]:
+        assert time.monotonic() < deadline, f"nothing stored in {empty} in 120 s"
         time.sleep(1.0)
 
     out = tmp_path / "export"
@@ -199,7 +201,7 @@ def test_status_api_and_dashboard_agree_on_a_controller_and_export_writes_every_
         for line in exported.stdout.splitlines()[1:]
         if len(line.split()) == 2 and line.split()[1].isdigit()
     }
-    for table in ("gpu_samples", "events", "findings", "fleet_hosts", "incidents", "incident_evidence"):
+    for table in EXPORT_CHECKED:
         assert rows.get(table, 0) > 0, (table, exported.stdout)
     for table, n in rows.items():
         files = list((out / table).rglob("*.parquet"))
@@ -238,8 +240,8 @@ def test_status_api_and_dashboard_agree_on_a_controller_and_export_writes_every_
     assert read_holder(str(fleet.store)) is None  # withdrawn at stop
 
 
-def _events_stored(config: Path) -> int:
-    query = _cli("query", "SELECT count(*) AS n FROM events", "--config", str(config), "--format", "json")
+def _stored(config: Path, table: str) -> int:
+    query = _cli("query", f"SELECT count(*) AS n FROM {table}", "--config", str(config), "--format", "json")
     assert query.returncode == 0, query.stderr
     return int(json.loads(query.stdout)[0]["n"])
 
