@@ -162,10 +162,9 @@ def test_a_stop_during_a_backoff_tries_again_and_sends_what_the_returned_far_end
         assert transport.tried_down.wait(10), "the loop never tried the far end"
         transport.recover()  # back, while this loop sleeps its backoff
     finally:
-        started = time.monotonic()
         loop.stop(drain_seconds=5.0)
+    # All sent within a 5 s drain: it did not sleep out its 15-30 s backoff first.
     assert spool.pending() == 0 and loop.stats.committed == 6
-    assert time.monotonic() - started < 5.0  # it did not sleep out the backoff
 
 
 def test_a_stop_whose_final_try_fails_keeps_the_backlog_and_does_not_wait_out_the_drain(spool: Spool) -> None:
@@ -179,8 +178,8 @@ def test_a_stop_whose_final_try_fails_keeps_the_backlog_and_does_not_wait_out_th
     while loop.stats.errors == 0 and time.monotonic() < deadline:
         time.sleep(0.01)  # until it failed once and sleeps its backoff
     errors = loop.stats.errors
-    started = time.monotonic()
-    loop.stop(drain_seconds=30.0)
-    assert time.monotonic() - started < 10.0  # gave up at the first failure, not at the deadline
+    # An hour's drain: a stop that waited for its deadline instead of giving up at the first failure would
+    # run into the suite's timeout.
+    loop.stop(drain_seconds=3600.0)
     assert loop.stats.errors == errors + 1  # exactly one final try
     assert spool.pending() == 3 and loop.stats.committed == 0
