@@ -90,8 +90,9 @@ class EdgePool:
         self._all: set[_Worker] = set()  # every live worker, idle or busy (under _lock)
         self._idle: queue.Queue[_Worker] = queue.Queue()
         self.restarts = 0  # workers replaced after dying, hanging or answering garbage
-        for _ in range(processes):
-            self._idle.put(self._spawn())
+        # As after a loss: a worker that cannot be started now (out of pids or memory) is one line and is
+        # started by the first request, not a controller that fails to start.
+        self._top_up()
 
     def _spawn(self) -> _Worker:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -302,3 +302,27 @@ def test_a_worker_whose_answer_names_another_host_is_not_believed(
         assert pool.parse(encode(batch("node-a", 2)), "node-a", compressed=True, now=time.time()).seq == 2
     finally:
         pool.stop()
+
+
+def test_a_pool_whose_workers_cannot_start_yet_starts_and_starts_them_at_the_first_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Out of pids at the controller's start: the pool is made short (one log line), not a failed start."""
+    import subprocess
+
+    real_popen = subprocess.Popen
+    failures = [OSError(11, "Resource temporarily unavailable")]
+
+    def popen_failing_once(*args: object, **kwargs: object) -> object:
+        if failures:
+            raise failures.pop()
+        return real_popen(*args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(subprocess, "Popen", popen_failing_once)
+    pool = EdgePool(1)
+    try:
+        assert pool.processes == [] and not failures
+        assert pool.parse(encode(batch("node-a", 1)), "node-a", compressed=True, now=time.time()).seq == 1
+        assert len(pool.processes) == 1
+    finally:
+        pool.stop()
