@@ -65,8 +65,12 @@ class SlurmCluster:
             (self.root / sub).mkdir()
         host = socket.gethostname().split(".")[0]
         r = self.root
+        # Two suites on one host (CI beside a developer's run) each start clusters: a name and job ids of
+        # their own keep one cluster's jobs, state and logs from ever being taken for the other's.
+        name = "fg" + r.name.rsplit("-", 1)[-1].lower().replace("_", "")
+        first_job = 1000 + int.from_bytes(os.urandom(3), "big") % 1_000_000
         self.conf.write_text(
-            f"ClusterName=fgtest\nSlurmctldHost={host}(127.0.0.1)\n"
+            f"ClusterName={name}\nFirstJobId={first_job}\nSlurmctldHost={host}(127.0.0.1)\n"
             f"SlurmctldPort={_free_port()}\nSlurmdPort={_free_port()}\n"
             f"AuthType=auth/munge\nAuthInfo=socket={munge / 'munge.sock'}\nCredType=cred/munge\n"
             "SlurmUser=root\nSlurmdUser=root\n"
@@ -151,6 +155,12 @@ class SlurmCluster:
         )
         return done.stdout.strip()
 
+    def log_tails(self, chars: int = 1500) -> str:
+        """The end of each daemon's log: what a failed test shows, since the cluster's directory is gone
+        after teardown."""
+        logs = sorted([*self.root.glob("*.log"), *self.root.glob("*.out")])
+        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-chars:]}" for p in logs)
+
     def _wait(self, ready: object, what: str, timeout: float = 60.0) -> None:
         assert callable(ready)
         deadline = time.monotonic() + timeout
@@ -161,8 +171,7 @@ class SlurmCluster:
             if proc is not None and proc.poll() is not None:
                 break
             time.sleep(0.2)  # polling a real daemon starting: it offers no event to wait on
-        logs = "\n".join(p.read_text(errors="replace")[-1500:] for p in sorted(self.root.glob("*.out")))
-        raise RuntimeError(f"{what} did not start:\n{logs}")
+        raise RuntimeError(f"{what} did not start:\n{self.log_tails()}")
 
     def _stop(self, name: str) -> None:
         proc = self.procs.pop(name, None)

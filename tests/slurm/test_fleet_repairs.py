@@ -257,7 +257,7 @@ def test_the_selfcheck_waits_for_the_jobs_a_drain_lets_finish(loop: Loop, slurm:
     assert loop.outcomes()[0][1] == "drained"
     while slurm.job_state(job) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert slurm.job_state(job) == "", "the job did not finish"
+    assert slurm.job_state(job) == "", f"the job did not finish:\n{slurm.log_tails()}"
     assert loop.reconcile(T0 + 120) is ReturnStep.SELFCHECK_PENDING
 
 
