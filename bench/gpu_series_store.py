@@ -5,6 +5,12 @@ order a controller stores them (time-major: each second's commit group holds eve
 GPU page's own query functions (`dashboard.queries.gpus.gpu_series` and `gpu_identity`) for GPUs spread
 over the fleet, on a read cursor. Usage:
     python bench/gpu_series_store.py --store /tmp/fg-1hz/s.duckdb [--gpus 16384] [--seconds 3600] [--runs 10]
+                                     [--browser 5]
+
+With --browser N, the GPU page itself is then timed over the same store: served by `serve_dashboard` on
+loopback (read-only, the clock at the hour's end), three GPUs spread over the fleet each loaded N times in a
+new tab of headless Chromium until drawn (first render) and refreshed twice (live refresh, the clock moving
+15 s), as bench/dashboard_render.py times every page over the 24 h store; and the page's server-side render.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, default=16384)
     ap.add_argument("--seconds", type=int, default=3600)
     ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--browser", type=int, default=0, help="time the GPU page in Chromium, N loads per GPU")
     args = ap.parse_args()
     path = Path(args.store)
     fresh = not path.exists()
@@ -73,6 +80,42 @@ def main() -> None:
         print(
             f"| {rows[0] if rows else 0:,} | {name} | {statistics.median(times) * 1000:.0f} "
             f"| {p95 * 1000:.0f} | {len(got.ts)} |"
+        )
+    if args.browser:
+        time_page(path, args.gpus, args.seconds, args.browser)
+
+
+def time_page(path: Path, gpus: int, seconds: int, runs: int) -> None:
+    """The GPU page over this store in real Chromium, and its server-side render, for three GPUs."""
+    from dashboard_render import measure_browser, measure_server  # type: ignore[import-not-found]  # sibling script
+
+    from dashboard.app import PAGES, create_app
+    from dashboard.server import serve_dashboard
+    from fleetguard.config import load_config
+
+    end = T0 + seconds
+    clock = [end]
+
+    def tick() -> None:
+        clock[0] = end + 15.0 if clock[0] == end else end
+
+    targets = [("gpu", f"/gpus/GPU-{g // 8:05d}-{g % 8}") for g in (0, gpus // 2 + 3, gpus - 1)]
+    config = load_config(env={}, overrides={"dashboard.refresh_seconds": 3600.0})
+    with Store.open(path, read_only=True) as store:
+        ctx = create_app(store, config, now=lambda: clock[0]).server.config["fleetguard.dashboard"]
+        server_p95 = measure_server(ctx, {p.page_id: p for p in PAGES}, targets, runs)
+        server = serve_dashboard(store, config, port=0, now=lambda: clock[0])
+        try:
+            browser = measure_browser({"this": server.url}, targets, runs, tick)
+        finally:
+            server.close()
+    print("\n| page (1 h at 1 Hz) | first render p50 | p95 | live refresh p50 | p95 | server render p95 |")
+    print("|---|---|---|---|---|---|")
+    for _, target in targets:
+        b = browser[("this", target)]
+        print(
+            f"| `{target}` | {b['first_p50']:.2f} s | {b['first_p95']:.2f} s | "
+            f"{b['refresh_p50']:.2f} s | {b['refresh_p95']:.2f} s | {server_p95[target]:.2f} s |"
         )
 
 
