@@ -50,6 +50,8 @@ WRITER_LANES = 2
 # on a quiet lane is committed at once.
 GROUP_WINDOW_SECONDS = 0.1
 LEDGER_COMPACT_SECONDS = 60.0
+# How often the task thread looks for a due task (tasks are due every second or more).
+TASK_POLL_SECONDS = 0.1
 # How often known hosts' state is written to fleet_hosts (the dashboard reads it there; everything else
 # reads the writer's memory). A host is judged silent after several of its 5 s intervals, so a second is
 # prompt enough.
@@ -97,7 +99,8 @@ class _Periodic:
 
 
 class IngestWriter:
-    """Owns every write to the store; also runs periodic tasks (analysis, rollups) on its thread."""
+    """Owns every write to the store: batches on its lanes' threads, periodic tasks (the diagnosis round,
+    the hosts' state, the ledger's compaction) on a thread of their own."""
 
     def __init__(
         self,
@@ -118,6 +121,7 @@ class IngestWriter:
             queue.Queue(max(1, max_queue // lanes)) for _ in range(lanes)
         ]
         self._threads: list[threading.Thread] = []
+        self._tasks_thread: threading.Thread | None = None
         self._last_commit = [float("-inf")] * lanes  # monotonic start of each lane's last group
         # Ledger, hosts, commands and counters are shared by the lanes.
         self._state = threading.Lock()
@@ -136,8 +140,11 @@ class IngestWriter:
         self.every(HOSTS_FLUSH_SECONDS, "hosts' state", self.flush_hosts)
 
     def every(self, seconds: float, name: str, task: Task) -> None:
-        """Run `task(connection, now)` on the writer thread about every `seconds`, inside a transaction.
-        Only quick work belongs here (every batch waits for it); the rest goes to controller.maintenance."""
+        """Run `task(connection, now)` on the writer's task thread about every `seconds`, inside a transaction
+        on the store's connection. The tasks run one at a time, in turn with nothing but each other: beside
+        the lanes, not on one (a diagnosis round of 0.2-0.5 s on a lane held every batch of that lane for
+        as long: the ingest p99). Slow work that need not write in turn with the rounds goes to
+        controller.maintenance."""
         self._tasks.append(_Periodic(name, seconds, task, self.clock.monotonic() + seconds))
 
     @property
@@ -222,10 +229,16 @@ class IngestWriter:
             )
             thread.start()
             self._threads.append(thread)
+        self._tasks_thread = threading.Thread(
+            target=self._run_tasks, name="fleetguard-writer-tasks", daemon=True
+        )
+        self._tasks_thread.start()
 
     def stop(self) -> None:
         """Commit what is queued, write the hosts' state, then stop."""
         self._stop.set()
+        if self._tasks_thread is not None:
+            self._tasks_thread.join(timeout=60)  # a round under way finishes; none starts
         for lane in self._lanes:
             # A lane waiting for its next batch wakes now rather than at the end of its 0.2 s wait (Ctrl-C
             # is waited on). Behind whatever is queued, so that is committed first; a full lane is not
@@ -234,8 +247,9 @@ class IngestWriter:
                 lane.put_nowait(_wake)
         for thread in self._threads:
             thread.join(timeout=60)
-        if any(t.is_alive() for t in self._threads):
-            return  # a lane still writes: its host state is not final (load_hosts recovers from the ledger)
+        # A lane (or a task) still writing: the host state is not final (load_hosts recovers from the ledger).
+        if any(t.is_alive() for t in [*self._threads, *filter(None, [self._tasks_thread])]):
+            return
         try:
             with self.store.transaction() as con:
                 self.flush_hosts(con, self.clock.time())
@@ -271,10 +285,13 @@ class IngestWriter:
                     self.commit_group(group, cursor)
                 elif self._stop.is_set():
                     return
-                if index == 0:
-                    self._run_due_tasks()
         finally:
             cursor.close()
+
+    def _run_tasks(self) -> None:
+        """The periodic tasks' own thread: due ones run in turn; polled, since the clock may be a test's."""
+        while not self._stop.wait(TASK_POLL_SECONDS):
+            self._run_due_tasks()
 
     def _take_group(self, index: int, cursor: duckdb.DuckDBPyConnection) -> list[Pending]:
         lane = self._lanes[index]

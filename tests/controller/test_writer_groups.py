@@ -4,6 +4,8 @@ its window into one commit, and stores NULLs of float and time columns as NULL (
 from __future__ import annotations
 
 import json
+import threading
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -83,3 +85,33 @@ def test_null_doubles_and_times_are_stored_as_null_beside_values(store: Store) -
         ("node-c", 0, None, True, None),
         ("node-c", 1, None, True, None),
     ]
+
+
+def test_a_periodic_task_under_way_holds_no_lanes_batches(store: Store) -> None:
+    """The diagnosis round runs as one of the writer's periodic tasks, 0.2-0.5 s at 2,000 hosts: batches
+    arriving meanwhile, on every lane, are committed without waiting for it to end."""
+    clock = FakeClock(NOW)
+    writer = IngestWriter(store, clock, ControllerStats())
+    started, release = threading.Event(), threading.Event()
+    ran_on: list[str] = []
+
+    def slow_round(_con: object, _now: float) -> None:
+        ran_on.append(threading.current_thread().name)
+        started.set()
+        release.wait(30)
+
+    writer.every(1.0, "a slow round", slow_round)
+    hosts = [f"node-{i}" for i in range(8)]
+    assert {zlib.crc32(h.encode()) % ingest.WRITER_LANES for h in hosts} == set(range(ingest.WRITER_LANES))
+    writer.start()
+    try:
+        clock.advance(1.0)
+        assert started.wait(30), "the task never ran"
+        for pending in [writer.submit(_checked(h, 1)) for h in hosts]:
+            _committed(pending)
+        assert not release.is_set()  # every batch above was committed while the round was still running
+    finally:
+        release.set()
+        writer.stop()
+    assert ran_on == ["fleetguard-writer-tasks"]
+    assert store.connection.execute("SELECT count(DISTINCT host) FROM gpu_samples").fetchone() == (8,)
