@@ -79,10 +79,19 @@ class DrainLoop:
         self._closing = threading.Event()
         # ... and the first send that fails after that ends the drain (the rest stays spooled).
         self._gave_up = threading.Event()
+        # Set to end a backoff in progress: by shutdown, or by the transport saying the far end is back.
+        self._backoff_over = threading.Event()
         self._thread: threading.Thread | None = None
 
     def wake(self) -> None:
         """A new batch is in the spool."""
+        self._wake.set()
+
+    def resume(self) -> None:
+        """The far end is reachable again (a NATS client reconnected): a backoff in progress ends now. Safe
+        for a fleet: the client paced and jittered its own reconnects, so this is not every agent at once
+        retrying a controller that is still down, which is what the backoff is for."""
+        self._backoff_over.set()
         self._wake.set()
 
     def start(self) -> None:
@@ -96,11 +105,13 @@ class DrainLoop:
             # back would otherwise leave its whole backlog spooled at every stop (CI caught 6 batches so).
             deadline = self.clock() + drain_seconds
             self._closing.set()
+            self._backoff_over.set()
             self._wake.set()
             while self.spool.pending() and self.clock() < deadline and not self._gave_up.is_set():
                 self._gave_up.wait(0.05)
         self._stop.set()
         self._closing.set()
+        self._backoff_over.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=self._join_seconds)
@@ -118,8 +129,9 @@ class DrainLoop:
                     self._stop.wait()
                     continue
                 # A backoff is not cut short by new batches (a fleet that lost its controller must not
-                # retry at every flush), only by shutdown.
-                self._closing.wait(delay)
+                # retry at every flush), only by shutdown or `resume`.
+                if self._backoff_over.wait(delay) and not self._closing.is_set():
+                    self._backoff_over.clear()
 
     def step(self) -> float | None:
         """One round: the next batch sent; the seconds to wait before the next round, None when idle."""

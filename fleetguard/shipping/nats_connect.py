@@ -86,10 +86,11 @@ async def connect(
     *,
     on_error: Callable[[Exception], Awaitable[None]] | None = None,
     while_down: str = "",
+    on_back: Callable[[], None] | None = None,
 ) -> Client:
     """One connection that reconnects by itself for ever once made; raises if the first attempt fails.
     Losing and regaining it are logged once each (`while_down` says what happens meanwhile), not every
-    reconnect attempt."""
+    reconnect attempt; `on_back` is called (on the event loop: it must not block) once it is regained."""
     import nats
     from nats.aio.client import RawCredentials
 
@@ -110,6 +111,8 @@ async def connect(
         nonlocal down
         down = False
         log.warning("NATS connection back (%s)", name)
+        if on_back is not None:
+            on_back()
 
     options: dict[str, object] = {}
     if login.creds:

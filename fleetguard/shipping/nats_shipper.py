@@ -114,6 +114,8 @@ class NatsTransport:
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
         self._commands: asyncio.Task[None] | None = None
+        # Called (on the event loop) when a lost connection is back: the drain loop's backoff ends.
+        self.on_back: Callable[[], None] | None = None
 
     # ---- from the drain loop's thread -----------------------------------------------------------------
 
@@ -188,12 +190,17 @@ class NatsTransport:
             f"fleetguard-agent {self.host}",
             on_error=self._error,
             while_down="batches stay spooled until it is back",
+            on_back=self._back,
         )
         self._js = self._nc.jetstream()
         self.connected = True
         log.info("connected to NATS %s", self._nc.connected_url)
         if self.channel is not None:
             self._commands = asyncio.create_task(self._pull_commands(self._js, self.channel))
+
+    def _back(self) -> None:
+        if self.on_back is not None:
+            self.on_back()
 
     async def _publish(self, body: bytes, boot_id: str, seq: int) -> None:
         import nats.js.errors
@@ -325,6 +332,9 @@ class NatsShipper:
             thread_name="fleetguard-nats-shipper",
             join_seconds=2 * PUBLISH_TIMEOUT_SECONDS + 10,
         )
+        # Back from an outage (a NATS server restarted): publish the backlog now, not after the backoff
+        # the outage's failed sends built up (up to 30 s).
+        self.transport.on_back = self._loop.resume
 
     @property
     def drain(self) -> Drain:

@@ -67,3 +67,34 @@ def test_batches_stay_spooled_until_jetstream_acks_them(tmp_path: Path) -> None:
         shipper.stop()
         spool.close()
         server.stop()
+
+
+def test_a_server_back_from_an_outage_gets_the_backlog_at_once_not_after_the_backoff(tmp_path: Path) -> None:
+    """The failed publishes of an outage build up a backoff (up to 30 s); the client reconnecting ends it."""
+    require_nats_server()
+    spool = Spool(tmp_path / "spool", 1 << 20)
+    server = NatsServer(tmp_path, {"a1": "red"})
+    server.start()
+    login = NatsLogin([server.url], "a1", server.passwords["a1"], inbox_prefix="_INBOX.a1")
+    shipper = NatsShipper(spool, login, "red", "a1", clock=time.monotonic, rng=random.Random(1))
+    try:
+        assert asyncio.run(_stream_messages(server, create=True)) == 0
+        spool.append(encode(batch("a1", 1)))
+        shipper.start()
+        _wait(lambda: spool.pending() == 0)
+        server.kill()  # JetStream's file store keeps the stream for the restart
+        errors = shipper.stats.errors
+        shipper.drain.failures = 10  # as after a long outage: the next failure waits 15-30 s
+        spool.append(encode(batch("a1", 2)))
+        shipper.wake()
+        _wait(lambda: shipper.stats.errors > errors)  # the publish failed: the loop is in its backoff
+        server.start()
+        # Reconnected within about a second (the client's own pace): well inside the backoff's 15 s.
+        _wait(lambda: spool.pending() == 0, timeout=12)
+        # Both are in the stream (the publish that timed out may be there twice: the client sent it from its
+        # buffer on reconnecting; the controller's ingest ledger stores a batch once).
+        assert asyncio.run(_stream_messages(server, create=False)) >= 2
+    finally:
+        shipper.stop()
+        spool.close()
+        server.stop()

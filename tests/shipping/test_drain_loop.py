@@ -183,3 +183,40 @@ def test_a_stop_whose_final_try_fails_keeps_the_backlog_and_does_not_wait_out_th
     loop.stop(drain_seconds=3600.0)
     assert loop.stats.errors == errors + 1  # exactly one final try
     assert spool.pending() == 3 and loop.stats.committed == 0
+
+
+def test_resume_ends_a_backoff_in_progress_and_the_backlog_is_sent_without_a_stop(spool: Spool) -> None:
+    """A NATS client that reconnected says so (`resume`): the loop sends at once instead of sleeping out a
+    backoff its failures during the outage built up."""
+    transport = RecoveringTransport()
+    loop = loop_over(spool, transport)
+    loop.drain.failures = 10  # deep in a backoff: the next wait is 15-30 s
+    for seq in range(1, 4):
+        spool.append(encode(batch("node-a", seq)))
+    loop.start()
+    try:
+        assert transport.tried_down.wait(10), "the loop never tried the far end"
+        transport.recover()
+        loop.resume()
+        # Well inside the 15 s the backoff would have lasted at the least.
+        assert transport.stored.wait(10), "the backlog waited out the backoff"
+    finally:
+        loop.stop()
+    assert loop.stats.committed >= 1
+
+
+def test_without_resume_a_backoff_is_not_cut_short_by_new_batches(spool: Spool) -> None:
+    transport = RecoveringTransport()
+    loop = loop_over(spool, transport)
+    loop.drain.failures = 10
+    spool.append(encode(batch("node-a", 1)))
+    loop.start()
+    try:
+        assert transport.tried_down.wait(10), "the loop never tried the far end"
+        transport.recover()
+        spool.append(encode(batch("node-a", 2)))
+        loop.wake()  # a flush: not a reason to retry a far end that failed
+        assert not transport.stored.wait(3)
+    finally:
+        loop.stop()
+    assert spool.pending() == 2
