@@ -23,9 +23,10 @@ class Drain:
     the half that is not random keeps a host from retrying at once.
     """
 
-    def __init__(self, spool: Spool, rng: random.Random) -> None:
+    def __init__(self, spool: Spool, rng: random.Random, cap_seconds: float = BACKOFF_CAP_SECONDS) -> None:
         self.spool = spool
         self.rng = rng
+        self.cap_seconds = cap_seconds
         self.failures = 0  # in a row; 0 after a success
         self._last_newest = 0
 
@@ -39,7 +40,7 @@ class Drain:
     def failed(self) -> float:
         """Count a failure; the seconds to wait before the next try."""
         self.failures += 1
-        ceiling = min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2 ** min(self.failures, _MAX_DOUBLINGS))
+        ceiling = min(self.cap_seconds, BACKOFF_BASE_SECONDS * 2 ** min(self.failures, _MAX_DOUBLINGS))
         return self.rng.uniform(ceiling / 2, ceiling)
 
     def unreachable(self) -> float:

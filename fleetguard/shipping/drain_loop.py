@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from fleetguard.shipping.drain import Drain
+from fleetguard.shipping.drain import BACKOFF_CAP_SECONDS, Drain
 from fleetguard.shipping.errors import BatchRefused, RetryLater, SendFailed, TransportDown
 from fleetguard.shipping.spool import Spool, SpoolRecord
 
@@ -65,12 +65,13 @@ class DrainLoop:
         rng: random.Random,
         thread_name: str,
         join_seconds: float,
+        backoff_cap_seconds: float = BACKOFF_CAP_SECONDS,
     ) -> None:
         self.spool = spool
         self.transport = transport
         self.stats = stats
         self.clock = clock
-        self.drain = Drain(spool, rng)
+        self.drain = Drain(spool, rng, backoff_cap_seconds)
         self._thread_name = thread_name
         self._join_seconds = join_seconds
         self._wake = threading.Event()  # a new batch

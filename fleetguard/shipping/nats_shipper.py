@@ -66,6 +66,12 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 PUBLISH_TIMEOUT_SECONDS = 10.0
+# The longest wait between failed publishes. Shorter than HTTP's 30 s: what that cap spares is a controller's
+# ingest, and JetStream stands between the agents and the controllers here (a server takes a fleet's retries
+# by design). A restarted server can answer "no responders" until its JetStream has recovered its streams,
+# which can take seconds under load: each of those answers is a failure, and a 30 s cap left the backlog
+# waiting up to half a minute after the server was fully back.
+NATS_BACKOFF_CAP_SECONDS = 5.0
 COMMAND_FETCH = 16
 COMMAND_WAIT_SECONDS = 5.0  # a pull waits this long for a command (the next one starts right after)
 COMMAND_RETRY_SECONDS = 5.0  # no consumer yet (no command ever queued for this host), or NATS down
@@ -331,6 +337,7 @@ class NatsShipper:
             rng=rng or random.Random(),
             thread_name="fleetguard-nats-shipper",
             join_seconds=2 * PUBLISH_TIMEOUT_SECONDS + 10,
+            backoff_cap_seconds=NATS_BACKOFF_CAP_SECONDS,
         )
         # Back from an outage (a NATS server restarted): publish the backlog now, not after the backoff
         # the outage's failed sends built up (up to 30 s).

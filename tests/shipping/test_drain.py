@@ -6,6 +6,7 @@ import random
 from pathlib import Path
 
 from fleetguard.shipping.drain import BACKOFF_BASE_SECONDS, BACKOFF_CAP_SECONDS, Drain
+from fleetguard.shipping.nats_shipper import NATS_BACKOFF_CAP_SECONDS
 from fleetguard.shipping.spool import Spool
 from fleetguard.shipping.wire import encode
 from tests.controller.helpers import batch
@@ -56,3 +57,11 @@ def test_a_success_starts_the_backoff_over(tmp_path: Path) -> None:
     drain.succeeded()
     assert drain.failures == 0
     assert drain.failed() <= BACKOFF_BASE_SECONDS * 2
+
+
+def test_a_transport_of_its_own_cap_never_waits_past_it(tmp_path: Path) -> None:
+    """The NATS shipper's cap (JetStream, not a controller, takes its retries) is shorter than HTTP's."""
+    assert NATS_BACKOFF_CAP_SECONDS < BACKOFF_CAP_SECONDS
+    drain = Drain(spool_of(tmp_path, 1), random.Random(7), NATS_BACKOFF_CAP_SECONDS)
+    delays = [drain.failed() for _ in range(40)]
+    assert max(delays) <= NATS_BACKOFF_CAP_SECONDS and min(delays[10:]) >= NATS_BACKOFF_CAP_SECONDS / 2
