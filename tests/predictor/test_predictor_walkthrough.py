@@ -39,8 +39,8 @@ def test_the_readme_walks_from_simulated_history_to_predictions(tmp_path: Path) 
         for argv in _walkthrough():
             args = argv[1:]
             if args[0] == "simulate-history":  # a smaller fleet: the same steps in seconds
-                args[args.index("--gpus") + 1] = "80"
-                args[args.index("--days") + 1] = "40"
+                args[args.index("--gpus") + 1] = "48"
+                args[args.index("--days") + 1] = "30"
             if args[0] == "predict":
                 args.append("--json")
             result = runner.invoke(cli, args)
