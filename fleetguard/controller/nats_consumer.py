@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from fleetguard.controller.ingest import IngestWriter, Pending
 from fleetguard.controller.nats_commands import CommandPublisher
@@ -162,8 +162,6 @@ class NatsConsumer:
                 log.debug("closing NATS: %s", exc)
 
     async def _consume(self) -> None:
-        import nats.errors
-
         self._nc = await connect(self.login, f"fleetguard-controller {self.pool}")
         js = self._nc.jetstream()
         await ensure_stream(js, self.stream)
@@ -183,11 +181,8 @@ class NatsConsumer:
             while not self._stop.is_set():
                 if len(in_flight) >= MAX_GROUPS_IN_FLIGHT:
                     _, in_flight = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
-                try:
-                    # A pull for a batch returns when it is full or expires: a short expiry bounds how long
-                    # a message waits for others to join it, at a few idle pulls a second.
-                    msgs = await sub.fetch(FETCH_BATCH, timeout=FETCH_WAIT_SECONDS)
-                except nats.errors.TimeoutError:
+                msgs = await pull(sub)
+                if not msgs:
                     continue
                 in_flight.add(asyncio.create_task(self.handle(msgs)))
                 in_flight = {t for t in in_flight if not t.done()}
@@ -293,3 +288,20 @@ def start_consumer(config: Config, writer: IngestWriter, stats: ControllerStats)
     consumer = NatsConsumer(login, ctl.pool, ctl.nats_stream, writer, stats)
     consumer.start()
     return consumer
+
+
+class _Pullable(Protocol):
+    async def fetch(self, batch: int, timeout: float | None) -> list[Msg]: ...
+
+
+async def pull(sub: _Pullable) -> list[Msg]:
+    """The next messages, or none when the pull expired. A pull for a batch returns when it is full or
+    expires: a short expiry bounds how long a message waits for others to join it, at a few idle pulls a
+    second. nats-py says "expired" with nats.errors.TimeoutError on one path and a bare
+    asyncio.TimeoutError on others (its deadline spent between its two requests: under load); both mean
+    "nothing arrived", never a failure of the connection. Taken for one, a loaded pull tore the connection
+    down and reconnected, and the connected gauge read 0 meanwhile."""
+    try:
+        return await sub.fetch(FETCH_BATCH, timeout=FETCH_WAIT_SECONDS)
+    except TimeoutError:  # asyncio.TimeoutError is TimeoutError; nats.errors.TimeoutError subclasses it
+        return []
