@@ -25,13 +25,13 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from fleetguard.controller.ingest import IngestWriter, Pending
 from fleetguard.controller.nats_commands import CommandPublisher
 from fleetguard.controller.stats import ControllerStats
 from fleetguard.controller.validate import BatchRefused, Refusal, parse_batch
-from fleetguard.shipping.nats_connect import NatsLogin, add_stream_if_missing, connect, make_login
+from fleetguard.shipping.nats_connect import NatsLogin, add_stream_if_missing, connect, fetch, make_login
 from fleetguard.shipping.nats_subjects import (
     MSG_ID_HEADER,
     SUBJECT_ROOT,
@@ -181,7 +181,7 @@ class NatsConsumer:
             while not self._stop.is_set():
                 if len(in_flight) >= MAX_GROUPS_IN_FLIGHT:
                     _, in_flight = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
-                msgs = await pull(sub)
+                msgs = await fetch(sub, FETCH_BATCH, FETCH_WAIT_SECONDS)
                 if not msgs:
                     continue
                 in_flight.add(asyncio.create_task(self.handle(msgs)))
@@ -288,20 +288,3 @@ def start_consumer(config: Config, writer: IngestWriter, stats: ControllerStats)
     consumer = NatsConsumer(login, ctl.pool, ctl.nats_stream, writer, stats)
     consumer.start()
     return consumer
-
-
-class _Pullable(Protocol):
-    async def fetch(self, batch: int, timeout: float | None) -> list[Msg]: ...
-
-
-async def pull(sub: _Pullable) -> list[Msg]:
-    """The next messages, or none when the pull expired. A pull for a batch returns when it is full or
-    expires: a short expiry bounds how long a message waits for others to join it, at a few idle pulls a
-    second. nats-py says "expired" with nats.errors.TimeoutError on one path and a bare
-    asyncio.TimeoutError on others (its deadline spent between its two requests: under load); both mean
-    "nothing arrived", never a failure of the connection. Taken for one, a loaded pull tore the connection
-    down and reconnected, and the connected gauge read 0 meanwhile."""
-    try:
-        return await sub.fetch(FETCH_BATCH, timeout=FETCH_WAIT_SECONDS)
-    except TimeoutError:  # asyncio.TimeoutError is TimeoutError; nats.errors.TimeoutError subclasses it
-        return []

@@ -8,7 +8,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fleetguard.config import split_urls
 from fleetguard.secret_files import SecretFileError, read_secret_text
@@ -16,6 +16,7 @@ from fleetguard.shipping.nats_subjects import host_token
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
+    from nats.aio.msg import Msg
     from nats.js.api import StreamConfig
     from nats.js.client import JetStreamContext
 
@@ -169,3 +170,19 @@ async def add_stream_if_missing(js: JetStreamContext, config: StreamConfig) -> b
     await js.add_stream(config)
     log.info("created NATS stream %s", config.name)
     return True
+
+
+class Pullable(Protocol):
+    async def fetch(self, batch: int, timeout: float | None) -> list[Msg]: ...
+
+
+async def fetch(sub: Pullable, batch: int, timeout: float) -> list[Msg]:
+    """A pull subscription's next messages, or none when the pull expired. nats-py says "expired" with
+    nats.errors.TimeoutError on one path and a bare asyncio.TimeoutError on others (its deadline spent
+    between its two requests: under load); both mean "nothing arrived", never a failure of the connection.
+    Taken for one, a loaded controller's pull tore its connection down and reconnected (its connected gauge
+    read 0 meanwhile), and an agent's command pull paused for its retry interval."""
+    try:
+        return await sub.fetch(batch, timeout=timeout)
+    except TimeoutError:  # asyncio.TimeoutError is TimeoutError; nats.errors.TimeoutError subclasses it
+        return []

@@ -45,6 +45,7 @@ from fleetguard.shipping.nats_connect import (
     NatsLogin,
     NatsSettingsError,
     connect,
+    fetch,
     make_login,
 )
 from fleetguard.shipping.nats_subjects import (
@@ -237,8 +238,6 @@ class NatsTransport:
         """This host's commands, from its own consumer, into the channel's journal; acked to JetStream only
         once journaled (a crash before the ack redelivers it, and the journal answers it, not run again).
         Runs until cancelled (at close)."""
-        import nats.errors
-
         sub = None
         failing = False
         while True:
@@ -247,11 +246,7 @@ class NatsTransport:
                     sub = await js.pull_subscribe_bind(
                         durable=command_consumer(self.host), stream=command_stream(self.pool)
                     )
-                try:
-                    msgs = await sub.fetch(COMMAND_FETCH, timeout=COMMAND_WAIT_SECONDS)
-                except nats.errors.TimeoutError:
-                    failing = False
-                    continue
+                msgs = await fetch(sub, COMMAND_FETCH, COMMAND_WAIT_SECONDS)
                 failing = False
                 for msg in msgs:
                     try:

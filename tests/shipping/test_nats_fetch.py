@@ -1,5 +1,5 @@
-"""The controller's NATS pull: an expired pull is "nothing arrived", whichever way nats-py says so, and never
-ends the consumer's connection; anything else still does (the consumer reconnects)."""
+"""A NATS pull (the controller's ingest, an agent's commands): an expired pull is "nothing arrived",
+whichever way nats-py says so, and never ends the connection; anything else still does (each reconnects)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from fleetguard.controller.nats_consumer import FETCH_BATCH, FETCH_WAIT_SECONDS, pull
+from fleetguard.shipping.nats_connect import fetch
 
 nats_errors = pytest.importorskip("nats.errors")
 js_errors = pytest.importorskip("nats.js.errors")
@@ -39,15 +39,15 @@ class Subscription:
 )
 def test_an_expired_pull_is_no_messages(expired: BaseException) -> None:
     sub = Subscription(expired)
-    assert asyncio.run(pull(sub)) == []
-    assert sub.asked == [(FETCH_BATCH, FETCH_WAIT_SECONDS)]
+    assert asyncio.run(fetch(sub, 64, 0.25)) == []
+    assert sub.asked == [(64, 0.25)]
 
 
 def test_messages_are_handed_on() -> None:
     msgs: list[Any] = [object(), object()]
-    assert asyncio.run(pull(Subscription(msgs))) is msgs
+    assert asyncio.run(fetch(Subscription(msgs), 64, 0.25)) is msgs
 
 
 def test_a_connection_failure_is_not_taken_for_an_expired_pull() -> None:
     with pytest.raises(nats_errors.ConnectionClosedError):
-        asyncio.run(pull(Subscription(nats_errors.ConnectionClosedError())))
+        asyncio.run(fetch(Subscription(nats_errors.ConnectionClosedError()), 64, 0.25))
