@@ -52,11 +52,22 @@ class BreakerHeadroom:
     repairs_per_hour: int  # the rate limit for this fleet
 
 
+def trips(policy: BreakerPolicy, hosts_acted: int, fleet_hosts: int) -> bool:
+    """The breaker's rule: this many distinct hosts acted on within the window open it."""
+    return hosts_acted >= policy.min_hosts and hosts_acted / max(fleet_hosts, 1) > policy.max_host_fraction
+
+
 def trip_threshold(policy: BreakerPolicy, fleet_hosts: int) -> int:
-    """The fewest hosts acted on within the window that open the breaker: at least `min_hosts`, and more
-    than `max_host_fraction` of the fleet (the rule `CircuitBreaker.permit` applies)."""
+    """The fewest hosts acted on within the window that open the breaker (`trips`). Found with the rule
+    itself, not only its algebra: 0.7 x 170 is 118.99999999999999 in floating point, so floor(f x n) + 1 said
+    119 while 119 / 170 is not over 0.7 and the breaker opened at 120."""
     fleet = max(fleet_hosts, 1)
-    return max(policy.min_hosts, math.floor(policy.max_host_fraction * fleet) + 1)
+    n = max(policy.min_hosts, math.floor(policy.max_host_fraction * fleet) + 1)
+    while not trips(policy, n, fleet):
+        n += 1
+    while n > policy.min_hosts and trips(policy, n - 1, fleet):
+        n -= 1
+    return n
 
 
 def counting_horizon(policy: BreakerPolicy) -> float:
@@ -103,7 +114,7 @@ class CircuitBreaker:
         self._prune(now)
         hosts = {h for _, h in self.state.acted} | {host}
         fleet = max(fleet_hosts, 1)
-        if len(hosts) >= self.policy.min_hosts and len(hosts) / fleet > self.policy.max_host_fraction:
+        if trips(self.policy, len(hosts), fleet):
             self.state.tripped = True
             self.state.tripped_at = now
             self.state.reason = (
