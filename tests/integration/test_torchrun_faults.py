@@ -118,7 +118,12 @@ def test_a_rank_that_skips_its_collectives_is_named_without_collective_reports(t
         assert placed == (2, [2], "positions"), evidence
         assert evidence["hang_kind"] == "collective_mismatch" and evidence["evict_hardware"] is False
         assert "rank 2" in evidence["reasoning"]
-        actions = [s.record for s in runtime.actions() if s.record.finding_id == finding.finding_id]
+        # The action is stored just after its finding (the policy decides it once the finding is in).
+        actions = wait_until(
+            lambda: [s.record for s in runtime.actions() if s.record.finding_id == finding.finding_id],
+            60,
+            "the finding's action to be recorded",
+        )
         assert [a.action for a in actions] == ["none"]
         assert not [s for s in runtime.findings() if s.record.kind == "dead_rank"]
     finally:
