@@ -279,36 +279,55 @@ def main() -> None:
     if args.compare_src:
         compare(path, Path(args.compare_src).resolve(), args)
         return
-    from dashboard.app import PAGES
-
     with Store.open(path, read_only=True) as store:
         counts = {t: n for t, n in store.counts().items() if n}
         print(f"store {path}: {path.stat().st_size / 2**30:.2f} GiB, rows {counts}", flush=True)
         targets = select(pages(store), args.only)
-        # The refresh button fires the callback dcc.Interval fires; no timer in between the measurements.
-        config = load_config(env={}, overrides={"dashboard.refresh_seconds": 3600.0})
-        # The clock moves between the store's end and 15 s later on every refresh: the data shown changes
-        # (every age in every table), the windows stay where the store has data.
-        clock = [END_TS]
+        browser, server_p95 = time_served(store, targets, args.runs, END_TS)
+    print_rows("page", [(t, shown_path(t)) for _, t in targets], browser, server_p95)
 
-        def tick() -> None:
-            clock[0] = END_TS + 15.0 if clock[0] == END_TS else END_TS
 
-        server = serve_dashboard(store, config, port=0, now=lambda: clock[0])
-        try:
-            # The server-side figure from an app of its own over the same store (the served one is behind
-            # the WSGI adapter): the same pages and queries, its own fleet model.
-            ctx = create_app(store, config, now=lambda: clock[0]).server.config["fleetguard.dashboard"]
-            server_p95 = measure_server(ctx, {p.page_id: p for p in PAGES}, targets, max(5, args.runs // 2))
-            browser = measure_browser({"this": server.url}, targets, args.runs, tick)
-        finally:
-            server.close()
-    print("\n| page | first render p50 | p95 | live refresh p50 | p95 | server render p95 |")
+def time_served(
+    store: Store, targets: list[tuple[str, str]], runs: int, end: float
+) -> tuple[dict[tuple[str, str], dict[str, float]], dict[str, float]]:
+    """`targets` of a dashboard served over `store` on loopback, its clock at `end`: the browser's timings
+    (measure_browser) and each page's server-side render p95 (measure_server)."""
+    from dashboard.app import PAGES
+
+    # The refresh button fires the callback dcc.Interval fires; no timer in between the measurements.
+    config = load_config(env={}, overrides={"dashboard.refresh_seconds": 3600.0})
+    # The clock moves between the store's end and 15 s later on every refresh: the data shown changes
+    # (every age in every table), the windows stay where the store has data.
+    clock = [end]
+
+    def tick() -> None:
+        clock[0] = end + 15.0 if clock[0] == end else end
+
+    server = serve_dashboard(store, config, port=0, now=lambda: clock[0])
+    try:
+        # The server-side figure from an app of its own over the same store (the served one is behind
+        # the WSGI adapter): the same pages and queries, its own fleet model.
+        ctx = create_app(store, config, now=lambda: clock[0]).server.config["fleetguard.dashboard"]
+        server_p95 = measure_server(ctx, {p.page_id: p for p in PAGES}, targets, max(5, runs // 2))
+        browser = measure_browser({"this": server.url}, targets, runs, tick)
+    finally:
+        server.close()
+    return browser, server_p95
+
+
+def print_rows(
+    title: str,
+    shown: list[tuple[str, str]],
+    browser: dict[tuple[str, str], dict[str, float]],
+    server_p95: dict[str, float],
+) -> None:
+    """A markdown row per (target, how it is shown) of time_served's figures."""
+    print(f"\n| {title} | first render p50 | p95 | live refresh p50 | p95 | server render p95 |")
     print("|---|---|---|---|---|---|")
-    for _, target in targets:
+    for target, label in shown:
         b = browser[("this", target)]
         print(
-            f"| `{shown_path(target)}` | {b['first_p50']:.2f} s | {b['first_p95']:.2f} s | "
+            f"| `{label}` | {b['first_p50']:.2f} s | {b['first_p95']:.2f} s | "
             f"{b['refresh_p50']:.2f} s | {b['refresh_p95']:.2f} s | {server_p95[target]:.2f} s |"
         )
 

@@ -87,36 +87,12 @@ def main() -> None:
 
 def time_page(path: Path, gpus: int, seconds: int, runs: int) -> None:
     """The GPU page over this store in real Chromium, and its server-side render, for three GPUs."""
-    from dashboard_render import measure_browser, measure_server  # type: ignore[import-not-found]  # sibling script
-
-    from dashboard.app import PAGES, create_app
-    from dashboard.server import serve_dashboard
-    from fleetguard.config import load_config
-
-    end = T0 + seconds
-    clock = [end]
-
-    def tick() -> None:
-        clock[0] = end + 15.0 if clock[0] == end else end
+    from dashboard_render import print_rows, time_served  # type: ignore[import-not-found]  # sibling script
 
     targets = [("gpu", f"/gpus/GPU-{g // 8:05d}-{g % 8}") for g in (0, gpus // 2 + 3, gpus - 1)]
-    config = load_config(env={}, overrides={"dashboard.refresh_seconds": 3600.0})
     with Store.open(path, read_only=True) as store:
-        ctx = create_app(store, config, now=lambda: clock[0]).server.config["fleetguard.dashboard"]
-        server_p95 = measure_server(ctx, {p.page_id: p for p in PAGES}, targets, runs)
-        server = serve_dashboard(store, config, port=0, now=lambda: clock[0])
-        try:
-            browser = measure_browser({"this": server.url}, targets, runs, tick)
-        finally:
-            server.close()
-    print("\n| page (1 h at 1 Hz) | first render p50 | p95 | live refresh p50 | p95 | server render p95 |")
-    print("|---|---|---|---|---|---|")
-    for _, target in targets:
-        b = browser[("this", target)]
-        print(
-            f"| `{target}` | {b['first_p50']:.2f} s | {b['first_p95']:.2f} s | "
-            f"{b['refresh_p50']:.2f} s | {b['refresh_p95']:.2f} s | {server_p95[target]:.2f} s |"
-        )
+        browser, server_p95 = time_served(store, targets, runs, T0 + seconds)
+    print_rows("page (1 h at 1 Hz)", [(t, t) for _, t in targets], browser, server_p95)
 
 
 if __name__ == "__main__":

@@ -151,15 +151,22 @@ class RecoveringTransport(ScriptedTransport):
         self.down = None
 
 
-def test_a_stop_during_a_backoff_tries_again_and_sends_what_the_returned_far_end_takes(spool: Spool) -> None:
+def backing_off(spool: Spool, batches: int) -> tuple[DrainLoop, RecoveringTransport]:
+    """A started loop over `batches` spooled batches whose far end is down, past its first try and deep in a
+    backoff (after that failure the wait is 15-30 s)."""
     transport = RecoveringTransport()
     loop = loop_over(spool, transport)
-    loop.drain.failures = 10  # deep in a backoff: the next wait is 15-30 s
-    for seq in range(1, 7):
+    loop.drain.failures = 10
+    for seq in range(1, batches + 1):
         spool.append(encode(batch("node-a", seq)))
     loop.start()
+    assert transport.tried_down.wait(10), "the loop never tried the far end"
+    return loop, transport
+
+
+def test_a_stop_during_a_backoff_tries_again_and_sends_what_the_returned_far_end_takes(spool: Spool) -> None:
+    loop, transport = backing_off(spool, 6)
     try:
-        assert transport.tried_down.wait(10), "the loop never tried the far end"
         transport.recover()  # back, while this loop sleeps its backoff
     finally:
         loop.stop(drain_seconds=5.0)
@@ -188,14 +195,8 @@ def test_a_stop_whose_final_try_fails_keeps_the_backlog_and_does_not_wait_out_th
 def test_resume_ends_a_backoff_in_progress_and_the_backlog_is_sent_without_a_stop(spool: Spool) -> None:
     """A NATS client that reconnected says so (`resume`): the loop sends at once instead of sleeping out a
     backoff its failures during the outage built up."""
-    transport = RecoveringTransport()
-    loop = loop_over(spool, transport)
-    loop.drain.failures = 10  # deep in a backoff: the next wait is 15-30 s
-    for seq in range(1, 4):
-        spool.append(encode(batch("node-a", seq)))
-    loop.start()
+    loop, transport = backing_off(spool, 3)
     try:
-        assert transport.tried_down.wait(10), "the loop never tried the far end"
         transport.recover()
         loop.resume()
         # Well inside the 15 s the backoff would have lasted at the least.
@@ -206,13 +207,8 @@ def test_resume_ends_a_backoff_in_progress_and_the_backlog_is_sent_without_a_sto
 
 
 def test_without_resume_a_backoff_is_not_cut_short_by_new_batches(spool: Spool) -> None:
-    transport = RecoveringTransport()
-    loop = loop_over(spool, transport)
-    loop.drain.failures = 10
-    spool.append(encode(batch("node-a", 1)))
-    loop.start()
+    loop, transport = backing_off(spool, 1)
     try:
-        assert transport.tried_down.wait(10), "the loop never tried the far end"
         transport.recover()
         spool.append(encode(batch("node-a", 2)))
         loop.wake()  # a flush: not a reason to retry a far end that failed
