@@ -19,10 +19,11 @@ from dashboard.grid_bundle import defer_grid_bundle
 from dashboard.operator import OperatorDesk, Resolver
 from dashboard.pages import alerts, fleet, gpu, host, incidents, jobs, network, policy, predictions, repairs
 from dashboard.pages.live import PageSpec, register
-from dashboard.plotly_bundle import serve_partial_bundle
+from dashboard.plotly_bundle import serve_partial_bundle, url_script
 from dashboard.queries.base import StoreReader
 from dashboard.router import app_layout, head_script, register_router, title_of
 from dashboard.snapshot import FleetModel, SnapshotCache, build_fleet_model
+from dashboard.static_cache import serve_versioned, versioned_tags
 from fleetguard.config import Config
 
 ASSETS: Final = Path(__file__).parent / "assets"
@@ -98,6 +99,7 @@ def create_app(
     )
     _index_parts(app)
     serve_partial_bundle(server, app.config.requests_pathname_prefix)
+    serve_versioned(app)
     for spec in PAGES:
         register(app, spec)
     register_router(app, PAGES)
@@ -110,7 +112,7 @@ def _index_parts(app: dash.Dash) -> None:
     bundle named instead of loaded (`dashboard.grid_bundle`)."""
     interpolate: Callable[..., str] = app.interpolate_index
     prefix = app.config.requests_pathname_prefix
-    script = head_script(prefix)
+    script = head_script(prefix) + url_script(prefix)
 
     def with_parts(**parts: Any) -> str:
         path = urllib.parse.quote(flask.request.path.removeprefix(prefix.rstrip("/"))) or "/"
@@ -119,7 +121,7 @@ def _index_parts(app: dash.Dash) -> None:
                 **parts,
                 "title": html_escape(title_of(PAGES, path)),
                 "css": script + parts["css"],
-                "scripts": defer_grid_bundle(parts["scripts"]),
+                "scripts": versioned_tags(defer_grid_bundle(parts["scripts"])),
             }
         )
 
