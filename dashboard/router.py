@@ -122,6 +122,9 @@ def register_router(app: dash.Dash, specs: Sequence[PageSpec]) -> None:
         Input(LOCATION_ID, "pathname"),
         Input(LOCATION_ID, "search"),
         State(SERVED_ID, "data"),
+        # Fired by the location once it has read the tab's address (its first value), as Dash's pages were:
+        # before that its pathname is empty.
+        prevent_initial_call=True,
     )
 
     @app.callback(  # type: ignore[misc]
