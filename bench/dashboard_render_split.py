@@ -4,15 +4,17 @@
 the browser's own clocks, per page, median over --runs loads in a new tab with a warm cache:
 
 - html: the navigation's responseEnd (the HTML, from the request's start);
-- boot: from there until Dash's renderer asks for `_dash-layout` (every script tag fetched and run);
-- layout: `_dash-layout` and `_dash-dependencies` until both are in;
-- page cb: the page's own callback (`_dash-update-component` carrying the page's layout), start to end;
-  of it, server = request sent to first byte (queries + components), and its body's size in kB;
+- boot: from there until Dash's renderer starts (`window.store` set: every script tag fetched and run);
+- layout: `_dash-layout` and `_dash-dependencies` until both are in (asked for by the head script before
+  the boot, where the tree has one: `dashboard/router.py`);
+- page cb: the request carrying the page (the biggest body of the layout and the first render's
+  callbacks: the page's callback where Dash's pages drew it, the layout where it comes with the page),
+  start to end; of it, server = request sent to first byte (queries + components), its body in kB;
 - plotly: running plotly.js's script (from the moment its bytes are in until `window.Plotly` is set); 0
   on a page that never loads it;
 - draw: time inside `Plotly.react`/`newPlot`, every figure of the page summed;
-- render: the rest after the page's callback is in (drawn - its end - plotly - draw): the components built
-  and drawn by React, tables' chunks loaded and run;
+- render: the rest after both the page and the renderer are there (drawn - the later of the two - plotly -
+  draw): the components built and drawn by React, tables' chunks loaded and run;
 - drawn: the bench's "drawn" test (bench/dashboard_render.py's DRAWN) first true, from the navigation's start;
 - long: main-thread long tasks (> 50 ms) summed over the whole load.
 
@@ -40,7 +42,7 @@ from tests.dashboard.browser import chromium
 # script), the time spent in every Plotly.react/newPlot, and the long tasks; polls the drawn test each frame.
 PROBE = """
 (() => {
-  const fg = window.__fg = {plotlySet: null, draw: 0, draws: 0, long: 0, drawn: null};
+  const fg = window.__fg = {plotlySet: null, storeSet: null, draw: 0, draws: 0, long: 0, drawn: null};
   new PerformanceObserver(l => { for (const e of l.getEntries()) fg.long += e.duration; })
     .observe({type: 'longtask', buffered: true});
   const wrap = (P, name) => {
@@ -54,6 +56,12 @@ PROBE = """
       return out;
     };
   };
+  let store;
+  Object.defineProperty(window, 'store', {
+    configurable: true,
+    get() { return store; },
+    set(v) { store = v; if (fg.storeSet === null) fg.storeSet = performance.now(); },
+  });
   let held;
   Object.defineProperty(window, 'Plotly', {
     configurable: true,
@@ -71,15 +79,16 @@ READ = """() => {
   const res = performance.getEntriesByType('resource');
   const one = (part) => res.find(r => r.name.includes(part));
   const layout = one('_dash-layout'), deps = one('_dash-dependencies');
-  const cbs = res.filter(r => r.name.includes('_dash-update-component'));
-  // The page's callback is the biggest body among the first render's callbacks (the page layout).
+  const cbs = res.filter(r => r.name.includes('_dash-update-component') || r.name.endsWith('_dash-layout'));
+  // The request carrying the page is the biggest body among the layout and the first render's callbacks.
   const page = cbs.reduce((a, b) => (!a || b.encodedBodySize > a.encodedBodySize ? b : a), null);
   const plotly = res.find(r => /plotly[^/]*\\.js/.test(r.name) && !r.name.includes('dash_core'));
   const fg = window.__fg;
   const plotlyRun = plotly && fg.plotlySet !== null ? fg.plotlySet - plotly.responseEnd : 0;
   return {
     html: nav.responseEnd,
-    boot: layout ? layout.startTime - nav.responseEnd : NaN,
+    boot: fg.storeSet !== null ? fg.storeSet - nav.responseEnd : NaN,
+    store_set: fg.storeSet !== null ? fg.storeSet : NaN,
     layout: layout && deps ? Math.max(layout.responseEnd, deps.responseEnd) - layout.startTime : NaN,
     page_cb: page ? page.responseEnd - page.startTime : NaN,
     cb_end: page ? page.responseEnd : NaN,
@@ -108,7 +117,7 @@ def load_once(browser: Any, url: str, page_id: str) -> dict[str, float]:
     page.close()
     # What is left once the page's callback is in: components built and drawn (tables' chunks loaded and
     # run, React), less plotly's script and the figures' drawing, which have columns of their own.
-    out["render"] = out["drawn"] - out["cb_end"] - out["plotly"] - out["draw"]
+    out["render"] = out["drawn"] - max(out["cb_end"], out["store_set"]) - out["plotly"] - out["draw"]
     return out
 
 

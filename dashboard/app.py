@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
+import urllib.parse
 from collections.abc import Callable
+from html import escape as html_escape
 from pathlib import Path
 from typing import Any, Final
 
@@ -17,9 +19,11 @@ from dashboard.grid_bundle import defer_grid_bundle
 from dashboard.operator import OperatorDesk, Resolver
 from dashboard.pages import alerts, fleet, gpu, host, incidents, jobs, network, policy, predictions, repairs
 from dashboard.pages.live import PageSpec, register
-from dashboard.plotly_bundle import serve_partial_bundle
+from dashboard.plotly_bundle import serve_partial_bundle, url_script
 from dashboard.queries.base import StoreReader
+from dashboard.router import app_layout, head_script, register_router, title_of
 from dashboard.snapshot import FleetModel, SnapshotCache, build_fleet_model
+from dashboard.static_cache import serve_versioned, versioned_tags
 from fleetguard.config import Config
 
 ASSETS: Final = Path(__file__).parent / "assets"
@@ -86,8 +90,6 @@ def create_app(
     app = dash.Dash(
         "fleetguard.dashboard",
         server=server,  # type: ignore[arg-type]
-        use_pages=True,
-        pages_folder="",
         assets_folder=str(ASSETS),
         title="fleetguard",
         # None: the tab title never flickers to "Updating..." on a live refresh.
@@ -95,27 +97,42 @@ def create_app(
         suppress_callback_exceptions=True,  # each page's components exist only while it is shown
         serve_locally=True,  # no CDN: the dashboard works on an air-gapped cluster
     )
-    _defer_grid_bundle(app)
+    _index_parts(app)
     serve_partial_bundle(server, app.config.requests_pathname_prefix)
+    serve_versioned(app)
     for spec in PAGES:
         register(app, spec)
-    app.layout = html.Div([_header(), html.Main(dash.page_container, className="main")])
+    register_router(app, PAGES)
+    app.layout = app_layout(PAGES, _header)
     return app
 
 
-def _defer_grid_bundle(app: dash.Dash) -> None:
-    """Every page's HTML names AG Grid's bundle instead of loading it (`dashboard.grid_bundle`)."""
+def _index_parts(app: dash.Dash) -> None:
+    """Every page's HTML: its page's title, the router's head script (`dashboard.router`), and AG Grid's
+    bundle named instead of loaded (`dashboard.grid_bundle`)."""
     interpolate: Callable[..., str] = app.interpolate_index
+    prefix = app.config.requests_pathname_prefix
+    script = head_script(prefix) + url_script(prefix)
 
-    def without_grid_bundle(**parts: Any) -> str:
-        return interpolate(**{**parts, "scripts": defer_grid_bundle(parts["scripts"])})
+    def with_parts(**parts: Any) -> str:
+        path = urllib.parse.quote(flask.request.path.removeprefix(prefix.rstrip("/"))) or "/"
+        return interpolate(
+            **{
+                **parts,
+                "title": html_escape(title_of(PAGES, path)),
+                "css": script + parts["css"],
+                "scripts": versioned_tags(defer_grid_bundle(parts["scripts"])),
+            }
+        )
 
-    setattr(app, "interpolate_index", without_grid_bundle)  # noqa: B010  (Dash calls self.interpolate_index)
+    setattr(app, "interpolate_index", with_parts)  # noqa: B010  (Dash calls self.interpolate_index)
 
 
 def _secure(response: flask.Response) -> flask.Response:
     for name, value in _SECURITY_HEADERS.items():
         response.headers.setdefault(name, value)
+    if flask.request.path.endswith("/_dash-layout"):
+        response.headers["Cache-Control"] = "no-store"  # drawn for the page its request names, at that moment
     return response
 
 

@@ -1,5 +1,5 @@
-"""How a page is registered: a layout rendered fresh per request and a callback that re-renders its body on
-every refresh tick, both from the same `render(ctx, params)` function."""
+"""How a page is drawn: a layout rendered fresh per request (`page_layout`, served by `dashboard.router`)
+and a callback that re-renders its body on every refresh tick, both from the same `render(ctx, params)`."""
 
 from __future__ import annotations
 
@@ -140,25 +140,20 @@ def _slot_values(refresh: Refresh, listed: list[Any]) -> list[list[Any]]:
     return out
 
 
-def register(app: dash.Dash, spec: PageSpec) -> None:
-    def layout(**kwargs: Any) -> Any:
-        ctx = current()
-        params = clean_params(spec, kwargs)
-        static = spec.static(ctx, params) if spec.static is not None else None
-        body = render_safely(spec, ctx, params)
-        now = ctx.now()
-        held = plan_refresh(spec.page_id, body, None, now).held
-        shown = stamp(f"loaded {clock_text(now)}", 0)
-        return live_page(spec.page_id, params, body, held, shown, ctx.refresh_seconds, static)
+def page_layout(spec: PageSpec, ctx: DashboardContext, params: Params) -> html.Div:
+    """The page as first drawn (`params` from `clean_params`): its body, what the browser keeps of it for
+    the first refresh, and the refresh's controls."""
+    static = spec.static(ctx, params) if spec.static is not None else None
+    body = render_safely(spec, ctx, params)
+    now = ctx.now()
+    held = plan_refresh(spec.page_id, body, None, now).held
+    shown = stamp(f"loaded {clock_text(now)}", 0)
+    return live_page(spec.page_id, params, body, held, shown, ctx.refresh_seconds, static)
 
-    dash.register_page(  # type: ignore[no-untyped-call]
-        f"dashboard.pages.{spec.page_id}",
-        path=spec.path,
-        path_template=spec.path_template,
-        name=spec.name,
-        title=f"{spec.name} · fleetguard",
-        layout=layout,
-    )
+
+def register(app: dash.Dash, spec: PageSpec) -> None:
+    """The page's refresh callback and its own (forms); its first drawing is `page_layout`, called by the
+    router (`dashboard.router`)."""
 
     @app.callback(  # type: ignore[misc]
         Output(f"{spec.page_id}-body", "children"),
