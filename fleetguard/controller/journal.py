@@ -1,0 +1,360 @@
+"""The controller's ingest journal: a batch is answered once its body is on disk here, not once DuckDB has
+committed it.
+
+Why: a DuckDB commit waits for any checkpoint under way, and a checkpoint at 2,048 hosts stalls every commit
+for 0.3-1 s however it is tuned (a smaller WAL checkpoints more often, re-compressing the row groups it had
+left half full: BENCHMARKS.md, "Where the ingest p99 came from"). With the journal, an agent's wait is one
+append and one fdatasync shared by every batch that arrived meanwhile (group commit); the writer's lanes
+commit the same batches to DuckDB as before, and only then is a journal entry released. A controller killed
+between the two replays its journal at the next start; the ingest ledger makes a replayed batch that had been
+committed a duplicate, stored once.
+
+On disk: segment files `<first id>.fgj` in one directory (0700, files 0600, never followed through a link),
+each a magic line and then records: length, CRC-32, id, time received, gzip flag, host and the body as the
+agent sent it. A segment whose entries are all released, and which is no longer appended to, is deleted. A
+record that does not read back whole (a torn tail after a crash, a damaged disk) ends the replay of its
+segment; the segment is then kept as `<name>.damaged` for an operator, never deleted and never replayed again.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import stat
+import struct
+import threading
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"FGJRNL1\n"
+SUFFIX = ".fgj"
+DAMAGED_SUFFIX = ".damaged"
+SEGMENT_BYTES = 64 << 20  # a new segment past this; a segment goes once all its entries are committed
+MAX_BYTES = 2 << 30  # appends are refused past this much on disk (the writer's queue bounds it far below)
+MAX_HOST_BYTES = 1024
+MAX_BODY_BYTES = 64 << 20  # a record claiming more is damage, not a body (ingest bodies are at most 8 MB)
+# length (of what follows the CRC), CRC-32 (of what follows it), id, time received, gzip flag, host length
+_HEAD = struct.Struct("<IIQdBH")
+_AFTER_CRC = _HEAD.size - 8
+
+
+class JournalError(Exception):
+    """The journal could not take an entry (disk full, I/O error, closed): the batch is refused (503)."""
+
+
+class JournalFull(JournalError):
+    """The journal holds MAX_BYTES: the writer is far behind."""
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    host: str
+    body: bytes  # as the agent sent it
+    compressed: bool  # gzip
+    received: float  # the controller's clock when it was accepted (replay checks times against it)
+
+
+@dataclass(slots=True)
+class _Segment:
+    first_id: int
+    path: Path
+    size: int
+    held: int = 0  # entries not yet released
+    open: bool = False  # the one being appended to
+
+
+def encode(entry_id: int, entry: JournalEntry) -> bytes:
+    host = entry.host.encode()
+    if len(host) > MAX_HOST_BYTES or len(entry.body) > MAX_BODY_BYTES:
+        raise JournalError("entry too large for the journal")
+    after = struct.pack("<QdBH", entry_id, entry.received, int(entry.compressed), len(host))
+    crc = zlib.crc32(entry.body, zlib.crc32(host, zlib.crc32(after)))
+    length = _AFTER_CRC + len(host) + len(entry.body)
+    return struct.pack("<II", length, crc) + after + host + entry.body
+
+
+def decode(data: bytes) -> tuple[list[tuple[int, JournalEntry]], int]:
+    """The whole records at the start of `data` (a segment less its magic) and where they end: at the end of
+    `data` when every record read back whole, before it when one did not."""
+    out: list[tuple[int, JournalEntry]] = []
+    view = memoryview(data)
+    at = 0
+    last_id = -1
+    while at + _HEAD.size <= len(data):
+        length, crc, entry_id, received, compressed, host_len = _HEAD.unpack_from(data, at)
+        end = at + 8 + length
+        if length < _AFTER_CRC + host_len or end > len(data) or host_len > MAX_HOST_BYTES:
+            break
+        if length - _AFTER_CRC - host_len > MAX_BODY_BYTES or compressed > 1 or entry_id <= last_id:
+            break
+        if zlib.crc32(view[at + 8 : end]) != crc:
+            break
+        host_at = at + _HEAD.size
+        try:
+            host = bytes(view[host_at : host_at + host_len]).decode()
+        except UnicodeDecodeError:
+            break
+        body = bytes(view[host_at + host_len : end])
+        out.append((entry_id, JournalEntry(host, body, bool(compressed), received)))
+        last_id = entry_id
+        at = end
+    return out, at
+
+
+class Journal:
+    """Append entries durably, release them once stored elsewhere; replay what a previous run left."""
+
+    def __init__(self, directory: Path, segment_bytes: int = SEGMENT_BYTES, max_bytes: int = MAX_BYTES):
+        self.directory = directory
+        self.segment_bytes = segment_bytes
+        self.max_bytes = max_bytes
+        self._cond = threading.Condition()
+        self._segments: list[_Segment] = []  # by first id
+        self._firsts: list[int] = []
+        self._fd: int | None = None
+        self._next_id = 1
+        self._written = 0  # records written in this run, and of those, how many are known on disk
+        self._synced = 0
+        self._failed_upto = 0  # a failed fdatasync: records written up to here may not be on disk
+        self._syncing = False
+        self._closed = False
+        self._replayed: list[tuple[int, JournalEntry]] = []
+        self.bytes_on_disk = 0
+        self.syncs = 0
+        self.appended = 0
+
+    @classmethod
+    def open(cls, directory: Path, **limits: int) -> Journal:
+        """The journal in `directory` (made 0700 if missing), with what a previous run left read in."""
+        journal = cls(directory, **limits)
+        _own_directory(directory)
+        journal._load()
+        return journal
+
+    # ---- start: what a previous run left -----------------------------------------------------------
+
+    def _load(self) -> None:
+        for path in sorted(self.directory.glob("*" + SUFFIX), key=_first_id_of):
+            first = _first_id_of(path)
+            if first < 0:
+                continue
+            data = _read_private(path)
+            if not data.startswith(MAGIC):
+                self._set_aside(path, "it does not start as a journal segment does")
+                continue
+            records, end = decode(data[len(MAGIC) :])
+            if len(MAGIC) + end != len(data):
+                self._set_aside(path, f"a record at byte {len(MAGIC) + end} does not read back whole")
+                path = path.with_name(path.name + DAMAGED_SUFFIX)
+            if records:
+                self._next_id = max(self._next_id, records[-1][0] + 1)
+                self._replayed.extend(records)
+                if not path.name.endswith(DAMAGED_SUFFIX):
+                    segment = _Segment(records[0][0], path, len(data), held=len(records))
+                    self._add_segment(segment)
+            elif not path.name.endswith(DAMAGED_SUFFIX):
+                path.unlink()  # nothing in it: a segment opened just before a stop
+
+    def _set_aside(self, path: Path, why: str) -> None:
+        damaged = path.with_name(path.name + DAMAGED_SUFFIX)
+        log.error(
+            "journal segment %s: %s; what reads back is replayed, the file is kept as %s", path, why, damaged
+        )
+        os.replace(path, damaged)
+
+    def replay(self) -> list[tuple[int, JournalEntry]]:
+        """The entries a previous run appended and did not release, in order (once: the list is handed
+        over). Release each once it is stored, as for an appended one."""
+        out, self._replayed = self._replayed, []
+        return out
+
+    # ---- appending ---------------------------------------------------------------------------------
+
+    def append(self, entry: JournalEntry) -> int:
+        """Write `entry` and return its id once it is on disk (fdatasync'd: shared by the appends that came
+        meanwhile). JournalError when it cannot be."""
+        with self._cond:
+            if self._closed:
+                raise JournalError("the journal is closed")
+            entry_id = self._next_id
+            record = encode(entry_id, entry)
+            if self.bytes_on_disk + len(record) > self.max_bytes:
+                raise JournalFull(f"the journal holds {self.bytes_on_disk >> 20} MB: the store is far behind")
+            segment = self._writable(len(record))
+            fd = self._fd
+            assert fd is not None
+            try:
+                _write_all(fd, record)
+            except OSError as exc:
+                self._close_segment()  # its tail may be torn: later records go to a new segment
+                raise JournalError(f"the journal cannot be written: {exc}") from exc
+            self._next_id += 1
+            segment.size += len(record)
+            segment.held += 1
+            self.bytes_on_disk += len(record)
+            self._written += 1
+            mark = self._written
+            self._sync_to(mark)
+            self.appended += 1
+            return entry_id
+
+    def _sync_to(self, mark: int) -> None:
+        """Wait (lock held, released while syncing) until record `mark` is on disk; one thread syncs for
+        everyone who wrote before it began."""
+        while self._synced < mark:
+            if mark <= self._failed_upto:
+                raise JournalError("the journal could not be synced to disk")
+            if self._syncing:
+                self._cond.wait()
+                continue
+            fd, target = self._fd, self._written
+            self._syncing = True
+            self._cond.release()
+            error: OSError | None = None
+            try:
+                if fd is not None:
+                    os.fdatasync(fd)
+            except OSError as exc:
+                error = exc
+            finally:
+                self._cond.acquire()
+                self._syncing = False
+                self._cond.notify_all()
+            if error is not None:
+                self._failed_upto = target
+                self._close_segment()
+                raise JournalError(f"the journal could not be synced to disk: {error}")
+            self.syncs += 1
+            self._synced = max(self._synced, target)
+
+    def _writable(self, size: int) -> _Segment:
+        """The segment to append `size` bytes to (a new one past segment_bytes)."""
+        current = self._segments[-1] if self._segments and self._segments[-1].open else None
+        if current is not None and current.size + size <= self.segment_bytes:
+            return current
+        while self._syncing:  # its file is being synced: not closed under the syncing thread
+            self._cond.wait()
+        if current is not None:
+            self._close_segment()
+        path = self.directory / f"{self._next_id:020d}{SUFFIX}"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        try:
+            _write_all(fd, MAGIC)
+        except OSError as exc:
+            os.close(fd)
+            raise JournalError(f"the journal cannot be written: {exc}") from exc
+        self._fd = fd
+        segment = _Segment(self._next_id, path, len(MAGIC), open=True)
+        self._add_segment(segment)
+        self.bytes_on_disk += len(MAGIC)
+        return segment
+
+    def _close_segment(self) -> None:
+        """Stop appending to the open segment (synced first: what it holds stays readable)."""
+        fd, self._fd = self._fd, None
+        if self._segments and self._segments[-1].open:
+            segment = self._segments[-1]
+            segment.open = False
+            if fd is not None:
+                try:
+                    os.fdatasync(fd)
+                    self._synced = self._written
+                except OSError as exc:
+                    self._failed_upto = self._written
+                    log.error("journal segment %s could not be synced: %s", segment.path, exc)
+            self._drop_if_done(segment)
+        if fd is not None:
+            os.close(fd)
+
+    def _add_segment(self, segment: _Segment) -> None:
+        self._segments.append(segment)
+        self._firsts.append(segment.first_id)
+
+    # ---- releasing ---------------------------------------------------------------------------------
+
+    def release(self, ids: Iterable[int]) -> None:
+        """These entries are stored (or set aside): a closed segment left with none is deleted."""
+        with self._cond:
+            emptied: set[int] = set()
+            for entry_id in ids:
+                at = bisect.bisect_right(self._firsts, entry_id) - 1
+                if at < 0:
+                    continue
+                segment = self._segments[at]
+                segment.held -= 1
+                if segment.held <= 0:
+                    emptied.add(at)
+            for at in sorted(emptied, reverse=True):
+                self._drop_if_done(self._segments[at])
+
+    def _drop_if_done(self, segment: _Segment) -> None:
+        if segment.open or segment.held > 0:
+            return
+        try:
+            segment.path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("journal segment %s could not be removed: %s", segment.path, exc)
+            return
+        at = self._segments.index(segment)
+        del self._segments[at], self._firsts[at]
+        self.bytes_on_disk -= segment.size
+
+    @property
+    def held(self) -> int:
+        """Entries appended (or replayed) and not yet released."""
+        with self._cond:
+            return sum(s.held for s in self._segments)
+
+    def close(self) -> None:
+        """Stop appending; a segment with every entry released is deleted (a clean stop leaves none)."""
+        with self._cond:
+            while self._syncing:
+                self._cond.wait()
+            self._closed = True
+            self._close_segment()
+
+
+def _first_id_of(path: Path) -> int:
+    stem = path.name[: -len(SUFFIX)] if path.name.endswith(SUFFIX) else ""
+    return int(stem) if stem.isdigit() and len(stem) == 20 else -1
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _own_directory(directory: Path) -> None:
+    """`directory` made 0700 if missing; refused if it is a link or others may write to it."""
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.lstat(directory)
+    except OSError as exc:
+        raise JournalError(f"journal directory {directory}: {exc}") from exc
+    if not stat.S_ISDIR(st.st_mode):
+        raise JournalError(f"journal directory {directory} is not a directory (a link is not followed)")
+    if st.st_mode & 0o022:
+        raise JournalError(f"journal directory {directory} may be written by others: chmod go-w it")
+    if st.st_uid != os.geteuid():
+        raise JournalError(f"journal directory {directory} belongs to another user")
+
+
+def _read_private(path: Path) -> bytes:
+    with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
+        return f.read()
+
+
+def entries_in(directory: Path) -> Iterator[tuple[int, JournalEntry]]:
+    """Every readable entry in `directory`'s segments (for `fleetguard` tools and tests), in id order."""
+    for path in sorted(directory.glob("*" + SUFFIX), key=_first_id_of):
+        data = _read_private(path)
+        if data.startswith(MAGIC):
+            yield from decode(data[len(MAGIC) :])[0]
