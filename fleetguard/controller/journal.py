@@ -25,7 +25,7 @@ import stat
 import struct
 import threading
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 MAGIC = b"FGJRNL1\n"
 SUFFIX = ".fgj"
 DAMAGED_SUFFIX = ".damaged"
+REFUSED_SUFFIX = ".refused"
 SEGMENT_BYTES = 64 << 20  # a new segment past this; a segment goes once all its entries are committed
 MAX_BYTES = 2 << 30  # appends are refused past this much on disk (the writer's queue bounds it far below)
 MAX_HOST_BYTES = 1024
@@ -178,30 +179,52 @@ class Journal:
     def append(self, entry: JournalEntry) -> int:
         """Write `entry` and return its id once it is on disk (fdatasync'd: shared by the appends that came
         meanwhile). JournalError when it cannot be."""
+        return self.append_many([entry])[0]
+
+    def append_many(self, entries: Sequence[JournalEntry]) -> list[int]:
+        """`append` of each, with one fdatasync for them all (and for whatever others wrote meanwhile)."""
         with self._cond:
             if self._closed:
                 raise JournalError("the journal is closed")
-            entry_id = self._next_id
-            record = encode(entry_id, entry)
-            if self.bytes_on_disk + len(record) > self.max_bytes:
-                raise JournalFull(f"the journal holds {self.bytes_on_disk >> 20} MB: the store is far behind")
-            segment = self._writable(len(record))
-            fd = self._fd
-            assert fd is not None
-            try:
-                _write_all(fd, record)
-            except OSError as exc:
-                self._close_segment()  # its tail may be torn: later records go to a new segment
-                raise JournalError(f"the journal cannot be written: {exc}") from exc
-            self._next_id += 1
-            segment.size += len(record)
-            segment.held += 1
-            self.bytes_on_disk += len(record)
-            self._written += 1
-            mark = self._written
-            self._sync_to(mark)
-            self.appended += 1
-            return entry_id
+            ids: list[int] = []
+            for entry in entries:
+                entry_id = self._next_id
+                record = encode(entry_id, entry)
+                if self.bytes_on_disk + len(record) > self.max_bytes:
+                    raise JournalFull(
+                        f"the journal holds {self.bytes_on_disk >> 20} MB: the store is far behind"
+                    )
+                segment = self._writable(len(record))
+                fd = self._fd
+                assert fd is not None
+                try:
+                    _write_all(fd, record)
+                except OSError as exc:
+                    self._close_segment()  # its tail may be torn: later records go to a new segment
+                    raise JournalError(f"the journal cannot be written: {exc}") from exc
+                self._next_id += 1
+                segment.size += len(record)
+                segment.held += 1
+                self.bytes_on_disk += len(record)
+                self._written += 1
+                ids.append(entry_id)
+            self._sync_to(self._written)
+            self.appended += len(ids)
+            return ids
+
+    def set_aside(self, entry_id: int, entry: JournalEntry, why: str) -> Path:
+        """Keep an entry the store refused in a file of its own (`<id>.fgj.refused`, a one-record segment)
+        and release it: acknowledged, so never dropped; an operator reads it with `entries_in`."""
+        path = self.directory / f"{entry_id:020d}{SUFFIX}{REFUSED_SUFFIX}"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            _write_all(fd, MAGIC + encode(entry_id, entry))
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        log.error("journal entry %d from %s set aside in %s: %s", entry_id, entry.host, path, why)
+        self.release([entry_id])
+        return path
 
     def _sync_to(self, mark: int) -> None:
         """Wait (lock held, released while syncing) until record `mark` is on disk; one thread syncs for
@@ -352,9 +375,10 @@ def _read_private(path: Path) -> bytes:
         return f.read()
 
 
-def entries_in(directory: Path) -> Iterator[tuple[int, JournalEntry]]:
-    """Every readable entry in `directory`'s segments (for `fleetguard` tools and tests), in id order."""
-    for path in sorted(directory.glob("*" + SUFFIX), key=_first_id_of):
+def entries_in(directory: Path, suffix: str = SUFFIX) -> Iterator[tuple[int, JournalEntry]]:
+    """Every readable entry in `directory`'s files ending `suffix` (segments; SUFFIX + REFUSED_SUFFIX for
+    those set aside), in id order: for operators' tools and tests."""
+    for path in sorted(directory.glob("*" + suffix), key=lambda p: p.name):
         data = _read_private(path)
         if data.startswith(MAGIC):
             yield from decode(data[len(MAGIC) :])[0]
