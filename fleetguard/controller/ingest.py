@@ -32,6 +32,7 @@ from fleetguard.controller import ledger as ledger_sql
 from fleetguard.controller.columns import concat, insert_sql
 from fleetguard.controller.command_queue import CommandBook, insert_command, record_acks, record_deliveries
 from fleetguard.controller.hosts import HOST_COLUMNS, HOST_TYPES, TIME_COLUMNS, HostState, load_hosts
+from fleetguard.controller.journal import Journal, JournalEntry, JournalError, JournalFull
 from fleetguard.controller.ledger import Ledger
 from fleetguard.controller.stats import ControllerStats
 from fleetguard.controller.validate import BatchRefused, IngestBatch, Refusal
@@ -56,6 +57,9 @@ TASK_POLL_SECONDS = 0.1
 # reads the writer's memory). A host is judged silent after several of its 5 s intervals, so a second is
 # prompt enough.
 HOSTS_FLUSH_SECONDS = 1.0
+# A journaled group the store cannot take (disk full, I/O) is tried again after this, doubling to the cap.
+STORE_RETRY_SECONDS = 0.5
+STORE_RETRY_CAP_SECONDS = 10.0
 
 # The store itself failing (disk, memory, I/O): every batch of the group is answered 503 and re-sent later.
 _STORE_FAILURES: tuple[type[Exception], ...] = (
@@ -81,6 +85,9 @@ class Pending:
     done: threading.Event = field(default_factory=threading.Event)
     result: IngestResult | None = None
     error: BatchRefused | None = None
+    # With a journal: the batch's entry there (answered already; released once committed).
+    journal_id: int | None = None
+    entry: JournalEntry | None = None
 
     def finish(self, result: IngestResult | None = None, error: BatchRefused | None = None) -> None:
         self.result, self.error = result, error
@@ -110,8 +117,13 @@ class IngestWriter:
         *,
         max_queue: int = 4096,
         lanes: int = WRITER_LANES,
+        journal: Journal | None = None,
     ) -> None:
         self.store = store
+        # With a journal, a batch is answered once it is there (`accept`); the lanes commit it after.
+        self.journal = journal
+        self._held_keys: set[tuple[str, str, int]] = set()  # journaled, not yet committed (under _state)
+        self.journal_set_aside = 0
         self.clock = clock
         self.stats = stats
         # Lanes: each a queue, a thread and a DuckDB connection of its own; a host always goes to the same
@@ -159,12 +171,92 @@ class IngestWriter:
 
     def submit(self, batch: IngestBatch) -> Pending:
         pending = Pending(batch, time.monotonic())
-        lane = self._lanes[zlib.crc32(batch.host.encode()) % len(self._lanes)]
+        lane = self._lane_of(batch.host)
         try:
             lane.put_nowait(pending)
         except queue.Full:
             raise BatchRefused(Refusal.OVERLOADED, "the controller is behind; retry later") from None
         return pending
+
+    def accept(self, items: list[tuple[IngestBatch, JournalEntry]]) -> list[IngestResult | BatchRefused]:
+        """With a journal: each batch answered once its entry is on disk (one fdatasync for them all), then
+        queued for its lane; a batch already committed or journaled is a duplicate, not journaled again. A
+        full lane or journal refuses (503: the agent keeps it in its spool and sends it later)."""
+        journal = self.journal
+        assert journal is not None
+        answers: list[IngestResult | BatchRefused | None] = [None] * len(items)
+        fresh: list[int] = []
+        with self._state:
+            for i, (batch, _) in enumerate(items):
+                key = batch.key
+                if key in self.ledger or key in self._held_keys:
+                    self.stats.duplicates += 1
+                    answers[i] = IngestResult(duplicate=True, commands=self.commands.for_host(batch.host))
+                elif self._lane_of(batch.host).full():
+                    answers[i] = BatchRefused(Refusal.OVERLOADED, "the controller is behind; retry later")
+                else:
+                    self._held_keys.add(key)
+                    fresh.append(i)
+        try:
+            ids = journal.append_many([items[i][1] for i in fresh])
+        except JournalError as exc:
+            with self._state:
+                self._held_keys.difference_update(items[i][0].key for i in fresh)
+            full = isinstance(exc, JournalFull)
+            refusal = BatchRefused(
+                Refusal.OVERLOADED if full else Refusal.STORE_FAILED,
+                "the controller is behind; retry later"
+                if full
+                else "the controller's journal cannot be written",
+            )
+            if not full:
+                log.error("%s; batches are refused with 503", exc)
+            for i in fresh:
+                answers[i] = refusal
+            fresh, ids = [], []
+        now = time.monotonic()
+        for i, entry_id in zip(fresh, ids, strict=True):
+            batch, entry = items[i]
+            pending = Pending(batch, now, journal_id=entry_id, entry=entry)
+            try:
+                self._lane_of(batch.host).put_nowait(pending)
+            except queue.Full:  # filled since the look above: on disk, but this answer is "retry"
+                journal.release([entry_id])
+                with self._state:
+                    self._held_keys.discard(batch.key)
+                answers[i] = BatchRefused(Refusal.OVERLOADED, "the controller is behind; retry later")
+                continue
+        with self._state:
+            for i in fresh:
+                if answers[i] is None:
+                    commands = self.commands.for_host(items[i][0].host)
+                    self.stats.commands_delivered += len(commands)
+                    answers[i] = IngestResult(duplicate=False, commands=commands)
+        return [a for a in answers if a is not None]
+
+    def replay_journal(self, parse: Callable[[JournalEntry], IngestBatch]) -> int:
+        """Queue what the journal held at start (a previous run answered these and was stopped before it
+        committed them); one the checks now refuse is set aside, not dropped. The lanes must be running."""
+        journal = self.journal
+        if journal is None:
+            return 0
+        replayed = journal.replay()
+        for entry_id, entry in replayed:
+            try:
+                batch = parse(entry)
+            except BatchRefused as exc:
+                journal.set_aside(entry_id, entry, f"refused on replay: {exc.message}")
+                self.journal_set_aside += 1
+                continue
+            with self._state:
+                self._held_keys.add(batch.key)
+            self._lane_of(batch.host).put(Pending(batch, time.monotonic(), journal_id=entry_id, entry=entry))
+        if replayed:
+            log.warning("%d batches replayed from the ingest journal", len(replayed))
+        return len(replayed)
+
+    def _lane_of(self, host: str) -> queue.Queue[Pending | Callable[[], None]]:
+        return self._lanes[zlib.crc32(host.encode()) % len(self._lanes)]
 
     def call(self, fn: Callable[[], None], timeout: float = 30.0) -> None:
         """Run `fn` on the writer thread (for writes that are not batches: queuing a command)."""
@@ -341,7 +433,20 @@ class IngestWriter:
     # ---- one group -------------------------------------------------------------------------------------
 
     def commit_group(self, group: list[Pending], cursor: duckdb.DuckDBPyConnection | None = None) -> None:
-        """Commit a group in one transaction, on `cursor` (a lane's connection) or the store's own."""
+        """Commit a group in one transaction, on `cursor` (a lane's connection) or the store's own. Journaled
+        batches (answered already) that the store cannot take now are tried again, with a growing pause,
+        until it can or the writer stops (then the journal gives them to the next start)."""
+        attempt = 0
+        while group := self._commit_group_once(group, cursor):
+            pause = min(STORE_RETRY_CAP_SECONDS, STORE_RETRY_SECONDS * 2**attempt)
+            if self._stop.wait(pause):
+                return
+            attempt += 1
+
+    def _commit_group_once(
+        self, group: list[Pending], cursor: duckdb.DuckDBPyConnection | None
+    ) -> list[Pending]:
+        """One try at `commit_group`; the journaled batches left to try again."""
         fresh: list[Pending] = []
         duplicates: list[Pending] = []
         seen: set[tuple[str, str, int]] = set()
@@ -355,20 +460,26 @@ class IngestWriter:
         try:
             staged = self._write(fresh, now, cursor)
         except _STORE_FAILURES as exc:
+            kept = [p for p in group if p.journal_id is not None]
             log.error(
-                "the store cannot be written (%s: %s); batches are refused with 503", type(exc).__name__, exc
+                "the store cannot be written (%s: %s); %s",
+                type(exc).__name__,
+                exc,
+                "journaled batches are kept and tried again" if kept else "batches are refused with 503",
             )
             for p in group:
-                self._refuse(
-                    p, BatchRefused(Refusal.STORE_FAILED, "the controller's store cannot be written")
-                )
-            return
+                if p.journal_id is None:
+                    self._refuse(
+                        p, BatchRefused(Refusal.STORE_FAILED, "the controller's store cannot be written")
+                    )
+            return kept
         except Exception as exc:
             # A value the checks let through and DuckDB refuses: find the batch, commit the others.
             log.warning("a group of %d batches was refused (%s); committing them one by one", len(fresh), exc)
             self._commit_one_by_one(fresh, duplicates, now, cursor)
-            return
+            return []
         self._committed(fresh, duplicates, staged, time.monotonic() - t0)
+        return []
 
     def _commit_one_by_one(
         self,
@@ -395,6 +506,18 @@ class IngestWriter:
 
     def _refuse(self, p: Pending, error: BatchRefused) -> None:
         self.stats.refuse(error.reason.value)
+        if self.journal is not None and p.journal_id is not None and p.entry is not None:
+            with self._state:
+                self._held_keys.discard(p.batch.key)
+            if error.reason is Refusal.STORE_FAILED:
+                # Answered already: left in the journal, which gives it to the next start.
+                log.error("a journaled batch from %s is left for the next start: %s", p.batch.host, error)
+            else:  # the store refuses it for good: kept aside, never dropped
+                try:
+                    self.journal.set_aside(p.journal_id, p.entry, error.message)
+                    self.journal_set_aside += 1
+                except OSError as exc:
+                    log.error("a refused journaled batch from %s stays in the journal: %s", p.batch.host, exc)
         p.finish(error=error)
 
     def _write(
@@ -517,6 +640,12 @@ class IngestWriter:
                 for p, duplicate in [*((p, False) for p in fresh), *((p, True) for p in duplicates)]
             ]
             stats.commands_delivered += sum(len(c) for _, _, c in answers)
+        if self.journal is not None:
+            done_ids = [p.journal_id for p in (*fresh, *duplicates) if p.journal_id is not None]
+            if done_ids:
+                with self._state:
+                    self._held_keys.difference_update(p.batch.key for p in (*fresh, *duplicates))
+                self.journal.release(done_ids)
         for p in fresh:
             for hook in self.on_committed:
                 hook(p.batch)

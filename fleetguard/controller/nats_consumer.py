@@ -28,9 +28,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fleetguard.controller.ingest import IngestWriter, Pending
+from fleetguard.controller.journal import JournalEntry
 from fleetguard.controller.nats_commands import CommandPublisher
 from fleetguard.controller.stats import ControllerStats
-from fleetguard.controller.validate import BatchRefused, Refusal, parse_batch
+from fleetguard.controller.validate import BatchRefused, IngestBatch, Refusal, parse_batch
 from fleetguard.shipping.nats_connect import NatsLogin, add_stream_if_missing, connect, fetch, make_login
 from fleetguard.shipping.nats_subjects import (
     MSG_ID_HEADER,
@@ -194,8 +195,8 @@ class NatsConsumer:
                 await asyncio.wait(in_flight)
 
     async def handle(self, msgs: list[Msg]) -> None:
-        """Check, submit and wait for the writer; then ack, term or nak each message."""
-        submitted: list[tuple[Msg, Pending]] = []
+        """Check, submit and wait for the writer (or its journal); then ack, term or nak each message."""
+        checked: list[tuple[Msg, IngestBatch]] = []
         for msg in msgs:
             self.stats.delivered += 1
             if msg.metadata.num_delivered and msg.metadata.num_delivered > 1:
@@ -213,6 +214,15 @@ class NatsConsumer:
                         Refusal.WRONG_HOST,
                         f"message id {str(mid)[:200]!r} is not {msg.subject[:200]}'s for this batch",
                     )
+                checked.append((msg, batch))
+            except BatchRefused as exc:
+                await self._refused(msg, exc)
+        if self.writer.journal is not None:
+            await self._journaled(checked)
+            return
+        submitted: list[tuple[Msg, Pending]] = []
+        for msg, batch in checked:
+            try:
                 submitted.append((msg, self.writer.submit(batch)))
             except BatchRefused as exc:
                 await self._refused(msg, exc)
@@ -226,6 +236,20 @@ class NatsConsumer:
                 self.stats.naked += 1
             elif pending.error is not None:
                 await self._refused(msg, pending.error, counted=True)
+            else:
+                await msg.ack()
+                self.stats.acked += 1
+
+    async def _journaled(self, checked: list[tuple[Msg, IngestBatch]]) -> None:
+        """Acked once in the controller's journal: one fdatasync for the pull, off the event loop."""
+        if not checked:
+            return
+        now = time.time()
+        items = [(batch, JournalEntry(batch.host, msg.data, True, now)) for msg, batch in checked]
+        answers = await asyncio.to_thread(self.writer.accept, items)
+        for (msg, _), answer in zip(checked, answers, strict=True):
+            if isinstance(answer, BatchRefused):
+                await self._refused(msg, answer)
             else:
                 await msg.ack()
                 self.stats.acked += 1

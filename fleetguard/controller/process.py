@@ -11,6 +11,7 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TextIO
 
@@ -19,10 +20,12 @@ from fleetguard.clock import Clock, SystemClock
 from fleetguard.config import Config
 from fleetguard.controller.edge_pool import Edge, EdgePool, make_edge
 from fleetguard.controller.ingest import IngestWriter
+from fleetguard.controller.journal import Journal, JournalEntry, JournalError
 from fleetguard.controller.maintenance import Maintenance
 from fleetguard.controller.server import ApiSettings, ControllerApi, reads_need_token
 from fleetguard.controller.stats import ControllerStats
 from fleetguard.controller.tokens import TokenBook
+from fleetguard.controller.validate import IngestBatch, parse_batch
 from fleetguard.httpserve import HttpServer, Limits, bound_where
 from fleetguard.sd_notify import Notifier
 from fleetguard.secret_files import SecretFileError, open_secret_file
@@ -74,10 +77,58 @@ class RunningController:
         for stop_source in self.sources:
             stop_source()
         self.writer.stop()
+        if self.writer.journal is not None:
+            self.writer.journal.close()  # every entry committed: no segment is left
         self.maintenance.stop()
         for stop in self.on_stop:
             stop()
         self.store.close()
+
+
+def open_journal(config: Config) -> Journal | None:
+    """The ingest journal ([controller] journal, journal_dir); None when off or the store is in memory."""
+    if not config.controller.journal or config.store.path == ":memory:":
+        return None
+    directory = Path(config.controller.journal_dir or f"{config.store.path}.journal")
+    try:
+        return Journal.open(directory)
+    except JournalError as exc:
+        raise OSError(f"controller.journal_dir: {exc}") from exc
+
+
+def replay_parse(entry: JournalEntry) -> IngestBatch:
+    """A journaled body checked again as it was when it came (times against when it was received)."""
+    return parse_batch(entry.body, entry.host, compressed=entry.compressed, now=entry.received)
+
+
+def journal_exposition(journal: Journal, writer: IngestWriter) -> list[str]:
+    """The journal's gauges and counters for the controller's /metrics."""
+    name = "fleetguard_controller_journal"
+    rows = [
+        ("entries", "gauge", "Batches answered and not yet committed to the store.", journal.held),
+        ("bytes", "gauge", "Bytes of the journal's segments on disk.", journal.bytes_on_disk),
+        ("appended_total", "counter", "Batches written to the journal.", journal.appended),
+        (
+            "syncs_total",
+            "counter",
+            "fdatasync calls (one for all the batches that came meanwhile).",
+            journal.syncs,
+        ),
+        (
+            "set_aside_total",
+            "counter",
+            "Journaled batches the store refused, kept aside.",
+            writer.journal_set_aside,
+        ),
+    ]
+    out: list[str] = []
+    for suffix, kind, text, value in rows:
+        out += [
+            f"# HELP {name}_{suffix} {text}",
+            f"# TYPE {name}_{suffix} {kind}",
+            f"{name}_{suffix} {value}",
+        ]
+    return out
 
 
 def split_listen(listen: str) -> tuple[str, int]:
@@ -112,11 +163,15 @@ def start_controller(config: Config, clock: Clock | None = None) -> RunningContr
     tokens = TokenBook(Path(ctl.tokens_file))
     store = Store.open(config.store.path)
     edge: Edge | None = None
+    journal: Journal | None = None
     try:
         store.connection.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
         store.connection.execute(f"SET memory_limit = '{DUCKDB_MEMORY_LIMIT}'")
         stats = ControllerStats()
-        writer = IngestWriter(store, clock, stats, max_queue=ctl.max_queue_batches)
+        journal = open_journal(config)
+        writer = IngestWriter(store, clock, stats, max_queue=ctl.max_queue_batches, journal=journal)
+        if journal is not None:
+            stats.extra.append(partial(journal_exposition, journal, writer))
         from fleetguard.controller.analysis import register_analysis
 
         maintenance = Maintenance(store, clock)
@@ -148,9 +203,13 @@ def start_controller(config: Config, clock: Clock | None = None) -> RunningContr
     except BaseException:
         if edge is not None:
             edge.stop()
+        if journal is not None:
+            journal.close()
         store.close()
         raise
     writer.start()
+    # Before the first request: what a previous run answered and did not commit goes first.
+    writer.replay_journal(replay_parse)
     maintenance.start()
     server.start()
     running = RunningController(store, writer, maintenance, server, api, on_stop)

@@ -9,7 +9,6 @@ import threading
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import duckdb
 
@@ -18,10 +17,11 @@ from fleetguard.controller import model_api, read_api
 from fleetguard.controller.command_queue import CommandRefused
 from fleetguard.controller.edge_pool import Edge, InProcessEdge
 from fleetguard.controller.export_api import ExportRefused, ExportSnapshots
-from fleetguard.controller.ingest import IngestWriter
+from fleetguard.controller.ingest import IngestResult, IngestWriter
+from fleetguard.controller.journal import JournalEntry
 from fleetguard.controller.stats import ControllerStats, render
 from fleetguard.controller.tokens import Identity, Role, TokenBook
-from fleetguard.controller.validate import BatchRefused, Refusal
+from fleetguard.controller.validate import BatchRefused, IngestBatch, Refusal
 from fleetguard.httpserve import HttpError, Request, Response
 from fleetguard.shipping.commands import CommandKind
 from fleetguard.store import Store
@@ -127,34 +127,36 @@ class ControllerApi:
             encoding = request.headers.get("content-encoding", "identity").lower()
             if encoding not in ("gzip", "identity"):
                 raise BatchRefused(Refusal.MALFORMED, f"Content-Encoding {encoding[:20]!r} is not gzip")
-            batch = self.edge.parse(
-                request.body, identity.host, compressed=encoding == "gzip", now=self.clock.time()
-            )
-            return self._commit(batch.host, batch)
+            now = self.clock.time()
+            compressed = encoding == "gzip"
+            batch = self.edge.parse(request.body, identity.host, compressed=compressed, now=now)
+            entry = None
+            if self.writer.journal is not None:
+                entry = JournalEntry(batch.host, request.body, compressed, now)
+            return self._commit(batch.host, batch, entry)
         except BatchRefused as exc:
             return self._refused(exc)
 
-    def _commit(self, host: str, batch: Any) -> Response:
+    def _commit(self, host: str, batch: IngestBatch, entry: JournalEntry | None = None) -> Response:
+        """Answered once the batch is committed or, with `entry`, once it is in the controller's journal
+        (the writer commits it to the store after)."""
         with self._lock:
             if self._in_flight.get(host, 0) >= MAX_IN_FLIGHT_PER_HOST:
                 raise BatchRefused(Refusal.BUSY, "this host has batches in flight; send one at a time")
             self._in_flight[host] = self._in_flight.get(host, 0) + 1
         try:
+            if entry is not None:
+                (answer,) = self.writer.accept([(batch, entry)])
+                if isinstance(answer, BatchRefused):
+                    raise answer
+                return _committed_reply(batch.seq, answer)
             pending = self.writer.submit(batch)
             if not pending.done.wait(COMMIT_WAIT_SECONDS):
                 raise BatchRefused(Refusal.OVERLOADED, "the controller is behind; retry later")
             if pending.error is not None:
                 raise pending.error
             assert pending.result is not None
-            return Response.json(
-                200,
-                {
-                    "committed": True,
-                    "duplicate": pending.result.duplicate,
-                    "seq": batch.seq,
-                    "commands": [c.to_json() for c in pending.result.commands],
-                },
-            )
+            return _committed_reply(batch.seq, pending.result)
         finally:
             with self._lock:
                 left = self._in_flight[host] - 1
@@ -389,3 +391,16 @@ def _int(params: dict[str, str], name: str, default: int) -> int:
     if not (text.isascii() and text.isdigit()) or len(text) > 6:  # str.isdigit takes "²", int() does not
         raise HttpError(400, f"{name}: expected a positive integer")
     return int(text)
+
+
+def _committed_reply(seq: int, result: IngestResult) -> Response:
+    """The agent's answer: its batch is kept (committed, or in the journal), with its host's commands."""
+    return Response.json(
+        200,
+        {
+            "committed": True,
+            "duplicate": result.duplicate,
+            "seq": seq,
+            "commands": [c.to_json() for c in result.commands],
+        },
+    )
