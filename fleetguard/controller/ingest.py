@@ -186,15 +186,18 @@ class IngestWriter:
         assert journal is not None
         answers: list[IngestResult | BatchRefused | None] = [None] * len(items)
         fresh: list[int] = []
+        room = {id(q): q.maxsize - q.qsize() for q in self._lanes}  # journal only what a lane can take
         with self._state:
             for i, (batch, _) in enumerate(items):
                 key = batch.key
+                lane = self._lane_of(batch.host)
                 if key in self.ledger or key in self._held_keys:
                     self.stats.duplicates += 1
                     answers[i] = IngestResult(duplicate=True, commands=self.commands.for_host(batch.host))
-                elif self._lane_of(batch.host).full():
+                elif room[id(lane)] <= 0:
                     answers[i] = BatchRefused(Refusal.OVERLOADED, "the controller is behind; retry later")
                 else:
+                    room[id(lane)] -= 1
                     self._held_keys.add(key)
                     fresh.append(i)
         try:

@@ -1,0 +1,101 @@
+"""The controller answers a batch once it is in its ingest journal: what it answered and had not committed
+when it died is stored at the next start, once; a duplicate is answered as one while still in the journal."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import duckdb
+
+from fleetguard.clock import SystemClock
+from fleetguard.controller.ingest import IngestResult, IngestWriter
+from fleetguard.controller.journal import SUFFIX, Journal, JournalEntry
+from fleetguard.controller.stats import ControllerStats
+from fleetguard.controller.validate import BatchRefused, Refusal, parse_batch
+from fleetguard.shipping.wire import encode
+from fleetguard.store import Store
+from tests.controller.helpers import batch, metric_value, start_test_controller
+
+
+def _first_life(tmp_path: Path, bodies: list[tuple[str, bytes]], max_queue: int = 64) -> list[object]:
+    """A controller's writer that answers from its journal and dies before any lane commits (its lanes are
+    never started; the store is closed without a stop, the journal without a close: a kill)."""
+    store = Store.open(str(tmp_path / "controller.duckdb"))
+    journal = Journal.open(tmp_path / "controller.duckdb.journal")
+    writer = IngestWriter(store, SystemClock(), ControllerStats(), journal=journal, max_queue=max_queue)
+    now = time.time()
+    items = [
+        (parse_batch(body, host, compressed=True, now=now), JournalEntry(host, body, True, now))
+        for host, body in bodies
+    ]
+    answers: list[object] = list(writer.accept(items))
+    store.close()
+    return answers
+
+
+def _stored(path: Path, host: str) -> int:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        row = con.execute("SELECT count(*) FROM ingest_ledger WHERE host = ?", [host]).fetchone()
+        return int(row[0]) if row else 0
+    finally:
+        con.close()
+
+
+def test_a_batch_answered_and_not_committed_before_a_kill_is_stored_at_the_next_start(tmp_path: Path) -> None:
+    first = encode(batch("node-a", 1))
+    answers = _first_life(tmp_path, [("node-a", first), ("node-b", encode(batch("node-b", 1)))])
+    assert all(isinstance(a, IngestResult) and not a.duplicate for a in answers)
+    assert list((tmp_path / "controller.duckdb.journal").glob("*" + SUFFIX)), "answered, so on disk"
+
+    c = start_test_controller(tmp_path)
+    try:
+        # Replayed before the first request is served: the agent's resend of it is a duplicate.
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if metric_value(c.metrics(), "fleetguard_controller_journal_entries") == 0:
+                break
+            time.sleep(0.05)
+        again = c.ship(batch("node-a", 1))
+        assert again.status == 200 and again.doc["duplicate"] is True
+    finally:
+        c.running.stop()
+    assert _stored(tmp_path / "controller.duckdb", "node-a") == 1
+    assert _stored(tmp_path / "controller.duckdb", "node-b") == 1
+    assert not list((tmp_path / "controller.duckdb.journal").glob("*" + SUFFIX)), "a clean stop leaves none"
+
+
+def test_a_batch_sent_again_while_in_the_journal_is_a_duplicate_and_journaled_once(tmp_path: Path) -> None:
+    body = encode(batch("node-a", 7))
+    answers = _first_life(tmp_path, [("node-a", body), ("node-a", body)])
+    assert [a.duplicate for a in answers if isinstance(a, IngestResult)] == [False, True]
+    journal = Journal.open(tmp_path / "controller.duckdb.journal")
+    assert [entry.host for _, entry in journal.replay()] == ["node-a"]
+    journal.close()
+
+
+def test_a_full_queue_refuses_before_the_journal_and_leaves_nothing_held(tmp_path: Path) -> None:
+    # Two lanes of one slot each: the third batch of one lane's host finds its lane full.
+    bodies = [("node-a", encode(batch("node-a", seq))) for seq in (1, 2, 3)]
+    answers = _first_life(tmp_path, bodies, max_queue=2)
+    assert isinstance(answers[0], IngestResult)
+    refused = [a for a in answers if isinstance(a, BatchRefused)]
+    assert refused and all(a.reason is Refusal.OVERLOADED for a in refused)
+    journal = Journal.open(tmp_path / "controller.duckdb.journal")
+    assert len(journal.replay()) == len(answers) - len(refused), "only what was answered is replayed"
+    journal.close()
+
+
+def test_with_the_journal_off_a_batch_is_answered_once_committed_and_none_is_made(
+    tmp_path: Path,
+) -> None:
+    c = start_test_controller(tmp_path, extra={"controller.journal": False})
+    try:
+        reply = c.ship(batch("node-a", 1))
+        assert reply.status == 200 and reply.doc["duplicate"] is False
+        assert "fleetguard_controller_journal_entries" not in c.metrics()
+    finally:
+        c.running.stop()
+    assert not (tmp_path / "controller.duckdb.journal").exists()
+    assert _stored(tmp_path / "controller.duckdb", "node-a") == 1
