@@ -237,6 +237,18 @@ class IngestWriter:
                     answers[i] = IngestResult(duplicate=False, commands=commands)
         return [a for a in answers if a is not None]
 
+    def wait_committed(self, timeout: float) -> bool:
+        """Until every batch answered from the journal so far is committed (and its commit hooks have run);
+        whether that came within `timeout`. Without a journal an answer already means committed."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._state:
+                if not self._held_keys:
+                    return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+
     def replay_journal(self, parse: Callable[[JournalEntry], IngestBatch]) -> int:
         """Queue what the journal held at start (a previous run answered these and was stopped before it
         committed them); one the checks now refuse is set aside, not dropped. The lanes must be running."""
@@ -643,15 +655,15 @@ class IngestWriter:
                 for p, duplicate in [*((p, False) for p in fresh), *((p, True) for p in duplicates)]
             ]
             stats.commands_delivered += sum(len(c) for _, _, c in answers)
-        if self.journal is not None:
-            done_ids = [p.journal_id for p in (*fresh, *duplicates) if p.journal_id is not None]
-            if done_ids:
-                with self._state:
-                    self._held_keys.difference_update(p.batch.key for p in (*fresh, *duplicates))
-                self.journal.release(done_ids)
         for p in fresh:
             for hook in self.on_committed:
                 hook(p.batch)
+        if self.journal is not None:  # after the hooks: `wait_committed` means "as a commit leaves it"
+            done_ids = [p.journal_id for p in (*fresh, *duplicates) if p.journal_id is not None]
+            if done_ids:
+                self.journal.release(done_ids)
+                with self._state:
+                    self._held_keys.difference_update(p.batch.key for p in (*fresh, *duplicates))
         done = time.monotonic()
         for p, duplicate, commands in answers:
             stats.observe_latency(done - p.received)

@@ -67,16 +67,26 @@ class Controller:
         headers = {"Content-Encoding": encoding, "Content-Type": "application/json"}
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
-        return _send(urllib.request.Request(self.url + path, data=body, method="POST", headers=headers))
+        reply = _send(urllib.request.Request(self.url + path, data=body, method="POST", headers=headers))
+        if path == "/v1/ingest":
+            self.settle()
+        return reply
+
+    def settle(self) -> None:
+        """Wait until every batch answered so far is committed. Answered from the ingest journal, a batch's
+        rows reach the store just after its 200; the tests read them next (the helpers' reads wait too)."""
+        assert self.running.writer.wait_committed(30), "answered batches not committed within 30 s"
 
     def ship(self, b: OutgoingBatch, token: str | None = None) -> Reply:
         return self.post("/v1/ingest", encode(b), self.tokens[b.host] if token is None else token)
 
     def get(self, path: str, token: str | None = None) -> Reply:
+        self.settle()
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         return _send(urllib.request.Request(self.url + path, headers=headers))
 
     def metrics(self) -> str:
+        self.settle()
         with urllib.request.urlopen(self.url + "/metrics", timeout=30) as response:
             return str(response.read().decode())
 
