@@ -67,6 +67,7 @@ class _Segment:
     size: int
     held: int = 0  # entries not yet released
     open: bool = False  # the one being appended to
+    damaged: bool = False  # kept for an operator, never deleted (its readable entries are still released)
 
 
 def encode(entry_id: int, entry: JournalEntry) -> bytes:
@@ -152,13 +153,15 @@ class Journal:
             if len(MAGIC) + end != len(data):
                 self._set_aside(path, f"a record at byte {len(MAGIC) + end} does not read back whole")
                 path = path.with_name(path.name + DAMAGED_SUFFIX)
+            damaged = path.name.endswith(DAMAGED_SUFFIX)
             if records:
                 self._next_id = max(self._next_id, records[-1][0] + 1)
                 self._replayed.extend(records)
-                if not path.name.endswith(DAMAGED_SUFFIX):
-                    segment = _Segment(records[0][0], path, len(data), held=len(records))
-                    self._add_segment(segment)
-            elif not path.name.endswith(DAMAGED_SUFFIX):
+                # Tracked even when damaged: an id is released against the segment that holds it.
+                self._add_segment(_Segment(records[0][0], path, len(data), len(records), damaged=damaged))
+                if not damaged:
+                    self.bytes_on_disk += len(data)
+            elif not damaged:
                 path.unlink()  # nothing in it: a segment opened just before a stop
 
     def _set_aside(self, path: Path, why: str) -> None:
@@ -186,28 +189,30 @@ class Journal:
         with self._cond:
             if self._closed:
                 raise JournalError("the journal is closed")
+            records = [encode(self._next_id + k, entry) for k, entry in enumerate(entries)]
+            size = sum(map(len, records))
+            if self.bytes_on_disk + size > self.max_bytes:  # all or none: no entry half taken
+                raise JournalFull(f"the journal holds {self.bytes_on_disk >> 20} MB: the store is far behind")
             ids: list[int] = []
-            for entry in entries:
-                entry_id = self._next_id
-                record = encode(entry_id, entry)
-                if self.bytes_on_disk + len(record) > self.max_bytes:
-                    raise JournalFull(
-                        f"the journal holds {self.bytes_on_disk >> 20} MB: the store is far behind"
-                    )
+            written: list[_Segment] = []
+            for record in records:
                 segment = self._writable(len(record))
                 fd = self._fd
                 assert fd is not None
                 try:
                     _write_all(fd, record)
                 except OSError as exc:
+                    for earlier in written:  # refused with the rest: never released, so not held
+                        earlier.held -= 1
                     self._close_segment()  # its tail may be torn: later records go to a new segment
                     raise JournalError(f"the journal cannot be written: {exc}") from exc
+                ids.append(self._next_id)
                 self._next_id += 1
                 segment.size += len(record)
                 segment.held += 1
+                written.append(segment)
                 self.bytes_on_disk += len(record)
                 self._written += 1
-                ids.append(entry_id)
             self._sync_to(self._written)
             self.appended += len(ids)
             return ids
@@ -318,6 +323,9 @@ class Journal:
     def _drop_if_done(self, segment: _Segment) -> None:
         if segment.open or segment.held > 0:
             return
+        if segment.damaged:  # the file stays for an operator; only its bookkeeping goes
+            self._forget(segment)
+            return
         try:
             segment.path.unlink()
         except FileNotFoundError:
@@ -325,9 +333,12 @@ class Journal:
         except OSError as exc:
             log.warning("journal segment %s could not be removed: %s", segment.path, exc)
             return
+        self._forget(segment)
+        self.bytes_on_disk -= segment.size
+
+    def _forget(self, segment: _Segment) -> None:
         at = self._segments.index(segment)
         del self._segments[at], self._firsts[at]
-        self.bytes_on_disk -= segment.size
 
     @property
     def held(self) -> int:
