@@ -9,7 +9,9 @@ batch (bench/controller_load.py's template: 8 GPUs, 8 IB ports, 5 rounds, compac
 (POST /v1/ingest with each host's token), then the NATS phase (JetStream publish with Nats-Msg-Id to
 fleetguard.bench.<host>, over a few shared connections: one process cannot hold 2,048 agents' own).
 
-Latency = commit time (controller's clock) - flush time (the batch's sent_ts); same machine, same clock.
+Latency = commit time (controller's clock) - flush time (the batch's sent_ts); same machine, same clock. With
+the controller's ingest journal (the default), also journal time - flush time: when the controller answered
+the POST or acked the NATS message (durable from then on); the commit makes the rows visible to readers.
 Loss = batches flushed whose (host, seq) never committed.
 
 Usage: python bench/nats_latency.py [--hosts 2048] [--seconds 30] [--interval 5]
@@ -61,8 +63,22 @@ def serve(config_path: str, out_path: str) -> None:
     from fleetguard.controller.process import start_controller
 
     commits: list[tuple[str, int, float, float]] = []
+    journaled: list[tuple[str, int, float]] = []
     running = start_controller(load_config(config_path))
     running.writer.on_committed.append(lambda b: commits.append((b.host, b.seq, time.time(), b.sent_ts)))
+    accept = running.writer.accept
+
+    def accept_timed(items: list[Any]) -> list[Any]:
+        # When each batch was answered (HTTP) or acked (NATS): in the journal, before its commit.
+        answers = accept(items)
+        now = time.time()
+        fresh = [
+            b for (b, _), a in zip(items, answers, strict=True) if getattr(a, "duplicate", True) is False
+        ]
+        journaled.extend((b.host, b.seq, now) for b in fresh)
+        return answers
+
+    running.writer.accept = accept_timed  # type: ignore[method-assign]
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     print(f"port {running.port}", flush=True)
@@ -70,7 +86,7 @@ def serve(config_path: str, out_path: str) -> None:
     consumer = getattr(running.sources[0], "__self__", None) if running.sources else None
     running.stop()
     stats = vars(consumer.stats) if consumer is not None else {}
-    Path(out_path).write_text(json.dumps({"commits": commits, "consumer": stats}))
+    Path(out_path).write_text(json.dumps({"commits": commits, "journaled": journaled, "consumer": stats}))
 
 
 # ---- the run -----------------------------------------------------------------------------------------
@@ -183,15 +199,23 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def report(name: str, phase: dict[str, Any], commits: dict[tuple[str, int], tuple[float, float]]) -> str:
-    """Latency = commit time - the batch's sent_ts (its flush time), both on this machine's clock."""
+def report(
+    name: str,
+    phase: dict[str, Any],
+    commits: dict[tuple[str, int], tuple[float, float]],
+    journaled: dict[tuple[str, int], float],
+) -> str:
+    """Latency = commit time - the batch's sent_ts (its flush time), both on this machine's clock; and, with
+    the controller's ingest journal, journal time (when it was answered or acked) - sent_ts."""
     lat = [commits[k][0] - commits[k][1] for k in phase["keys"] if k in commits]
     missing = [k for k in phase["keys"] if k not in commits]
     lost = len(missing)
     if missing:
         print(f"{name}: never committed: {sorted(missing)[:10]}", file=sys.stderr)
+    jlat = [journaled[k] - commits[k][1] for k in phase["keys"] if k in journaled and k in commits]
+    to_journal = f"{quantile(jlat, 0.5) * 1000:.0f} | {quantile(jlat, 0.99) * 1000:.0f}" if jlat else "- | -"
     return (
-        f"| {name} | {len(phase['keys'])} | {quantile(lat, 0.5) * 1000:.0f} "
+        f"| {name} | {len(phase['keys'])} | {to_journal} | {quantile(lat, 0.5) * 1000:.0f} "
         f"| {quantile(lat, 0.99) * 1000:.0f} | {max(lat) * 1000 if lat else float('nan'):.0f} | {lost} |"
     )
 
@@ -251,10 +275,16 @@ def run(args: argparse.Namespace) -> None:
     for host, seq, ts, sent_ts in served["commits"]:
         # the first commit (a duplicate is not stored again)
         commits.setdefault((host, int(seq)), (float(ts), float(sent_ts)))
-    print("| path | batches | p50 ms | p99 ms | max ms | lost |")
-    print("|---|---:|---:|---:|---:|---:|")
-    print(report("HTTP POST /v1/ingest", http, commits))
-    print(report("NATS JetStream", nats_result, commits))
+    journaled: dict[tuple[str, int], float] = {}
+    for host, seq, ts in served.get("journaled", []):
+        journaled.setdefault((host, int(seq)), float(ts))
+    print(
+        "| path | batches | to the journal (answered / acked) p50 ms | p99 ms | to the commit p50 ms "
+        "| p99 ms | max ms | lost |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print(report("HTTP POST /v1/ingest", http, commits, journaled))
+    print(report("NATS JetStream", nats_result, commits, journaled))
     print(
         f"HTTP: {http['ok']} ok, {http['failed']} failed, refused {http['refused']}; "
         f"NATS: {nats_result['ok']} acked, {nats_result['failed']} failed, "
