@@ -26,7 +26,7 @@ import struct
 import threading
 import zlib
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -64,8 +64,21 @@ class _Segment:
     first_id: int
     path: Path
     size: int
-    held: int = 0  # entries not yet released
+    # the ids not yet released: a set, not a count, so that releasing an id this segment does not hold (one
+    # replayed from a segment set aside, one released twice) cannot make it look empty while it holds entries
+    held: set[int] = field(default_factory=set)
     open: bool = False  # the one being appended to
+    synced: int = 0  # the records written (counted over the run) up to which this segment is on disk
+    failed: bool = False  # a sync of it failed: no record of it not yet synced is acknowledged
+    gone: bool = False  # deleted
+
+
+def encoded_size(entry: JournalEntry) -> int:
+    """The bytes `encode` makes of `entry` (JournalError when it is too large for the journal)."""
+    host = len(entry.host.encode())
+    if host > MAX_HOST_BYTES or len(entry.body) > MAX_BODY_BYTES:
+        raise JournalError("entry too large for the journal")
+    return _HEAD.size + host + len(entry.body)
 
 
 def encode(entry_id: int, entry: JournalEntry) -> bytes:
@@ -118,9 +131,7 @@ class Journal:
         self._firsts: list[int] = []
         self._fd: int | None = None
         self._next_id = 1
-        self._written = 0  # records written in this run, and of those, how many are known on disk
-        self._synced = 0
-        self._failed_upto = 0  # a failed fdatasync: records written up to here may not be on disk
+        self._written = 0  # records written in this run: a record's mark is the count once it is written
         self._syncing = False
         self._closed = False
         self._replayed: list[tuple[int, JournalEntry]] = []
@@ -133,7 +144,10 @@ class Journal:
         """The journal in `directory` (made 0700 if missing), with what a previous run left read in."""
         journal = cls(directory, **limits)
         _own_directory(directory)
-        journal._load()
+        try:
+            journal._load()
+        except OSError as exc:  # a segment that can be neither read, removed nor set aside
+            raise JournalError(f"journal directory {directory} cannot be read back: {exc}") from exc
         return journal
 
     # ---- start: what a previous run left -----------------------------------------------------------
@@ -143,7 +157,17 @@ class Journal:
             first = _first_id_of(path)
             if first < 0:
                 continue
-            data = _read_private(path)
+            # past every segment's name, whole or not: a new segment never takes the name of one set aside,
+            # whose `.damaged` copy a second set-aside of the same name would overwrite
+            self._next_id = max(self._next_id, first + 1)
+            try:
+                data = _read_private(path)
+            except OSError as exc:  # a link (never followed) or a file we may not read
+                self._set_aside(path, f"it cannot be read as a segment ({exc})")
+                continue
+            if MAGIC.startswith(data):
+                path.unlink()  # created and stopped before its magic was whole: it never held a record
+                continue
             if not data.startswith(MAGIC):
                 self._set_aside(path, "it does not start as a journal segment does")
                 continue
@@ -155,7 +179,7 @@ class Journal:
                 self._next_id = max(self._next_id, records[-1][0] + 1)
                 self._replayed.extend(records)
                 if not path.name.endswith(DAMAGED_SUFFIX):
-                    segment = _Segment(records[0][0], path, len(data), held=len(records))
+                    segment = _Segment(records[0][0], path, len(data), held={i for i, _ in records})
                     self._add_segment(segment)
             elif not path.name.endswith(DAMAGED_SUFFIX):
                 path.unlink()  # nothing in it: a segment opened just before a stop
@@ -181,11 +205,12 @@ class Journal:
         with self._cond:
             if self._closed:
                 raise JournalError("the journal is closed")
+            size = encoded_size(entry)
+            if self.bytes_on_disk + size > self.max_bytes:
+                raise JournalFull(f"the journal holds {self.bytes_on_disk >> 20} MB: the store is far behind")
+            segment = self._writable(size)  # may wait: the id is taken after it, or two appends share one
             entry_id = self._next_id
             record = encode(entry_id, entry)
-            if self.bytes_on_disk + len(record) > self.max_bytes:
-                raise JournalFull(f"the journal holds {self.bytes_on_disk >> 20} MB: the store is far behind")
-            segment = self._writable(len(record))
             fd = self._fd
             assert fd is not None
             try:
@@ -195,30 +220,31 @@ class Journal:
                 raise JournalError(f"the journal cannot be written: {exc}") from exc
             self._next_id += 1
             segment.size += len(record)
-            segment.held += 1
+            segment.held.add(entry_id)
             self.bytes_on_disk += len(record)
             self._written += 1
-            mark = self._written
-            self._sync_to(mark)
+            self._sync_to(segment, self._written)
             self.appended += 1
             return entry_id
 
-    def _sync_to(self, mark: int) -> None:
-        """Wait (lock held, released while syncing) until record `mark` is on disk; one thread syncs for
-        everyone who wrote before it began."""
-        while self._synced < mark:
-            if mark <= self._failed_upto:
+    def _sync_to(self, segment: _Segment, mark: int) -> None:
+        """Wait (lock held, released while syncing) until record `mark` of `segment` is on disk; one thread
+        syncs for everyone who wrote before it began. A failed sync fails every record of its segment not yet
+        known on disk: after one, the kernel may have dropped pages it could not write, and a later fdatasync
+        of the same file succeeds without them."""
+        while segment.synced < mark:
+            if segment.failed:
                 raise JournalError("the journal could not be synced to disk")
-            if self._syncing:
+            if self._syncing or not segment.open:  # a segment being closed is settled by its closer
                 self._cond.wait()
                 continue
             fd, target = self._fd, self._written
+            assert fd is not None and segment.open
             self._syncing = True
             self._cond.release()
             error: OSError | None = None
             try:
-                if fd is not None:
-                    os.fdatasync(fd)
+                os.fdatasync(fd)
             except OSError as exc:
                 error = exc
             finally:
@@ -226,27 +252,33 @@ class Journal:
                 self._syncing = False
                 self._cond.notify_all()
             if error is not None:
-                self._failed_upto = target
+                segment.failed = True
                 self._close_segment()
                 raise JournalError(f"the journal could not be synced to disk: {error}")
             self.syncs += 1
-            self._synced = max(self._synced, target)
+            segment.synced = max(segment.synced, target)
 
     def _writable(self, size: int) -> _Segment:
         """The segment to append `size` bytes to (a new one past segment_bytes)."""
-        current = self._segments[-1] if self._segments and self._segments[-1].open else None
-        if current is not None and current.size + size <= self.segment_bytes:
-            return current
-        while self._syncing:  # its file is being synced: not closed under the syncing thread
-            self._cond.wait()
-        if current is not None:
-            self._close_segment()
+        while True:
+            current = self._segments[-1] if self._segments and self._segments[-1].open else None
+            if current is None:
+                break
+            if current.size + size <= self.segment_bytes:
+                return current
+            self._close_segment()  # may wait for a sync: another append may open the next one meanwhile
+        if self._closed:  # closed while this append waited: no segment may be opened after close()
+            raise JournalError("the journal is closed")
         path = self.directory / f"{self._next_id:020d}{SUFFIX}"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:  # a full disk, a link or a stray file where the segment goes
+            raise JournalError(f"the journal cannot create {path}: {exc}") from exc
         try:
             _write_all(fd, MAGIC)
         except OSError as exc:
             os.close(fd)
+            path.unlink(missing_ok=True)
             raise JournalError(f"the journal cannot be written: {exc}") from exc
         self._fd = fd
         segment = _Segment(self._next_id, path, len(MAGIC), open=True)
@@ -255,21 +287,28 @@ class Journal:
         return segment
 
     def _close_segment(self) -> None:
-        """Stop appending to the open segment (synced first: what it holds stays readable)."""
+        """Stop appending to the open segment, then sync and close its file once no sync is under way on it
+        (never closed under a syncing thread: its number could be reused by the next segment's file)."""
+        if not (self._segments and self._segments[-1].open):
+            return
+        segment = self._segments[-1]
+        segment.open = False  # from here appends open a new segment, never write after a torn record
         fd, self._fd = self._fd, None
-        if self._segments and self._segments[-1].open:
-            segment = self._segments[-1]
-            segment.open = False
-            if fd is not None:
-                try:
-                    os.fdatasync(fd)
-                    self._synced = self._written
-                except OSError as exc:
-                    self._failed_upto = self._written
-                    log.error("journal segment %s could not be synced: %s", segment.path, exc)
-            self._drop_if_done(segment)
+        upto = self._written
+        while self._syncing:
+            self._cond.wait()
         if fd is not None:
-            os.close(fd)
+            try:
+                os.fdatasync(fd)
+                if not segment.failed:  # a sync that failed before is not undone by one that succeeds now
+                    segment.synced = max(segment.synced, upto)
+            except OSError as exc:
+                segment.failed = True
+                log.error("journal segment %s could not be synced: %s", segment.path, exc)
+            finally:
+                os.close(fd)
+        self._cond.notify_all()  # who waits on this segment learns it is synced or failed
+        self._drop_if_done(segment)
 
     def _add_segment(self, segment: _Segment) -> None:
         self._segments.append(segment)
@@ -286,14 +325,15 @@ class Journal:
                 if at < 0:
                     continue
                 segment = self._segments[at]
-                segment.held -= 1
-                if segment.held <= 0:
-                    emptied.add(at)
+                if entry_id in segment.held:
+                    segment.held.discard(entry_id)
+                    if not segment.held:
+                        emptied.add(at)
             for at in sorted(emptied, reverse=True):
                 self._drop_if_done(self._segments[at])
 
     def _drop_if_done(self, segment: _Segment) -> None:
-        if segment.open or segment.held > 0:
+        if segment.open or segment.held or segment.gone:
             return
         try:
             segment.path.unlink()
@@ -302,6 +342,7 @@ class Journal:
         except OSError as exc:
             log.warning("journal segment %s could not be removed: %s", segment.path, exc)
             return
+        segment.gone = True
         at = self._segments.index(segment)
         del self._segments[at], self._firsts[at]
         self.bytes_on_disk -= segment.size
@@ -310,7 +351,7 @@ class Journal:
     def held(self) -> int:
         """Entries appended (or replayed) and not yet released."""
         with self._cond:
-            return sum(s.held for s in self._segments)
+            return sum(len(s.held) for s in self._segments)
 
     def close(self) -> None:
         """Stop appending; a segment with every entry released is deleted (a clean stop leaves none)."""
