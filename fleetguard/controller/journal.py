@@ -181,6 +181,7 @@ class Journal:
                 if not path.name.endswith(DAMAGED_SUFFIX):
                     segment = _Segment(records[0][0], path, len(data), held={i for i, _ in records})
                     self._add_segment(segment)
+                    self.bytes_on_disk += len(data)  # taken off again when it goes: counted as it comes
             elif not path.name.endswith(DAMAGED_SUFFIX):
                 path.unlink()  # nothing in it: a segment opened just before a stop
 

@@ -147,13 +147,21 @@ def test_a_segment_is_deleted_once_all_its_entries_are_released_and_it_is_no_lon
     assert not open_one.exists()
 
 
-def test_bytes_on_disk_follow_the_files(tmp_path: Path) -> None:
+def test_bytes_on_disk_follow_the_files_in_a_run_and_after_a_replay(tmp_path: Path) -> None:
+    def on_disk() -> int:
+        return sum(p.stat().st_size for p in segments(tmp_path))
+
     journal = Journal.open(tmp_path, segment_bytes=len(MAGIC) + 2 * record_size(0))
     ids = [journal.append(entry(i)) for i in range(5)]
-    assert journal.bytes_on_disk == sum(p.stat().st_size for p in segments(tmp_path))
+    assert journal.bytes_on_disk == on_disk()
     journal.release(ids[:2])
-    assert journal.bytes_on_disk == sum(p.stat().st_size for p in segments(tmp_path))
+    assert journal.bytes_on_disk == on_disk()
     journal.close()
+    again = Journal.open(tmp_path, segment_bytes=len(MAGIC) + 2 * record_size(0))
+    assert again.bytes_on_disk == on_disk() > 0  # what a previous run left counts against max_bytes
+    again.release([entry_id for entry_id, _ in again.replay()])
+    assert again.bytes_on_disk == on_disk() == 0  # never below zero, or max_bytes would stop bounding
+    again.close()
 
 
 def test_appends_past_max_bytes_are_refused_with_journal_full_until_entries_are_released(
@@ -192,12 +200,14 @@ def test_a_closed_journal_refuses_appends(tmp_path: Path) -> None:
 
 def test_releasing_an_id_the_journal_does_not_hold_changes_nothing(tmp_path: Path) -> None:
     journal = Journal.open(tmp_path, segment_bytes=len(MAGIC) + 2 * record_size(0))
-    ids = [journal.append(entry(i)) for i in range(4)]
-    journal.release([ids[0], ids[1]])  # the first segment goes
-    journal.release([ids[0], ids[1], 0, 10**9])  # again, and ids never given: the second must stay whole
+    ids = [journal.append(entry(i)) for i in range(5)]  # segments: [0, 1] [2, 3] [4]
+    journal.release([ids[2], ids[3]])  # the middle segment goes
+    # again, and ids never given: none may count against the first segment, which still holds both entries
+    journal.release([ids[2], ids[3], 0, 10**9])
+    journal.release([ids[0]])
     journal.close()
     again = Journal.open(tmp_path)
-    assert again.replay() == [(ids[2], entry(2)), (ids[3], entry(3))]
+    assert again.replay() == [(ids[0], entry(0)), (ids[1], entry(1)), (ids[4], entry(4))]
     again.close()
 
 
