@@ -13,7 +13,10 @@ On disk: segment files `<first id>.fgj` in one directory (0700, files 0600, neve
 each a magic line and then records: length, CRC-32, id, time received, gzip flag, host and the body as the
 agent sent it. A segment whose entries are all released, and which is no longer appended to, is deleted. A
 record that does not read back whole (a torn tail after a crash, a damaged disk) ends the replay of its
-segment; the segment is then kept as `<name>.damaged` for an operator, never deleted and never replayed again.
+segment: a copy of the segment is kept as `<name>.damaged` for an operator, never deleted and never replayed,
+and the segment is rewritten with the whole records before it, which stay until released like any others (a
+second stop before they are stored loses none). A segment file that is not one (no magic, a link) is moved
+aside whole to `<name>.damaged`; one created but stopped before its magic was written is removed.
 """
 
 from __future__ import annotations
@@ -172,25 +175,45 @@ class Journal:
                 self._set_aside(path, "it does not start as a journal segment does")
                 continue
             records, end = decode(data[len(MAGIC) :])
+            if not records:
+                if len(MAGIC) + end == len(data):
+                    path.unlink()  # nothing in it: a segment opened just before a stop
+                else:
+                    self._set_aside(path, f"a record at byte {len(MAGIC)} does not read back whole")
+                continue
             if len(MAGIC) + end != len(data):
-                self._set_aside(path, f"a record at byte {len(MAGIC) + end} does not read back whole")
-                path = path.with_name(path.name + DAMAGED_SUFFIX)
-            if records:
-                self._next_id = max(self._next_id, records[-1][0] + 1)
-                self._replayed.extend(records)
-                if not path.name.endswith(DAMAGED_SUFFIX):
-                    segment = _Segment(records[0][0], path, len(data), held={i for i, _ in records})
-                    self._add_segment(segment)
-                    self.bytes_on_disk += len(data)  # taken off again when it goes: counted as it comes
-            elif not path.name.endswith(DAMAGED_SUFFIX):
-                path.unlink()  # nothing in it: a segment opened just before a stop
+                whole = data[: len(MAGIC) + end]
+                self._keep_whole(path, data, whole, f"a record at byte {len(whole)} does not read back whole")
+                data = whole
+            self._next_id = max(self._next_id, records[-1][0] + 1)
+            self._replayed.extend(records)
+            self._add_segment(_Segment(records[0][0], path, len(data), held={i for i, _ in records}))
+            self.bytes_on_disk += len(data)  # taken off again when it goes: counted as it comes
 
     def _set_aside(self, path: Path, why: str) -> None:
         damaged = path.with_name(path.name + DAMAGED_SUFFIX)
         log.error(
-            "journal segment %s: %s; what reads back is replayed, the file is kept as %s", path, why, damaged
+            "journal segment %s: %s; nothing of it is replayed, the file is kept as %s", path, why, damaged
         )
         os.replace(path, damaged)
+
+    def _keep_whole(self, path: Path, data: bytes, whole: bytes, why: str) -> None:
+        """A copy of the damaged segment `data` kept aside, and the segment rewritten with its `whole`
+        records only: they stay in the journal until released, so a second stop before they are stored loses
+        none of them, and the damage is never read again. A stop between the two steps reads the same
+        damaged segment at the next start, and keeps the copy made first."""
+        damaged = path.with_name(path.name + DAMAGED_SUFFIX)
+        log.error(
+            "journal segment %s: %s; its whole records are replayed, the file is kept as %s",
+            path,
+            why,
+            damaged,
+        )
+        _write_durably(damaged, data, exclusive=True)
+        partial = path.with_name(path.name + ".partial")
+        _write_durably(partial, whole, exclusive=False)
+        os.replace(partial, path)
+        _sync_directory(self.directory)
 
     def replay(self) -> list[tuple[int, JournalEntry]]:
         """The entries a previous run appended and did not release, in order (once: the list is handed
@@ -387,6 +410,30 @@ def _own_directory(directory: Path) -> None:
         raise JournalError(f"journal directory {directory} may be written by others: chmod go-w it")
     if st.st_uid != os.geteuid():
         raise JournalError(f"journal directory {directory} belongs to another user")
+
+
+def _write_durably(path: Path, data: bytes, exclusive: bool) -> None:
+    """`path` (0600, never through a link) holding `data`, synced; `exclusive`: an existing one is kept."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_EXCL if exclusive else os.O_TRUNC)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except FileExistsError:
+        if exclusive:
+            return
+        raise
+    try:
+        _write_all(fd, data)
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _read_private(path: Path) -> bytes:

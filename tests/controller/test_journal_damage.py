@@ -48,11 +48,35 @@ def test_a_tail_torn_at_every_byte_of_the_last_record_replays_the_whole_records_
         journal = Journal.open(directory)
         assert journal.replay() == written[:-1], cut
         journal.close()
-        assert [p.name for p in directory.iterdir()] == [source.name + DAMAGED_SUFFIX], cut
+        assert sorted(p.name for p in directory.iterdir()) == [source.name, source.name + DAMAGED_SUFFIX]
         assert (directory / (source.name + DAMAGED_SUFFIX)).read_bytes() == data[:cut]  # kept as it was
+        assert (directory / source.name).read_bytes() == data[:start]  # the whole records, and only them
+        # a second stop before they were stored: they replay again, the damage does not
         again = Journal.open(directory)
-        assert again.replay() == [], cut  # set aside once: not replayed on every start
+        replayed = again.replay()
+        assert replayed == written[:-1], cut
+        again.release([entry_id for entry_id, _ in replayed])
         again.close()
+        assert [p.name for p in directory.iterdir()] == [source.name + DAMAGED_SUFFIX], cut
+        third = Journal.open(directory)
+        assert third.replay() == [], cut  # the copy kept aside is never replayed
+        third.close()
+
+
+def test_a_stop_after_the_damaged_copy_was_kept_but_before_the_rewrite_keeps_that_copy(
+    tmp_path: Path,
+) -> None:
+    source, written = written_segment(tmp_path, 3)
+    torn = source.read_bytes()[:-3]
+    source.write_bytes(torn)
+    (tmp_path / (source.name + DAMAGED_SUFFIX)).write_bytes(torn)  # the first step done, then a stop
+    journal = Journal.open(tmp_path)
+    assert journal.replay() == written[:-1]
+    journal.close()
+    assert (tmp_path / (source.name + DAMAGED_SUFFIX)).read_bytes() == torn
+    again = Journal.open(tmp_path)
+    assert again.replay() == written[:-1]
+    again.close()
 
 
 def test_a_flipped_byte_in_a_record_is_caught_and_ends_the_replay_of_its_segment(tmp_path: Path) -> None:
@@ -69,7 +93,10 @@ def test_a_flipped_byte_in_a_record_is_caught_and_ends_the_replay_of_its_segment
         journal = Journal.open(directory)
         assert journal.replay() == written[:1], at
         journal.close()
-        assert [p.name for p in directory.iterdir()] == [source.name + DAMAGED_SUFFIX], at
+        assert (directory / (source.name + DAMAGED_SUFFIX)).read_bytes() == bytes(flipped), at
+        again = Journal.open(directory)
+        assert again.replay() == written[:1], at  # still held: the damaged copy is not read again
+        again.close()
 
 
 def test_a_segment_not_starting_with_the_magic_is_set_aside_and_nothing_of_it_replays(tmp_path: Path) -> None:
@@ -180,8 +207,8 @@ def test_a_segment_of_whole_records_then_garbage_replays_the_records_and_is_set_
     journal.close()
     assert replayed[: len(whole)] == whole
     # garbage reads as a record only if it carries a CRC over itself and an id past the last: then it is one
-    tail, end = decode(garbage)
-    assert replayed[len(whole) :] == [r for r in tail if r[0] > len(whole)][: len(replayed) - len(whole)]
-    if end < len(garbage):
-        assert not segment.exists()
+    extra = b"".join(encode(i, e) for i, e in replayed[len(whole) :])
+    assert garbage.startswith(extra)
+    if extra != garbage:  # damaged: a copy kept as it was, the segment left with its whole records only
         assert (directory / (segment.name + DAMAGED_SUFFIX)).read_bytes() == data + garbage
+        assert segment.read_bytes() == data + extra
