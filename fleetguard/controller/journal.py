@@ -76,18 +76,24 @@ class _Segment:
     gone: bool = False  # deleted
 
 
-def encoded_size(entry: JournalEntry) -> int:
-    """The bytes `encode` makes of `entry` (JournalError when it is too large for the journal)."""
-    host = len(entry.host.encode())
-    if host > MAX_HOST_BYTES or len(entry.body) > MAX_BODY_BYTES:
+def _host_of(entry: JournalEntry) -> bytes:
+    """The host as stored; JournalError (the batch refused, not a traceback) when it cannot be."""
+    try:
+        host = entry.host.encode()
+    except UnicodeEncodeError as exc:  # a lone surrogate: not a host name the record could hold
+        raise JournalError(f"entry host cannot be stored: {exc.reason}") from exc
+    if len(host) > MAX_HOST_BYTES or len(entry.body) > MAX_BODY_BYTES:
         raise JournalError("entry too large for the journal")
-    return _HEAD.size + host + len(entry.body)
+    return host
+
+
+def encoded_size(entry: JournalEntry) -> int:
+    """The bytes `encode` makes of `entry` (JournalError when it cannot be stored)."""
+    return _HEAD.size + len(_host_of(entry)) + len(entry.body)
 
 
 def encode(entry_id: int, entry: JournalEntry) -> bytes:
-    host = entry.host.encode()
-    if len(host) > MAX_HOST_BYTES or len(entry.body) > MAX_BODY_BYTES:
-        raise JournalError("entry too large for the journal")
+    host = _host_of(entry)
     after = struct.pack("<QdBH", entry_id, entry.received, int(entry.compressed), len(host))
     crc = zlib.crc32(entry.body, zlib.crc32(host, zlib.crc32(after)))
     length = _AFTER_CRC + len(host) + len(entry.body)

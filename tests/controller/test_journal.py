@@ -180,10 +180,12 @@ def test_appends_past_max_bytes_are_refused_with_journal_full_until_entries_are_
     again.close()
 
 
-def test_an_entry_too_large_is_refused_and_the_journal_goes_on(tmp_path: Path) -> None:
+def test_an_entry_too_large_or_not_encodable_is_refused_and_the_journal_goes_on(tmp_path: Path) -> None:
     journal = Journal.open(tmp_path)
     with pytest.raises(JournalError):
         journal.append(JournalEntry("h" * 2000, b"x", False, 0.0))
+    with pytest.raises(JournalError):
+        journal.append(JournalEntry("\udcff", b"x", False, 0.0))  # a lone surrogate: no UTF-8 for it
     kept = journal.append(entry(1))
     journal.close()
     again = Journal.open(tmp_path)
