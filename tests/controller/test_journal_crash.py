@@ -53,8 +53,8 @@ def test_a_process_killed_mid_append_replays_every_entry_it_acknowledged_and_hel
     try:
         assert child.stdout is not None
         for line in child.stdout:
-            entry_id, n, state = line.split()
-            acknowledged[int(entry_id)] = (int(n), state == b"held")
+            given, number, state = line.split()
+            acknowledged[int(given)] = (int(number), state == b"held")
             if len(acknowledged) >= 400:
                 break
         child.kill()  # SIGKILL: no close, appends in flight
