@@ -13,7 +13,10 @@ On disk: segment files `<first id>.fgj` in one directory (0700, files 0600, neve
 each a magic line and then records: length, CRC-32, id, time received, gzip flag, host and the body as the
 agent sent it. A segment whose entries are all released, and which is no longer appended to, is deleted. A
 record that does not read back whole (a torn tail after a crash, a damaged disk) ends the replay of its
-segment; the segment is then kept as `<name>.damaged` for an operator, never deleted and never replayed again.
+segment: a copy of the segment is kept as `<name>.damaged` for an operator, never deleted and never replayed,
+and the segment is rewritten with the whole records before it, which stay until released like any others (a
+second stop before they are stored loses none). A segment file that is not one (no magic, a link) is moved
+aside whole to `<name>.damaged`; one created but stopped before its magic was written is removed.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import struct
 import threading
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -65,15 +68,33 @@ class _Segment:
     first_id: int
     path: Path
     size: int
-    held: int = 0  # entries not yet released
+    # the ids not yet released: a set, not a count, so that releasing an id this segment does not hold (one
+    # replayed from a segment set aside, one released twice) cannot make it look empty while it holds entries
+    held: set[int] = field(default_factory=set)
     open: bool = False  # the one being appended to
-    damaged: bool = False  # kept for an operator, never deleted (its readable entries are still released)
+    synced: int = 0  # the records written (counted over the run) up to which this segment is on disk
+    failed: bool = False  # a sync of it failed: no record of it not yet synced is acknowledged
+    gone: bool = False  # deleted
+
+
+def _host_of(entry: JournalEntry) -> bytes:
+    """The host as stored; JournalError (the batch refused, not a traceback) when it cannot be."""
+    try:
+        host = entry.host.encode()
+    except UnicodeEncodeError as exc:  # a lone surrogate: not a host name the record could hold
+        raise JournalError(f"entry host cannot be stored: {exc.reason}") from exc
+    if len(host) > MAX_HOST_BYTES or len(entry.body) > MAX_BODY_BYTES:
+        raise JournalError("entry too large for the journal")
+    return host
+
+
+def encoded_size(entry: JournalEntry) -> int:
+    """The bytes `encode` makes of `entry` (JournalError when it cannot be stored)."""
+    return _HEAD.size + len(_host_of(entry)) + len(entry.body)
 
 
 def encode(entry_id: int, entry: JournalEntry) -> bytes:
-    host = entry.host.encode()
-    if len(host) > MAX_HOST_BYTES or len(entry.body) > MAX_BODY_BYTES:
-        raise JournalError("entry too large for the journal")
+    host = _host_of(entry)
     after = struct.pack("<QdBH", entry_id, entry.received, int(entry.compressed), len(host))
     crc = zlib.crc32(entry.body, zlib.crc32(host, zlib.crc32(after)))
     length = _AFTER_CRC + len(host) + len(entry.body)
@@ -120,9 +141,7 @@ class Journal:
         self._firsts: list[int] = []
         self._fd: int | None = None
         self._next_id = 1
-        self._written = 0  # records written in this run, and of those, how many are known on disk
-        self._synced = 0
-        self._failed_upto = 0  # a failed fdatasync: records written up to here may not be on disk
+        self._written = 0  # records written in this run: a record's mark is the count once it is written
         self._syncing = False
         self._closed = False
         self._replayed: list[tuple[int, JournalEntry]] = []
@@ -135,7 +154,10 @@ class Journal:
         """The journal in `directory` (made 0700 if missing), with what a previous run left read in."""
         journal = cls(directory, **limits)
         _own_directory(directory)
-        journal._load()
+        try:
+            journal._load()
+        except OSError as exc:  # a segment that can be neither read, removed nor set aside
+            raise JournalError(f"journal directory {directory} cannot be read back: {exc}") from exc
         return journal
 
     # ---- start: what a previous run left -----------------------------------------------------------
@@ -145,31 +167,60 @@ class Journal:
             first = _first_id_of(path)
             if first < 0:
                 continue
-            data = _read_private(path)
+            # past every segment's name, whole or not: a new segment never takes the name of one set aside,
+            # whose `.damaged` copy a second set-aside of the same name would overwrite
+            self._next_id = max(self._next_id, first + 1)
+            try:
+                data = _read_private(path)
+            except OSError as exc:  # a link (never followed) or a file we may not read
+                self._set_aside(path, f"it cannot be read as a segment ({exc})")
+                continue
+            if MAGIC.startswith(data):
+                path.unlink()  # created and stopped before its magic was whole: it never held a record
+                continue
             if not data.startswith(MAGIC):
                 self._set_aside(path, "it does not start as a journal segment does")
                 continue
             records, end = decode(data[len(MAGIC) :])
+            if not records:
+                if len(MAGIC) + end == len(data):
+                    path.unlink()  # nothing in it: a segment opened just before a stop
+                else:
+                    self._set_aside(path, f"a record at byte {len(MAGIC)} does not read back whole")
+                continue
             if len(MAGIC) + end != len(data):
-                self._set_aside(path, f"a record at byte {len(MAGIC) + end} does not read back whole")
-                path = path.with_name(path.name + DAMAGED_SUFFIX)
-            damaged = path.name.endswith(DAMAGED_SUFFIX)
-            if records:
-                self._next_id = max(self._next_id, records[-1][0] + 1)
-                self._replayed.extend(records)
-                # Tracked even when damaged: an id is released against the segment that holds it.
-                self._add_segment(_Segment(records[0][0], path, len(data), len(records), damaged=damaged))
-                if not damaged:
-                    self.bytes_on_disk += len(data)
-            elif not damaged:
-                path.unlink()  # nothing in it: a segment opened just before a stop
+                whole = data[: len(MAGIC) + end]
+                self._keep_whole(path, data, whole, f"a record at byte {len(whole)} does not read back whole")
+                data = whole
+            self._next_id = max(self._next_id, records[-1][0] + 1)
+            self._replayed.extend(records)
+            self._add_segment(_Segment(records[0][0], path, len(data), held={i for i, _ in records}))
+            self.bytes_on_disk += len(data)  # taken off again when it goes: counted as it comes
 
     def _set_aside(self, path: Path, why: str) -> None:
         damaged = path.with_name(path.name + DAMAGED_SUFFIX)
         log.error(
-            "journal segment %s: %s; what reads back is replayed, the file is kept as %s", path, why, damaged
+            "journal segment %s: %s; nothing of it is replayed, the file is kept as %s", path, why, damaged
         )
         os.replace(path, damaged)
+
+    def _keep_whole(self, path: Path, data: bytes, whole: bytes, why: str) -> None:
+        """A copy of the damaged segment `data` kept aside, and the segment rewritten with its `whole`
+        records only: they stay in the journal until released, so a second stop before they are stored loses
+        none of them, and the damage is never read again. A stop between the two steps reads the same
+        damaged segment at the next start, and keeps the copy made first."""
+        damaged = path.with_name(path.name + DAMAGED_SUFFIX)
+        log.error(
+            "journal segment %s: %s; its whole records are replayed, the file is kept as %s",
+            path,
+            why,
+            damaged,
+        )
+        _write_durably(damaged, data, exclusive=True)
+        partial = path.with_name(path.name + ".partial")
+        _write_durably(partial, whole, exclusive=False)
+        os.replace(partial, path)
+        _sync_directory(self.directory)
 
     def replay(self) -> list[tuple[int, JournalEntry]]:
         """The entries a previous run appended and did not release, in order (once: the list is handed
@@ -185,68 +236,73 @@ class Journal:
         return self.append_many([entry])[0]
 
     def append_many(self, entries: Sequence[JournalEntry]) -> list[int]:
-        """`append` of each, with one fdatasync for them all (and for whatever others wrote meanwhile)."""
+        """`append` of each, with one fdatasync for them all (and whatever others wrote meanwhile); taken
+        whole or refused whole (JournalError: none of them is acknowledged)."""
         with self._cond:
             if self._closed:
                 raise JournalError("the journal is closed")
-            records = [encode(self._next_id + k, entry) for k, entry in enumerate(entries)]
-            size = sum(map(len, records))
-            if self.bytes_on_disk + size > self.max_bytes:  # all or none: no entry half taken
+            sizes = [encoded_size(entry) for entry in entries]
+            if self.bytes_on_disk + sum(sizes) > self.max_bytes:
                 raise JournalFull(f"the journal holds {self.bytes_on_disk >> 20} MB: the store is far behind")
-            ids: list[int] = []
-            written: list[_Segment] = []
-            for record in records:
-                segment = self._writable(len(record))
-                fd = self._fd
-                assert fd is not None
-                try:
-                    _write_all(fd, record)
-                except OSError as exc:
-                    for earlier in written:  # refused with the rest: never released, so not held
-                        earlier.held -= 1
-                    self._close_segment()  # its tail may be torn: later records go to a new segment
-                    raise JournalError(f"the journal cannot be written: {exc}") from exc
-                ids.append(self._next_id)
-                self._next_id += 1
-                segment.size += len(record)
-                segment.held += 1
-                written.append(segment)
-                self.bytes_on_disk += len(record)
-                self._written += 1
-            self._sync_to(self._written)
-            self.appended += len(ids)
-            return ids
+            written: list[tuple[_Segment, int, int]] = []  # segment, id, the record's mark
+            try:
+                for entry, size in zip(entries, sizes, strict=True):
+                    segment = self._writable(size)  # may wait: the id is taken after it
+                    entry_id = self._next_id
+                    record = encode(entry_id, entry)
+                    fd = self._fd
+                    assert fd is not None
+                    try:
+                        _write_all(fd, record)
+                    except OSError as exc:
+                        self._close_segment()  # its tail may be torn: later records go to a new segment
+                        raise JournalError(f"the journal cannot be written: {exc}") from exc
+                    self._next_id += 1
+                    segment.size += len(record)
+                    segment.held.add(entry_id)
+                    self.bytes_on_disk += len(record)
+                    self._written += 1
+                    written.append((segment, entry_id, self._written))
+                last: dict[int, tuple[_Segment, int]] = {}
+                for segment, _, mark in written:
+                    last[id(segment)] = (segment, mark)
+                for segment, mark in last.values():
+                    self._sync_to(segment, mark)
+            except JournalError:
+                for segment, entry_id, _ in written:  # refused with the rest: never to be released
+                    segment.held.discard(entry_id)
+                raise
+            self.appended += len(written)
+            return [entry_id for _, entry_id, _ in written]
 
     def set_aside(self, entry_id: int, entry: JournalEntry, why: str) -> Path:
-        """Keep an entry the store refused in a file of its own (`<id>.fgj.refused`, a one-record segment)
-        and release it: acknowledged, so never dropped; an operator reads it with `entries_in`."""
+        """Keep an entry the store refused in a file of its own (`<id>.fgj.refused`, a one-record segment),
+        then release it: it was acknowledged, so it is never dropped; `entries_in` reads it back."""
         path = self.directory / f"{entry_id:020d}{SUFFIX}{REFUSED_SUFFIX}"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        try:
-            _write_all(fd, MAGIC + encode(entry_id, entry))
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
+        _write_durably(path, MAGIC + encode(entry_id, entry), exclusive=False)
+        _sync_directory(self.directory)
         log.error("journal entry %d from %s set aside in %s: %s", entry_id, entry.host, path, why)
         self.release([entry_id])
         return path
 
-    def _sync_to(self, mark: int) -> None:
-        """Wait (lock held, released while syncing) until record `mark` is on disk; one thread syncs for
-        everyone who wrote before it began."""
-        while self._synced < mark:
-            if mark <= self._failed_upto:
+    def _sync_to(self, segment: _Segment, mark: int) -> None:
+        """Wait (lock held, released while syncing) until record `mark` of `segment` is on disk; one thread
+        syncs for everyone who wrote before it began. A failed sync fails every record of its segment not yet
+        known on disk: after one, the kernel may have dropped pages it could not write, and a later fdatasync
+        of the same file succeeds without them."""
+        while segment.synced < mark:
+            if segment.failed:
                 raise JournalError("the journal could not be synced to disk")
-            if self._syncing:
+            if self._syncing or not segment.open:  # a segment being closed is settled by its closer
                 self._cond.wait()
                 continue
             fd, target = self._fd, self._written
+            assert fd is not None and segment.open
             self._syncing = True
             self._cond.release()
             error: OSError | None = None
             try:
-                if fd is not None:
-                    os.fdatasync(fd)
+                os.fdatasync(fd)
             except OSError as exc:
                 error = exc
             finally:
@@ -254,27 +310,33 @@ class Journal:
                 self._syncing = False
                 self._cond.notify_all()
             if error is not None:
-                self._failed_upto = target
+                segment.failed = True
                 self._close_segment()
                 raise JournalError(f"the journal could not be synced to disk: {error}")
             self.syncs += 1
-            self._synced = max(self._synced, target)
+            segment.synced = max(segment.synced, target)
 
     def _writable(self, size: int) -> _Segment:
         """The segment to append `size` bytes to (a new one past segment_bytes)."""
-        current = self._segments[-1] if self._segments and self._segments[-1].open else None
-        if current is not None and current.size + size <= self.segment_bytes:
-            return current
-        while self._syncing:  # its file is being synced: not closed under the syncing thread
-            self._cond.wait()
-        if current is not None:
-            self._close_segment()
+        while True:
+            current = self._segments[-1] if self._segments and self._segments[-1].open else None
+            if current is None:
+                break
+            if current.size + size <= self.segment_bytes:
+                return current
+            self._close_segment()  # may wait for a sync: another append may open the next one meanwhile
+        if self._closed:  # closed while this append waited: no segment may be opened after close()
+            raise JournalError("the journal is closed")
         path = self.directory / f"{self._next_id:020d}{SUFFIX}"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:  # a full disk, a link or a stray file where the segment goes
+            raise JournalError(f"the journal cannot create {path}: {exc}") from exc
         try:
             _write_all(fd, MAGIC)
         except OSError as exc:
             os.close(fd)
+            path.unlink(missing_ok=True)
             raise JournalError(f"the journal cannot be written: {exc}") from exc
         self._fd = fd
         segment = _Segment(self._next_id, path, len(MAGIC), open=True)
@@ -283,21 +345,28 @@ class Journal:
         return segment
 
     def _close_segment(self) -> None:
-        """Stop appending to the open segment (synced first: what it holds stays readable)."""
+        """Stop appending to the open segment, then sync and close its file once no sync is under way on it
+        (never closed under a syncing thread: its number could be reused by the next segment's file)."""
+        if not (self._segments and self._segments[-1].open):
+            return
+        segment = self._segments[-1]
+        segment.open = False  # from here appends open a new segment, never write after a torn record
         fd, self._fd = self._fd, None
-        if self._segments and self._segments[-1].open:
-            segment = self._segments[-1]
-            segment.open = False
-            if fd is not None:
-                try:
-                    os.fdatasync(fd)
-                    self._synced = self._written
-                except OSError as exc:
-                    self._failed_upto = self._written
-                    log.error("journal segment %s could not be synced: %s", segment.path, exc)
-            self._drop_if_done(segment)
+        upto = self._written
+        while self._syncing:
+            self._cond.wait()
         if fd is not None:
-            os.close(fd)
+            try:
+                os.fdatasync(fd)
+                if not segment.failed:  # a sync that failed before is not undone by one that succeeds now
+                    segment.synced = max(segment.synced, upto)
+            except OSError as exc:
+                segment.failed = True
+                log.error("journal segment %s could not be synced: %s", segment.path, exc)
+            finally:
+                os.close(fd)
+        self._cond.notify_all()  # who waits on this segment learns it is synced or failed
+        self._drop_if_done(segment)
 
     def _add_segment(self, segment: _Segment) -> None:
         self._segments.append(segment)
@@ -314,17 +383,15 @@ class Journal:
                 if at < 0:
                     continue
                 segment = self._segments[at]
-                segment.held -= 1
-                if segment.held <= 0:
-                    emptied.add(at)
+                if entry_id in segment.held:
+                    segment.held.discard(entry_id)
+                    if not segment.held:
+                        emptied.add(at)
             for at in sorted(emptied, reverse=True):
                 self._drop_if_done(self._segments[at])
 
     def _drop_if_done(self, segment: _Segment) -> None:
-        if segment.open or segment.held > 0:
-            return
-        if segment.damaged:  # the file stays for an operator; only its bookkeeping goes
-            self._forget(segment)
+        if segment.open or segment.held or segment.gone:
             return
         try:
             segment.path.unlink()
@@ -333,18 +400,16 @@ class Journal:
         except OSError as exc:
             log.warning("journal segment %s could not be removed: %s", segment.path, exc)
             return
-        self._forget(segment)
-        self.bytes_on_disk -= segment.size
-
-    def _forget(self, segment: _Segment) -> None:
+        segment.gone = True
         at = self._segments.index(segment)
         del self._segments[at], self._firsts[at]
+        self.bytes_on_disk -= segment.size
 
     @property
     def held(self) -> int:
         """Entries appended (or replayed) and not yet released."""
         with self._cond:
-            return sum(s.held for s in self._segments)
+            return sum(len(s.held) for s in self._segments)
 
     def close(self) -> None:
         """Stop appending; a segment with every entry released is deleted (a clean stop leaves none)."""
@@ -381,6 +446,30 @@ def _own_directory(directory: Path) -> None:
         raise JournalError(f"journal directory {directory} belongs to another user")
 
 
+def _write_durably(path: Path, data: bytes, exclusive: bool) -> None:
+    """`path` (0600, never through a link) holding `data`, synced; `exclusive`: an existing one is kept."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_EXCL if exclusive else os.O_TRUNC)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except FileExistsError:
+        if exclusive:
+            return
+        raise
+    try:
+        _write_all(fd, data)
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _read_private(path: Path) -> bytes:
     with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
         return f.read()
@@ -388,7 +477,7 @@ def _read_private(path: Path) -> bytes:
 
 def entries_in(directory: Path, suffix: str = SUFFIX) -> Iterator[tuple[int, JournalEntry]]:
     """Every readable entry in `directory`'s files ending `suffix` (segments; SUFFIX + REFUSED_SUFFIX for
-    those set aside), in id order: for operators' tools and tests."""
+    the entries set aside), in name order: for operators' tools and tests."""
     for path in sorted(directory.glob("*" + suffix), key=lambda p: p.name):
         data = _read_private(path)
         if data.startswith(MAGIC):

@@ -1,0 +1,268 @@
+"""The controller's ingest journal: what is appended replays after a stop or a crash until it is released, a
+segment goes once all its entries are released, and damage, I/O errors and a hostile directory are answered
+with an error or a file set aside, never a wrong replay."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fleetguard.controller.journal import (
+    DAMAGED_SUFFIX,
+    MAGIC,
+    SUFFIX,
+    Journal,
+    JournalEntry,
+    JournalError,
+    JournalFull,
+    encode,
+)
+
+
+def entry(i: int, size: int = 40) -> JournalEntry:
+    return JournalEntry(f"host-{i}", bytes([i % 256]) * size, i % 2 == 1, 1_700_000_000.0 + i)
+
+
+def segments(directory: Path) -> list[Path]:
+    return sorted(directory.glob("*" + SUFFIX))
+
+
+def damaged(directory: Path) -> list[Path]:
+    return sorted(directory.glob("*" + DAMAGED_SUFFIX))
+
+
+def record_size(i: int) -> int:
+    return len(encode(1, entry(i)))
+
+
+# ---- append and replay ------------------------------------------------------------------------------
+
+
+def test_entries_appended_then_closed_replay_in_order_with_increasing_ids(tmp_path: Path) -> None:
+    journal = Journal.open(tmp_path)
+    written = [(journal.append(entry(i)), entry(i)) for i in range(5)]
+    journal.close()
+    ids = [entry_id for entry_id, _ in written]
+    assert ids == sorted(set(ids))
+    again = Journal.open(tmp_path)
+    assert again.replay() == written
+    assert again.replay() == []  # handed over once
+    assert again.held == 5
+    again.close()
+
+
+def test_a_journal_abandoned_without_close_replays_what_it_acknowledged(tmp_path: Path) -> None:
+    crashed = Journal.open(tmp_path)
+    written = [(crashed.append(entry(i)), entry(i)) for i in range(3)]
+    # no close: a controller killed here leaves its open segment as it is
+    again = Journal.open(tmp_path)
+    assert again.replay() == written
+    again.close()
+    crashed.close()
+
+
+def test_released_entries_whose_segment_went_are_not_replayed_and_held_ones_are(tmp_path: Path) -> None:
+    journal = Journal.open(tmp_path, segment_bytes=len(MAGIC) + 2 * record_size(0))
+    ids = [journal.append(entry(i)) for i in range(5)]  # segments: [0, 1] [2, 3] [4]
+    journal.release([ids[0], ids[1], ids[2]])
+    assert journal.held == 2
+    journal.close()
+    again = Journal.open(tmp_path)
+    # release is per segment on disk: a released entry sharing a segment with a held one replays too (the
+    # ingest ledger stores it once); what must hold is that every held entry replays and a gone one does not
+    assert again.replay() == [(ids[i], entry(i)) for i in (2, 3, 4)]
+    again.close()
+
+
+def test_a_replayed_entry_released_is_not_replayed_again(tmp_path: Path) -> None:
+    journal = Journal.open(tmp_path)
+    ids = [journal.append(entry(i)) for i in range(2)]
+    journal.close()
+    second = Journal.open(tmp_path)
+    assert [entry_id for entry_id, _ in second.replay()] == ids
+    second.release(ids)
+    second.close()
+    assert segments(tmp_path) == []
+    third = Journal.open(tmp_path)
+    assert third.replay() == []
+    third.close()
+
+
+def test_close_with_everything_released_leaves_no_segment(tmp_path: Path) -> None:
+    journal = Journal.open(tmp_path, segment_bytes=3 * record_size(0))
+    ids = [journal.append(entry(i)) for i in range(7)]
+    assert len(segments(tmp_path)) >= 2
+    journal.release(ids)
+    journal.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ids_continue_after_replay_and_are_never_reused(tmp_path: Path) -> None:
+    journal = Journal.open(tmp_path, segment_bytes=len(MAGIC) + 2 * record_size(0))
+    first = [journal.append(entry(i)) for i in range(3)]
+    journal.release(first[:2])  # the first segment goes; the last id left on disk is first[2]
+    journal.close()
+    again = Journal.open(tmp_path)
+    again.replay()
+    later = again.append(entry(9))
+    assert later > max(first)
+    again.close()
+    third = Journal.open(tmp_path)
+    assert third.replay() == [(first[2], entry(2)), (later, entry(9))]
+    third.close()
+
+
+# ---- segments: rotation and deletion ---------------------------------------------------------------
+
+
+def test_appends_past_segment_bytes_go_to_a_new_segment_named_by_its_first_id(tmp_path: Path) -> None:
+    size = record_size(0)
+    journal = Journal.open(tmp_path, segment_bytes=len(MAGIC) + 2 * size)
+    ids = [journal.append(entry(i)) for i in range(5)]
+    names = [p.name for p in segments(tmp_path)]
+    assert names == [f"{ids[0]:020d}{SUFFIX}", f"{ids[2]:020d}{SUFFIX}", f"{ids[4]:020d}{SUFFIX}"]
+    assert all(p.stat().st_size <= len(MAGIC) + 2 * size for p in segments(tmp_path))
+    journal.close()
+    again = Journal.open(tmp_path)
+    assert again.replay() == [(ids[i], entry(i)) for i in range(5)]
+    again.close()
+
+
+def test_a_segment_is_deleted_once_all_its_entries_are_released_and_it_is_no_longer_open(
+    tmp_path: Path,
+) -> None:
+    size = record_size(0)
+    journal = Journal.open(tmp_path, segment_bytes=len(MAGIC) + 2 * size)
+    ids = [journal.append(entry(i)) for i in range(3)]
+    first, open_one = segments(tmp_path)
+    journal.release([ids[0]])
+    assert first.exists()  # one entry still held
+    journal.release([ids[1]])
+    assert not first.exists()
+    journal.release([ids[2]])
+    assert open_one.exists()  # still appended to
+    assert journal.held == 0
+    journal.close()
+    assert not open_one.exists()
+
+
+def test_bytes_on_disk_follow_the_files_in_a_run_and_after_a_replay(tmp_path: Path) -> None:
+    def on_disk() -> int:
+        return sum(p.stat().st_size for p in segments(tmp_path))
+
+    journal = Journal.open(tmp_path, segment_bytes=len(MAGIC) + 2 * record_size(0))
+    ids = [journal.append(entry(i)) for i in range(5)]
+    assert journal.bytes_on_disk == on_disk()
+    journal.release(ids[:2])
+    assert journal.bytes_on_disk == on_disk()
+    journal.close()
+    again = Journal.open(tmp_path, segment_bytes=len(MAGIC) + 2 * record_size(0))
+    assert again.bytes_on_disk == on_disk() > 0  # what a previous run left counts against max_bytes
+    again.release([entry_id for entry_id, _ in again.replay()])
+    assert again.bytes_on_disk == on_disk() == 0  # never below zero, or max_bytes would stop bounding
+    again.close()
+
+
+def test_appends_past_max_bytes_are_refused_with_journal_full_until_entries_are_released(
+    tmp_path: Path,
+) -> None:
+    size = record_size(0)
+    journal = Journal.open(tmp_path, segment_bytes=len(MAGIC) + size, max_bytes=3 * (len(MAGIC) + size))
+    ids = [journal.append(entry(i)) for i in range(3)]
+    with pytest.raises(JournalFull):
+        journal.append(entry(3))
+    journal.release(ids[:1])  # its segment is closed and goes: room again
+    later = journal.append(entry(3))
+    journal.close()
+    again = Journal.open(tmp_path)
+    assert again.replay() == [(ids[1], entry(1)), (ids[2], entry(2)), (later, entry(3))]
+    again.close()
+
+
+def test_an_entry_too_large_or_not_encodable_is_refused_and_the_journal_goes_on(tmp_path: Path) -> None:
+    journal = Journal.open(tmp_path)
+    with pytest.raises(JournalError):
+        journal.append(JournalEntry("h" * 2000, b"x", False, 0.0))
+    with pytest.raises(JournalError):
+        journal.append(JournalEntry("\udcff", b"x", False, 0.0))  # a lone surrogate: no UTF-8 for it
+    kept = journal.append(entry(1))
+    journal.close()
+    again = Journal.open(tmp_path)
+    assert again.replay() == [(kept, entry(1))]
+    again.close()
+
+
+def test_a_closed_journal_refuses_appends(tmp_path: Path) -> None:
+    journal = Journal.open(tmp_path)
+    journal.close()
+    with pytest.raises(JournalError):
+        journal.append(entry(1))
+
+
+def test_releasing_an_id_the_journal_does_not_hold_changes_nothing(tmp_path: Path) -> None:
+    journal = Journal.open(tmp_path, segment_bytes=len(MAGIC) + 2 * record_size(0))
+    ids = [journal.append(entry(i)) for i in range(5)]  # segments: [0, 1] [2, 3] [4]
+    journal.release([ids[2], ids[3]])  # the middle segment goes
+    # again, and ids never given: none may count against the first segment, which still holds both entries
+    journal.release([ids[2], ids[3], 0, 10**9])
+    journal.release([ids[0]])
+    journal.close()
+    again = Journal.open(tmp_path)
+    assert again.replay() == [(ids[0], entry(0)), (ids[1], entry(1)), (ids[4], entry(4))]
+    again.close()
+
+
+# ---- a previous run's files ------------------------------------------------------------------------
+
+
+def test_an_empty_segment_left_by_a_stop_is_removed(tmp_path: Path) -> None:
+    (tmp_path / f"{7:020d}{SUFFIX}").write_bytes(MAGIC)
+    journal = Journal.open(tmp_path)
+    assert journal.replay() == []
+    assert list(tmp_path.iterdir()) == []
+    journal.close()
+
+
+def test_a_segment_created_but_not_yet_given_its_magic_is_removed_not_set_aside(tmp_path: Path) -> None:
+    # a crash between creating a segment and writing its magic: nothing in it was ever acknowledged
+    for cut in range(len(MAGIC)):
+        (tmp_path / f"{7:020d}{SUFFIX}").write_bytes(MAGIC[:cut])
+        journal = Journal.open(tmp_path)
+        assert journal.replay() == []
+        journal.close()
+        assert list(tmp_path.iterdir()) == [], cut
+
+
+def test_files_that_are_not_segments_are_left_alone(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("operator's")
+    (tmp_path / f"12{SUFFIX}").write_bytes(b"short name")
+    journal = Journal.open(tmp_path)
+    assert journal.replay() == []
+    journal.append(entry(1))
+    journal.close()
+    assert (tmp_path / "notes.txt").read_text() == "operator's"
+    assert (tmp_path / f"12{SUFFIX}").read_bytes() == b"short name"
+
+
+def test_append_many_takes_one_sync_for_all_and_a_refusal_takes_none(tmp_path: Path) -> None:
+    from fleetguard.controller.journal import REFUSED_SUFFIX, SUFFIX, entries_in
+
+    journal = Journal.open(tmp_path / "j", max_bytes=4096)
+    entries = [JournalEntry(f"h{i}", bytes([i]) * 100, True, float(i)) for i in range(5)]
+    ids = journal.append_many(entries)
+    assert ids == sorted(ids) and len(set(ids)) == 5
+    assert journal.syncs == 1 and journal.held == 5
+    with pytest.raises(JournalFull):
+        journal.append_many([JournalEntry("big", b"x" * 1000, True, 0.0)] * 4)
+    assert journal.held == 5, "none of a refused call is held"
+    kept = journal.set_aside(ids[0], entries[0], "refused by the store")
+    assert kept.name.endswith(SUFFIX + REFUSED_SUFFIX)
+    assert [e for _, e in entries_in(tmp_path / "j", SUFFIX + REFUSED_SUFFIX)] == [entries[0]]
+    assert journal.held == 4
+    journal.close()
+    again = Journal.open(tmp_path / "j")
+    # The segment still held four: its file, the released entry with them, is read back whole (the writer's
+    # ledger makes a stored one a duplicate; a refused one is set aside again).
+    assert [i for i, _ in again.replay()] == ids
+    again.close()
