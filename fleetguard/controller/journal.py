@@ -38,7 +38,9 @@ MAGIC = b"FGJRNL1\n"
 SUFFIX = ".fgj"
 DAMAGED_SUFFIX = ".damaged"
 REFUSED_SUFFIX = ".refused"
-SEGMENT_BYTES = 64 << 20  # a new segment past this; a segment goes once all its entries are committed
+# A new segment past this (~3 s of batches at 2,048 hosts). A segment's file goes once all its entries are
+# released, so a start reads again at most about this much that was stored already (the ledger skips it).
+SEGMENT_BYTES = 8 << 20
 MAX_BYTES = 2 << 30  # appends are refused past this much on disk (the writer's queue bounds it far below)
 MAX_HOST_BYTES = 1024
 MAX_BODY_BYTES = 64 << 20  # a record claiming more is damage, not a body (ingest bodies are at most 8 MB)
