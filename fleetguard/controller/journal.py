@@ -79,6 +79,15 @@ class _Segment:
     gone: bool = False  # deleted
 
 
+@dataclass(slots=True)
+class _Waiter:
+    """An append waiting for its record to reach the disk."""
+
+    segment: _Segment
+    mark: int
+    event: threading.Event = field(default_factory=threading.Event)
+
+
 def _host_of(entry: JournalEntry) -> bytes:
     """The host as stored; JournalError (the batch refused, not a traceback) when it cannot be."""
     try:
@@ -145,6 +154,7 @@ class Journal:
         self._next_id = 1
         self._written = 0  # records written in this run: a record's mark is the count once it is written
         self._syncing = False
+        self._waiters: list[_Waiter] = []  # appends waiting for a sync (under the lock)
         self._closed = False
         self._replayed: list[tuple[int, JournalEntry]] = []
         self.bytes_on_disk = 0
@@ -288,15 +298,26 @@ class Journal:
         return path
 
     def _sync_to(self, segment: _Segment, mark: int) -> None:
-        """Wait (lock held, released while syncing) until record `mark` of `segment` is on disk; one thread
-        syncs for everyone who wrote before it began. A failed sync fails every record of its segment not yet
-        known on disk: after one, the kernel may have dropped pages it could not write, and a later fdatasync
-        of the same file succeeds without them."""
+        """Wait (lock held, released while syncing or waiting) until record `mark` of `segment` is on
+        disk; one thread syncs for everyone who wrote before it began. A failed sync fails every record of
+        its segment not yet known on disk: after one, the kernel may have dropped pages it could not write,
+        and a later fdatasync of the same file succeeds without them.
+
+        The others wait each on an event of its own, set once its record is settled (or to make it the next
+        syncer): a condition notified after every sync woke every waiting handler thread to look again, and
+        at 2,048 hosts, with hundreds waiting while a diagnosis round held the interpreter, those wake-ups
+        were the ingest p99 (BENCHMARKS.md, "Where the ingest p99 came from")."""
         while segment.synced < mark:
             if segment.failed:
                 raise JournalError("the journal could not be synced to disk")
             if self._syncing or not segment.open:  # a segment being closed is settled by its closer
-                self._cond.wait()
+                waiter = _Waiter(segment, mark)
+                self._waiters.append(waiter)
+                self._cond.release()
+                try:
+                    waiter.event.wait()
+                finally:
+                    self._cond.acquire()
                 continue
             fd, target = self._fd, self._written
             assert fd is not None and segment.open
@@ -310,13 +331,27 @@ class Journal:
             finally:
                 self._cond.acquire()
                 self._syncing = False
-                self._cond.notify_all()
+                self._cond.notify_all()  # only a closer or close() waits on the condition
             if error is not None:
                 segment.failed = True
-                self._close_segment()
+                self._close_segment()  # wakes the waiters: their records failed with it
                 raise JournalError(f"the journal could not be synced to disk: {error}")
             self.syncs += 1
             segment.synced = max(segment.synced, target)
+            self._wake()
+
+    def _wake(self) -> None:
+        """Set the events of the waiters whose records are settled (on disk, or failed); if any are left,
+        wake one of them to sync for the rest (lock held)."""
+        left: list[_Waiter] = []
+        for waiter in self._waiters:
+            if waiter.segment.synced >= waiter.mark or waiter.segment.failed:
+                waiter.event.set()
+            else:
+                left.append(waiter)
+        if left and not self._syncing:
+            left.pop(0).event.set()  # the next syncer (it looks again, and syncs if no one else does)
+        self._waiters = left
 
     def _writable(self, size: int) -> _Segment:
         """The segment to append `size` bytes to (a new one past segment_bytes)."""
@@ -367,7 +402,8 @@ class Journal:
                 log.error("journal segment %s could not be synced: %s", segment.path, exc)
             finally:
                 os.close(fd)
-        self._cond.notify_all()  # who waits on this segment learns it is synced or failed
+        self._cond.notify_all()
+        self._wake()  # who waits on this segment learns it is synced or failed
         self._drop_if_done(segment)
 
     def _add_segment(self, segment: _Segment) -> None:
