@@ -24,6 +24,7 @@ from __future__ import annotations
 import bisect
 import logging
 import os
+import queue
 import stat
 import struct
 import threading
@@ -74,18 +75,25 @@ class _Segment:
     # replayed from a segment set aside, one released twice) cannot make it look empty while it holds entries
     held: set[int] = field(default_factory=set)
     open: bool = False  # the one being appended to
-    synced: int = 0  # the records written (counted over the run) up to which this segment is on disk
     failed: bool = False  # a sync of it failed: no record of it not yet synced is acknowledged
     gone: bool = False  # deleted
 
 
 @dataclass(slots=True)
-class _Waiter:
-    """An append waiting for its record to reach the disk."""
+class _Append:
+    """Entries queued to be written, and what became of them (set by the leader, then `event`)."""
 
-    segment: _Segment
-    mark: int
+    entries: list[JournalEntry]
+    sizes: list[int]
     event: threading.Event = field(default_factory=threading.Event)
+    lead: bool = False  # woken to lead: write and sync what is queued
+    done: bool = False
+    ids: list[int] = field(default_factory=list)
+    error: JournalError | None = None
+
+    def settle(self, ids: list[int] | None = None, error: JournalError | None = None) -> None:
+        self.ids, self.error, self.done = ids or [], error, True
+        self.event.set()
 
 
 def _host_of(entry: JournalEntry) -> bytes:
@@ -147,14 +155,19 @@ class Journal:
         self.directory = directory
         self.segment_bytes = segment_bytes
         self.max_bytes = max_bytes
+        # Segments, held ids and counters: held briefly, by the leader and by `release` (never across I/O
+        # but a rotation's or a close's).
         self._cond = threading.Condition()
+        # Appends queue here and wait on their own event; whoever holds `_leader` writes and syncs all that
+        # is queued, then hands the lead to the next queued append. A handler thread takes no contended lock
+        # (a lock handed between hundreds of threads cost a switch of the interpreter lock each time, and
+        # while a diagnosis round held the interpreter those handoffs were the ingest p99).
+        self._queue: queue.SimpleQueue[_Append] = queue.SimpleQueue()
+        self._leader = threading.Lock()
         self._segments: list[_Segment] = []  # by first id
         self._firsts: list[int] = []
-        self._fd: int | None = None
+        self._fd: int | None = None  # the open segment's: written and synced by the leader only
         self._next_id = 1
-        self._written = 0  # records written in this run: a record's mark is the count once it is written
-        self._syncing = False
-        self._waiters: list[_Waiter] = []  # appends waiting for a sync (under the lock)
         self._closed = False
         self._replayed: list[tuple[int, JournalEntry]] = []
         self.bytes_on_disk = 0
@@ -248,44 +261,127 @@ class Journal:
         return self.append_many([entry])[0]
 
     def append_many(self, entries: Sequence[JournalEntry]) -> list[int]:
-        """`append` of each, with one fdatasync for them all (and whatever others wrote meanwhile); taken
+        """`append` of each, with one fdatasync for them all (and whatever others queued meanwhile); taken
         whole or refused whole (JournalError: none of them is acknowledged)."""
-        with self._cond:
-            if self._closed:
-                raise JournalError("the journal is closed")
-            sizes = [encoded_size(entry) for entry in entries]
-            if self.bytes_on_disk + sum(sizes) > self.max_bytes:
-                raise JournalFull(f"the journal holds {self.bytes_on_disk >> 20} MB: the store is far behind")
-            written: list[tuple[_Segment, int, int]] = []  # segment, id, the record's mark
+        if self._closed:
+            raise JournalError("the journal is closed")
+        item = _Append(list(entries), [encoded_size(entry) for entry in entries])
+        self._queue.put(item)
+        if self._leader.acquire(blocking=False):
+            self._lead(None)
+        while not item.done:
+            item.event.wait()
+            item.event.clear()
+            if item.lead and not item.done:  # handed the lead: write and sync what is queued, this first
+                item.lead = False
+                self._leader.acquire()
+                self._lead(item)
+        if item.error is not None:
+            raise item.error
+        return item.ids
+
+    def queued(self) -> int:
+        """Appends waiting for the leader (for tests and metrics)."""
+        return self._queue.qsize()
+
+    def _lead(self, first: _Append | None) -> None:
+        """Holding `_leader`: write and sync every queued append (`first` before them), then hand the lead to
+        the next one queued, or let it go once none is (and take it again if one came meanwhile)."""
+        while True:
+            group = [first] if first is not None else []
+            first = None
+            while True:
+                try:
+                    group.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            if group:
+                self._commit(group)
             try:
-                for entry, size in zip(entries, sizes, strict=True):
-                    segment = self._writable(size)  # may wait: the id is taken after it
-                    entry_id = self._next_id
-                    record = encode(entry_id, entry)
+                following = self._queue.get_nowait()
+            except queue.Empty:
+                following = None
+            self._leader.release()
+            if following is not None:
+                following.lead = True
+                following.event.set()
+                return
+            # One queued after the look and before the release found the lead taken: look again.
+            if self._queue.empty() or not self._leader.acquire(blocking=False):
+                return
+
+    def _commit(self, group: list[_Append]) -> None:
+        """Write each append's records, sync once, then settle each (ids, or the error) and wake it."""
+        written: list[tuple[_Append, list[tuple[_Segment, int]]]] = []
+        with self._cond:
+            planned = self.bytes_on_disk
+            for item in group:
+                if self._closed:
+                    item.settle(error=JournalError("the journal is closed"))
+                elif planned + sum(item.sizes) > self.max_bytes:
+                    held = self.bytes_on_disk >> 20
+                    item.settle(error=JournalFull(f"the journal holds {held} MB: the store is far behind"))
+                else:
+                    planned += sum(item.sizes)
+                    written.append((item, []))
+        failed: JournalError | None = None  # a failed write fails the rest of the group too
+        for item, records in written:
+            if failed is not None:
+                item.error = failed
+                continue
+            for entry, size in zip(item.entries, item.sizes, strict=True):
+                try:
+                    with self._cond:
+                        segment = self._writable(size)
+                        entry_id = self._next_id
+                        self._next_id += 1
                     fd = self._fd
                     assert fd is not None
-                    try:
-                        _write_all(fd, record)
-                    except OSError as exc:
+                    _write_all(fd, encode(entry_id, entry))
+                except JournalError as exc:
+                    failed = item.error = exc
+                    break
+                except OSError as exc:
+                    with self._cond:
                         self._close_segment()  # its tail may be torn: later records go to a new segment
-                        raise JournalError(f"the journal cannot be written: {exc}") from exc
-                    self._next_id += 1
-                    segment.size += len(record)
+                    failed = item.error = JournalError(f"the journal cannot be written: {exc}")
+                    break
+                with self._cond:
+                    segment.size += size
                     segment.held.add(entry_id)
-                    self.bytes_on_disk += len(record)
-                    self._written += 1
-                    written.append((segment, entry_id, self._written))
-                last: dict[int, tuple[_Segment, int]] = {}
-                for segment, _, mark in written:
-                    last[id(segment)] = (segment, mark)
-                for segment, mark in last.values():
-                    self._sync_to(segment, mark)
-            except JournalError:
-                for segment, entry_id, _ in written:  # refused with the rest: never to be released
-                    segment.held.discard(entry_id)
-                raise
-            self.appended += len(written)
-            return [entry_id for _, entry_id, _ in written]
+                    self.bytes_on_disk += size
+                records.append((segment, entry_id))
+        self._sync_open(written)
+        with self._cond:
+            for item, records in written:
+                error = item.error
+                if error is None and any(segment.failed for segment, _ in records):
+                    error = JournalError("the journal could not be synced to disk")
+                if error is not None:
+                    for segment, entry_id in records:  # refused with the rest: never to be released
+                        segment.held.discard(entry_id)
+                        self._drop_if_done(segment)
+                    item.settle(error=error)
+                else:
+                    self.appended += len(records)
+                    item.settle(ids=[entry_id for _, entry_id in records])
+
+    def _sync_open(self, written: list[tuple[_Append, list[tuple[_Segment, int]]]]) -> None:
+        """fdatasync the open segment if this group wrote to it (a segment closed by a rotation on the way
+        was synced by its close); a failure fails the segment and closes it."""
+        fd = self._fd
+        touched = {id(seg): seg for _, records in written for seg, _ in records}
+        current = self._segments[-1] if self._segments and self._segments[-1].open else None
+        if fd is None or current is None or id(current) not in touched:
+            return
+        try:
+            os.fdatasync(fd)
+            self.syncs += 1
+        except OSError as exc:
+            log.error("journal segment %s could not be synced: %s", current.path, exc)
+            with self._cond:
+                current.failed = True
+                self._close_segment()
 
     def set_aside(self, entry_id: int, entry: JournalEntry, why: str) -> Path:
         """Keep an entry the store refused in a file of its own (`<id>.fgj.refused`, a one-record segment),
@@ -296,62 +392,6 @@ class Journal:
         log.error("journal entry %d from %s set aside in %s: %s", entry_id, entry.host, path, why)
         self.release([entry_id])
         return path
-
-    def _sync_to(self, segment: _Segment, mark: int) -> None:
-        """Wait (lock held, released while syncing or waiting) until record `mark` of `segment` is on
-        disk; one thread syncs for everyone who wrote before it began. A failed sync fails every record of
-        its segment not yet known on disk: after one, the kernel may have dropped pages it could not write,
-        and a later fdatasync of the same file succeeds without them.
-
-        The others wait each on an event of its own, set once its record is settled (or to make it the next
-        syncer): a condition notified after every sync woke every waiting handler thread to look again, and
-        at 2,048 hosts, with hundreds waiting while a diagnosis round held the interpreter, those wake-ups
-        were the ingest p99 (BENCHMARKS.md, "Where the ingest p99 came from")."""
-        while segment.synced < mark:
-            if segment.failed:
-                raise JournalError("the journal could not be synced to disk")
-            if self._syncing or not segment.open:  # a segment being closed is settled by its closer
-                waiter = _Waiter(segment, mark)
-                self._waiters.append(waiter)
-                self._cond.release()
-                try:
-                    waiter.event.wait()
-                finally:
-                    self._cond.acquire()
-                continue
-            fd, target = self._fd, self._written
-            assert fd is not None and segment.open
-            self._syncing = True
-            self._cond.release()
-            error: OSError | None = None
-            try:
-                os.fdatasync(fd)
-            except OSError as exc:
-                error = exc
-            finally:
-                self._cond.acquire()
-                self._syncing = False
-                self._cond.notify_all()  # only a closer or close() waits on the condition
-            if error is not None:
-                segment.failed = True
-                self._close_segment()  # wakes the waiters: their records failed with it
-                raise JournalError(f"the journal could not be synced to disk: {error}")
-            self.syncs += 1
-            segment.synced = max(segment.synced, target)
-            self._wake()
-
-    def _wake(self) -> None:
-        """Set the events of the waiters whose records are settled (on disk, or failed); if any are left,
-        wake one of them to sync for the rest (lock held)."""
-        left: list[_Waiter] = []
-        for waiter in self._waiters:
-            if waiter.segment.synced >= waiter.mark or waiter.segment.failed:
-                waiter.event.set()
-            else:
-                left.append(waiter)
-        if left and not self._syncing:
-            left.pop(0).event.set()  # the next syncer (it looks again, and syncs if no one else does)
-        self._waiters = left
 
     def _writable(self, size: int) -> _Segment:
         """The segment to append `size` bytes to (a new one past segment_bytes)."""
@@ -382,28 +422,22 @@ class Journal:
         return segment
 
     def _close_segment(self) -> None:
-        """Stop appending to the open segment, then sync and close its file once no sync is under way on it
-        (never closed under a syncing thread: its number could be reused by the next segment's file)."""
+        """Stop appending to the open segment, then sync and close its file (by the leader, or by close()
+        holding the lead: no sync of it can be under way). A failed sync fails the records of it that this
+        group wrote: after one, the kernel may have dropped pages it could not write."""
         if not (self._segments and self._segments[-1].open):
             return
         segment = self._segments[-1]
         segment.open = False  # from here appends open a new segment, never write after a torn record
         fd, self._fd = self._fd, None
-        upto = self._written
-        while self._syncing:
-            self._cond.wait()
         if fd is not None:
             try:
                 os.fdatasync(fd)
-                if not segment.failed:  # a sync that failed before is not undone by one that succeeds now
-                    segment.synced = max(segment.synced, upto)
             except OSError as exc:
                 segment.failed = True
                 log.error("journal segment %s could not be synced: %s", segment.path, exc)
             finally:
                 os.close(fd)
-        self._cond.notify_all()
-        self._wake()  # who waits on this segment learns it is synced or failed
         self._drop_if_done(segment)
 
     def _add_segment(self, segment: _Segment) -> None:
@@ -450,12 +484,17 @@ class Journal:
             return sum(len(s.held) for s in self._segments)
 
     def close(self) -> None:
-        """Stop appending; a segment with every entry released is deleted (a clean stop leaves none)."""
-        with self._cond:
-            while self._syncing:
-                self._cond.wait()
-            self._closed = True
-            self._close_segment()
+        """Stop appending (what is queued meanwhile is refused); a segment with every entry released is
+        deleted (a clean stop leaves none)."""
+        with self._leader:  # after the group under way, if any
+            with self._cond:
+                self._closed = True
+                self._close_segment()
+            while True:
+                try:
+                    self._queue.get_nowait().settle(error=JournalError("the journal is closed"))
+                except queue.Empty:
+                    break
 
 
 def _first_id_of(path: Path) -> int:

@@ -1,7 +1,7 @@
 """The journal under concurrent appends (group commit), failing writes and syncs, and a hostile directory.
 
 Overlap is made deterministic by an os.fdatasync that waits for an event the test sets once the other appends
-have written their records; nothing here asserts on time."""
+have queued for the leader; nothing here asserts on time."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import errno
 import os
 import stat
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -131,6 +132,14 @@ def syncs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Syncs]:
         event.set()
 
 
+def queued(journal: Journal, count: int) -> None:
+    """Until `count` appends wait for the leader (it is in a held sync: none of them can be written)."""
+    deadline = time.monotonic() + 20
+    while journal.queued() < count:
+        assert time.monotonic() < deadline, f"{journal.queued()} of {count} appends queued"
+        time.sleep(0.001)
+
+
 def joined(*started: tuple[threading.Thread, Outcome]) -> None:
     for thread, outcome in started:
         thread.join(timeout=20)
@@ -149,7 +158,7 @@ def test_overlapping_appends_share_one_sync_and_all_get_distinct_ids_that_replay
     first, first_outcome = appending(journal, 0)
     entered.wait(timeout=20)
     others = [appending(journal, i) for i in range(1, 16)]
-    writes.wait_for(16)  # all fifteen wrote while the first sync was under way
+    queued(journal, 15)  # all fifteen queued while the first sync was under way
     release_first.set()
     joined((first, first_outcome), *others)
     outcomes = [first_outcome, *(o for _, o in others)]
@@ -231,7 +240,7 @@ def test_every_append_waiting_on_a_failed_sync_is_refused_not_acknowledged(
     first, first_outcome = appending(journal, 0)
     entered.wait(timeout=20)
     waiting = [appending(journal, i) for i in (1, 2, 3)]
-    writes.wait_for(4)
+    queued(journal, 3)
     release_first.set()  # the first sync succeeds; the second, for the three that waited, fails
     joined((first, first_outcome), *waiting)
     assert first_outcome.error is None
