@@ -129,9 +129,7 @@ class IngestWriter:
         # Lanes: each a queue, a thread and a DuckDB connection of its own; a host always goes to the same
         # lane (its batches stay in order, and no two lanes touch one host's rows). DuckDB commits the lanes'
         # appends side by side: one lane's fsync or Python work no longer holds up every other batch.
-        self._lanes: list[queue.Queue[Pending | Callable[[], None]]] = [
-            queue.Queue(max(1, max_queue // lanes)) for _ in range(lanes)
-        ]
+        self._lanes = [_Lane(max(1, max_queue // lanes)) for _ in range(lanes)]
         self._threads: list[threading.Thread] = []
         self._tasks_thread: threading.Thread | None = None
         self._last_commit = [float("-inf")] * lanes  # monotonic start of each lane's last group
@@ -186,9 +184,7 @@ class IngestWriter:
         assert journal is not None
         answers: list[IngestResult | BatchRefused | None] = [None] * len(items)
         fresh: list[int] = []
-        # Journal only what the lanes can take (one that fills meanwhile is released below). Looked at
-        # without the lane's lock: a lock every handler takes is handed between them, each handoff a switch
-        # of the interpreter lock, and under a diagnosis round those were seconds.
+        # Journal only what the lanes can take (one that fills meanwhile is released below).
         planned: dict[int, int] = {}
         with self._state:
             for i, (batch, _) in enumerate(items):
@@ -197,7 +193,7 @@ class IngestWriter:
                 if key in self.ledger or key in self._held_keys:
                     self.stats.duplicates += 1
                     answers[i] = IngestResult(duplicate=True, commands=self.commands.for_host(batch.host))
-                elif len(lane.queue) + planned.get(id(lane), 0) >= lane.maxsize:
+                elif planned.get(id(lane), 0) >= lane.room():
                     answers[i] = BatchRefused(Refusal.OVERLOADED, "the controller is behind; retry later")
                 else:
                     planned[id(lane)] = planned.get(id(lane), 0) + 1
@@ -268,12 +264,15 @@ class IngestWriter:
                 continue
             with self._state:
                 self._held_keys.add(batch.key)
-            self._lane_of(batch.host).put(Pending(batch, time.monotonic(), journal_id=entry_id, entry=entry))
+            lane = self._lane_of(batch.host)
+            while lane.room() <= 0:  # before the first request: wait for the lane to commit some
+                time.sleep(0.01)
+            lane.put_nowait(Pending(batch, time.monotonic(), journal_id=entry_id, entry=entry))
         if replayed:
             log.warning("%d batches replayed from the ingest journal", len(replayed))
         return len(replayed)
 
-    def _lane_of(self, host: str) -> queue.Queue[Pending | Callable[[], None]]:
+    def _lane_of(self, host: str) -> _Lane:
         return self._lanes[zlib.crc32(host.encode()) % len(self._lanes)]
 
     def call(self, fn: Callable[[], None], timeout: float = 30.0) -> None:
@@ -291,10 +290,7 @@ class IngestWriter:
 
         if self._stop.is_set():
             raise BatchRefused(Refusal.OVERLOADED, "the controller is stopping")
-        try:
-            self._lanes[0].put(wrapped, timeout=timeout)
-        except queue.Full:
-            raise BatchRefused(Refusal.OVERLOADED, "the controller is behind; retry later") from None
+        self._lanes[0].put_call(wrapped)
         # Waited in slices: a writer that stops meanwhile (shutdown) never runs `fn`, and a caller on another
         # thread (the repair loop) must not hold the shutdown up for the whole timeout.
         deadline = time.monotonic() + timeout
@@ -353,8 +349,7 @@ class IngestWriter:
             # A lane waiting for its next batch wakes now rather than at the end of its 0.2 s wait (Ctrl-C
             # is waited on). Behind whatever is queued, so that is committed first; a full lane is not
             # waiting.
-            with contextlib.suppress(queue.Full):
-                lane.put_nowait(_wake)
+            lane.put_call(_wake)
         for thread in self._threads:
             thread.join(timeout=60)
         # A lane (or a task) still writing: the host state is not final (load_hosts recovers from the ledger).
@@ -675,6 +670,40 @@ class IngestWriter:
 
 def _wake() -> None:
     """Put on a lane by `stop`: ends the writer thread's wait for a batch."""
+
+
+class _Lane:
+    """A lane's queue: put and get in C (queue.SimpleQueue), so no Python-level lock is taken by every
+    handler thread. queue.Queue's was: a lock every handler takes is handed from thread to thread, each
+    handoff a switch of the interpreter lock, and while a diagnosis round held the interpreter those handoffs
+    were most of the ingest p99. Bounded by a look at its size (handlers putting at the same moment may pass
+    the bound by as many)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._queue: queue.SimpleQueue[Pending | Callable[[], None]] = queue.SimpleQueue()
+
+    def room(self) -> int:
+        return self.capacity - self._queue.qsize()
+
+    def qsize(self) -> int:
+        return self._queue.qsize()
+
+    def put_nowait(self, pending: Pending) -> None:
+        """queue.Full when the lane holds its capacity."""
+        if self._queue.qsize() >= self.capacity:
+            raise queue.Full
+        self._queue.put(pending)
+
+    def put_call(self, call: Callable[[], None]) -> None:
+        """A call for the lane's thread (a write that is not a batch, or stop's wake-up): never refused."""
+        self._queue.put(call)
+
+    def get(self, timeout: float) -> Pending | Callable[[], None]:
+        return self._queue.get(timeout=timeout)
+
+    def get_nowait(self) -> Pending | Callable[[], None]:
+        return self._queue.get_nowait()
 
 
 _INSERT_LEDGER = (
