@@ -56,18 +56,11 @@ class InProcessEdge:
     """`[controller] edge_processes = 0`: the checks on the handler thread, two at a time."""
 
     def __init__(self) -> None:
-        # Parse slots as tokens in a queue.SimpleQueue (taken and given back in C): a semaphore's Python
-        # lock, taken by every handler thread, was handed between them at an interpreter switch apiece.
-        self._slots: queue.SimpleQueue[int] = queue.SimpleQueue()
-        for slot in range(MAX_CONCURRENT_PARSES):
-            self._slots.put(slot)
+        self._parsing = threading.BoundedSemaphore(MAX_CONCURRENT_PARSES)
 
     def parse(self, body: bytes, host: str, *, compressed: bool, now: float) -> IngestBatch:
-        slot = self._slots.get()
-        try:
+        with self._parsing:
             return parse_batch(body, host, compressed=compressed, now=now)
-        finally:
-            self._slots.put(slot)
 
     def stop(self) -> None:
         pass
