@@ -34,6 +34,7 @@ from fleetguard.controller.command_queue import CommandBook, insert_command, rec
 from fleetguard.controller.hosts import HOST_COLUMNS, HOST_TYPES, TIME_COLUMNS, HostState, load_hosts
 from fleetguard.controller.journal import Journal, JournalEntry, JournalError, JournalFull
 from fleetguard.controller.ledger import Ledger
+from fleetguard.controller.niceness import lower_this_thread
 from fleetguard.controller.stats import ControllerStats
 from fleetguard.controller.validate import BatchRefused, IngestBatch, Refusal
 from fleetguard.shipping.commands import CommandKind, HostCommand
@@ -394,7 +395,9 @@ class IngestWriter:
             cursor.close()
 
     def _run_tasks(self) -> None:
-        """The periodic tasks' own thread: due ones run in turn; polled, since the clock may be a test's."""
+        """The periodic tasks' own thread: due ones run in turn; polled, since the clock may be a test's.
+        At a lower CPU priority than the handlers and lanes (controller/niceness.py)."""
+        lower_this_thread()
         while not self._stop.wait(TASK_POLL_SECONDS):
             self._run_due_tasks()
 

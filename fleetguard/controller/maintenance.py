@@ -12,6 +12,7 @@ import duckdb
 
 from fleetguard.clock import Clock
 from fleetguard.controller.ingest import Task
+from fleetguard.controller.niceness import lower_this_thread
 from fleetguard.store import Store
 from fleetguard.store.schema import TABLES
 
@@ -68,6 +69,7 @@ class Maintenance:
                 log.exception("controller maintenance %s failed", job.name)
 
     def _run(self, cursor: duckdb.DuckDBPyConnection) -> None:
+        lower_this_thread()  # beside ingest, never ahead of it (controller/niceness.py)
         try:
             while not self._stop.wait(1.0):
                 self.run_due(cursor)

@@ -37,6 +37,10 @@ log = logging.getLogger(__name__)
 # Workers mostly wait for their group to commit, so many of them cost memory, not CPU; and every batch in
 # flight can join the next group, so their number caps the group size and with it ingest throughput.
 WORKERS = 512
+# With the ingest journal a handler thread holds a batch for a parse and a shared fdatasync (a few ms), not
+# for its commit: a few dozen keep up with thousands of hosts, and fewer threads contend for the interpreter
+# (512 of them, hundreds awake at once under a diagnosis round, were part of the ingest p99).
+JOURNALED_WORKERS = 32
 # Per-client bounds (4,200 half-open connections from one client once held all 4,096): one address (an IPv6
 # client's /64) holds at most a quarter of the connections, room for a load generator's 512 on loopback,
 # and a request head must be in within 10 s of the accept however slowly its bytes come.
@@ -190,7 +194,7 @@ def start_controller(config: Config, clock: Clock | None = None) -> RunningContr
             edge := make_edge(ctl.edge_processes),
         )
         limits = Limits(
-            workers=WORKERS,
+            workers=JOURNALED_WORKERS if journal is not None else WORKERS,
             max_body_bytes=ctl.max_body_bytes,
             request_timeout_seconds=30.0,  # a large batch on a slow link
             head_timeout_seconds=HEAD_TIMEOUT_SECONDS,
