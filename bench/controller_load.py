@@ -58,8 +58,6 @@ from fleetguard.shipping.compact import Compactor
 from fleetguard.shipping.wire import OutgoingBatch, columns_by_table
 
 TICKS = os.sysconf("SC_CLK_TCK")
-TRACE = open(os.environ['FG_LOAD_TRACE'] + f'.{os.getpid()}', 'a') if os.environ.get('FG_LOAD_TRACE') else None
-
 
 
 def cpu_seconds(pid: int) -> float:
@@ -274,8 +272,6 @@ def _drive(
                 if status == 200:
                     result.ok += 1
                     result.latencies.append(elapsed)
-                    if TRACE:
-                        TRACE.write(f"{time.time() - elapsed:.3f} {elapsed:.4f}\n")
                 elif status == 0:
                     result.failed += 1
                 else:
@@ -387,7 +383,6 @@ def start_controller(
     (root / "ctl.toml").write_text(
         f'[controller]\nlisten = "127.0.0.1:{port}"\ntokens_file = "{root.parent}/tokens.json"\n{edge}'
         f'[store]\npath = "{root}/ctl.duckdb"\n[dashboard]\nenabled = false\n'
-        + os.environ.get("FG_BENCH_EXTRA", "").replace("\\n", "\n")
     )
     env = {**os.environ, "PYTHONPATH": src} if src else None
     proc = subprocess.Popen(
@@ -570,7 +565,6 @@ def agent_cost(args: argparse.Namespace) -> None:
     (root / "ctl.toml").write_text(
         f'[controller]\nlisten = "127.0.0.1:{args.port}"\ntokens_file = "{root}/tokens.json"\n'
         f'[store]\npath = "{root}/ctl.duckdb"\n[dashboard]\nenabled = false\n'
-        + os.environ.get("FG_BENCH_EXTRA", "").replace("\\n", "\n")
     )
     ctl = subprocess.Popen(
         [sys.executable, "-m", "fleetguard", "controller", "--config", str(root / "ctl.toml")],
