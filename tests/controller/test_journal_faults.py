@@ -132,6 +132,15 @@ def syncs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Syncs]:
         event.set()
 
 
+def replayed_in(directory: Path) -> dict[int, JournalEntry]:
+    """What a journal opened on `directory` (as at the next start) replays, by id."""
+    again = Journal.open(directory)
+    try:
+        return dict(again.replay())
+    finally:
+        again.close()
+
+
 def queued(journal: Journal, count: int) -> None:
     """Until `count` appends wait for the leader (it is in a held sync: none of them can be written)."""
     deadline = time.monotonic() + 20
@@ -168,9 +177,7 @@ def test_overlapping_appends_share_one_sync_and_all_get_distinct_ids_that_replay
     assert journal.appended == 16
     assert journal.syncs == 2  # the first append's, then one for the fifteen that waited on it
     journal.close()
-    again = Journal.open(tmp_path)
-    replayed = dict(again.replay())
-    again.close()
+    replayed = replayed_in(tmp_path)
     assert replayed == {o.entry_id: entry(i) for i, o in enumerate(outcomes)}
 
 
@@ -183,9 +190,7 @@ def test_many_threads_appending_at_once_all_replay(tmp_path: Path) -> None:
     assert len(set(ids)) == 40
     assert journal.syncs <= journal.appended == 40
     journal.close()
-    again = Journal.open(tmp_path)
-    replayed = dict(again.replay())
-    again.close()
+    replayed = replayed_in(tmp_path)
     assert replayed == {o.entry_id: entry(i) for i, (_, o) in enumerate(started)}
 
 
@@ -222,9 +227,7 @@ def test_a_failed_sync_is_an_error_and_what_was_synced_before_still_replays(
     after = journal.append(entry(2))
     assert len(list(tmp_path.glob("*" + SUFFIX))) == 2  # a new segment after the failure
     journal.close()
-    again = Journal.open(tmp_path)
-    replayed = dict(again.replay())
-    again.close()
+    replayed = replayed_in(tmp_path)
     assert replayed[before] == entry(0)
     assert replayed[after] == entry(2)
 
@@ -247,9 +250,7 @@ def test_every_append_waiting_on_a_failed_sync_is_refused_not_acknowledged(
     assert [o.error is not None for _, o in waiting] == [True, True, True]
     later = journal.append(entry(4))  # and the journal goes on
     journal.close()
-    again = Journal.open(tmp_path)
-    replayed = dict(again.replay())
-    again.close()
+    replayed = replayed_in(tmp_path)
     assert replayed[first_outcome.entry_id] == entry(0)  # type: ignore[index]
     assert replayed[later] == entry(4)
 
@@ -270,9 +271,7 @@ def test_a_failed_write_does_not_close_the_segment_under_a_sync_in_flight(
     assert first_outcome.error is None
     assert failing_outcome.error is not None
     journal.close()
-    again = Journal.open(tmp_path)
-    replayed = dict(again.replay())
-    again.close()
+    replayed = replayed_in(tmp_path)
     assert replayed[first_outcome.entry_id] == entry(0)  # type: ignore[index]
 
 
