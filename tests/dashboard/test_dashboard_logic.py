@@ -239,6 +239,81 @@ def test_fleet_model_is_built_once_then_rebuilt_in_the_background_when_old() -> 
     assert len(built) == 3
 
 
+class _Builds:
+    """A fleet-model builder that records which thread built each model and can be held at a gate."""
+
+    def __init__(self) -> None:
+        self.threads: list[str] = []
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def __call__(self) -> FleetModel:
+        self.gate.wait()
+        self.threads.append(threading.current_thread().name)
+        return FleetModel(float(len(self.threads)), [], [], [], [])
+
+
+def test_a_started_fleet_model_is_built_before_any_request_and_never_by_one() -> None:
+    builds = _Builds()
+    now = [10.0]
+    cache = SnapshotCache(builds, max_age_seconds=5.0, clock=lambda: now[0], idle_seconds=3600.0)
+    cache.start()
+    try:
+        assert cache.wait_ready(60.0)
+        assert cache.get().now == 1.0
+        assert builds.threads == ["fleetguard-dashboard-model"]  # the keeper's, not this request's
+    finally:
+        cache.close()
+    assert not any(t.name == "fleetguard-dashboard-model" for t in threading.enumerate())
+
+
+def test_a_request_before_the_first_model_waits_for_the_build_under_way_rather_than_building_again() -> None:
+    builds = _Builds()
+    builds.gate.clear()
+    cache = SnapshotCache(builds, max_age_seconds=3600.0, clock=lambda: 10.0, idle_seconds=3600.0)
+    cache.start()
+    got: list[float] = []
+    visitor = threading.Thread(target=lambda: got.append(cache.get().now))
+    try:
+        visitor.start()
+        builds.gate.set()
+        visitor.join()
+    finally:
+        cache.close()
+    assert got == [1.0]
+    assert builds.threads == ["fleetguard-dashboard-model"]
+
+
+def test_a_stale_model_is_served_at_once_and_the_keeper_rebuilds_it_off_the_request() -> None:
+    builds = _Builds()
+    now = [10.0]
+    # Refresh and idle periods of an hour: only a request that finds the model stale wakes the keeper.
+    cache = SnapshotCache(builds, max_age_seconds=3600.0, clock=lambda: now[0], idle_seconds=3600.0)
+    cache.start()
+    try:
+        assert cache.wait_ready(60.0)
+        now[0] += 3601.0
+        builds.gate.clear()
+        assert cache.get().now == 1.0  # the old model, while the keeper builds the next
+        builds.gate.set()
+        deadline = time.monotonic() + 60
+        while cache.get().now != 2.0:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        cache.close()
+    assert builds.threads == ["fleetguard-dashboard-model"] * 2
+
+
+def test_the_fleet_page_says_when_its_shared_model_was_taken() -> None:
+    from dashboard.components import as_of
+
+    assert as_of(1_800_000_000.0, 1_800_000_000.0).children == "fleet health as of 2027-01-15 08:00:00 UTC"
+    assert as_of(1_800_000_000.0, 1_800_000_042.0).children == (
+        "fleet health as of 2027-01-15 08:00:00 UTC (42 s ago)"
+    )
+
+
 def _wait_until_rebuilt(cache: SnapshotCache, model_now: float) -> None:
     """Wait (on the condition, not a fixed time) until the background rebuild is in and its thread is done."""
     deadline = time.monotonic() + 60
