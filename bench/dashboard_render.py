@@ -156,6 +156,7 @@ def pages(store: Store) -> list[tuple[str, str]]:
         ("incidents", "/incidents"),
         ("incident", f"/incidents/{incident[0]}"),
         ("predictions", "/predictions"),
+        ("predictions", "/predictions?list=all"),
         ("alerts", "/alerts"),
         ("policy", "/policy"),
     ]
