@@ -2,7 +2,7 @@
 
 The page opens on the top of the ranking in a DataTable (sort, filter, pages), which a new tab draws with
 the chunk every other page's tables use; every GPU scored (a row per GPU of the fleet) is one link away
-(`?list=all`), in an AG Grid, whose 1.3 MB bundle and grid build cost a first render ~0.2 s more
+(`?list=all`), in an AG Grid, whose 1.3 MB bundle and grid build cost a first render ~0.3-0.5 s more
 (BENCHMARKS.md, issue 22 "session 6") and earn it only at that size."""
 
 from __future__ import annotations
