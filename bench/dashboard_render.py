@@ -190,18 +190,25 @@ def _load_once(
 
 
 def measure_browser(
-    urls: dict[str, str], targets: list[tuple[str, str]], runs: int, tick: Callable[[], None]
+    urls: dict[str, str],
+    targets: list[tuple[str, str]],
+    runs: int,
+    tick: Callable[[], None],
+    warm_loads: int = 1,
 ) -> dict[tuple[str, str], dict[str, float]]:
     """`urls`: a dashboard per side (this tree, and the compared one); each run loads the page from every
     side in turn. `tick` moves the dashboards' clock before each refresh, so every refresh has changed data
-    to show (ages, states), as a live one does: a refresh that finds nothing changed sends almost nothing."""
+    to show (ages, states), as a live one does: a refresh that finds nothing changed sends almost nothing.
+    `warm_loads` of the fleet page before timing (`--warm`): Chromium keeps a script's compiled code only
+    from its second run, so with one the first timed load still compiles every script."""
     out: dict[tuple[str, str], dict[str, float]] = {}
     with chromium() as browser:
         for url in urls.values():
-            warm = browser.new_page()
-            warm.goto(url)  # fills the cache with Dash's and Plotly's bundles once
-            warm.wait_for_function(DRAWN, arg="fleet", timeout=TIMEOUT_MS)
-            warm.close()
+            for _ in range(warm_loads):
+                warm = browser.new_page()
+                warm.goto(url)  # fills the cache with Dash's and Plotly's bundles once
+                warm.wait_for_function(DRAWN, arg="fleet", timeout=TIMEOUT_MS)
+                warm.close()
         for page_id, path in targets:
             first: dict[str, list[float]] = {side: [] for side in urls}
             refresh: dict[str, list[float]] = {side: [] for side in urls}
@@ -273,6 +280,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--build", action="store_true", help="build the store first (minutes)")
     parser.add_argument("--only", default="", help="comma-separated page ids to measure (default: all)")
+    parser.add_argument(
+        "--warm", type=int, default=1, help="loads of the fleet page before timing, with --compare-src"
+    )
     parser.add_argument(
         "--compare-src", default="", help="another tree's root: its dashboard is measured beside this one's"
     )
@@ -360,7 +370,9 @@ def compare(path: Path, src: Path, args: argparse.Namespace) -> None:
             children.append(before)
             this, this_url = serve_child(here, path, clock)
             children.append(this)
-            browser = measure_browser({"before": before_url, "this": this_url}, targets, args.runs, tick)
+            browser = measure_browser(
+                {"before": before_url, "this": this_url}, targets, args.runs, tick, args.warm
+            )
         finally:
             for child in children:
                 stop_child(child)
