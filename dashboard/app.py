@@ -20,6 +20,7 @@ from dashboard.operator import OperatorDesk, Resolver
 from dashboard.pages import alerts, fleet, gpu, host, incidents, jobs, network, policy, predictions, repairs
 from dashboard.pages.live import PageSpec, register
 from dashboard.plotly_bundle import serve_partial_bundle, url_script
+from dashboard.polyfill_shim import replace_polyfill, serve_runtime_shim
 from dashboard.queries.base import StoreReader
 from dashboard.router import app_layout, head_script, register_router, title_of
 from dashboard.snapshot import FleetModel, SnapshotCache, build_fleet_model
@@ -97,7 +98,7 @@ def create_app(
         suppress_callback_exceptions=True,  # each page's components exist only while it is shown
         serve_locally=True,  # no CDN: the dashboard works on an air-gapped cluster
     )
-    _index_parts(app)
+    _index_parts(app, serve_runtime_shim(server, app.config.requests_pathname_prefix))
     serve_partial_bundle(server, app.config.requests_pathname_prefix)
     serve_versioned(app)
     for spec in PAGES:
@@ -107,9 +108,10 @@ def create_app(
     return app
 
 
-def _index_parts(app: dash.Dash) -> None:
-    """Every page's HTML: its page's title, the router's head script (`dashboard.router`), and AG Grid's
-    bundle named instead of loaded (`dashboard.grid_bundle`)."""
+def _index_parts(app: dash.Dash, runtime_tag: str | None) -> None:
+    """Every page's HTML: its page's title, the router's head script (`dashboard.router`), AG Grid's
+    bundle named instead of loaded (`dashboard.grid_bundle`), and the regenerator runtime instead of the
+    whole Babel polyfill (`dashboard.polyfill_shim`)."""
     interpolate: Callable[..., str] = app.interpolate_index
     prefix = app.config.requests_pathname_prefix
     script = head_script(prefix) + url_script(prefix)
@@ -121,7 +123,7 @@ def _index_parts(app: dash.Dash) -> None:
                 **parts,
                 "title": html_escape(title_of(PAGES, path)),
                 "css": script + parts["css"],
-                "scripts": versioned_tags(defer_grid_bundle(parts["scripts"])),
+                "scripts": replace_polyfill(versioned_tags(defer_grid_bundle(parts["scripts"])), runtime_tag),
             }
         )
 

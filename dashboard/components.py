@@ -253,6 +253,15 @@ def _grid(table_id: str, columns: Sequence[Col], rows: Sequence[Mapping[str, Any
     )
 
 
+def as_of(taken: float, now: float) -> html.Div:
+    """When the shared fleet model a page shows was taken, and how old it is: it is built in the background
+    (`dashboard.snapshot`), so it can be older than the page's own clock. A live slot: a refresh updates
+    it."""
+    old = f" ({ago(now - taken)})" if now - taken >= 1 else ""
+    text = f"fleet health as of {when(taken)} UTC{old}"
+    return html.Div(text, className="as-of muted", id=slot_id(SlotKind.TEXT, "as-of"))
+
+
 def when(ts: float | None) -> str:
     """UTC time of day (with the date when not today's) for a table cell or a label."""
     if ts is None:

@@ -43,6 +43,12 @@ def install(server: flask.Flask, ctx: DashboardContext) -> None:
     server.config[_CONFIG_KEY] = ctx
 
 
+def context_of(server: flask.Flask) -> DashboardContext:
+    ctx = server.config[_CONFIG_KEY]
+    assert isinstance(ctx, DashboardContext)
+    return ctx
+
+
 def current() -> DashboardContext:
     """The context of the app serving this request (page layouts run inside Flask's request)."""
     ctx = flask.current_app.config[_CONFIG_KEY]

@@ -97,29 +97,93 @@ def _axes(row: int) -> dict[str, str]:
     return {"xaxis": f"x{suffix}", "yaxis": f"y{suffix}"}
 
 
-def gpu_timeseries(series: GpuSeries, events: Sequence[EventRow]) -> Figure:
-    """Utilisation, memory, temperature, power, SM clock and throttle reasons on one time axis, with the
-    GPU's events as vertical markers (hover the triangles for their messages)."""
-    rows = (
-        ("utilisation %", series.utilization_gpu_percent),
-        ("memory GiB", series.memory_used_gib),
-        ("temperature °C", series.temperature_celsius),
-        ("power W", series.power_watts),
-        ("SM clock MHz", series.sm_clock_mhz),
-    )
+# Each row of the GPU's figure; the figure is as tall as its rows.
+GPU_ROW_PIXELS: Final = 120
+
+
+def gpu_over_time(
+    series: GpuSeries,
+    events: Sequence[EventRow],
+    risk_points: Sequence[tuple[float, float]] = (),
+    risk_threshold: float = 0.5,
+) -> Figure:
+    """Everything about one GPU over time in one figure: utilisation, memory, temperature, power, SM clock,
+    throttle reasons, ECC errors, remapped rows and the failure risk, one row each on one shared time axis,
+    with the GPU's events as vertical markers across every row (hover the triangles for their messages).
+
+    One figure rather than one per subject: zooming any row zooms them all (an ECC ramp lines up with the
+    temperature it followed), and a new tab lays out and draws one plot instead of three (plotly's drawing
+    was most of the GPU page's first render, BENCHMARKS.md "session 6")."""
+    red = {"color": COLOURS[Health.FAILED]}
+    rows: list[tuple[str, list[dict[str, Any]]]] = [
+        (name, [{"y": values, "name": name, "line": {"width": 1.5}}])
+        for name, values in (
+            ("utilisation %", series.utilization_gpu_percent),
+            ("memory GiB", series.memory_used_gib),
+            ("temperature °C", series.temperature_celsius),
+            ("power W", series.power_watts),
+            ("SM clock MHz", series.sm_clock_mhz),
+        )
+    ]
     x = [iso(t) for t in series.ts]
     data: list[dict[str, Any]] = [
-        {"type": "scatter", "x": x, "y": values, "name": name, "mode": "lines", "line": {"width": 1.5}}
-        | _axes(i)
-        for i, (name, values) in enumerate(rows, start=1)
+        {"type": "scatter", "x": x, "mode": "lines"} | trace | _axes(i)
+        for i, (_, traces) in enumerate(rows, start=1)
+        for trace in traces
     ]
     throttle_row = len(rows) + 1
     data += _throttle_strip(x, series.throttle_reasons, throttle_row)
-    layout = _stacked([*(r[0] for r in rows), "throttle reasons"], 820)
-    suffix = str(throttle_row)
-    layout[f"yaxis{suffix}"] |= {"type": "category"}
+    memory = [
+        (
+            f"ECC errors ({series.ecc_scope}): corrected, uncorrected in red",
+            series.ecc_corrected_aggregate,
+            series.ecc_uncorrected_aggregate,
+        ),
+        (
+            "remapped rows: corrected, uncorrected in red",
+            series.remapped_rows_corrected,
+            series.remapped_rows_uncorrected,
+        ),
+    ]
+    for i, (_title, corrected, uncorrected) in enumerate(memory, start=throttle_row + 1):
+        data += [
+            {"type": "scatter", "x": x, "y": corrected, "name": "corrected", "mode": "lines"} | _axes(i),
+            {"type": "scatter", "x": x, "y": uncorrected, "name": "uncorrected", "mode": "lines", "line": red}
+            | _axes(i),
+        ]
+    titles = [*(r[0] for r in rows), "throttle reasons", *(m[0] for m in memory)]
+    shapes = [_event_line(e) for e in list(events)[:MAX_EVENT_LINES]]
+    if risk_points:
+        risk_row = len(titles) + 1
+        titles.append("failure risk")
+        data.append(
+            {
+                "type": "scatter",
+                "x": [iso(t) for t, _ in risk_points],
+                "y": [r for _, r in risk_points],
+                "mode": "lines+markers",
+                "name": "risk",
+            }
+            | _axes(risk_row)
+        )
+    layout = _stacked(titles, 60 + GPU_ROW_PIXELS * len(titles))
+    layout[f"yaxis{throttle_row}"] |= {"type": "category"}
+    if risk_points:
+        layout[f"yaxis{risk_row}"] |= {"range": [0, 1]}
+        shapes.append(
+            {
+                "type": "line",
+                "xref": "paper",
+                "yref": f"y{risk_row}",
+                "x0": 0,
+                "x1": 1,
+                "y0": risk_threshold,
+                "y1": risk_threshold,
+                "line": {"color": COLOURS[Health.DEGRADED], "dash": "dash"},
+            }
+        )
+    layout["shapes"] = shapes
     shown = list(events)[:MAX_EVENT_LINES]
-    layout["shapes"] = [_event_line(e) for e in shown]
     if shown:
         data.append(
             {
@@ -183,61 +247,6 @@ def _event_label(e: EventRow) -> str:
     return f"{e.kind}{code}{times}: {e.message[:160]}"
 
 
-def memory_errors(series: GpuSeries) -> Figure:
-    """ECC errors and row remapping over the window: a ramp here precedes many failures."""
-    x = [iso(t) for t in series.ts]
-    red = {"color": COLOURS[Health.FAILED]}
-    data = [
-        {
-            "type": "scatter",
-            "x": x,
-            "y": series.ecc_corrected_aggregate,
-            "name": "ECC corrected",
-            "mode": "lines",
-        }
-        | _axes(1),
-        {"type": "scatter", "x": x, "y": series.ecc_uncorrected_aggregate, "name": "ECC uncorrected"}
-        | {"mode": "lines", "line": red}
-        | _axes(1),
-        {"type": "scatter", "x": x, "y": series.remapped_rows_corrected, "name": "rows remapped (corrected)"}
-        | {"mode": "lines"}
-        | _axes(2),
-        {
-            "type": "scatter",
-            "x": x,
-            "y": series.remapped_rows_uncorrected,
-            "name": "rows remapped (uncorrected)",
-        }
-        | {"mode": "lines", "line": red}
-        | _axes(2),
-    ]
-    layout = _stacked([f"ECC errors ({series.ecc_scope})", "remapped rows"], 360)
-    layout |= {"showlegend": True, "legend": {"orientation": "h", "y": -0.15}}
-    return {"data": data, "layout": layout}
-
-
-def risk_history(points: Sequence[tuple[float, float]], threshold: float) -> Figure:
-    trace = {
-        "type": "scatter",
-        "x": [iso(t) for t, _ in points],
-        "y": [r for _, r in points],
-        "mode": "lines+markers",
-        "name": "risk",
-    }
-    line = {
-        "type": "line",
-        "xref": "paper",
-        "x0": 0,
-        "x1": 1,
-        "y0": threshold,
-        "y1": threshold,
-        "line": {"color": COLOURS[Health.DEGRADED], "dash": "dash"},
-    }
-    layout = _layout(260, yaxis={"range": [0, 1], "title": {"text": "failure risk"}}, xaxis={"type": "date"})
-    layout["shapes"] = [line]
-    return {"data": [trace], "layout": layout}
-
-
 def bar(
     labels: Sequence[str],
     values: Sequence[float],
@@ -269,6 +278,9 @@ def time_bars(
 
 # A rank's step time against the job's median: blue faster, white at the median, red slower.
 STEP_COLOURS: Final = [[0.0, "#2166ac"], [0.5, "#f7f7f7"], [1.0, "#b2182b"]]
+# Step times are sent as hover shows them (`%{z:.4f}`): at 256 ranks x 120 buckets, full floats made the job
+# page's body 630 kB of JSON for the browser to parse; a colour never turns on the fifth decimal of a second.
+STEP_DECIMALS: Final = 4
 # The colour scale spans at least this share of the median each way: ranks a few tenths of a percent apart
 # (noise) all look like the median instead of filling the scale from one end to the other.
 MIN_SPAN_FRACTION: Final = 0.10
@@ -297,7 +309,7 @@ def step_heatmap(grid: StepGrid) -> Figure:
     zmin, zmax = centred_range([v for row in grid.seconds for v in row])
     trace = {
         "type": "heatmap",
-        "z": grid.seconds,
+        "z": [[None if v is None else round(v, STEP_DECIMALS) for v in row] for row in grid.seconds],
         "x": [iso(t) for t in grid.bucket_ts],
         "y": [f"rank {r}" for r in grid.ranks],
         "colorscale": STEP_COLOURS,
@@ -305,7 +317,7 @@ def step_heatmap(grid: StepGrid) -> Figure:
         "zmin": zmin,
         "zmax": zmax,
         "colorbar": {"title": {"text": "s / step"}},
-        "hovertemplate": "%{y} %{x}<br>%{z:.4f} s<extra></extra>",
+        "hovertemplate": f"%{{y}} %{{x}}<br>%{{z:.{STEP_DECIMALS}f}} s<extra></extra>",
     }
     layout = _layout(
         max(240, 40 + 18 * len(grid.ranks)),

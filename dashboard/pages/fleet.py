@@ -11,6 +11,7 @@ from dashboard import figures
 from dashboard.components import (
     Col,
     ago,
+    as_of,
     graph,
     health_breakdown,
     href,
@@ -45,6 +46,7 @@ def render(ctx: DashboardContext, _params: Params) -> Any:
     host_counts = Counter(h.health for h in hosts)
     gpu_counts = Counter(g.health for g in gpus)
     return [
+        as_of(model.now, ctx.now()),
         html.Div(
             [
                 stat_card(

@@ -107,19 +107,13 @@ def render(ctx: DashboardContext, params: Params) -> Any:
             className="windows",
         ),
         section(
-            f"Telemetry ({window}) with events",
-            graph(figures.gpu_timeseries(series, events), "gpu-timeseries"),
+            f"Over time ({window}): telemetry, memory errors and failure risk, with events",
+            graph(
+                figures.gpu_over_time(series, events, risk_points, ctx.risk_threshold),
+                "gpu-timeseries",
+            ),
         ),
-        html.Div(
-            [
-                section(
-                    "ECC and row remapping",
-                    graph(figures.memory_errors(series)),
-                ),
-                section("Failure risk and what drives it", _risk(risk_points, risks, ctx.risk_threshold)),
-            ],
-            className="two-col",
-        ),
+        section("What drives the failure risk", _risk(risks), section_id="gpu-risk"),
         section(
             "Incidents",
             _incidents(gpu_incidents, now, {uuid: f"GPU {ident.gpu_index}"}),
@@ -130,21 +124,22 @@ def render(ctx: DashboardContext, params: Params) -> Any:
     ]
 
 
-def _risk(points: list[tuple[float, float]], risks: list[Risk], threshold: float) -> Any:
-    if not points:
+def _risk(risks: list[Risk]) -> Any:
+    """The newest score against the fleet's base rate and the features that push it (its history is a row
+    of the figure above)."""
+    if not risks:
         return html.Div("no risk scores for this GPU", className="empty")
-    out: list[Any] = [graph(figures.risk_history(points, threshold))]
-    if risks and risks[0].base_rate is not None:
-        r = risks[0]
-        out.insert(
-            0,
+    out: list[Any] = []
+    r = risks[0]
+    if r.base_rate is not None:
+        out.append(
             html.P(
                 f"risk {r.risk:.1%} of a failure within {r.horizon_hours:g} h; fleet base rate "
                 f"{r.base_rate:.1%}",
                 id="gpu-risk-base-rate",
-            ),
+            )
         )
-    why = drivers(risks[0].explanations)[:8] if risks else []
+    why = drivers(r.explanations)[:8]
     if why:
         labels = [d.label() for d in why]
         colours = [COLOURS[Health.FAILED] if d.contribution > 0 else COLOURS[Health.HEALTHY] for d in why]
@@ -152,7 +147,7 @@ def _risk(points: list[tuple[float, float]], risks: list[Risk], threshold: float
             labels, [d.contribution for d in why], colours, horizontal=True, height=60 + 26 * len(why)
         )
         out.append(graph(figure, "gpu-risk-drivers"))
-    return out
+    return out or html.Div("no drivers recorded for the newest score", className="empty")
 
 
 def _incidents(rows: list[IncidentRow] | None, now: float, names: dict[str, str]) -> Any:

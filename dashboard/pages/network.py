@@ -8,7 +8,7 @@ from typing import Any, Final
 from dash import html
 
 from dashboard import figures
-from dashboard.components import Col, graph, health_breakdown, href, md_link, section, stat_card, table
+from dashboard.components import Col, as_of, graph, health_breakdown, href, md_link, section, stat_card, table
 from dashboard.context import DashboardContext
 from dashboard.fleet_view import PortView
 from dashboard.health import COLOURS, Health
@@ -34,6 +34,7 @@ def render(ctx: DashboardContext, _params: Params) -> Any:
     errors = sum(p.counters.errors for p in ports if p.counters)
     flapped = sum(p.counters.link_downed for p in ports if p.counters)
     return [
+        as_of(model.now, ctx.now()),
         html.Div(
             [
                 stat_card(

@@ -11,7 +11,7 @@ import pytest
 from dash import html
 
 from dashboard.components import Col, gpu_text, graph, stat_card, table
-from dashboard.figures import MAX_LABELLED_RANKS, centred_range, rank_ticks, step_heatmap
+from dashboard.figures import MAX_LABELLED_RANKS, STEP_DECIMALS, centred_range, rank_ticks, step_heatmap
 from dashboard.grid_bundle import BUNDLE_ELEMENT_ID, defer_grid_bundle
 from dashboard.live_slots import SlotKind, mark
 from dashboard.pages.jobs import troubles
@@ -184,3 +184,10 @@ def test_a_dead_rank_is_a_death_not_a_hang() -> None:
 def test_a_gpu_is_named_by_its_index_beside_its_uuid() -> None:
     assert gpu_text("GPU-abc", {"GPU-abc": "GPU 2"}) == "GPU 2 · GPU-abc"
     assert gpu_text("GPU-gone", {}) == "GPU-gone"
+
+
+def test_the_heat_map_sends_step_times_to_the_decimals_its_hover_shows() -> None:
+    grid = StepGrid([0], [0.0, 60.0], [[1.234567891, None]])
+    trace = step_heatmap(grid)["data"][0]
+    assert trace["z"] == [[1.2346, None]]
+    assert f"%{{z:.{STEP_DECIMALS}f}}" in trace["hovertemplate"]

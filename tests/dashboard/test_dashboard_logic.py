@@ -11,6 +11,7 @@ import pytest
 
 from dashboard.auth import TokenFileError, read_operator_token, token_accepted
 from dashboard.components import href, md_link
+from dashboard.figures import gpu_over_time
 from dashboard.fleet_view import gpu_views, host_views, port_views
 from dashboard.health import (
     SILENT_AFTER_SECONDS,
@@ -23,8 +24,8 @@ from dashboard.health import (
 )
 from dashboard.pages.gpu import PAGE as GPU_PAGE
 from dashboard.pages.live import MAX_PARAM_CHARS, clean_params, stored_params
-from dashboard.queries.events import event_counts
-from dashboard.queries.gpus import bucket_seconds, gpu_series, latest_gpu_states
+from dashboard.queries.events import EventRow, event_counts
+from dashboard.queries.gpus import GpuSeries, bucket_seconds, gpu_series, latest_gpu_states
 from dashboard.queries.jobs import jobs, step_grid
 from dashboard.queries.network import port_counters, port_states
 from dashboard.queries.predictions import risk_by_device
@@ -239,6 +240,81 @@ def test_fleet_model_is_built_once_then_rebuilt_in_the_background_when_old() -> 
     assert len(built) == 3
 
 
+class _Builds:
+    """A fleet-model builder that records which thread built each model and can be held at a gate."""
+
+    def __init__(self) -> None:
+        self.threads: list[str] = []
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def __call__(self) -> FleetModel:
+        self.gate.wait()
+        self.threads.append(threading.current_thread().name)
+        return FleetModel(float(len(self.threads)), [], [], [], [])
+
+
+def test_a_started_fleet_model_is_built_before_any_request_and_never_by_one() -> None:
+    builds = _Builds()
+    now = [10.0]
+    cache = SnapshotCache(builds, max_age_seconds=5.0, clock=lambda: now[0], idle_seconds=3600.0)
+    cache.start()
+    try:
+        assert cache.wait_ready(60.0)
+        assert cache.get().now == 1.0
+        assert builds.threads == ["fleetguard-dashboard-model"]  # the keeper's, not this request's
+    finally:
+        cache.close()
+    assert not any(t.name == "fleetguard-dashboard-model" for t in threading.enumerate())
+
+
+def test_a_request_before_the_first_model_waits_for_the_build_under_way_rather_than_building_again() -> None:
+    builds = _Builds()
+    builds.gate.clear()
+    cache = SnapshotCache(builds, max_age_seconds=3600.0, clock=lambda: 10.0, idle_seconds=3600.0)
+    cache.start()
+    got: list[float] = []
+    visitor = threading.Thread(target=lambda: got.append(cache.get().now))
+    try:
+        visitor.start()
+        builds.gate.set()
+        visitor.join()
+    finally:
+        cache.close()
+    assert got == [1.0]
+    assert builds.threads == ["fleetguard-dashboard-model"]
+
+
+def test_a_stale_model_is_served_at_once_and_the_keeper_rebuilds_it_off_the_request() -> None:
+    builds = _Builds()
+    now = [10.0]
+    # Refresh and idle periods of an hour: only a request that finds the model stale wakes the keeper.
+    cache = SnapshotCache(builds, max_age_seconds=3600.0, clock=lambda: now[0], idle_seconds=3600.0)
+    cache.start()
+    try:
+        assert cache.wait_ready(60.0)
+        now[0] += 3601.0
+        builds.gate.clear()
+        assert cache.get().now == 1.0  # the old model, while the keeper builds the next
+        builds.gate.set()
+        deadline = time.monotonic() + 60
+        while cache.get().now != 2.0:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        cache.close()
+    assert builds.threads == ["fleetguard-dashboard-model"] * 2
+
+
+def test_the_fleet_page_says_when_its_shared_model_was_taken() -> None:
+    from dashboard.components import as_of
+
+    assert as_of(1_800_000_000.0, 1_800_000_000.0).children == "fleet health as of 2027-01-15 08:00:00 UTC"
+    assert as_of(1_800_000_000.0, 1_800_000_042.0).children == (
+        "fleet health as of 2027-01-15 08:00:00 UTC (42 s ago)"
+    )
+
+
 def _wait_until_rebuilt(cache: SnapshotCache, model_now: float) -> None:
     """Wait (on the condition, not a fixed time) until the background rebuild is in and its thread is done."""
     deadline = time.monotonic() + 60
@@ -275,3 +351,33 @@ def test_a_page_over_a_store_older_than_the_dashboard_says_so_in_one_line(tmp_pa
     text = str(body.children)
     assert text.startswith("this page could not be drawn: the store is at schema version 16")
     assert f"older than this fleetguard's {CURRENT_VERSION}" in text and "Binder" not in text
+
+
+def _series(n: int) -> GpuSeries:
+    ts = [1_800_000_000.0 + 60 * i for i in range(n)]
+    ones: list[float | None] = [1.0] * n
+    counts: list[int | None] = [0] * n
+    return GpuSeries(ts, ones, ones, ones, ones, ones, [0] * n, counts, counts, counts, counts)
+
+
+def test_the_gpu_figure_puts_every_subject_on_one_shared_time_axis() -> None:
+    xid = EventRow(1_800_000_120.0, "h", "xid", 48, 0, None, 1, "kmsg", "double bit ECC")
+    figure = gpu_over_time(_series(5), [xid], [(1_800_000_000.0, 0.2), (1_800_000_240.0, 0.7)], 0.5)
+    layout = figure["layout"]
+    rows = [k for k in layout if k.startswith("yaxis")]
+    # 5 telemetry rows, throttle, ECC, remapped rows, risk: one plot, every x axis zooming with the first.
+    assert len(rows) == 9
+    assert all(layout[f"xaxis{i}"]["matches"] == "x" for i in range(2, 10))
+    assert {t["yaxis"] for t in figure["data"]} == {"y", *(f"y{i}" for i in range(2, 10))}
+    risk = [t for t in figure["data"] if t["name"] == "risk"]
+    assert risk[0]["yaxis"] == "y9" and risk[0]["y"] == [0.2, 0.7]
+    threshold = [s for s in layout["shapes"] if s.get("yref") == "y9"]
+    assert threshold[0]["y0"] == 0.5
+    # The XID's marker crosses every row.
+    assert [s["yref"] for s in layout["shapes"] if s["x0"] == "2027-01-15 08:02:00"] == ["paper"]
+
+
+def test_the_gpu_figure_has_no_risk_row_without_scores() -> None:
+    layout = gpu_over_time(_series(3), [])["layout"]
+    assert len([k for k in layout if k.startswith("yaxis")]) == 8
+    assert layout["annotations"][-1]["text"].startswith("remapped rows")

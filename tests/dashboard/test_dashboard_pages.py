@@ -91,6 +91,7 @@ def test_drill_down_from_fleet_to_host_to_gpu(
         "/incidents",
         "/incidents/no-such-incident",
         "/predictions",
+        "/predictions?list=all",
         "/alerts",
         "/policy",
         "/gpus/{at_risk}",
@@ -167,8 +168,8 @@ def test_predictions_page_ranks_the_at_risk_gpu_first(
     page = _open(browser, dashboard, "/predictions")
     assert page.inner_text("#card-scored .card-value") == str(row[0])
     assert page.inner_text("#card-at-risk .card-value") == "1"
-    first_row = page.locator("#predictions-ranking .ag-center-cols-container [row-index='0']")
-    assert fleet.at_risk_uuid in first_row.inner_text()
+    first_gpu = page.locator("#predictions-table td.dash-cell[data-dash-column='gpu']").first
+    assert fleet.at_risk_uuid in first_gpu.inner_text()
     page.close()
 
 

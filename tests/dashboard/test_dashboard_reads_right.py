@@ -96,7 +96,17 @@ def test_a_dead_rank_is_counted_under_deaths_not_hangs(browser: Browser, dashboa
 
 
 @pytest.mark.parametrize(
-    "path", ["/", "/incidents", f"/jobs/{JOB_ID}", "/network", "/alerts", "/policy", "/predictions"]
+    "path",
+    [
+        "/",
+        "/incidents",
+        f"/jobs/{JOB_ID}",
+        "/network",
+        "/alerts",
+        "/policy",
+        "/predictions",
+        "/predictions?list=all",
+    ],
 )
 def test_every_table_has_headers_and_a_filter_row_whose_icons_render(
     browser: Browser, dashboard: DashboardServer, path: str
@@ -137,8 +147,12 @@ def test_a_grid_is_drawn_only_where_a_table_is_large_and_its_bundle_loaded_only_
     assert page.locator("#jobs-table .dash-table-container").count() == 1
     fetched = "() => performance.getEntriesByType('resource').some(r => r.name.includes('dash_ag_grid'))"
     assert not page.evaluate(fetched)  # no grid on the page: AG Grid's bundle was not fetched
-    # In-app navigation to the page of every GPU's risk: the grid loads its bundle and draws.
+    # The ranking's top is a DataTable: still no grid.
     page.click(".nav-link:text-is('Predictions')")
+    page.wait_for_selector("#predictions-table .dash-table-container th.dash-header", timeout=TIMEOUT_MS)
+    assert not page.evaluate(fetched)
+    # In-app navigation to every GPU scored, a row per GPU of the fleet: the grid loads its bundle and draws.
+    page.click("#predictions-other-list")
     page.wait_for_selector("#predictions-table .ag-root-wrapper .ag-header-cell", timeout=TIMEOUT_MS)
     wait_drawn(page, TIMEOUT_MS)
     assert page.evaluate(fetched)
