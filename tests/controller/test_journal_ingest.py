@@ -3,10 +3,14 @@ when it died is stored at the next start, once; a duplicate is answered as one w
 
 from __future__ import annotations
 
+import errno
+import os
+import threading
 import time
 from pathlib import Path
 
 import duckdb
+import pytest
 
 from fleetguard.clock import SystemClock
 from fleetguard.controller.ingest import IngestResult, IngestWriter
@@ -99,3 +103,45 @@ def test_with_the_journal_off_a_batch_is_answered_once_committed_and_none_is_mad
         c.running.stop()
     assert not (tmp_path / "controller.duckdb.journal").exists()
     assert _stored(tmp_path / "controller.duckdb", "node-a") == 1
+
+
+def test_a_copy_sent_while_its_batch_is_being_appended_is_not_answered_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An agent's retry (its first request timed out on a slow disk) reaches the controller while the first
+    # copy's fdatasync is under way, and that sync then fails: "duplicate" for the retry would let the agent
+    # drop a batch that no copy of is kept.
+    store = Store.open(str(tmp_path / "controller.duckdb"))
+    journal = Journal.open(tmp_path / "controller.duckdb.journal")
+    writer = IngestWriter(store, SystemClock(), ControllerStats(), journal=journal)
+    in_sync, let_fail = threading.Event(), threading.Event()
+
+    def failing_sync(_fd: int) -> None:
+        in_sync.set()
+        assert let_fail.wait(timeout=20)
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", failing_sync)
+    body = encode(batch("node-a", 3))
+    now = time.time()
+    item = (parse_batch(body, "node-a", compressed=True, now=now), JournalEntry("node-a", body, True, now))
+    first: list[object] = []
+    second: list[object] = []
+    appending = threading.Thread(target=lambda: first.extend(writer.accept([item])))
+    appending.start()
+    retrying = threading.Thread(target=lambda: second.extend(writer.accept([item])))
+    try:
+        assert in_sync.wait(timeout=20)
+        retrying.start()
+        retrying.join(timeout=5)  # answered at once (a copy that waited for the sync is answered after it)
+    finally:
+        let_fail.set()
+        appending.join(timeout=20)
+        if retrying.ident is not None:
+            retrying.join(timeout=20)
+    journal.close()
+    store.close()
+    (original,) = first
+    (retry,) = second
+    assert isinstance(original, BatchRefused) and original.reason is Refusal.STORE_FAILED
+    assert isinstance(retry, BatchRefused) and retry.reason is Refusal.OVERLOADED, "the agent keeps it"
