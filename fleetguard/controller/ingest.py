@@ -505,8 +505,7 @@ class IngestWriter:
         except Exception as exc:
             # A value the checks let through and DuckDB refuses: find the batch, commit the others.
             log.warning("a group of %d batches was refused (%s); committing them one by one", len(fresh), exc)
-            self._commit_one_by_one(fresh, duplicates, now, cursor)
-            return []
+            return self._commit_one_by_one(fresh, duplicates, now, cursor)
         self._committed(fresh, duplicates, staged, time.monotonic() - t0)
         return []
 
@@ -516,13 +515,19 @@ class IngestWriter:
         duplicates: list[Pending],
         now: float,
         cursor: duckdb.DuckDBPyConnection | None,
-    ) -> None:
+    ) -> list[Pending]:
+        """Each of `fresh` on its own; the journaled ones the store could not take now, to try again (answered
+        already: refused, one would wait in the journal for the next start and pin its segment till then)."""
         ok: list[Pending] = []
+        kept: list[Pending] = []
         staged: list[HostState] = []
         for p in fresh:
             try:
                 staged = self._write([p], now, cursor)
             except _STORE_FAILURES:
+                if p.journal_id is not None:
+                    kept.append(p)
+                    continue
                 self._refuse(
                     p, BatchRefused(Refusal.STORE_FAILED, "the controller's store cannot be written")
                 )
@@ -532,6 +537,7 @@ class IngestWriter:
                 ok.append(p)
                 self._apply_hosts(staged)
         self._committed(ok, duplicates, [], 0.0)
+        return kept
 
     def _refuse(self, p: Pending, error: BatchRefused) -> None:
         self.stats.refuse(error.reason.value)

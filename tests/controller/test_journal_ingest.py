@@ -8,12 +8,13 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
 
 from fleetguard.clock import SystemClock
-from fleetguard.controller.ingest import IngestResult, IngestWriter
+from fleetguard.controller.ingest import IngestResult, IngestWriter, Pending
 from fleetguard.controller.journal import SUFFIX, Journal, JournalEntry
 from fleetguard.controller.stats import ControllerStats
 from fleetguard.controller.validate import BatchRefused, Refusal, parse_batch
@@ -145,3 +146,49 @@ def test_a_copy_sent_while_its_batch_is_being_appended_is_not_answered_kept(
     (retry,) = second
     assert isinstance(original, BatchRefused) and original.reason is Refusal.STORE_FAILED
     assert isinstance(retry, BatchRefused) and retry.reason is Refusal.OVERLOADED, "the agent keeps it"
+
+
+class _StoreFailingOnce(IngestWriter):
+    """The real writer, whose store refuses the group's content once (to be committed one by one) and then
+    fails once on the first batch of those (a disk filling at that moment)."""
+
+    failures: list[Exception]  # raised in turn by the next writes, then none
+
+    def _write(
+        self, fresh: list[Pending], now: float, cursor: duckdb.DuckDBPyConnection | None = None
+    ) -> Any:
+        if self.failures:
+            raise self.failures.pop(0)
+        return super()._write(fresh, now, cursor)
+
+
+def test_a_journaled_batch_the_store_cannot_take_one_by_one_is_tried_again_not_left_for_a_restart(
+    tmp_path: Path,
+) -> None:
+    store = Store.open(str(tmp_path / "controller.duckdb"))
+    journal = Journal.open(tmp_path / "controller.duckdb.journal")
+    writer = _StoreFailingOnce(store, SystemClock(), ControllerStats(), journal=journal)
+    writer.failures = [
+        duckdb.ConversionException("a value its column cannot hold"),
+        duckdb.IOException("disk full"),
+    ]
+    now = time.time()
+    items = []
+    for host in ("node-a", "node-b"):
+        body = encode(batch(host, 1))
+        items.append((parse_batch(body, host, compressed=True, now=now), JournalEntry(host, body, True, now)))
+    answers = writer.accept(items)
+    assert all(isinstance(a, IngestResult) for a in answers), "answered from the journal"
+    group: list[Pending] = []
+    for lane in writer._lanes:
+        while lane.qsize():
+            queued = lane.get_nowait()
+            assert isinstance(queued, Pending)
+            group.append(queued)
+    writer.commit_group(group)
+    assert writer.wait_committed(0.0)
+    assert journal.held == 0, "both committed, so released"
+    journal.close()
+    store.close()
+    assert _stored(tmp_path / "controller.duckdb", "node-a") == 1
+    assert _stored(tmp_path / "controller.duckdb", "node-b") == 1
