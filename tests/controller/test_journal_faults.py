@@ -360,3 +360,26 @@ def test_a_symlink_where_the_next_segment_goes_is_not_written_through(tmp_path: 
         journal.append(entry(0))
     journal.close()
     assert victim.read_bytes() == b"keep"
+
+
+def test_an_append_failing_other_than_by_io_is_refused_and_later_appends_still_go_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal = Journal.open(tmp_path / "j")
+    real_write = os.write
+    calls = {"n": 0}
+
+    def write_failing_once(fd: int, data: bytes | memoryview) -> int:
+        calls["n"] += 1
+        if calls["n"] == 2:  # the first record (the first write is the segment's magic)
+            raise MemoryError
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write_failing_once)
+    with pytest.raises(JournalError):
+        journal.append(entry(1))
+    later = appending(journal, 2)  # waited for ever on a lead that was never let go
+    joined(later)
+    assert later[1].entry_id is not None and later[1].error is None
+    journal.close()
+    assert [e.body for e in replayed_in(tmp_path / "j").values()] == [entry(2).body]
