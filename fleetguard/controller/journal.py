@@ -422,6 +422,10 @@ class Journal:
             raise JournalError(f"the journal cannot create {path}: {exc}") from exc
         try:
             _write_all(fd, MAGIC)
+            # The file's name durable too (once a segment): an fdatasync of the file does not make its
+            # directory entry durable, and a power loss could take a new segment with every record
+            # acknowledged in it.
+            _sync_directory(self.directory)
         except OSError as exc:
             os.close(fd)
             path.unlink(missing_ok=True)
