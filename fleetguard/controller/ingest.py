@@ -124,6 +124,7 @@ class IngestWriter:
         # With a journal, a batch is answered once it is there (`accept`); the lanes commit it after.
         self.journal = journal
         self._held_keys: set[tuple[str, str, int]] = set()  # journaled, not yet committed (under _state)
+        self._appending: set[tuple[str, str, int]] = set()  # being appended to the journal (under _state)
         self.journal_set_aside = 0
         self.clock = clock
         self.stats = stats
@@ -180,13 +181,18 @@ class IngestWriter:
     def accept(self, items: list[tuple[IngestBatch, JournalEntry]]) -> list[IngestResult | BatchRefused]:
         """With a journal: each batch answered once its entry is on disk (one fdatasync for them all), then
         queued for its lane; a batch already committed or journaled is a duplicate, not journaled again. A
-        full lane or journal refuses (503: the agent keeps it in its spool and sends it later)."""
+        full lane or journal refuses (503: the agent keeps it in its spool and sends it later), and so does a
+        copy of a batch another call is still appending: answered "duplicate" it would be dropped by its
+        agent, and that append may yet fail (then neither copy is kept)."""
         journal = self.journal
         assert journal is not None
         answers: list[IngestResult | BatchRefused | None] = [None] * len(items)
         fresh: list[int] = []
-        # Journal only what the lanes can take (one that fills meanwhile is released below).
+        copies: list[tuple[int, int]] = []  # (index, index of the same batch earlier in this call)
+        # Journal only what the lanes can take: once on disk a batch is queued whatever the lane holds (the
+        # bound is passed by at most the batches being appended), never answered "retry" after the fact.
         planned: dict[int, int] = {}
+        first: dict[tuple[str, str, int], int] = {}
         with self._state:
             for i, (batch, _) in enumerate(items):
                 key = batch.key
@@ -194,17 +200,23 @@ class IngestWriter:
                 if key in self.ledger or key in self._held_keys:
                     self.stats.duplicates += 1
                     answers[i] = IngestResult(duplicate=True, commands=self.commands.for_host(batch.host))
+                elif key in first:  # settled with its first copy: one append, taken or refused whole
+                    copies.append((i, first[key]))
+                elif key in self._appending:
+                    answers[i] = BatchRefused(Refusal.OVERLOADED, "this batch is being written; retry later")
                 elif planned.get(id(lane), 0) >= lane.room():
                     answers[i] = BatchRefused(Refusal.OVERLOADED, "the controller is behind; retry later")
                 else:
                     planned[id(lane)] = planned.get(id(lane), 0) + 1
-                    self._held_keys.add(key)
+                    self._appending.add(key)
+                    first[key] = i
                     fresh.append(i)
         try:
-            ids = journal.append_many([items[i][1] for i in fresh])
+            # none fresh (all copies or refused): no append, so no wait behind a sync under way
+            ids = journal.append_many([items[i][1] for i in fresh]) if fresh else []
         except JournalError as exc:
             with self._state:
-                self._held_keys.difference_update(items[i][0].key for i in fresh)
+                self._appending.difference_update(items[i][0].key for i in fresh)
             full = isinstance(exc, JournalFull)
             refusal = BatchRefused(
                 Refusal.OVERLOADED if full else Refusal.STORE_FAILED,
@@ -216,25 +228,26 @@ class IngestWriter:
                 log.error("%s; batches are refused with 503", exc)
             for i in fresh:
                 answers[i] = refusal
-            fresh, ids = [], []
+            for i, _ in copies:
+                answers[i] = refusal
+            return [a for a in answers if a is not None]
+        with self._state:  # held before queued: a lane that commits it at once finds it to discard
+            for i in fresh:
+                key = items[i][0].key
+                self._appending.discard(key)
+                self._held_keys.add(key)
         now = time.monotonic()
         for i, entry_id in zip(fresh, ids, strict=True):
             batch, entry = items[i]
-            pending = Pending(batch, now, journal_id=entry_id, entry=entry)
-            try:
-                self._lane_of(batch.host).put_nowait(pending)
-            except queue.Full:  # filled since the look above: on disk, but this answer is "retry"
-                journal.release([entry_id])
-                with self._state:
-                    self._held_keys.discard(batch.key)
-                answers[i] = BatchRefused(Refusal.OVERLOADED, "the controller is behind; retry later")
-                continue
+            self._lane_of(batch.host).put(Pending(batch, now, journal_id=entry_id, entry=entry))
         with self._state:
             for i in fresh:
-                if answers[i] is None:
-                    commands = self.commands.for_host(items[i][0].host)
-                    self.stats.commands_delivered += len(commands)
-                    answers[i] = IngestResult(duplicate=False, commands=commands)
+                commands = self.commands.for_host(items[i][0].host)
+                self.stats.commands_delivered += len(commands)
+                answers[i] = IngestResult(duplicate=False, commands=commands)
+            for i, _ in copies:
+                self.stats.duplicates += 1
+                answers[i] = IngestResult(duplicate=True, commands=self.commands.for_host(items[i][0].host))
         return [a for a in answers if a is not None]
 
     def wait_committed(self, timeout: float) -> bool:
@@ -492,8 +505,7 @@ class IngestWriter:
         except Exception as exc:
             # A value the checks let through and DuckDB refuses: find the batch, commit the others.
             log.warning("a group of %d batches was refused (%s); committing them one by one", len(fresh), exc)
-            self._commit_one_by_one(fresh, duplicates, now, cursor)
-            return []
+            return self._commit_one_by_one(fresh, duplicates, now, cursor)
         self._committed(fresh, duplicates, staged, time.monotonic() - t0)
         return []
 
@@ -503,13 +515,19 @@ class IngestWriter:
         duplicates: list[Pending],
         now: float,
         cursor: duckdb.DuckDBPyConnection | None,
-    ) -> None:
+    ) -> list[Pending]:
+        """Each of `fresh` on its own; the journaled ones the store could not take now, to try again (answered
+        already: refused, one would wait in the journal for the next start and pin its segment till then)."""
         ok: list[Pending] = []
+        kept: list[Pending] = []
         staged: list[HostState] = []
         for p in fresh:
             try:
                 staged = self._write([p], now, cursor)
             except _STORE_FAILURES:
+                if p.journal_id is not None:
+                    kept.append(p)
+                    continue
                 self._refuse(
                     p, BatchRefused(Refusal.STORE_FAILED, "the controller's store cannot be written")
                 )
@@ -519,6 +537,7 @@ class IngestWriter:
                 ok.append(p)
                 self._apply_hosts(staged)
         self._committed(ok, duplicates, [], 0.0)
+        return kept
 
     def _refuse(self, p: Pending, error: BatchRefused) -> None:
         self.stats.refuse(error.reason.value)
@@ -696,6 +715,11 @@ class _Lane:
         """queue.Full when the lane holds its capacity."""
         if self._queue.qsize() >= self.capacity:
             raise queue.Full
+        self._queue.put(pending)
+
+    def put(self, pending: Pending) -> None:
+        """A batch answered from the journal already: queued whatever the lane holds (never refused after
+        its answer; `accept` looked at the room before it appended)."""
         self._queue.put(pending)
 
     def put_call(self, call: Callable[[], None]) -> None:

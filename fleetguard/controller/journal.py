@@ -296,7 +296,18 @@ class Journal:
                 except queue.Empty:
                     break
             if group:
-                self._commit(group)
+                try:
+                    self._commit(group)
+                except Exception as exc:  # not I/O (that is a JournalError): a MemoryError, a bug
+                    # Never out of here holding the lead with the group unsettled: every append after it
+                    # would wait for ever. Refused: none of it is acknowledged (a record written meanwhile
+                    # may replay; the ledger stores it once).
+                    log.exception("journal append failed")
+                    with self._cond:
+                        self._close_segment()
+                    for item in group:
+                        if not item.done:
+                            item.settle(error=JournalError(f"the journal append failed: {exc!r}"))
             try:
                 following = self._queue.get_nowait()
             except queue.Empty:
@@ -411,6 +422,10 @@ class Journal:
             raise JournalError(f"the journal cannot create {path}: {exc}") from exc
         try:
             _write_all(fd, MAGIC)
+            # The file's name durable too (once a segment): an fdatasync of the file does not make its
+            # directory entry durable, and a power loss could take a new segment with every record
+            # acknowledged in it.
+            _sync_directory(self.directory)
         except OSError as exc:
             os.close(fd)
             path.unlink(missing_ok=True)

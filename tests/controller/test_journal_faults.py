@@ -360,3 +360,49 @@ def test_a_symlink_where_the_next_segment_goes_is_not_written_through(tmp_path: 
         journal.append(entry(0))
     journal.close()
     assert victim.read_bytes() == b"keep"
+
+
+def test_an_append_failing_other_than_by_io_is_refused_and_later_appends_still_go_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal = Journal.open(tmp_path / "j")
+    real_write = os.write
+    calls = {"n": 0}
+
+    def write_failing_once(fd: int, data: bytes | memoryview) -> int:
+        calls["n"] += 1
+        if calls["n"] == 2:  # the first record (the first write is the segment's magic)
+            raise MemoryError
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write_failing_once)
+    with pytest.raises(JournalError):
+        journal.append(entry(1))
+    later = appending(journal, 2)  # waited for ever on a lead that was never let go
+    joined(later)
+    assert later[1].entry_id is not None and later[1].error is None
+    journal.close()
+    assert [e.body for e in replayed_in(tmp_path / "j").values()] == [entry(2).body]
+
+
+def test_a_new_segment_is_in_its_synced_directory_before_a_record_in_it_is_acknowledged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = tmp_path / "j"
+    journal = Journal.open(directory, segment_bytes=256)
+    real_fsync = os.fsync
+    synced_names: list[set[str]] = []  # the segments named in the directory at each of its fsyncs
+
+    def fsync(fd: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            synced_names.append({p.name for p in directory.glob("*" + SUFFIX)})
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    for i in range(1, 8):  # several segments of 256 bytes
+        journal.append(entry(i))
+    segments = {p.name for p in directory.glob("*" + SUFFIX)}
+    journal.close()
+    assert len(segments) > 1
+    for name in segments:
+        assert any(name in names for names in synced_names), f"{name}'s directory entry never synced"

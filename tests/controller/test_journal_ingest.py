@@ -3,13 +3,18 @@ when it died is stored at the next start, once; a duplicate is answered as one w
 
 from __future__ import annotations
 
+import errno
+import os
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import duckdb
+import pytest
 
 from fleetguard.clock import SystemClock
-from fleetguard.controller.ingest import IngestResult, IngestWriter
+from fleetguard.controller.ingest import IngestResult, IngestWriter, Pending
 from fleetguard.controller.journal import SUFFIX, Journal, JournalEntry
 from fleetguard.controller.stats import ControllerStats
 from fleetguard.controller.validate import BatchRefused, Refusal, parse_batch
@@ -99,3 +104,91 @@ def test_with_the_journal_off_a_batch_is_answered_once_committed_and_none_is_mad
         c.running.stop()
     assert not (tmp_path / "controller.duckdb.journal").exists()
     assert _stored(tmp_path / "controller.duckdb", "node-a") == 1
+
+
+def test_a_copy_sent_while_its_batch_is_being_appended_is_not_answered_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An agent's retry (its first request timed out on a slow disk) reaches the controller while the first
+    # copy's fdatasync is under way, and that sync then fails: "duplicate" for the retry would let the agent
+    # drop a batch that no copy of is kept.
+    store = Store.open(str(tmp_path / "controller.duckdb"))
+    journal = Journal.open(tmp_path / "controller.duckdb.journal")
+    writer = IngestWriter(store, SystemClock(), ControllerStats(), journal=journal)
+    in_sync, let_fail = threading.Event(), threading.Event()
+
+    def failing_sync(_fd: int) -> None:
+        in_sync.set()
+        assert let_fail.wait(timeout=20)
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", failing_sync)
+    body = encode(batch("node-a", 3))
+    now = time.time()
+    item = (parse_batch(body, "node-a", compressed=True, now=now), JournalEntry("node-a", body, True, now))
+    first: list[object] = []
+    second: list[object] = []
+    appending = threading.Thread(target=lambda: first.extend(writer.accept([item])))
+    appending.start()
+    retrying = threading.Thread(target=lambda: second.extend(writer.accept([item])))
+    try:
+        assert in_sync.wait(timeout=20)
+        retrying.start()
+        retrying.join(timeout=5)  # answered at once (a copy that waited for the sync is answered after it)
+    finally:
+        let_fail.set()
+        appending.join(timeout=20)
+        if retrying.ident is not None:
+            retrying.join(timeout=20)
+    journal.close()
+    store.close()
+    (original,) = first
+    (retry,) = second
+    assert isinstance(original, BatchRefused) and original.reason is Refusal.STORE_FAILED
+    assert isinstance(retry, BatchRefused) and retry.reason is Refusal.OVERLOADED, "the agent keeps it"
+
+
+class _StoreFailingOnce(IngestWriter):
+    """The real writer, whose store refuses the group's content once (to be committed one by one) and then
+    fails once on the first batch of those (a disk filling at that moment)."""
+
+    failures: list[Exception]  # raised in turn by the next writes, then none
+
+    def _write(
+        self, fresh: list[Pending], now: float, cursor: duckdb.DuckDBPyConnection | None = None
+    ) -> Any:
+        if self.failures:
+            raise self.failures.pop(0)
+        return super()._write(fresh, now, cursor)
+
+
+def test_a_journaled_batch_the_store_cannot_take_one_by_one_is_tried_again_not_left_for_a_restart(
+    tmp_path: Path,
+) -> None:
+    store = Store.open(str(tmp_path / "controller.duckdb"))
+    journal = Journal.open(tmp_path / "controller.duckdb.journal")
+    writer = _StoreFailingOnce(store, SystemClock(), ControllerStats(), journal=journal)
+    writer.failures = [
+        duckdb.ConversionException("a value its column cannot hold"),
+        duckdb.IOException("disk full"),
+    ]
+    now = time.time()
+    items = []
+    for host in ("node-a", "node-b"):
+        body = encode(batch(host, 1))
+        items.append((parse_batch(body, host, compressed=True, now=now), JournalEntry(host, body, True, now)))
+    answers = writer.accept(items)
+    assert all(isinstance(a, IngestResult) for a in answers), "answered from the journal"
+    group: list[Pending] = []
+    for lane in writer._lanes:
+        while lane.qsize():
+            queued = lane.get_nowait()
+            assert isinstance(queued, Pending)
+            group.append(queued)
+    writer.commit_group(group)
+    assert writer.wait_committed(0.0)
+    assert journal.held == 0, "both committed, so released"
+    journal.close()
+    store.close()
+    assert _stored(tmp_path / "controller.duckdb", "node-a") == 1
+    assert _stored(tmp_path / "controller.duckdb", "node-b") == 1
