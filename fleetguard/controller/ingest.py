@@ -60,6 +60,8 @@ TASK_POLL_SECONDS = 0.1
 HOSTS_FLUSH_SECONDS = 1.0
 # A journaled group the store cannot take (disk full, I/O) is tried again after this, doubling to the cap.
 STORE_RETRY_SECONDS = 0.5
+# At start, how long the replay of the journal waits for a full lane to take a batch before giving up.
+REPLAY_WAIT_SECONDS = 120.0
 STORE_RETRY_CAP_SECONDS = 10.0
 
 # The store itself failing (disk, memory, I/O): every batch of the group is answered 503 and re-sent later.
@@ -279,7 +281,12 @@ class IngestWriter:
             with self._state:
                 self._held_keys.add(batch.key)
             lane = self._lane_of(batch.host)
+            waited_until = time.monotonic() + REPLAY_WAIT_SECONDS
             while lane.room() <= 0:  # before the first request: wait for the lane to commit some
+                if time.monotonic() > waited_until:  # the store takes nothing: start fails, journal kept
+                    raise JournalError(
+                        f"the store took none of the journal's batches for {REPLAY_WAIT_SECONDS:.0f} s"
+                    )
                 time.sleep(0.01)
             lane.put_nowait(Pending(batch, time.monotonic(), journal_id=entry_id, entry=entry))
         if replayed:

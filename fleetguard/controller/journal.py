@@ -44,6 +44,8 @@ REFUSED_SUFFIX = ".refused"
 SEGMENT_BYTES = 8 << 20
 MAX_BYTES = 2 << 30  # appends are refused past this much on disk (the writer's queue bounds it far below)
 MAX_HOST_BYTES = 1024
+# A queued append that has heard nothing this long looks whether anyone leads, and leads if not.
+LEAD_CHECK_SECONDS = 1.0
 MAX_BODY_BYTES = 64 << 20  # a record claiming more is damage, not a body (ingest bodies are at most 8 MB)
 # length (of what follows the CRC), CRC-32 (of what follows it), id, time received, gzip flag, host length
 _HEAD = struct.Struct("<IIQdBH")
@@ -270,7 +272,11 @@ class Journal:
         if self._leader.acquire(blocking=False):
             self._lead(None)
         while not item.done:
-            item.event.wait()
+            if not item.event.wait(LEAD_CHECK_SECONDS):
+                # Queued while nobody led (an append racing close(), or any wake-up lost): lead ourselves.
+                if self._leader.acquire(blocking=False):
+                    self._lead(None)
+                continue
             item.event.clear()
             if item.lead and not item.done:  # handed the lead: write and sync what is queued, this first
                 item.lead = False

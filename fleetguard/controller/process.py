@@ -213,7 +213,16 @@ def start_controller(config: Config, clock: Clock | None = None) -> RunningContr
         raise
     writer.start()
     # Before the first request: what a previous run answered and did not commit goes first.
-    writer.replay_journal(replay_parse)
+    try:
+        writer.replay_journal(replay_parse)
+    except JournalError as exc:  # the store takes nothing: stop, the journal keeps what it holds
+        writer.stop()
+        if journal is not None:
+            journal.close()
+        if edge is not None:
+            edge.stop()
+        store.close()
+        raise OSError(f"controller.journal_dir: {exc}") from exc
     maintenance.start()
     server.start()
     running = RunningController(store, writer, maintenance, server, api, on_stop)

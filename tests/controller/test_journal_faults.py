@@ -406,3 +406,17 @@ def test_a_new_segment_is_in_its_synced_directory_before_a_record_in_it_is_ackno
     assert len(segments) > 1
     for name in segments:
         assert any(name in names for names in synced_names), f"{name}'s directory entry never synced"
+
+
+def test_an_append_queued_while_nobody_leads_leads_itself_and_is_refused_once_closed(tmp_path: Path) -> None:
+    # close() took the lead, drained the queue and let go; an append queued between the two finds the lead
+    # taken and waits: it must look again and lead itself, not wait for ever.
+    journal = Journal.open(tmp_path)
+    journal._leader.acquire()  # as close() holds it
+    thread, outcome = appending(journal, 0)
+    queued(journal, 1)
+    journal._closed = True  # close() set it, and drained the queue before this append was queued
+    journal._leader.release()
+    thread.join(timeout=20)
+    assert not thread.is_alive()
+    assert isinstance(outcome.error, JournalError)
