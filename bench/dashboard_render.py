@@ -255,8 +255,10 @@ def measure_server(
 
 
 def shown_path(target: str) -> str:
-    shown = target.split("?")[0].rsplit("/", 1)[0] + "/…" if target.count("/") > 1 else target
-    return shown + ("?" + target.split("?")[1] if "?" in target else "")
+    """`target` as the tables show it: the id in a page's path elided, its query kept (once)."""
+    path, _, query = target.partition("?")
+    shown = path.rsplit("/", 1)[0] + "/…" if path.count("/") > 1 else path
+    return shown + ("?" + query if query else "")
 
 
 def print_compared(browser: dict[tuple[str, str], dict[str, float]], targets: list[tuple[str, str]]) -> None:
