@@ -22,6 +22,7 @@ aside whole to `<name>.damaged`; one created but stopped before its magic was wr
 from __future__ import annotations
 
 import bisect
+import errno
 import logging
 import os
 import queue
@@ -47,6 +48,8 @@ MAX_HOST_BYTES = 1024
 # A queued append that has heard nothing this long looks whether anyone leads, and leads if not.
 LEAD_CHECK_SECONDS = 1.0
 MAX_BODY_BYTES = 64 << 20  # a record claiming more is damage, not a body (ingest bodies are at most 8 MB)
+# No file longer than this is read as a segment (a segment holds SEGMENT_BYTES, or one larger record alone).
+MAX_SEGMENT_FILE_BYTES = SEGMENT_BYTES + MAX_BODY_BYTES + (1 << 20)
 # length (of what follows the CRC), CRC-32 (of what follows it), id, time received, gzip flag, host length
 _HEAD = struct.Struct("<IIQdBH")
 _AFTER_CRC = _HEAD.size - 8
@@ -190,6 +193,8 @@ class Journal:
     # ---- start: what a previous run left -----------------------------------------------------------
 
     def _load(self) -> None:
+        for kept in self.directory.glob("*" + SUFFIX + REFUSED_SUFFIX):
+            self.bytes_on_disk += kept.lstat().st_size  # set aside by a run before: still in the bound
         for path in sorted(self.directory.glob("*" + SUFFIX), key=_first_id_of):
             first = _first_id_of(path)
             if first < 0:
@@ -404,8 +409,11 @@ class Journal:
         """Keep an entry the store refused in a file of its own (`<id>.fgj.refused`, a one-record segment),
         then release it: it was acknowledged, so it is never dropped; `entries_in` reads it back."""
         path = self.directory / f"{entry_id:020d}{SUFFIX}{REFUSED_SUFFIX}"
-        _write_durably(path, MAGIC + encode(entry_id, entry), exclusive=False)
+        data = MAGIC + encode(entry_id, entry)
+        _write_durably(path, data, exclusive=False)
         _sync_directory(self.directory)
+        with self._cond:  # counted in the bound until an operator removes it: refusals cannot fill the disk
+            self.bytes_on_disk += len(data)
         log.error("journal entry %d from %s set aside in %s: %s", entry_id, entry.host, path, why)
         self.release([entry_id])
         return path
@@ -569,8 +577,17 @@ def _sync_directory(directory: Path) -> None:
 
 
 def _read_private(path: Path) -> bytes:
-    with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
-        return f.read()
+    """A segment's bytes: OSError for anything but a regular file (a FIFO would block the start, a link is
+    not followed) or one longer than any segment can be (it would be read whole into memory)."""
+    limit = MAX_SEGMENT_FILE_BYTES
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        if st.st_size > limit:
+            raise OSError(errno.EFBIG, f"longer than a segment can be ({st.st_size} bytes)", str(path))
+        return f.read(limit + 1)
 
 
 def entries_in(directory: Path, suffix: str = SUFFIX) -> Iterator[tuple[int, JournalEntry]]:

@@ -266,3 +266,20 @@ def test_append_many_takes_one_sync_for_all_and_a_refusal_takes_none(tmp_path: P
     # ledger makes a stored one a duplicate; a refused one is set aside again).
     assert [i for i, _ in again.replay()] == ids
     again.close()
+
+
+def test_entries_set_aside_count_in_the_bound_now_and_at_the_next_start(tmp_path: Path) -> None:
+    journal = Journal.open(tmp_path / "j", max_bytes=4096)
+    ids = journal.append_many([JournalEntry("h", b"x" * 900, True, 0.0) for _ in range(3)])
+    before = journal.bytes_on_disk
+    for entry_id in ids:
+        journal.set_aside(entry_id, JournalEntry("h", b"x" * 900, True, 0.0), "refused by the store")
+    assert journal.bytes_on_disk > before
+    with pytest.raises(JournalFull):  # the segment and the three set aside fill the 4 kB bound
+        journal.append(JournalEntry("h", b"x" * 900, True, 0.0))
+    journal.close()
+    again = Journal.open(tmp_path / "j", max_bytes=4096)
+    again.replay()
+    with pytest.raises(JournalFull):  # still counted after a restart, until an operator removes them
+        again.append_many([JournalEntry("h", b"x" * 900, True, 0.0) for _ in range(2)])
+    again.close()

@@ -420,3 +420,32 @@ def test_an_append_queued_while_nobody_leads_leads_itself_and_is_refused_once_cl
     thread.join(timeout=20)
     assert not thread.is_alive()
     assert isinstance(outcome.error, JournalError)
+
+
+def test_a_fifo_named_as_a_segment_is_set_aside_not_read_and_the_start_goes_on(tmp_path: Path) -> None:
+    # Opened for reading, a FIFO with no writer would block the start for ever.
+    fifo = tmp_path / f"{1:020d}{SUFFIX}"
+    os.mkfifo(fifo, 0o600)
+    journal = Journal.open(tmp_path)
+    assert journal.replay() == []
+    assert (tmp_path / (fifo.name + DAMAGED_SUFFIX)).exists() and not fifo.exists()
+    journal.append(entry(0))
+    journal.close()
+
+
+def test_a_file_longer_than_any_segment_is_set_aside_unread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fleetguard.controller.journal as journal_module
+
+    source = Journal.open(tmp_path)
+    for i in range(40):  # whole records, held: a start would replay them
+        source.append(entry(i))
+    source.close()
+    (big,) = tmp_path.glob("*" + SUFFIX)
+    assert big.stat().st_size > 1024
+    monkeypatch.setattr(journal_module, "MAX_SEGMENT_FILE_BYTES", 1024)
+    journal = Journal.open(tmp_path)
+    assert journal.replay() == []  # not read into memory at all
+    assert (tmp_path / (big.name + DAMAGED_SUFFIX)).exists()
+    journal.close()
