@@ -60,9 +60,9 @@ TASK_POLL_SECONDS = 0.1
 HOSTS_FLUSH_SECONDS = 1.0
 # A journaled group the store cannot take (disk full, I/O) is tried again after this, doubling to the cap.
 STORE_RETRY_SECONDS = 0.5
+STORE_RETRY_CAP_SECONDS = 10.0
 # At start, how long the replay of the journal waits for a full lane to take a batch before giving up.
 REPLAY_WAIT_SECONDS = 120.0
-STORE_RETRY_CAP_SECONDS = 10.0
 
 # The store itself failing (disk, memory, I/O): every batch of the group is answered 503 and re-sent later.
 _STORE_FAILURES: tuple[type[Exception], ...] = (
@@ -188,6 +188,7 @@ class IngestWriter:
         agent, and that append may yet fail (then neither copy is kept)."""
         journal = self.journal
         assert journal is not None
+        received = time.monotonic()  # the latency histogram counts from here, the journal's append included
         answers: list[IngestResult | BatchRefused | None] = [None] * len(items)
         fresh: list[int] = []
         copies: list[tuple[int, int]] = []  # (index, index of the same batch earlier in this call)
@@ -238,10 +239,9 @@ class IngestWriter:
                 key = items[i][0].key
                 self._appending.discard(key)
                 self._held_keys.add(key)
-        now = time.monotonic()
         for i, entry_id in zip(fresh, ids, strict=True):
             batch, entry = items[i]
-            self._lane_of(batch.host).put(Pending(batch, now, journal_id=entry_id, entry=entry))
+            self._lane_of(batch.host).put(Pending(batch, received, journal_id=entry_id, entry=entry))
         with self._state:
             for i in fresh:
                 commands = self.commands.for_host(items[i][0].host)
@@ -549,17 +549,15 @@ class IngestWriter:
     def _refuse(self, p: Pending, error: BatchRefused) -> None:
         self.stats.refuse(error.reason.value)
         if self.journal is not None and p.journal_id is not None and p.entry is not None:
+            # Answered already, and refused by the store for its content (one it cannot write now is tried
+            # again, never refused): kept aside, never dropped.
             with self._state:
                 self._held_keys.discard(p.batch.key)
-            if error.reason is Refusal.STORE_FAILED:
-                # Answered already: left in the journal, which gives it to the next start.
-                log.error("a journaled batch from %s is left for the next start: %s", p.batch.host, error)
-            else:  # the store refuses it for good: kept aside, never dropped
-                try:
-                    self.journal.set_aside(p.journal_id, p.entry, error.message)
-                    self.journal_set_aside += 1
-                except OSError as exc:
-                    log.error("a refused journaled batch from %s stays in the journal: %s", p.batch.host, exc)
+            try:
+                self.journal.set_aside(p.journal_id, p.entry, error.message)
+                self.journal_set_aside += 1
+            except OSError as exc:
+                log.error("a refused journaled batch from %s stays in the journal: %s", p.batch.host, exc)
         p.finish(error=error)
 
     def _write(

@@ -410,10 +410,14 @@ class Journal:
         then release it: it was acknowledged, so it is never dropped; `entries_in` reads it back."""
         path = self.directory / f"{entry_id:020d}{SUFFIX}{REFUSED_SUFFIX}"
         data = MAGIC + encode(entry_id, entry)
+        try:  # set aside before (a replayed entry refused again): the same bytes, counted once
+            before = path.lstat().st_size
+        except FileNotFoundError:
+            before = 0
         _write_durably(path, data, exclusive=False)
         _sync_directory(self.directory)
         with self._cond:  # counted in the bound until an operator removes it: refusals cannot fill the disk
-            self.bytes_on_disk += len(data)
+            self.bytes_on_disk += len(data) - before
         log.error("journal entry %d from %s set aside in %s: %s", entry_id, entry.host, path, why)
         self.release([entry_id])
         return path

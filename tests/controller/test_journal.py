@@ -283,3 +283,15 @@ def test_entries_set_aside_count_in_the_bound_now_and_at_the_next_start(tmp_path
     with pytest.raises(JournalFull):  # still counted after a restart, until an operator removes them
         again.append_many([JournalEntry("h", b"x" * 900, True, 0.0) for _ in range(2)])
     again.close()
+
+
+def test_an_entry_set_aside_twice_is_counted_in_the_bound_once(tmp_path: Path) -> None:
+    # A replayed entry the store refuses again is set aside over the file it had: the same bytes.
+    journal = Journal.open(tmp_path / "j")
+    entry = JournalEntry("h", b"x" * 500, True, 0.0)
+    (entry_id,) = journal.append_many([entry])
+    journal.set_aside(entry_id, entry, "refused by the store")
+    once = journal.bytes_on_disk
+    journal.set_aside(entry_id, entry, "refused again after a replay")
+    assert journal.bytes_on_disk == once
+    journal.close()
