@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from itertools import compress
+from itertools import chain, compress
 from operator import itemgetter
 from typing import Any, NamedTuple, TypeVar
 
@@ -24,6 +24,7 @@ from fleetguard.records.findings import Finding
 from fleetguard.records.telemetry import Event, GpuSample, NicCounterSample, NicSample
 
 MAX_GPUS = 1_000_000  # bound on the per-GPU state a hostile or broken feed can make us keep
+PACE_ROWS = 2048  # sample rows between the pause points a round's pacer is offered (Rules.pace)
 _PORT_ROW_FIELDS = frozenset({"ts", "host", "device", "port", "state", "phys_state"})
 
 Component = tuple[str, ComponentKind, str]
@@ -85,6 +86,17 @@ Found = Observation | Deferred
 _Look = tuple[tuple[Any, ...], Component, bool, bool, Counters | None]
 
 
+def _no_pause() -> None:
+    """The pause point of rules nobody paces."""
+
+
+def _paced(rows: Sequence[tuple[Any, ...]], pace: Callable[[], None]) -> Iterator[Sequence[tuple[Any, ...]]]:
+    """`rows` in runs of PACE_ROWS, `pace` called before each (no call, and no step, per row)."""
+    for start in range(0, len(rows), PACE_ROWS):
+        pace()
+        yield rows[start : start + PACE_ROWS] if len(rows) > PACE_ROWS else rows
+
+
 class _GpuNames(NamedTuple):
     """A GPU's keys into the rules' maps, for the PCI address and index it was last read at."""
 
@@ -120,6 +132,8 @@ class Rules:
     heard: set[str] = field(default_factory=set)  # hosts of healthy observations left out (`observations`)
     # Each GPU's keys into the maps above, made once rather than once per sample.
     names: dict[tuple[str, str], _GpuNames] = field(default_factory=dict)
+    # Called every PACE_ROWS sample rows: where the caller may let other threads run (fleetguard.pacing).
+    pace: Callable[[], None] = field(default=_no_pause, repr=False, compare=False)
 
     def observations(self, signals: Signals, busy: Collection[Component] | None = None) -> list[Observation]:
         """Every observation of the round, sorted by time (bursts and thresholds depend on the order).
@@ -244,42 +258,43 @@ class Rules:
         rules = self.policy.gpu
         gpu = ComponentKind.GPU
         kept, known, uuids, read_at = self.previous, self.names, self.uuids, self.read_at
-        for row in rows.rows:
-            counters: Counters = row[:5]
-            ts, host, uuid = row[0], row[5], row[6]
-            key = (host, uuid)
-            previous = kept.get(key)
-            gpu_names = known.get(key)
-            if previous is None or gpu_names is None or gpu_names[0] != row[8] or gpu_names[1] != row[7]:
-                read: list[tuple[tuple[str, str], float]] = []
-                self._remember(host, uuid, row[7], row[8], counters, read)
-                self._read_many(read)
-            else:  # `_remember` and `_read_many` of a GPU already known under these names
-                if ts >= previous[0]:
-                    kept[key] = counters
-                if gpu_names.by_pci is not None:
-                    uuids[gpu_names.by_pci] = uuid
-                uuids[gpu_names.by_index] = uuid
-                if len(uuids) > 2 * MAX_GPUS:
-                    uuids.clear()
-                read_key = gpu_names.read_key
-                before = read_at.get(read_key)
-                if before is None:
-                    if len(read_at) >= 2 * MAX_GPUS:
-                        read_at.clear()
-                    read_at[read_key] = ts
-                elif ts > before:
-                    read_at[read_key] = ts
-            # Counters equal to the previous ones (nearly always) cannot have risen: one tuple comparison.
-            rose = (
-                previous is not None
-                and ts > previous[0]
-                and counters[1:] != previous[1:]
-                and _rose(previous, counters)
-            )
-            pending, reasons = row[pending_at], row[reasons_at]
-            faults = may_fault(row[failure], pending, reasons, row[temperature_at], rules, rose)
-            yield row, (host, gpu, uuid), faults, says_healthy(pending, reasons), previous
+        for run in _paced(rows.rows, self.pace):
+            for row in run:
+                counters: Counters = row[:5]
+                ts, host, uuid = row[0], row[5], row[6]
+                key = (host, uuid)
+                previous = kept.get(key)
+                gpu_names = known.get(key)
+                if previous is None or gpu_names is None or gpu_names[0] != row[8] or gpu_names[1] != row[7]:
+                    read: list[tuple[tuple[str, str], float]] = []
+                    self._remember(host, uuid, row[7], row[8], counters, read)
+                    self._read_many(read)
+                else:  # `_remember` and `_read_many` of a GPU already known under these names
+                    if ts >= previous[0]:
+                        kept[key] = counters
+                    if gpu_names.by_pci is not None:
+                        uuids[gpu_names.by_pci] = uuid
+                    uuids[gpu_names.by_index] = uuid
+                    if len(uuids) > 2 * MAX_GPUS:
+                        uuids.clear()
+                    read_key = gpu_names.read_key
+                    before = read_at.get(read_key)
+                    if before is None:
+                        if len(read_at) >= 2 * MAX_GPUS:
+                            read_at.clear()
+                        read_at[read_key] = ts
+                    elif ts > before:
+                        read_at[read_key] = ts
+                # Counters equal to the previous ones (nearly always) cannot have risen: one tuple comparison.
+                rose = (
+                    previous is not None
+                    and ts > previous[0]
+                    and counters[1:] != previous[1:]
+                    and _rose(previous, counters)
+                )
+                pending, reasons = row[pending_at], row[reasons_at]
+                faults = may_fault(row[failure], pending, reasons, row[temperature_at], rules, rose)
+                yield row, (host, gpu, uuid), faults, says_healthy(pending, reasons), previous
 
     def _gpu_now(
         self, names: tuple[str, ...], row: tuple[Any, ...], previous: Counters | None
@@ -306,7 +321,8 @@ class Rules:
                 out.extend(port_observations(_stored(NicSample, names, row), busy is not None))
             return
         observe = partial(_port_observations, names)
-        _route(_port_looks(names, rows.rows), busy, out, quiet, lambda row, _: observe(row), observe)
+        looks = _port_looks(names, chain.from_iterable(_paced(rows.rows, self.pace)))
+        _route(looks, busy, out, quiet, lambda row, _: observe(row), observe)
 
     def _gpu(self, sample: GpuSample, defer: bool = False) -> Iterator[Observation | Deferred]:
         read: list[tuple[tuple[str, str], float]] = []

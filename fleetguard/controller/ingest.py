@@ -234,19 +234,18 @@ class IngestWriter:
             for i, _ in copies:
                 answers[i] = refusal
             return [a for a in answers if a is not None]
+        # One hold of the state lock per call after the append: each is a wait behind a lane's commit.
         with self._state:  # held before queued: a lane that commits it at once finds it to discard
             for i in fresh:
-                key = items[i][0].key
-                self._appending.discard(key)
-                self._held_keys.add(key)
+                batch = items[i][0]
+                self._appending.discard(batch.key)
+                self._held_keys.add(batch.key)
+                commands = self.commands.for_host(batch.host)
+                self.stats.commands_delivered += len(commands)
+                answers[i] = IngestResult(duplicate=False, commands=commands)
         for i, entry_id in zip(fresh, ids, strict=True):
             batch, entry = items[i]
             self._lane_of(batch.host).put(Pending(batch, received, journal_id=entry_id, entry=entry))
-        with self._state:
-            for i in fresh:
-                commands = self.commands.for_host(items[i][0].host)
-                self.stats.commands_delivered += len(commands)
-                answers[i] = IngestResult(duplicate=False, commands=commands)
             for i, _ in copies:
                 self.stats.duplicates += 1
                 answers[i] = IngestResult(duplicate=True, commands=self.commands.for_host(items[i][0].host))
@@ -659,6 +658,10 @@ class IngestWriter:
     ) -> None:
         stats = self.stats
         self._apply_hosts(staged)
+        rows: dict[str, int] = {}  # counted before the lock: the handlers wait on it
+        for p in fresh:
+            for name, columns in p.batch.tables.items():
+                rows[name] = rows.get(name, 0) + len(next(iter(columns.values())))
         with self._state:
             for p in fresh:
                 b = p.batch
@@ -668,15 +671,16 @@ class IngestWriter:
                     stats.commands_acked += tally.acked
                     stats.commands_acked_again += tally.repeated
                     stats.commands_ack_unknown += tally.unknown
-                for name, columns in b.tables.items():
-                    n = len(next(iter(columns.values())))
-                    stats.rows_committed[name] = stats.rows_committed.get(name, 0) + n
+            for name, n in rows.items():
+                stats.rows_committed[name] = stats.rows_committed.get(name, 0) + n
             if fresh:
                 stats.batches_committed += len(fresh)
                 stats.observe_commit(seconds)  # stats.lock is a leaf: taken under ours, never the reverse
             stats.duplicates += len(duplicates)
+            # A journaled batch was answered, with its host's commands, when it was accepted: nobody waits
+            # for this answer, and its commands were counted as delivered then.
             answers = [
-                (p, duplicate, self.commands.for_host(p.batch.host))
+                (p, duplicate, [] if p.journal_id is not None else self.commands.for_host(p.batch.host))
                 for p, duplicate in [*((p, False) for p in fresh), *((p, True) for p in duplicates)]
             ]
             stats.commands_delivered += sum(len(c) for _, _, c in answers)

@@ -25,6 +25,7 @@ from fleetguard.config import Config
 from fleetguard.incidents.feed import StoreFeed
 from fleetguard.incidents.rounds import incident_round
 from fleetguard.incidents.service import IncidentService
+from fleetguard.pacing import Pacer
 from fleetguard.settings.policy_files import load_policy
 from fleetguard.store import Store
 
@@ -58,10 +59,16 @@ def _requested(changes: list[IncidentChange], restored: IncidentService | None) 
     return pending
 
 
+# Of its interval, what a round may spend resting so the request handlers go first (fleetguard.pacing): a
+# round that needs more of the interpreter than the handlers leave it ends within the rest of its interval.
+REST_SHARE_OF_INTERVAL = 0.5
+
+
 class IncidentTask:
-    def __init__(self, config: Config, clock: Clock | None = None) -> None:
+    def __init__(self, config: Config, clock: Clock | None = None, pacer: Pacer | None = None) -> None:
         self.config = config
         self.clock = clock or SystemClock()
+        self.pacer = pacer or Pacer()
         self.policy = load_policy(config.diagnosis.policy_file or None, config.policy.tables)
         self.service: IncidentService | None = None
         self.feed: StoreFeed | None = None
@@ -82,8 +89,10 @@ class IncidentTask:
                 con, self.policy, now, webhooks=webhooks, own_transactions=False
             )
             self.feed = StoreFeed.open(con, telling_counters=frozenset(self.policy.counters))
+            self.feed.pace = self.service.engine.rules.pace = self.pacer.rest
             # The rules' per-GPU state as the rows handed on before a restart left it.
             self.service.engine.heard(self.feed.restore_rules(self.service.engine.rules), now)
+        self.pacer.start(REST_SHARE_OF_INTERVAL * self.config.diagnosis.interval_seconds)
         # The controller turns REQUESTED actions of these changes into host commands.
         self.last_changes = incident_round(
             self.service, self.feed, self.relay, self.config.store.path, now, self.config.store.retention_days

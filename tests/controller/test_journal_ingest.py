@@ -192,3 +192,30 @@ def test_a_journaled_batch_the_store_cannot_take_one_by_one_is_tried_again_not_l
     store.close()
     assert _stored(tmp_path / "controller.duckdb", "node-a") == 1
     assert _stored(tmp_path / "controller.duckdb", "node-b") == 1
+
+
+def test_a_journaled_batch_counts_its_commands_as_delivered_once(tmp_path: Path) -> None:
+    """It is answered with its host's commands when it is accepted; its commit answers nobody, so it delivers
+    nothing again (the count used to double with the journal on)."""
+    from fleetguard.shipping.commands import CommandKind, HostCommand
+
+    store = Store.open(str(tmp_path / "controller.duckdb"))
+    journal = Journal.open(tmp_path / "controller.duckdb.journal")
+    stats = ControllerStats()
+    writer = IngestWriter(store, SystemClock(), stats, journal=journal)
+    writer.commands.queued("node-a", HostCommand("c1", CommandKind.CORDON, None, "test"))
+    writer.start()
+    try:
+        body = encode(batch("node-a", 1))
+        now = time.time()
+        [answer] = writer.accept(
+            [(parse_batch(body, "node-a", compressed=True, now=now), JournalEntry("node-a", body, True, now))]
+        )
+        assert isinstance(answer, IngestResult) and [c.command_id for c in answer.commands] == ["c1"]
+        assert writer.wait_committed(20)
+        assert stats.batches_committed == 1
+        assert stats.commands_delivered == 1
+    finally:
+        writer.stop()
+        journal.close()
+        store.close()

@@ -192,3 +192,42 @@ def test_a_host_whose_only_quiet_row_is_built_is_not_counted_as_heard_by_it() ->
     assert rows.observations(_as_rows(signals), set()) == expected
     assert any(o.healthy for o in expected)  # the quiet sample's "not throttled", built
     assert rows.heard == records.heard == set()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_rows_taken_in_paced_runs_say_what_they_say_in_one_run(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pause points a pacer is offered (`Rules.pace`, every PACE_ROWS rows) change nothing the rules
+    say or keep, and come once per run of rows, for GPU rows and port rows alike."""
+    import diagnosis.rules
+
+    monkeypatch.setattr(diagnosis.rules, "PACE_ROWS", 5)
+    rng = random.Random(seed)
+    policy = load_policy()
+    whole, paced = Rules(policy), Rules(policy)
+    calls = 0
+
+    def pace() -> None:
+        nonlocal calls
+        calls += 1
+
+    paced.pace = pace
+    expected_calls = 0
+    for r in range(30):
+        signals = _as_rows(
+            _round(rng, T0 + 10 * r, {(h, g): [0, 0, 0, 0] for h in HOSTS for g in range(GPUS)})
+        )
+        busy = _busy(rng) if r % 3 else set()
+        monkeypatch.setattr(diagnosis.rules, "PACE_ROWS", 10**9)
+        expected = whole.observations(signals, busy)
+        monkeypatch.setattr(diagnosis.rules, "PACE_ROWS", 5)
+        assert paced.observations(signals, busy) == expected, f"round {r}"
+        assert (paced.previous, paced.uuids, paced.read_at, paced.heard) == (
+            whole.previous,
+            whole.uuids,
+            whole.read_at,
+            whole.heard,
+        )
+        expected_calls += -(-len(signals.gpu_rows.rows) // 5) + -(-len(signals.nic_rows.rows) // 5)
+    assert calls == expected_calls and calls > 30

@@ -113,6 +113,31 @@ def test_the_feed_hands_on_each_stored_record_once(store: Store) -> None:
     assert list(third.events) == [] and list(third.gpu_samples) == []
 
 
+def test_the_feed_fetches_in_chunks_with_a_pause_point_between_and_loses_no_row(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows come FETCH_ROWS at a time (one call holding the interpreter for a whole round's rows stalled the
+    request handlers), the pacer offered a pause before each chunk; the rows are those of one fetch."""
+    import fleetguard.incidents.feed
+
+    monkeypatch.setattr(fleetguard.incidents.feed, "FETCH_ROWS", 3)
+    store.append([gpu(T0 + i, uuid=f"GPU-{i % 4}") for i in range(10)])
+    feed = StoreFeed.open(store.cursor())
+    pauses = 0
+
+    def pace() -> None:
+        nonlocal pauses
+        pauses += 1
+
+    feed.pace = pace
+    rows = feed.read(T0 + 20).gpu_rows
+    ts = rows.names.index("ts")
+    assert [row[ts] for row in rows.rows] == [T0 + i for i in range(10)]
+    assert len(set(rows.rows)) == 10
+    # GPU rows: four chunks and the empty fetch that ends them; port rows: none, one empty fetch.
+    assert pauses == 5 + 1
+
+
 def test_pruning_forgets_closed_incidents_and_finished_alerts_but_keeps_open_ones(store: Store) -> None:
     service = open_service(store, T0)
     service.round(Signals(events=[xid(79, T0, host="old")]), T0)
