@@ -201,10 +201,11 @@ class IngestWriter:
         # bound is passed by at most the batches being appended), never answered "retry" after the fact.
         planned: dict[int, int] = {}
         first: dict[tuple[str, str, int], int] = {}
+        lanes = [self._lane_of(batch.host) for batch, _ in items]  # before the lock: the lanes wait on it
         with self._state:
             for i, (batch, _) in enumerate(items):
                 key = batch.key
-                lane = self._lane_of(batch.host)
+                lane = lanes[i]
                 if key in self.ledger or key in self._held_keys:
                     self.stats.duplicates += 1
                     answers[i] = IngestResult(duplicate=True, commands=self.commands.for_host(batch.host))
@@ -569,9 +570,12 @@ class IngestWriter:
     ) -> list[HostState]:
         """Commit the batches; return the hosts' new state (applied by the caller once committed)."""
         batches = [p.batch for p in fresh]
+        # A host's batches all go to one lane, so no other thread stages its state: the lock is for the
+        # command queue only (the handlers wait on it).
+        staged = self._stage_hosts(batches, now)
+        hosts = {b.host for b in batches}
         with self._state:
-            staged = self._stage_hosts(batches, now)
-            deliveries = [c.command_id for b in {b.host for b in batches} for c in self.commands.for_host(b)]
+            deliveries = [c.command_id for host in hosts for c in self.commands.for_host(host)]
         with self._transaction(cursor) as con:
             views: list[str] = []
             try:
