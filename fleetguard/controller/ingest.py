@@ -275,8 +275,10 @@ class IngestWriter:
         journal = self.journal
         if journal is None:
             return 0
-        replayed = journal.replay()
-        for entry_id, entry in replayed:
+        replayed = 0
+        # A segment at a time, each entry queued as its lane has room: memory holds what the lanes hold.
+        for entry_id, entry in journal.iter_replay():
+            replayed += 1
             try:
                 batch = parse(entry)
             except BatchRefused as exc:
@@ -295,8 +297,8 @@ class IngestWriter:
                 time.sleep(0.01)
             lane.put_nowait(Pending(batch, time.monotonic(), journal_id=entry_id, entry=entry))
         if replayed:
-            log.warning("%d batches replayed from the ingest journal", len(replayed))
-        return len(replayed)
+            log.warning("%d batches replayed from the ingest journal", replayed)
+        return replayed
 
     def _lane_of(self, host: str) -> _Lane:
         return self._lanes[zlib.crc32(host.encode()) % len(self._lanes)]

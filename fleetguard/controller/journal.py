@@ -174,7 +174,9 @@ class Journal:
         self._fd: int | None = None  # the open segment's: written and synced by the leader only
         self._next_id = 1
         self._closed = False
-        self._replayed: list[tuple[int, JournalEntry]] = []
+        # The segments a previous run left, with the ids each held at start: read again one at a time by
+        # `iter_replay` (holding every body at once could take the whole bound, 2 GiB, in memory).
+        self._to_replay: list[tuple[Path, frozenset[int]]] = []
         self.bytes_on_disk = 0
         self.syncs = 0
         self.appended = 0
@@ -225,7 +227,7 @@ class Journal:
                 self._keep_whole(path, data, whole, f"a record at byte {len(whole)} does not read back whole")
                 data = whole
             self._next_id = max(self._next_id, records[-1][0] + 1)
-            self._replayed.extend(records)
+            self._to_replay.append((path, frozenset(i for i, _ in records)))
             self._add_segment(_Segment(records[0][0], path, len(data), held={i for i, _ in records}))
             self.bytes_on_disk += len(data)  # taken off again when it goes: counted as it comes
 
@@ -255,10 +257,38 @@ class Journal:
         _sync_directory(self.directory)
 
     def replay(self) -> list[tuple[int, JournalEntry]]:
-        """The entries a previous run appended and did not release, in order (once: the list is handed
-        over). Release each once it is stored, as for an appended one."""
-        out, self._replayed = self._replayed, []
-        return out
+        """`iter_replay`, all at once."""
+        return list(self.iter_replay())
+
+    def iter_replay(self) -> Iterator[tuple[int, JournalEntry]]:
+        """The entries a previous run appended and did not release, in order, read a segment at a time
+        (once: a second call yields nothing). Release each once it is stored, as for an appended one.
+
+        A segment that cannot be read back as it was at start (a disk error since) yields nothing more: its
+        entries stay held, so the segment stays for the next start, and the error is logged."""
+        segments, self._to_replay = self._to_replay, []
+        for path, ids in segments:
+            try:
+                data = _read_private(path)
+            except OSError as exc:
+                log.error(
+                    "journal segment %s cannot be read again to replay it (%s); kept for the next start",
+                    path,
+                    exc,
+                )
+                continue
+            records, _ = decode(data[len(MAGIC) :]) if data.startswith(MAGIC) else ([], 0)
+            found = [(i, entry) for i, entry in records if i in ids]
+            if len(found) != len(ids):
+                log.error(
+                    "journal segment %s changed since the start: %d of its %d entries read back; the rest "
+                    "stay in it for the next start",
+                    path,
+                    len(found),
+                    len(ids),
+                )
+            del data, records
+            yield from found
 
     # ---- appending ---------------------------------------------------------------------------------
 

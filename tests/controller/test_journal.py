@@ -75,6 +75,52 @@ def test_released_entries_whose_segment_went_are_not_replayed_and_held_ones_are(
     again.close()
 
 
+def test_replay_reads_a_segment_at_a_time_and_never_holds_every_body(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opening reads each segment and lets its bodies go; the replay reads them again one segment at a time,
+    as the entries are taken (a journal at its 2 GiB bound must not come back into memory whole)."""
+    import fleetguard.controller.journal as journal_module
+
+    journal = Journal.open(tmp_path, segment_bytes=len(MAGIC) + 2 * record_size(0))
+    written = [(journal.append(entry(i)), entry(i)) for i in range(6)]  # segments: [0, 1] [2, 3] [4, 5]
+    journal.close()
+    again = Journal.open(tmp_path)
+    reads: list[str] = []
+    real_read = journal_module._read_private
+
+    def counted(path: Path) -> bytes:
+        reads.append(path.name)
+        return real_read(path)
+
+    monkeypatch.setattr(journal_module, "_read_private", counted)
+    replay = again.iter_replay()
+    assert reads == []  # nothing read before an entry is asked for
+    assert [next(replay), next(replay)] == written[:2]
+    assert len(reads) == 1
+    assert next(replay) == written[2]
+    assert len(reads) == 2
+    assert list(replay) == written[3:]
+    assert len(reads) == 3
+    assert again.replay() == []  # handed over once
+    again.close()
+
+
+def test_a_segment_gone_between_start_and_replay_keeps_the_others_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    journal = Journal.open(tmp_path, segment_bytes=len(MAGIC) + 2 * record_size(0))
+    written = [(journal.append(entry(i)), entry(i)) for i in range(4)]  # segments: [0, 1] [2, 3]
+    journal.close()
+    again = Journal.open(tmp_path)
+    segments(tmp_path)[0].unlink()  # a disk error since the start, as the replay sees it
+    with caplog.at_level("ERROR"):
+        assert again.replay() == written[2:]
+    assert "cannot be read again" in caplog.text
+    assert again.held == 4  # the lost segment's entries were never released: nothing claims them stored
+    again.close()
+
+
 def test_a_replayed_entry_released_is_not_replayed_again(tmp_path: Path) -> None:
     journal = Journal.open(tmp_path)
     ids = [journal.append(entry(i)) for i in range(2)]
