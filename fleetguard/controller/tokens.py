@@ -149,6 +149,10 @@ class TokenBook:
             stamp = (st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_size)
         except FileNotFoundError:
             stamp = None
+        # Unchanged (every request but one after an edit): no lock, which every handler thread would take in
+        # turn. The stamp and the map are each replaced whole under the lock, never changed in place.
+        if stamp == self._stamp and self._by_hash:
+            return
         with self._lock:
             if stamp == self._stamp and self._by_hash:
                 return
@@ -170,6 +174,4 @@ class TokenBook:
         with contextlib.suppress(TokenFileError):
             self.reload()
         digest = hash_token(token.strip())
-        with self._lock:
-            identity = self._by_hash.get(digest)
-        return identity
+        return self._by_hash.get(digest)  # replaced whole on a reload, never changed in place: no lock
