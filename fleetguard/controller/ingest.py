@@ -249,12 +249,12 @@ class IngestWriter:
                 commands = self.commands.for_host(batch.host)
                 self.stats.commands_delivered += len(commands)
                 answers[i] = IngestResult(duplicate=False, commands=commands)
-        for i, entry_id in zip(fresh, ids, strict=True):
-            batch, entry = items[i]
-            self._lane_of(batch.host).put(Pending(batch, received, journal_id=entry_id, entry=entry))
-            for i, _ in copies:
+            for i, _ in copies:  # once each, under the lock: the stats and commands are the lanes' too
                 self.stats.duplicates += 1
                 answers[i] = IngestResult(duplicate=True, commands=self.commands.for_host(items[i][0].host))
+        for i, entry_id in zip(fresh, ids, strict=True):
+            batch, entry = items[i]
+            lanes[i].put(Pending(batch, received, journal_id=entry_id, entry=entry))
         return [a for a in answers if a is not None]
 
     def wait_committed(self, timeout: float) -> bool:
