@@ -142,6 +142,7 @@ def register_analysis(
         from fleetguard.incidents.controller_task import IncidentTask
 
         task = IncidentTask(config)
+        writer.on_stopping.append(task.pacer.hurry)  # a stop never waits behind a resting round
         # The repairs the rounds ask for, carried out on a thread of their own, and with [actions.slurm] each
         # drained node's way back (controller.fleet_repairs).
         from fleetguard.controller.fleet_repairs import FleetRepairs

@@ -151,6 +151,9 @@ class IngestWriter:
         self._tasks: list[_Periodic] = []
         # Called on the writer thread with each batch once it is committed (rollups note what it touched).
         self.on_committed: list[Callable[[IngestBatch], None]] = []
+        # Called by `stop` before it waits for the task thread: a task's work under way is asked to finish
+        # (a paced diagnosis round stops resting; it would hold the stop, and the store's lock, for seconds).
+        self.on_stopping: list[Callable[[], None]] = []
         self._stop = threading.Event()
         self.every(LEDGER_COMPACT_SECONDS, "ledger compaction", self._compact_ledger)
         # Host state read by other threads (read API, /metrics) is copied under this lock.
@@ -371,6 +374,8 @@ class IngestWriter:
     def stop(self) -> None:
         """Commit what is queued, write the hosts' state, then stop."""
         self._stop.set()
+        for hurry in self.on_stopping:
+            hurry()
         if self._tasks_thread is not None:
             self._tasks_thread.join(timeout=60)  # a round under way finishes; none starts
         for lane in self._lanes:
