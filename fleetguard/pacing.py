@@ -11,6 +11,8 @@ used `slice_seconds` of CPU since it last rested, it sleeps long enough that its
 the wall clock; the round takes longer, and the handlers never wait behind more than a slice of it. Its rests
 in one piece of work are bounded (`start(budget)`), so a round can be slowed but never held past its time;
 `hurry` (at shutdown) ends a rest under way and every later one, so a stop never waits behind a resting round.
+While `wanted()` says another thread waits for what the work holds (the controller's round holds the store's
+lock: a command being queued waits on it, and so does a writer lane behind that), it does not rest at all.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ class Pacer:
     # wait that `hurry` ends.
     cpu_clock: Callable[[], float] = time.thread_time
     sleep: Callable[[float], None] | None = None
+    # Whether another thread waits for what the work holds: no rest then (the work ends the sooner).
+    wanted: Callable[[], bool] = lambda: False
     rested: float = 0.0  # in this piece of work (since `start`)
     _hurried: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
     _budget: float = field(default=0.0, init=False)
@@ -55,7 +59,7 @@ class Pacer:
         if used < self.slice_seconds:
             return
         left = self._budget - self.rested
-        if left > 0.0 and not self._hurried.is_set():
+        if left > 0.0 and not self._hurried.is_set() and not self.wanted():
             pause = min(used * (1.0 - self.share) / self.share, self.max_rest_seconds, left)
             if self.sleep is None:
                 self._hurried.wait(pause)

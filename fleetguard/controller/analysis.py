@@ -143,6 +143,7 @@ def register_analysis(
 
         task = IncidentTask(config)
         writer.on_stopping.append(task.pacer.hurry)  # a stop never waits behind a resting round
+        task.pacer.wanted = writer.calls_waiting  # nor does a command being queued (nor lane 0 behind it)
         # The repairs the rounds ask for, carried out on a thread of their own, and with [actions.slurm] each
         # drained node's way back (controller.fleet_repairs).
         from fleetguard.controller.fleet_repairs import FleetRepairs
