@@ -90,3 +90,25 @@ def test_a_call_does_not_wait_behind_a_paced_rounds_rests(tmp_path: Path) -> Non
             assert pacer.rested < 50, "it stopped resting once the call waited"
         finally:
             w.stop()
+
+
+def test_a_controllers_diagnosis_round_gives_way_to_writer_calls_and_to_its_stop(tmp_path: Path) -> None:
+    """The wiring of the two above in a real controller: its round's pacer asks the writer whether a call
+    waits, and the writer's stop hurries it."""
+    from fleetguard.pacing import Pacer
+    from tests.controller.helpers import start_test_controller
+
+    c = start_test_controller(tmp_path)
+    try:
+        writer = c.running.writer
+        pacers = [getattr(h, "__self__", None) for h in writer.on_stopping]
+        [pacer] = [p for p in pacers if isinstance(p, Pacer)]
+        assert pacer.wanted == writer.calls_waiting
+    finally:
+        c.running.stop()
+    slept: list[float] = []
+    pacer.sleep, pacer.cpu_clock = slept.append, lambda: 1_000.0 + len(slept)
+    pacer.start(budget_seconds=10_000)
+    pacer.cpu_clock = lambda: 2_000.0  # a whole second of CPU since: a rest is due
+    pacer.rest()
+    assert slept == [], "stopped: it rests no more"
