@@ -9,11 +9,15 @@ does not help there, since the kernel's scheduler never sees who waits for the l
 A `Pacer` is called at points where its thread's work may pause (between chunks of rows). Once the thread has
 used `slice_seconds` of CPU since it last rested, it sleeps long enough that its CPU stays near `share` of
 the wall clock; the round takes longer, and the handlers never wait behind more than a slice of it. Its rests
-in one piece of work are bounded (`start(budget)`), so a round can be slowed but never held past its time.
+in one piece of work are bounded (`start(budget)`), so a round can be slowed but never held past its time;
+`hurry` (at shutdown) ends a rest under way and every later one, so a stop never waits behind a resting round.
+While `wanted()` says another thread waits for what the work holds (the controller's round holds the store's
+lock: a command being queued waits on it, and so does a writer lane behind that), it does not rest at all.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,10 +32,14 @@ class Pacer:
     share: float = SHARE
     slice_seconds: float = SLICE_SECONDS
     max_rest_seconds: float = MAX_REST_SECONDS
-    # What it reads and how it waits: the thread's own CPU clock and a sleep (a test's, in tests).
+    # What it reads and how it waits: the thread's own CPU clock and a sleep (a test's, in tests); None, a
+    # wait that `hurry` ends.
     cpu_clock: Callable[[], float] = time.thread_time
-    sleep: Callable[[float], None] = time.sleep
+    sleep: Callable[[float], None] | None = None
+    # Whether another thread waits for what the work holds: no rest then (the work ends the sooner).
+    wanted: Callable[[], bool] = lambda: False
     rested: float = 0.0  # in this piece of work (since `start`)
+    _hurried: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
     _budget: float = field(default=0.0, init=False)
     _since: float = field(default=0.0, init=False)
 
@@ -51,11 +59,18 @@ class Pacer:
         if used < self.slice_seconds:
             return
         left = self._budget - self.rested
-        if left > 0.0:
+        if left > 0.0 and not self._hurried.is_set() and not self.wanted():
             pause = min(used * (1.0 - self.share) / self.share, self.max_rest_seconds, left)
-            self.sleep(pause)
+            if self.sleep is None:
+                self._hurried.wait(pause)
+            else:
+                self.sleep(pause)
             self.rested += pause
         self._since = self.cpu_clock()
+
+    def hurry(self) -> None:
+        """No more rests, from any thread (the work's owner is stopping): one under way ends now."""
+        self._hurried.set()
 
 
 def unpaced() -> None:

@@ -100,3 +100,29 @@ def test_a_real_pacer_keeps_a_busy_thread_near_its_share() -> None:
     wall, cpu = time.monotonic() - wall0, time.thread_time() - cpu0
     assert pacer.rested > 0.05
     assert wall >= cpu + pacer.rested * 0.9  # it really slept
+
+
+def test_once_hurried_it_rests_no_more() -> None:
+    thread = _Thread()
+    pacer = _pacer(thread)
+    pacer.start(budget_seconds=10_000)
+    pacer.hurry()
+    for _ in range(10):
+        thread.cpu += 4
+        pacer.rest()
+    assert thread.slept == []
+    assert pacer.rested == 0
+
+
+def test_hurry_ends_a_rest_under_way_on_another_thread() -> None:
+    import threading
+
+    cpu = [0.0]
+    pacer = Pacer(slice_seconds=1, max_rest_seconds=10_000, cpu_clock=lambda: cpu[0])
+    pacer.start(budget_seconds=10_000)
+    cpu[0] = 1.0  # a slice used: the next rest would be 3 s of wall clock
+    resting = threading.Thread(target=pacer.rest)
+    resting.start()
+    pacer.hurry()
+    resting.join(timeout=20)
+    assert not resting.is_alive()

@@ -142,6 +142,8 @@ def register_analysis(
         from fleetguard.incidents.controller_task import IncidentTask
 
         task = IncidentTask(config)
+        writer.on_stopping.append(task.pacer.hurry)  # a stop never waits behind a resting round
+        task.pacer.wanted = writer.calls_waiting  # nor does a command being queued (nor lane 0 behind it)
         # The repairs the rounds ask for, carried out on a thread of their own, and with [actions.slurm] each
         # drained node's way back (controller.fleet_repairs).
         from fleetguard.controller.fleet_repairs import FleetRepairs

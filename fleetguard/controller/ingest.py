@@ -151,6 +151,11 @@ class IngestWriter:
         self._tasks: list[_Periodic] = []
         # Called on the writer thread with each batch once it is committed (rollups note what it touched).
         self.on_committed: list[Callable[[IngestBatch], None]] = []
+        # Called by `stop` before it waits for the task thread: a task's work under way is asked to finish
+        # (a paced diagnosis round stops resting; it would hold the stop, and the store's lock, for seconds).
+        self.on_stopping: list[Callable[[], None]] = []
+        self._calls_waiting = 0  # callers of `call` not yet answered (under _calls_lock)
+        self._calls_lock = threading.Lock()
         self._stop = threading.Event()
         self.every(LEDGER_COMPACT_SECONDS, "ledger compaction", self._compact_ledger)
         # Host state read by other threads (read API, /metrics) is copied under this lock.
@@ -249,12 +254,12 @@ class IngestWriter:
                 commands = self.commands.for_host(batch.host)
                 self.stats.commands_delivered += len(commands)
                 answers[i] = IngestResult(duplicate=False, commands=commands)
-        for i, entry_id in zip(fresh, ids, strict=True):
-            batch, entry = items[i]
-            self._lane_of(batch.host).put(Pending(batch, received, journal_id=entry_id, entry=entry))
-            for i, _ in copies:
+            for i, _ in copies:  # once each, under the lock: the stats and commands are the lanes' too
                 self.stats.duplicates += 1
                 answers[i] = IngestResult(duplicate=True, commands=self.commands.for_host(items[i][0].host))
+        for i, entry_id in zip(fresh, ids, strict=True):
+            batch, entry = items[i]
+            lanes[i].put(Pending(batch, received, journal_id=entry_id, entry=entry))
         return [a for a in answers if a is not None]
 
     def wait_committed(self, timeout: float) -> bool:
@@ -318,17 +323,28 @@ class IngestWriter:
 
         if self._stop.is_set():
             raise BatchRefused(Refusal.OVERLOADED, "the controller is stopping")
-        self._lanes[0].put_call(wrapped)
-        # Waited in slices: a writer that stops meanwhile (shutdown) never runs `fn`, and a caller on another
-        # thread (the repair loop) must not hold the shutdown up for the whole timeout.
-        deadline = time.monotonic() + timeout
-        while not done.wait(0.2):
-            if self._stop.is_set() and not any(t.is_alive() for t in self._threads):
-                raise BatchRefused(Refusal.OVERLOADED, "the controller stopped before this was written")
-            if time.monotonic() >= deadline:
-                raise BatchRefused(Refusal.OVERLOADED, "the controller is behind; retry later")
+        with self._calls_lock:
+            self._calls_waiting += 1
+        try:
+            self._lanes[0].put_call(wrapped)
+            # Waited in slices: a writer that stops meanwhile (shutdown) never runs `fn`, and a caller on
+            # another thread (the repair loop) must not hold the shutdown up for the whole timeout.
+            deadline = time.monotonic() + timeout
+            while not done.wait(0.2):
+                if self._stop.is_set() and not any(t.is_alive() for t in self._threads):
+                    raise BatchRefused(Refusal.OVERLOADED, "the controller stopped before this was written")
+                if time.monotonic() >= deadline:
+                    raise BatchRefused(Refusal.OVERLOADED, "the controller is behind; retry later")
+        finally:
+            with self._calls_lock:
+                self._calls_waiting -= 1
         if errors:
             raise errors[0]
+
+    def calls_waiting(self) -> bool:
+        """Whether a `call` waits: its work (a command queued, a repair's end) takes the store's lock, which a
+        diagnosis round holds throughout, lane 0's batches waiting behind it (the round's pacer asks this)."""
+        return self._calls_waiting > 0
 
     def queue_command(self, host: str, kind: CommandKind, job_id: str | None, reason: str) -> HostCommand:
         """Queue a command for `host` (stored, then carried by its ingest replies); CommandRefused if the
@@ -371,6 +387,8 @@ class IngestWriter:
     def stop(self) -> None:
         """Commit what is queued, write the hosts' state, then stop."""
         self._stop.set()
+        for hurry in self.on_stopping:
+            hurry()
         if self._tasks_thread is not None:
             self._tasks_thread.join(timeout=60)  # a round under way finishes; none starts
         for lane in self._lanes:

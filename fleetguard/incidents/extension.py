@@ -100,6 +100,8 @@ def incidents_extension(config: Config, summary: IncidentSummary | None = None) 
     def stop_all() -> None:
         stop.set()
         wake.set()
+        for task in tasks:
+            task.pacer.hurry()  # a round under way stops resting: the join below is not held by its rests
         for thread in threads:
             thread.join(timeout=10)
         for task in tasks:

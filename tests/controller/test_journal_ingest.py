@@ -219,3 +219,23 @@ def test_a_journaled_batch_counts_its_commands_as_delivered_once(tmp_path: Path)
         writer.stop()
         journal.close()
         store.close()
+
+
+def test_a_copy_in_one_call_beside_several_fresh_batches_is_counted_once(tmp_path: Path) -> None:
+    """The copies of a call are answered once, after the fresh batches are queued: not once per fresh batch
+    (a loop over them nested in the queuing loop counted a copy as many times as there were fresh batches)."""
+    store = Store.open(str(tmp_path / "controller.duckdb"))
+    journal = Journal.open(tmp_path / "controller.duckdb.journal")
+    stats = ControllerStats()
+    writer = IngestWriter(store, SystemClock(), stats, journal=journal)
+    now = time.time()
+    bodies = [(host, encode(batch(host, 1))) for host in ("node-a", "node-b", "node-c", "node-a")]
+    items = [(parse_batch(b, h, compressed=True, now=now), JournalEntry(h, b, True, now)) for h, b in bodies]
+    try:
+        answers = writer.accept(items)
+        assert [a.duplicate for a in answers if isinstance(a, IngestResult)] == [False, False, False, True]
+        assert stats.duplicates == 1
+        assert writer.queue_depth == 3
+    finally:
+        journal.close()
+        store.close()

@@ -115,3 +115,32 @@ def test_a_periodic_task_under_way_holds_no_lanes_batches(store: Store) -> None:
         writer.stop()
     assert ran_on == ["fleetguard-writer-tasks"]
     assert store.connection.execute("SELECT count(DISTINCT host) FROM gpu_samples").fetchone() == (8,)
+
+
+def test_a_stop_asks_a_resting_task_to_finish_rather_than_wait_behind_it(store: Store) -> None:
+    """A paced round rests between slices (fleetguard.pacing); the writer's stop hurries it, so neither the
+    stop nor the store's lock the round holds waits out its rests."""
+    from fleetguard.clock import SystemClock
+    from fleetguard.pacing import Pacer
+
+    cpu = [0.0]
+    pacer = Pacer(slice_seconds=1, max_rest_seconds=10_000, cpu_clock=lambda: cpu[0])
+    resting = threading.Event()
+    slices: list[int] = []
+
+    def round_(_con: object, _now: float) -> None:
+        pacer.start(budget_seconds=10_000)
+        for n in range(5):  # each rest would be 300 s unhurried: past the stop's wait for the task thread
+            cpu[0] += 100.0
+            resting.set()
+            pacer.rest()
+            slices.append(n)
+
+    writer = IngestWriter(store, SystemClock(), ControllerStats())
+    writer.on_stopping.append(pacer.hurry)
+    writer.every(0.01, "a paced round", round_)
+    writer.start()
+    assert resting.wait(20), "the round never ran"
+    writer.stop()
+    assert writer._tasks_thread is not None and not writer._tasks_thread.is_alive()
+    assert slices == [0, 1, 2, 3, 4], "the round ran to its end, without its rests"

@@ -76,4 +76,5 @@ def test_a_fault_is_evaluated_as_soon_as_it_is_stored_and_its_repair_runs_after_
         )
     finally:
         con.close()
-    assert summary.describe() == "incidents 1 (1 critical)"
+    # Published after the repair's end is stored (extension.py's loop): waited for, not raced.
+    assert wait_for(lambda: summary.describe() == "incidents 1 (1 critical)"), summary.describe()
