@@ -33,6 +33,7 @@ _EVENT_COLOURS = {
 GRAPH_CONFIG: dcc.Graph.Config = {"displaylogo": False}
 MAX_EVENT_LINES = 40  # vertical markers drawn; the rest are in the events table
 _ROW_GAP = 0.03
+_STACKED_BOTTOM = 45  # px under a stacked figure: a date axis's two lines of labels
 
 
 def iso(ts: float) -> str:
@@ -63,7 +64,11 @@ def _stacked(titles: Sequence[str], height: int) -> dict[str, Any]:
     """A layout of len(titles) rows sharing one time axis (the bottom row's labels), a title over each."""
     n = len(titles)
     row = (1.0 - _ROW_GAP * (n - 1)) / n
-    layout = _layout(height)
+    # The x axes do not grow the margin (the template's automargin): one x axis with it, shown or not, made
+    # plotly lay out and draw the whole figure twice, half its drawing time (BENCHMARKS.md "First render,
+    # session 7"). The bottom margin is sized for the one labelled axis: the times and, under the first,
+    # the date.
+    layout = _layout(height, margin=_MARGIN | {"b": _STACKED_BOTTOM})
     annotations = []
     for i, title in enumerate(titles):
         top = 1.0 - i * (row + _ROW_GAP)
@@ -74,6 +79,7 @@ def _stacked(titles: Sequence[str], height: int) -> dict[str, Any]:
             "anchor": f"y{suffix}",
             "matches": None if i == 0 else "x",
             "showticklabels": i == n - 1,
+            "automargin": False,
         }
         annotations.append(
             {

@@ -375,6 +375,10 @@ def test_the_gpu_figure_puts_every_subject_on_one_shared_time_axis() -> None:
     assert threshold[0]["y0"] == 0.5
     # The XID's marker crosses every row.
     assert [s["yref"] for s in layout["shapes"] if s["x0"] == "2027-01-15 08:02:00"] == ["paper"]
+    # No x axis grows the margin (plotly_white's automargin would lay out and draw the figure twice); the
+    # bottom margin holds the labelled axis's two lines (times, and the date under the first).
+    assert [layout[f"xaxis{i or ''}"]["automargin"] for i in (0, *range(2, 10))] == [False] * 9
+    assert layout["margin"]["b"] >= 45
 
 
 def test_the_gpu_figure_has_no_risk_row_without_scores() -> None:
