@@ -1,13 +1,15 @@
-"""What drawing the GPU page's figure costs, by part, inside Chromium (issue 22 item 4).
+"""What drawing a page's figures costs, by part, inside Chromium (issue 22 item 4).
 
 The GPU page's one figure (nine rows on a shared time axis) is most of that page's first render. This loads
-the page once from a dashboard served over the bench store, takes the figure Dash was given, and draws it
-again with `Plotly.newPlot` into a fresh element of the page's width, as it is and with one thing changed
-at a time (no event lines, no template, half the points, ...), the variants interleaved round-robin so that
-each sees the same moments of the machine's load. Prints the median and the p95 per variant, in ms.
+a page (--page, the GPU page by default) once from a dashboard served over the bench store, takes the
+figures Dash was given, and draws them again with `Plotly.newPlot` into fresh elements of the page's width
+(the times summed), as they are and with one thing changed at a time (no event lines, no template, half
+the points, ...), the variants interleaved round-robin so that each sees the same moments of the machine's
+load. Prints the median and the p95 per variant, in ms. The draws are warm (plotly's code has run before in
+the tab): they rank the parts; a first render's draw, cold, costs several times more.
 
 Usage: python bench/dashboard_figure_cost.py --store /tmp/fg-dbench-s4/dbench.duckdb [--runs 9]
-                                             [--window 1h|24h] [--src DIR]
+                                             [--page gpu|fleet|network|job] [--window 1h|24h] [--src DIR]
 """
 
 from __future__ import annotations
@@ -86,7 +88,7 @@ VARIANTS = """
 
 MEASURE = (
     """
-async ([fig, runs, width]) => {
+async ([figs, runs, width]) => {
   const variants = """
     + VARIANTS
     + """;
@@ -95,17 +97,21 @@ async ([fig, runs, width]) => {
   document.body.appendChild(host);
   for (let r = 0; r < runs; r++) {
     for (const [name, make] of Object.entries(variants)) {
-      const copy = JSON.parse(JSON.stringify(fig));
-      const [data, layout] = make(copy.data, copy.layout);
-      const div = document.createElement('div');
-      div.style.width = width + 'px';
-      host.appendChild(div);
-      await new Promise(requestAnimationFrame);
-      const t0 = performance.now();
-      await window.Plotly.newPlot(div, data, layout, {displaylogo: false, responsive: true});
-      times[name].push(performance.now() - t0);
-      window.Plotly.purge(div);
-      div.remove();
+      let took = 0;
+      for (const fig of figs) {
+        const copy = JSON.parse(JSON.stringify(fig));
+        const [data, layout] = make(copy.data || [], copy.layout || {});
+        const div = document.createElement('div');
+        div.style.width = width + 'px';
+        host.appendChild(div);
+        await new Promise(requestAnimationFrame);
+        const t0 = performance.now();
+        await window.Plotly.newPlot(div, data, layout, {displaylogo: false, responsive: true});
+        took += performance.now() - t0;
+        window.Plotly.purge(div);
+        div.remove();
+      }
+      times[name].push(took);
     }
   }
   return times;
@@ -115,11 +121,11 @@ async ([fig, runs, width]) => {
 
 # The figure Dash was given (the Graph's figure prop in Dash's layout store) and the drawn plot's width.
 FIGURE = """() => {
-  let found = null;
+  const found = [];
   const walk = (node) => {
-    if (found || !node || typeof node !== 'object') return;
+    if (!node || typeof node !== 'object') return;
     if (Array.isArray(node)) { node.forEach(walk); return; }
-    if (node.type === 'Graph' && node.props && node.props.figure) { found = node.props.figure; return; }
+    if (node.type === 'Graph' && node.props && node.props.figure) { found.push(node.props.figure); return; }
     Object.values(node).forEach(walk);
   };
   walk(window.store.getState().layout);
@@ -132,13 +138,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--store", default="/tmp/fg-dbench-s4/dbench.duckdb")
     parser.add_argument("--runs", type=int, default=9)
-    parser.add_argument("--window", default="1h", choices=["1h", "24h"])
+    parser.add_argument("--page", default="gpu", choices=["gpu", "fleet", "network", "job"])
+    parser.add_argument("--window", default="1h", choices=["1h", "24h"], help="the GPU page's")
     parser.add_argument("--src", default="", help="another tree's root, served instead of this one's")
     args = parser.parse_args()
     store_path = Path(args.store)
     with Store.open(store_path, read_only=True) as store:
-        gpu_path = next(p for pid, p in pages(store) if pid == "gpu")
-    path = gpu_path + ("?window=24h" if args.window == "24h" else "")
+        page_path = next(p for pid, p in pages(store) if pid == args.page)
+    path = page_path + ("?window=24h" if args.page == "gpu" and args.window == "24h" else "")
     src = Path(args.src).resolve() if args.src else Path(__file__).resolve().parents[1]
     with tempfile.TemporaryDirectory(prefix="fg-dbench-clock-") as tmp:
         clock = Path(tmp) / "clock"
@@ -148,16 +155,17 @@ def main() -> None:
             with chromium() as browser:
                 page = browser.new_page()
                 page.goto(url.rstrip("/") + path)
-                page.wait_for_function(DRAWN, arg="gpu", timeout=TIMEOUT_MS)
-                figure, width = page.evaluate(FIGURE)
-                points = sum(len(t.get("x") or []) for t in figure["data"])
-                traces = len(figure["data"])
-                print(f"{path}: {traces} traces, {points} points, width {width:.0f} px", flush=True)
-                times = page.evaluate(MEASURE, [figure, args.runs, width])
+                page.wait_for_function(DRAWN, arg=args.page, timeout=TIMEOUT_MS)
+                figures, width = page.evaluate(FIGURE)
+                data = [t for f in figures for t in f.get("data", [])]
+                points = sum(len(t.get("x") or []) for t in data)
+                shown = f"{path}: {len(figures)} figures, {len(data)} traces, {points} points, {width:.0f} px"
+                print(shown, flush=True)
+                times = page.evaluate(MEASURE, [figures, args.runs, width])
                 page.close()
         finally:
             stop_child(child)
-    print(f"\n| variant ({args.window}) | draw p50 ms | p95 ms |")
+    print(f"\n| variant ({path}) | draw p50 ms | p95 ms |")
     print("|---|---|---|")
     for name, values in times.items():
         print(f"| {name} | {statistics.median(values):.0f} | {pct(values, 0.95):.0f} |")
