@@ -61,6 +61,8 @@ VARIANTS = """
     }
     return [d, out];
   },
+  'bottom margin 45 px, automargin kept': (d, l) => [d, {...l, margin: {...l.margin, b: 45}}],
+  'margins b 45, l 140, automargin kept': (d, l) => [d, {...l, margin: {...l.margin, b: 45, l: 140}}],
   'no automargin on any axis': (d, l) => {
     const out = {...l, margin: {...l.margin, l: 110}};
     for (const k of Object.keys(l)) if (k.startsWith('xaxis') || k.startsWith('yaxis')) {

@@ -33,7 +33,7 @@ _EVENT_COLOURS = {
 GRAPH_CONFIG: dcc.Graph.Config = {"displaylogo": False}
 MAX_EVENT_LINES = 40  # vertical markers drawn; the rest are in the events table
 _ROW_GAP = 0.03
-_STACKED_BOTTOM = 45  # px under a stacked figure: a date axis's two lines of labels
+_STACKED_BOTTOM = 45  # px under a date axis: its two lines of labels (the times, the date under the first)
 
 
 def iso(ts: float) -> str:
@@ -253,6 +253,18 @@ def _event_label(e: EventRow) -> str:
     return f"{e.kind}{code}{times}: {e.message[:160]}"
 
 
+# Margins wide enough for what a figure's axes show, so that plotly's automargin (kept, from the template, for
+# what these estimates miss) finds nothing to grow: a margin it grows makes it lay out and draw the figure a
+# second time (BENCHMARKS.md "First render, session 7").
+_CHAR_PIXELS: Final = 7.5  # a tick label's character, 12 px font, with room to spare
+_COLOURBAR_PIXELS: Final = 120
+
+
+def _label_margin(labels: Sequence[str], least: int = _MARGIN["l"]) -> int:
+    """The left margin that holds the longest of `labels` as tick labels."""
+    return max(least, math.ceil(_CHAR_PIXELS * max((len(label) for label in labels), default=0)) + 16)
+
+
 def bar(
     labels: Sequence[str],
     values: Sequence[float],
@@ -264,9 +276,10 @@ def bar(
     marker = {"color": list(colours) if not isinstance(colours, str) else colours}
     if horizontal:
         trace = {"type": "bar", "y": list(labels), "x": list(values), "orientation": "h", "marker": marker}
+        margin = _MARGIN | {"l": _label_margin(labels)}
         return {
             "data": [trace],
-            "layout": _layout(height, yaxis={"autorange": "reversed", "automargin": True}),
+            "layout": _layout(height, yaxis={"autorange": "reversed", "automargin": True}, margin=margin),
         }
     trace = {"type": "bar", "x": list(labels), "y": list(values), "marker": marker}
     return {"data": [trace], "layout": _layout(height)}
@@ -278,7 +291,13 @@ def time_bars(
     trace = {"type": "bar", "x": [iso(t) for t in ts], "y": list(values), "marker": {"color": colour}}
     return {
         "data": [trace],
-        "layout": _layout(height, yaxis={"title": {"text": title}}, xaxis={"type": "date"}),
+        # Left: the y title beside its tick labels; bottom: a date axis's two lines.
+        "layout": _layout(
+            height,
+            yaxis={"title": {"text": title}},
+            xaxis={"type": "date"},
+            margin=_MARGIN | {"l": 80, "b": _STACKED_BOTTOM},
+        ),
     }
 
 
@@ -325,10 +344,13 @@ def step_heatmap(grid: StepGrid) -> Figure:
         "colorbar": {"title": {"text": "s / step"}},
         "hovertemplate": f"%{{y}} %{{x}}<br>%{{z:.{STEP_DECIMALS}f}} s<extra></extra>",
     }
+    rank_labels = trace["y"]
     layout = _layout(
         max(240, 40 + 18 * len(grid.ranks)),
         yaxis={"autorange": "reversed", "type": "category", **rank_ticks(len(grid.ranks))},
         xaxis={"type": "date"},
+        # The colour bar on the right, a date axis's two lines under the plot (see _label_margin).
+        margin=_MARGIN | {"l": _label_margin(rank_labels), "r": _COLOURBAR_PIXELS, "b": _STACKED_BOTTOM},
     )
     return {"data": [trace], "layout": layout}
 
