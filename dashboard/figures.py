@@ -332,11 +332,12 @@ def step_heatmap(grid: StepGrid) -> Figure:
     """Rank x time, the median step time per bucket, coloured against the job's median step time: a
     straggler is a red row, a slowdown a red column, identical ranks all white."""
     zmin, zmax = centred_range([v for row in grid.seconds for v in row])
+    rank_labels = [f"rank {r}" for r in grid.ranks]
     trace = {
         "type": "heatmap",
         "z": [[None if v is None else round(v, STEP_DECIMALS) for v in row] for row in grid.seconds],
         "x": [iso(t) for t in grid.bucket_ts],
-        "y": [f"rank {r}" for r in grid.ranks],
+        "y": rank_labels,
         "colorscale": STEP_COLOURS,
         "zauto": False,
         "zmin": zmin,
@@ -344,7 +345,6 @@ def step_heatmap(grid: StepGrid) -> Figure:
         "colorbar": {"title": {"text": "s / step"}},
         "hovertemplate": f"%{{y}} %{{x}}<br>%{{z:.{STEP_DECIMALS}f}} s<extra></extra>",
     }
-    rank_labels = trace["y"]
     layout = _layout(
         max(240, 40 + 18 * len(grid.ranks)),
         yaxis={"autorange": "reversed", "type": "category", **rank_ticks(len(grid.ranks))},
