@@ -1,10 +1,11 @@
 """Dashboard render times in a real browser over a 2,048-host x 8-GPU x 24 h store (bench/dashboard_store.py).
 
 For each page: time to first render (navigate in a new tab until the page body, every plot and every table
-in it are drawn; the browser's cache is warm after the first load, as for an operator who has the dashboard
-open) and time to a live refresh (the refresh button, i.e. the callback that dcc.Interval fires, until the
-refreshed page is drawn), p50 and p95 over --runs; the clock moves 15 s between refreshes so that each one
-has changed data to show. Also the server-side render time of each page
+in it are drawn; the browser's cache and its scripts' code cache are warm, after one load of the fleet page
+and --warm untimed loads of the page itself, as for an operator who has the dashboard open) and time to a
+live refresh (the refresh button, i.e. the callback that dcc.Interval fires, until the refreshed page is
+drawn), p50 and p95 over --runs; the clock moves 15 s between refreshes so that each one has changed data to
+show. Also the server-side render time of each page
 (queries plus building the components), which is the part that grows with the fleet.
 
 Headless Debian chromium driven by Playwright; the dashboard served by `serve_dashboard` in this process on
@@ -15,7 +16,7 @@ tree's dashboard and this one's are each served by a child process over the same
 page is loaded from one then the other in turn, so both see the same moments of a shared machine's load.
 
 Usage: python bench/dashboard_render.py [--store /tmp/fg-dbench/dbench.duckdb] [--runs 20] [--build]
-                                        [--only fleet,job] [--compare-src /tmp/old-tree]
+                                        [--only fleet,job] [--warm 1] [--compare-src /tmp/old-tree]
 """
 
 from __future__ import annotations
