@@ -1,10 +1,11 @@
 """Dashboard render times in a real browser over a 2,048-host x 8-GPU x 24 h store (bench/dashboard_store.py).
 
 For each page: time to first render (navigate in a new tab until the page body, every plot and every table
-in it are drawn; the browser's cache is warm after the first load, as for an operator who has the dashboard
-open) and time to a live refresh (the refresh button, i.e. the callback that dcc.Interval fires, until the
-refreshed page is drawn), p50 and p95 over --runs; the clock moves 15 s between refreshes so that each one
-has changed data to show. Also the server-side render time of each page
+in it are drawn; the browser's cache and its scripts' code cache are warm, after one load of the fleet page
+and --warm untimed loads of the page itself, as for an operator who has the dashboard open) and time to a
+live refresh (the refresh button, i.e. the callback that dcc.Interval fires, until the refreshed page is
+drawn), p50 and p95 over --runs; the clock moves 15 s between refreshes so that each one has changed data to
+show. Also the server-side render time of each page
 (queries plus building the components), which is the part that grows with the fleet.
 
 Headless Debian chromium driven by Playwright; the dashboard served by `serve_dashboard` in this process on
@@ -15,7 +16,7 @@ tree's dashboard and this one's are each served by a child process over the same
 page is loaded from one then the other in turn, so both see the same moments of a shared machine's load.
 
 Usage: python bench/dashboard_render.py [--store /tmp/fg-dbench/dbench.duckdb] [--runs 20] [--build]
-                                        [--only fleet,job] [--compare-src /tmp/old-tree]
+                                        [--only fleet,job] [--warm 1] [--compare-src /tmp/old-tree]
 """
 
 from __future__ import annotations
@@ -199,17 +200,28 @@ def measure_browser(
     """`urls`: a dashboard per side (this tree, and the compared one); each run loads the page from every
     side in turn. `tick` moves the dashboards' clock before each refresh, so every refresh has changed data
     to show (ages, states), as a live one does: a refresh that finds nothing changed sends almost nothing.
-    `warm_loads` of the fleet page before timing (`--warm`): Chromium keeps a script's compiled code only
-    from its second run, so with one the first timed load still compiles every script."""
+
+    Before timing, the fleet page is loaded once (the cache filled with Dash's and Plotly's bundles), then
+    every page `warm_loads` times untimed on every side (`--warm`), just before its own timed loads. V8
+    compiles a script it meets for the first time, compiles it again and writes its code cache the second
+    time, and reads that cache from the third on: without the page's own warm-up, the page timed first (the
+    fleet page) paid the second compile in its first timed load, and other pages' first loads of a chunk
+    (a table's, dcc's graph) did too, while an operator with the dashboard open is long past that
+    (BENCHMARKS.md "First render, session 7")."""
     out: dict[tuple[str, str], dict[str, float]] = {}
     with chromium() as browser:
         for url in urls.values():
-            for _ in range(warm_loads):
-                warm = browser.new_page()
-                warm.goto(url)  # fills the cache with Dash's and Plotly's bundles once
-                warm.wait_for_function(DRAWN, arg="fleet", timeout=TIMEOUT_MS)
-                warm.close()
+            warm = browser.new_page()
+            warm.goto(url)  # fills the cache with Dash's and Plotly's bundles once
+            warm.wait_for_function(DRAWN, arg="fleet", timeout=TIMEOUT_MS)
+            warm.close()
         for page_id, path in targets:
+            for url in urls.values():
+                for _ in range(warm_loads):
+                    warm = browser.new_page()
+                    warm.goto(url.rstrip("/") + path)
+                    warm.wait_for_function(DRAWN, arg=page_id, timeout=TIMEOUT_MS)
+                    warm.close()
             first: dict[str, list[float]] = {side: [] for side in urls}
             refresh: dict[str, list[float]] = {side: [] for side in urls}
             for _ in range(runs):
@@ -228,7 +240,8 @@ def measure_browser(
                 out[(side, path)] = row
                 print(
                     f"{side:6s} {path[:54]:54s} first p50 {row['first_p50']:.3f} p95 {row['first_p95']:.3f}  "
-                    f"refresh p50 {row['refresh_p50']:.3f} p95 {row['refresh_p95']:.3f}",
+                    f"refresh p50 {row['refresh_p50']:.3f} p95 {row['refresh_p95']:.3f}  "
+                    f"first, in order: {' '.join(f'{t:.2f}' for t in first[side])}",
                     flush=True,
                 )
     return out
@@ -283,7 +296,10 @@ def main() -> None:
     parser.add_argument("--build", action="store_true", help="build the store first (minutes)")
     parser.add_argument("--only", default="", help="comma-separated page ids to measure (default: all)")
     parser.add_argument(
-        "--warm", type=int, default=1, help="loads of the fleet page before timing, with --compare-src"
+        "--warm",
+        type=int,
+        default=1,
+        help="untimed loads of each page before its timed ones, on every side (0: the fleet page's one only)",
     )
     parser.add_argument(
         "--compare-src", default="", help="another tree's root: its dashboard is measured beside this one's"
@@ -299,12 +315,12 @@ def main() -> None:
         counts = {t: n for t, n in store.counts().items() if n}
         print(f"store {path}: {path.stat().st_size / 2**30:.2f} GiB, rows {counts}", flush=True)
         targets = select(pages(store), args.only)
-        browser, server_p95 = time_served(store, targets, args.runs, END_TS)
+        browser, server_p95 = time_served(store, targets, args.runs, END_TS, args.warm)
     print_rows("page", [(t, shown_path(t)) for _, t in targets], browser, server_p95)
 
 
 def time_served(
-    store: Store, targets: list[tuple[str, str]], runs: int, end: float
+    store: Store, targets: list[tuple[str, str]], runs: int, end: float, warm_loads: int = 1
 ) -> tuple[dict[tuple[str, str], dict[str, float]], dict[str, float]]:
     """`targets` of a dashboard served over `store` on loopback, its clock at `end`: the browser's timings
     (measure_browser) and each page's server-side render p95 (measure_server)."""
@@ -327,7 +343,7 @@ def time_served(
         ctx = create_app(store, config, now=lambda: clock[0]).server.config["fleetguard.dashboard"]
         ctx.fleet.get()  # built before the pages are timed, as the served one's is (by its keeper)
         server_p95 = measure_server(ctx, {p.page_id: p for p in PAGES}, targets, max(5, runs // 2))
-        browser = measure_browser({"this": server.url}, targets, runs, tick)
+        browser = measure_browser({"this": server.url}, targets, runs, tick, warm_loads)
     finally:
         server.close()
     return browser, server_p95

@@ -1,7 +1,8 @@
 """Where a dashboard page's first render goes, measured inside Chromium (issue 22 item 4).
 
 `bench/dashboard_render.py` times a first render from outside (navigate until drawn). This one splits it with
-the browser's own clocks, per page, median over --runs loads in a new tab with a warm cache:
+the browser's own clocks, per page, median over --runs loads in a new tab with a warm cache (after one untimed
+load of the page: its scripts' code cache written, as in bench/dashboard_render.py):
 
 - html: the navigation's responseEnd (the HTML, from the request's start);
 - boot: from there until Dash's renderer starts (`window.store` set: every script tag fetched and run);
@@ -155,6 +156,9 @@ def measure(url: str, targets: list[tuple[str, str]], runs: int) -> list[tuple[s
         warm.wait_for_function(DRAWN, arg="fleet", timeout=TIMEOUT_MS)
         warm.close()
         for page_id, path in targets:
+            # One untimed load of the page first, as bench/dashboard_render.py's --warm 1: its scripts' code
+            # cache written before the timed loads.
+            load_once(browser, url.rstrip("/") + path, page_id)
             loads = [load_once(browser, url.rstrip("/") + path, page_id) for _ in range(runs)]
             row = {c: statistics.median(float(load[c]) for load in loads) for c in COLUMNS}
             print(f"{path[:50]:50s} " + " ".join(f"{c} {row[c]:.0f}" for c in COLUMNS), flush=True)

@@ -33,6 +33,7 @@ _EVENT_COLOURS = {
 GRAPH_CONFIG: dcc.Graph.Config = {"displaylogo": False}
 MAX_EVENT_LINES = 40  # vertical markers drawn; the rest are in the events table
 _ROW_GAP = 0.03
+_STACKED_BOTTOM = 45  # px under a date axis: its two lines of labels (the times, the date under the first)
 
 
 def iso(ts: float) -> str:
@@ -63,7 +64,11 @@ def _stacked(titles: Sequence[str], height: int) -> dict[str, Any]:
     """A layout of len(titles) rows sharing one time axis (the bottom row's labels), a title over each."""
     n = len(titles)
     row = (1.0 - _ROW_GAP * (n - 1)) / n
-    layout = _layout(height)
+    # The x axes do not grow the margin (the template's automargin): one x axis with it, shown or not, made
+    # plotly lay out and draw the whole figure twice, half its drawing time (BENCHMARKS.md "First render,
+    # session 7"). The bottom margin is sized for the one labelled axis: the times and, under the first,
+    # the date.
+    layout = _layout(height, margin=_MARGIN | {"b": _STACKED_BOTTOM})
     annotations = []
     for i, title in enumerate(titles):
         top = 1.0 - i * (row + _ROW_GAP)
@@ -74,6 +79,7 @@ def _stacked(titles: Sequence[str], height: int) -> dict[str, Any]:
             "anchor": f"y{suffix}",
             "matches": None if i == 0 else "x",
             "showticklabels": i == n - 1,
+            "automargin": False,
         }
         annotations.append(
             {
@@ -247,6 +253,18 @@ def _event_label(e: EventRow) -> str:
     return f"{e.kind}{code}{times}: {e.message[:160]}"
 
 
+# Margins wide enough for what a figure's axes show, so that plotly's automargin (kept, from the template, for
+# what these estimates miss) finds nothing to grow: a margin it grows makes it lay out and draw the figure a
+# second time (BENCHMARKS.md "First render, session 7").
+_CHAR_PIXELS: Final = 7.5  # a tick label's character, 12 px font, with room to spare
+_COLOURBAR_PIXELS: Final = 120
+
+
+def _label_margin(labels: Sequence[str], least: int = _MARGIN["l"]) -> int:
+    """The left margin that holds the longest of `labels` as tick labels."""
+    return max(least, math.ceil(_CHAR_PIXELS * max((len(label) for label in labels), default=0)) + 16)
+
+
 def bar(
     labels: Sequence[str],
     values: Sequence[float],
@@ -258,9 +276,10 @@ def bar(
     marker = {"color": list(colours) if not isinstance(colours, str) else colours}
     if horizontal:
         trace = {"type": "bar", "y": list(labels), "x": list(values), "orientation": "h", "marker": marker}
+        margin = _MARGIN | {"l": _label_margin(labels)}
         return {
             "data": [trace],
-            "layout": _layout(height, yaxis={"autorange": "reversed", "automargin": True}),
+            "layout": _layout(height, yaxis={"autorange": "reversed", "automargin": True}, margin=margin),
         }
     trace = {"type": "bar", "x": list(labels), "y": list(values), "marker": marker}
     return {"data": [trace], "layout": _layout(height)}
@@ -272,7 +291,13 @@ def time_bars(
     trace = {"type": "bar", "x": [iso(t) for t in ts], "y": list(values), "marker": {"color": colour}}
     return {
         "data": [trace],
-        "layout": _layout(height, yaxis={"title": {"text": title}}, xaxis={"type": "date"}),
+        # Left: the y title beside its tick labels; bottom: a date axis's two lines.
+        "layout": _layout(
+            height,
+            yaxis={"title": {"text": title}},
+            xaxis={"type": "date"},
+            margin=_MARGIN | {"l": 80, "b": _STACKED_BOTTOM},
+        ),
     }
 
 
@@ -307,11 +332,12 @@ def step_heatmap(grid: StepGrid) -> Figure:
     """Rank x time, the median step time per bucket, coloured against the job's median step time: a
     straggler is a red row, a slowdown a red column, identical ranks all white."""
     zmin, zmax = centred_range([v for row in grid.seconds for v in row])
+    rank_labels = [f"rank {r}" for r in grid.ranks]
     trace = {
         "type": "heatmap",
         "z": [[None if v is None else round(v, STEP_DECIMALS) for v in row] for row in grid.seconds],
         "x": [iso(t) for t in grid.bucket_ts],
-        "y": [f"rank {r}" for r in grid.ranks],
+        "y": rank_labels,
         "colorscale": STEP_COLOURS,
         "zauto": False,
         "zmin": zmin,
@@ -323,6 +349,8 @@ def step_heatmap(grid: StepGrid) -> Figure:
         max(240, 40 + 18 * len(grid.ranks)),
         yaxis={"autorange": "reversed", "type": "category", **rank_ticks(len(grid.ranks))},
         xaxis={"type": "date"},
+        # The colour bar on the right, a date axis's two lines under the plot (see _label_margin).
+        margin=_MARGIN | {"l": _label_margin(rank_labels), "r": _COLOURBAR_PIXELS, "b": _STACKED_BOTTOM},
     )
     return {"data": [trace], "layout": layout}
 

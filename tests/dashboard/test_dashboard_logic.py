@@ -11,7 +11,7 @@ import pytest
 
 from dashboard.auth import TokenFileError, read_operator_token, token_accepted
 from dashboard.components import href, md_link
-from dashboard.figures import gpu_over_time
+from dashboard.figures import bar, gpu_over_time, time_bars
 from dashboard.fleet_view import gpu_views, host_views, port_views
 from dashboard.health import (
     SILENT_AFTER_SECONDS,
@@ -375,6 +375,19 @@ def test_the_gpu_figure_puts_every_subject_on_one_shared_time_axis() -> None:
     assert threshold[0]["y0"] == 0.5
     # The XID's marker crosses every row.
     assert [s["yref"] for s in layout["shapes"] if s["x0"] == "2027-01-15 08:02:00"] == ["paper"]
+    # No x axis grows the margin (plotly_white's automargin would lay out and draw the figure twice); the
+    # bottom margin holds the labelled axis's two lines (times, and the date under the first).
+    assert [layout[f"xaxis{i or ''}"]["automargin"] for i in (0, *range(2, 10))] == [False] * 9
+    assert layout["margin"]["b"] >= 45
+
+
+def test_figures_leave_room_for_their_labels() -> None:
+    # Margins that hold the labels: plotly's automargin then finds nothing to grow, and does not lay out
+    # and draw the figure a second time.
+    short = bar(["a"], [1.0], "red", horizontal=True)["layout"]["margin"]
+    long = bar(["sim-host-1269 mlx5_4/1"], [1.0], "red", horizontal=True)["layout"]["margin"]
+    assert short["l"] == 60 and long["l"] >= 7 * len("sim-host-1269 mlx5_4/1")
+    assert time_bars([1_800_000_000.0], [1.0], "red", "events")["layout"]["margin"]["b"] >= 45
 
 
 def test_the_gpu_figure_has_no_risk_row_without_scores() -> None:
