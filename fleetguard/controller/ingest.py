@@ -266,6 +266,11 @@ class IngestWriter:
         """Until every batch answered from the journal so far is committed (and its commit hooks have run);
         whether that came within `timeout`. Without a journal an answer already means committed."""
         deadline = time.monotonic() + timeout
+        with self._state:
+            if not self._held_keys:
+                return True
+        for lane in self._lanes:  # a lane gathering for its window commits what it has now (a call ends it)
+            lane.put_call(_wake)
         while True:
             with self._state:
                 if not self._held_keys:
@@ -453,9 +458,11 @@ class IngestWriter:
         except queue.Empty:
             return []
         items = [first]
-        # Until the window since this lane's last commit has passed: later batches join this group.
+        # Until the window since this lane's last commit has passed: later batches join this group. A call
+        # ends the gathering: somebody waits for it (a command queued, `wait_committed`), and the batches
+        # before it are committed before it runs.
         gather_until = self._last_commit[index] + self._group_window
-        while len(items) < MAX_GROUP_BATCHES:
+        while len(items) < MAX_GROUP_BATCHES and isinstance(items[-1], Pending):
             left = gather_until - time.monotonic()
             try:
                 items.append(

@@ -62,6 +62,30 @@ def test_a_batch_on_a_quiet_lane_commits_at_once_and_later_ones_gather_in_its_wi
     assert stats.batches_committed == 4
 
 
+def test_a_call_ends_a_lanes_gathering_rather_than_wait_out_its_window(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A queued call (a command, a repair's end, `wait_committed`'s wake-up) has somebody waiting on it: the
+    batches gathered before it are committed and it runs, whatever is left of the window. With a window of a
+    minute, the call below would otherwise time out."""
+    monkeypatch.setattr(ingest, "GROUP_WINDOW_SECONDS", 60.0)
+    stats = ControllerStats()
+    writer = IngestWriter(store, FakeClock(NOW), stats, lanes=1)
+    writer.start()
+    ran = threading.Event()
+    try:
+        _committed(writer.submit(_checked("node-a", 1)))  # a quiet lane: at once, and its window starts
+        gathered = writer.submit(_checked("node-b", 1))  # now gathered for the window
+        writer.call(ran.set, timeout=20)
+        assert ran.is_set()
+        assert gathered.done.is_set() and gathered.error is None, (
+            "the batch before the call is committed first"
+        )
+        assert stats.batches_committed == 2
+    finally:
+        writer.stop()
+
+
 def test_null_doubles_and_times_are_stored_as_null_beside_values(store: Store) -> None:
     writer = IngestWriter(store, FakeClock(NOW), ControllerStats())
     # One batch with a NULL among values, one with values only, one with NULLs only: one group.
