@@ -258,11 +258,15 @@ def _event_label(e: EventRow) -> str:
 # second time (BENCHMARKS.md "First render, session 7").
 _CHAR_PIXELS: Final = 7.5  # a tick label's character, 12 px font, with room to spare
 _COLOURBAR_PIXELS: Final = 120
+# At most this much of a figure's width for its labels: a host or link name is the agent's to choose, and a
+# long one must not squeeze the plot away (plotly clips the label instead).
+_MAX_LABEL_MARGIN: Final = 320
 
 
 def _label_margin(labels: Sequence[str], least: int = _MARGIN["l"]) -> int:
     """The left margin that holds the longest of `labels` as tick labels."""
-    return max(least, math.ceil(_CHAR_PIXELS * max((len(label) for label in labels), default=0)) + 16)
+    longest = max((len(label) for label in labels), default=0)
+    return min(_MAX_LABEL_MARGIN, max(least, math.ceil(_CHAR_PIXELS * longest) + 16))
 
 
 def bar(

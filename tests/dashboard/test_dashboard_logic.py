@@ -388,6 +388,9 @@ def test_figures_leave_room_for_their_labels() -> None:
     long = bar(["sim-host-1269 mlx5_4/1"], [1.0], "red", horizontal=True)["layout"]["margin"]
     assert short["l"] == 60 and long["l"] >= 7 * len("sim-host-1269 mlx5_4/1")
     assert time_bars([1_800_000_000.0], [1.0], "red", "events")["layout"]["margin"]["b"] >= 45
+    # A name an agent chose at any length takes at most a bounded share of the figure.
+    hostile = bar(["h" * 10_000], [1.0], "red", horizontal=True)["layout"]["margin"]
+    assert long["l"] < hostile["l"] <= 320
 
 
 def test_the_gpu_figure_has_no_risk_row_without_scores() -> None:
