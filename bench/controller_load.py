@@ -39,6 +39,7 @@ import random
 import re
 import resource
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -124,6 +125,40 @@ def template(interval: int) -> tuple[str, int]:
     return text.replace("999999999", "SEQNUM").replace("1795000000.5", "SENTTS"), len(rows)
 
 
+# Wire version 2's template: msgpack with a host name as long as the generator's, and a sequence number and a
+# send time whose encodings (uint64 and float64, 8 bytes each) are patched per body.
+_V2_HOST, _V2_SEQ, _V2_SENT = "host-XXXXX", 999_999_999_999, 1_795_000_000.5
+
+
+def template_v2(interval: int) -> bytes:
+    """The same batch as `template`, in wire version 2 (uncompressed): the host, sequence number and send
+    time are patched per body by `body_v2`."""
+    import msgspec
+
+    from fleetguard.shipping.wire_v2 import encode_v2
+
+    rounds = simulated_rounds(2 * interval, compact=True)
+    rows = [r for rnd in rounds[interval:] for r in rnd]
+    batch = OutgoingBatch(
+        _V2_HOST, "BOOTID", _V2_SEQ, _V2_SENT, float(interval), "bench", columns_by_table(rows)
+    )
+    for records in batch.tables.values():
+        if "host" in records:
+            records["host"] = [_V2_HOST] * len(records["host"])
+    raw = msgspec.msgpack.decode(gzip.decompress(encode_v2(batch)))  # plain types: re-encoded below
+    return msgspec.msgpack.encode(raw)
+
+
+def body_v2(template: bytes, host: str, seq: int, sent: float) -> bytes:
+    assert len(host) == len(_V2_HOST)
+    raw = (
+        template.replace(_V2_HOST.encode(), host.encode())
+        .replace(b"\xcf" + struct.pack(">Q", _V2_SEQ), b"\xcf" + struct.pack(">Q", seq))
+        .replace(b"\xcb" + struct.pack(">d", _V2_SENT), b"\xcb" + struct.pack(">d", sent))
+    )
+    return gzip.compress(raw, compresslevel=1)
+
+
 @dataclass
 class StepResult:
     hosts: int
@@ -142,11 +177,18 @@ class Generator:
     keep-alive connection; it reports its result and the CPU it spent sending."""
 
     def __init__(
-        self, port: int, tokens: dict[str, str], text: str, workers: int, processes: int = 2
+        self,
+        port: int,
+        tokens: dict[str, str],
+        text: str,
+        workers: int,
+        processes: int = 2,
+        v2_template: bytes | None = None,
     ) -> None:
         self.port = port
         self.tokens = tokens
         self.text = text
+        self.v2_template = v2_template  # set: send wire version 2 bodies made from it
         self.workers = workers
         self.processes = max(1, processes)
         self.cpu_seconds = 0.0  # the children's CPU while sending, summed over the steps so far
@@ -176,6 +218,7 @@ class Generator:
                     self.port,
                     {h: self.tokens[h] for h in group},
                     self.text,
+                    self.v2_template,
                     group,
                     {h: seqs.get(h, 0) for h in group},
                     seconds,
@@ -219,6 +262,7 @@ def _drive(
     port: int,
     tokens: dict[str, str],
     text: str,
+    v2_template: bytes | None,
     hosts: list[str],
     seqs: dict[str, int],
     seconds: float,
@@ -235,13 +279,16 @@ def _drive(
         offset = rng.uniform(0, interval)
         for k in range(per_host):
             due = start_wall + offset + k * interval
-            body = gzip.compress(
-                text.replace("HOSTNAME", h)
-                .replace("SEQNUM", str(seqs[h] + k + 1))
-                .replace("SENTTS", f"{due:.3f}")
-                .encode(),
-                compresslevel=1,
-            )
+            if v2_template is not None:
+                body = body_v2(v2_template, h, seqs[h] + k + 1, round(due, 3))
+            else:
+                body = gzip.compress(
+                    text.replace("HOSTNAME", h)
+                    .replace("SEQNUM", str(seqs[h] + k + 1))
+                    .replace("SENTTS", f"{due:.3f}")
+                    .encode(),
+                    compresslevel=1,
+                )
             schedule.append((due, body, f"Bearer {tokens[h]}"))
     schedule.sort(key=lambda item: item[0])
     result = StepResult(len(hosts))
@@ -374,6 +421,7 @@ def start_controller(
     args: argparse.Namespace,
     src: str,
     edge_processes: int | None = None,
+    v2_template: bytes | None = None,
 ) -> Controller:
     """`fleetguard controller` on `port`, run from this tree, or from source tree `src` (a before/after
     comparison in one run: the same machine, load and generator); `edge_processes`: that setting (None: the
@@ -392,7 +440,9 @@ def start_controller(
         env=env,
         cwd=src or None,
     )
-    return Controller(label, root, proc, Generator(port, tokens, text, args.workers, args.processes))
+    return Controller(
+        label, root, proc, Generator(port, tokens, text, args.workers, args.processes, v2_template)
+    )
 
 
 def first_bodies(text: str, hosts: Sequence[str]) -> list[bytes]:
@@ -433,12 +483,15 @@ def load(args: argparse.Namespace) -> None:
     root = Path(tempfile.mkdtemp(prefix="fg-controller-load-"))
     hosts_all = [f"host-{i:05d}" for i in range(max(steps))]
     tokens = add_tokens(root / "tokens.json", hosts_all)
-    sources: list[tuple[str, str, int | None]] = [("this tree", "", None)]
-    sources += [(f"this tree, edge_processes = {n}", "", n) for n in args.edge_processes]
-    sources += [(f"before ({src})", src, None) for src in args.compare_src]
+    v2 = template_v2(args.interval) if args.wire_v2 else None
+    sources: list[tuple[str, str, int | None, bytes | None]] = [("this tree", "", None, None)]
+    if v2 is not None:
+        sources.append(("this tree, wire v2", "", None, v2))
+    sources += [(f"this tree, edge_processes = {n}", "", n, None) for n in args.edge_processes]
+    sources += [(f"before ({src})", src, None, None) for src in args.compare_src]
     ctls = [
-        start_controller(label, root / f"ctl{k}", args.port + k, tokens, text, args, src, edge)
-        for k, (label, src, edge) in enumerate(sources)
+        start_controller(label, root / f"ctl{k}", args.port + k, tokens, text, args, src, edge, body)
+        for k, (label, src, edge, body) in enumerate(sources)
     ]
     time.sleep(3)
     print(
@@ -676,6 +729,11 @@ def main() -> None:
         metavar="N",
         help="also run this tree's controller with [controller] edge_processes = N, step by step beside "
         "the default one (CPU and RSS count its edge processes)",
+    )
+    parser.add_argument(
+        "--wire-v2",
+        action="store_true",
+        help="also run this tree's controller fed wire version 2 bodies (the same batches), step by step",
     )
     parser.add_argument("--footprint", action="store_true")
     parser.add_argument("--footprint-seconds", type=int, default=1800)

@@ -104,7 +104,8 @@ def encode_batch(batch: IngestBatch) -> bytes:
         for column_name, values in columns.items():
             array = _as_buffer(_COLUMNS[name][column_name], values)
             if array is None:
-                values_part[column_name] = values
+                # a text column of a wire-version-2 batch is an object array: msgpack carries its values
+                values_part[column_name] = values.tolist() if isinstance(values, np.ndarray) else values
             else:
                 buffer_part[column_name] = array.tobytes()
     reply = EdgeReply(

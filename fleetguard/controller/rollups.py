@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterable
 
 import duckdb
+import numpy as np
 
 from fleetguard.shipping.wire import Columns
 
@@ -91,8 +92,9 @@ class Rollups:
         minutes: set[int] = set()
         for name in ("gpu_samples", "nic_counters"):
             ts = (tables.get(name) or {}).get("ts")
-            if ts is not None and len(ts):  # a list, or an array from the edge processes (edge_wire)
-                lo, hi = int(min(ts) // 60), int(max(ts) // 60)
+            if ts is not None and len(ts):  # a list, or an array (wire version 2, the edge processes)
+                lo, hi = (min(ts), max(ts)) if isinstance(ts, list) else (np.min(ts), np.max(ts))
+                lo, hi = int(lo // 60), int(hi // 60)
                 minutes.update(range(lo, min(hi, lo + 1440) + 1))  # at most a day per batch
         if minutes:
             with self._lock:

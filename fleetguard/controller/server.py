@@ -24,11 +24,14 @@ from fleetguard.controller.tokens import Identity, Role, TokenBook
 from fleetguard.controller.validate import BatchRefused, IngestBatch, Refusal
 from fleetguard.httpserve import HttpError, Request, Response
 from fleetguard.shipping.commands import CommandKind
+from fleetguard.shipping.wire import WIRE_VERSION
+from fleetguard.shipping.wire_v2 import WIRE_VERSION_2
 from fleetguard.store import Store
 from fleetguard.store.repair_tables import MAX_SINCE_SECONDS, repairs_document
 
 COMMIT_WAIT_SECONDS = 30.0  # past this the agent is told 503 and re-sends; the ledger stores it once
 MAX_IN_FLIGHT_PER_HOST = 4
+WIRE_VERSIONS = (WIRE_VERSION, WIRE_VERSION_2)  # what POST /v1/ingest reads (the reply says so)
 DEFAULT_REPAIRS_SECONDS = 30 * 86400.0  # `fleetguard repairs --since`'s default
 
 
@@ -394,7 +397,8 @@ def _int(params: dict[str, str], name: str, default: int) -> int:
 
 
 def _committed_reply(seq: int, result: IngestResult) -> Response:
-    """The agent's answer: its batch is kept (committed, or in the journal), with its host's commands."""
+    """The agent's answer: its batch is kept (committed, or in the journal), with its host's commands, and
+    the wire versions this controller reads (an agent sends version 2 only once it has read this)."""
     return Response.json(
         200,
         {
@@ -402,5 +406,6 @@ def _committed_reply(seq: int, result: IngestResult) -> Response:
             "duplicate": result.duplicate,
             "seq": seq,
             "commands": [c.to_json() for c in result.commands],
+            "wire": list(WIRE_VERSIONS),
         },
     )

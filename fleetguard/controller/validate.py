@@ -18,13 +18,17 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+import numpy as np
+
 from fleetguard.controller import wire_schema
 from fleetguard.controller.wire_schema import MAX_TEXT_CHARS, MAX_TS, MIN_TS
+from fleetguard.controller.wire_v2_schema import WireV2Refused, decode_v2
 from fleetguard.httpserve import holds_lone_surrogate
 from fleetguard.records.bounds import INT64_MAX, INT64_MIN, UINT64_MAX
 from fleetguard.records.findings import CONTROLLER_FINDING_KINDS, FLEET_COPY_PREFIX
 from fleetguard.shipping.commands import CommandAck, ack_from_json
 from fleetguard.shipping.wire import WIRE_VERSION
+from fleetguard.shipping.wire_v2 import WIRE_VERSION_2, is_v2
 from fleetguard.store.schema import TABLES, Column, Table
 
 # A real batch inflates to ~40 KB (one flush of an 8-GPU host); the first after a start to ~200 KB. Parsed
@@ -115,6 +119,14 @@ def parse_batch(
     """Check a request body from `authenticated_host` (the host its token names); with `now` (the
     controller's clock), no time may be more than MAX_FUTURE_SECONDS ahead of it."""
     raw = decompress(body) if compressed else body
+    if is_v2(raw, compressed=False):
+        try:
+            doc = decode_v2(raw)
+        except WireV2Refused as exc:
+            raise BatchRefused(
+                Refusal.MALFORMED if exc.malformed else Refusal.INVALID_VALUE, str(exc)
+            ) from None
+        return check_batch(doc, authenticated_host, now=now, typed=True, version=WIRE_VERSION_2)
     typed = wire_schema.decode(raw)
     if typed is not None:
         # Every value has its column's type and is valid Unicode (no lone surrogate anywhere).
@@ -146,17 +158,23 @@ _KEYS = {"v", "host", "boot_id", "seq", "sent_ts", "interval_seconds", "agent_ve
 
 
 def check_batch(
-    doc: dict[str, Any], authenticated_host: str, *, now: float | None = None, typed: bool = False
+    doc: dict[str, Any],
+    authenticated_host: str,
+    *,
+    now: float | None = None,
+    typed: bool = False,
+    version: int = WIRE_VERSION,
 ) -> IngestBatch:
-    """Check a decoded batch; `typed`: decoded by `wire_schema`, whose types need no second look."""
+    """Check a decoded batch; `typed`: decoded by `wire_schema` (or `wire_v2_schema`, `version` 2), whose
+    types need no second look."""
     unknown = set(doc) - _KEYS
     if unknown or set(doc) != _KEYS:
         detail = (
             f"unknown keys {sorted(unknown)[:5]}" if unknown else f"missing keys {sorted(_KEYS - set(doc))}"
         )
         raise BatchRefused(Refusal.MALFORMED, f"batch: {detail}")
-    if doc["v"] != WIRE_VERSION or type(doc["v"]) is not int:
-        raise BatchRefused(Refusal.MALFORMED, f"batch.v: this controller reads version {WIRE_VERSION}")
+    if doc["v"] != version or type(doc["v"]) is not int:
+        raise BatchRefused(Refusal.MALFORMED, f"batch.v: a JSON body is version {WIRE_VERSION}")
     host = _short_text("host", doc["host"])
     if host != authenticated_host:
         raise BatchRefused(Refusal.WRONG_HOST, f"batch.host {host[:64]!r} is not the host of this token")
@@ -232,12 +250,18 @@ def check_columns(
     missing = [c.name for c in table.columns if c.required and c.name not in columns]
     if unknown or missing:
         raise BatchRefused(Refusal.MALFORMED, f"{where}: unknown columns {unknown}, missing {missing}")
-    lengths = {len(v) if isinstance(v, list) else -1 for v in columns.values()}
+    # lists, or (wire version 2) arrays: one-dimensional, made by wire_v2_schema
+    lengths = {len(v) if isinstance(v, list | np.ndarray) else -1 for v in columns.values()}
     if len(lengths) != 1 or -1 in lengths:
         raise BatchRefused(Refusal.MALFORMED, f"{where}: columns must be lists of one length")
-    check = _check_typed_column if typed else _check_column
-    for name, values in columns.items():
-        check(by_name[name], values, f"{where}.{name}", max_ts)
+    if typed:  # only the types whose bounds a typed decoder leaves open: a call per column was most of it
+        for column in _TYPED_CHECKED[table.name]:
+            values = columns.get(column.name)
+            if values is not None:
+                _check_typed_column(column, values, f"{where}.{column.name}", max_ts)
+    else:
+        for name, values in columns.items():
+            _check_column(by_name[name], values, f"{where}.{name}", max_ts)
     rows = lengths.pop()
     if table.name == "findings":
         _check_agent_findings(columns, host, rows, where)
@@ -290,7 +314,11 @@ def _check_typed_column(column: Column, values: list[Any], where: str, max_ts: f
     """What a `wire_schema` type leaves open: the upper bounds of BIGINT and UBIGINT (and BIGINT's lower one),
     and a time no later than the controller's clock allows."""
     bounds = _TYPED_BOUNDS.get(column.sql_type)
-    if bounds is None or not values:
+    if bounds is None or not len(values):
+        return
+    if isinstance(values, np.ndarray):  # wire version 2: int64 and uint64 arrays hold nothing out of range
+        if column.is_timestamp:
+            _check_times(values, where, max_ts)
         return
     low, high = bounds
     try:
@@ -313,10 +341,26 @@ def _check_typed_column(column: Column, values: list[Any], where: str, max_ts: f
         raise BatchRefused(Refusal.INVALID_VALUE, f"{where}: {problem}")
 
 
+def _check_times(values: Any, where: str, max_ts: float) -> None:
+    """A wire-version-2 time column (`wire_v2_schema` checked its type, NULLs and infinities): its range."""
+    lowest, highest = np.fmin.reduce(values), np.fmax.reduce(values)  # NaN (NULL) left out; all NaN: NaN
+    if lowest < MIN_TS or highest > max_ts:
+        raise BatchRefused(
+            Refusal.INVALID_VALUE,
+            f"{where}: timestamp before 2000 or more than an hour ahead of the controller's clock",
+        )
+
+
 _TYPED_BOUNDS: dict[str, tuple[float, float]] = {
     "BIGINT": (INT64_MIN, INT64_MAX),
     "UBIGINT": (0, UINT64_MAX),
     "TIMESTAMP": (MIN_TS, MAX_TS),
+}
+
+
+# Per table, the columns `_check_typed_column` has something to check in.
+_TYPED_CHECKED = {
+    name: [c for c in table.columns if c.sql_type in _TYPED_BOUNDS] for name, table in TABLES.items()
 }
 
 

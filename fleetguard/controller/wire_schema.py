@@ -44,16 +44,33 @@ def _column_type(column: Column) -> Any:
     return list[value | None] if column.nullable else list[value]  # type: ignore[valid-type]
 
 
-def _table_struct(table: Table) -> Any:
+def _table_struct(table: Table, *, every_optional: bool = False) -> Any:
+    """A table's columns as a struct of typed lists; `every_optional`: none required (wire version 2, where a
+    required column may travel as an array instead: whether each is there is checked after decoding)."""
     fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
     for column in table.columns:
-        if column.required:
+        if column.required and not every_optional:
             fields.append((column.name, _column_type(column)))
         else:  # absent: the record's default; an explicit null is refused, as before
             fields.append((column.name, _column_type(column) | UnsetType, UNSET))
+    prefix = "WireColumnsV2" if every_optional else "WireColumns"
     return msgspec.defstruct(
-        f"WireColumns_{table.name}", fields, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+        f"{prefix}_{table.name}", fields, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
     )
+
+
+def optional_columns_struct(table: Table) -> Any:
+    """`table`'s typed column lists with every column optional (wire version 2's "columns")."""
+    return _table_struct(table, every_optional=True)
+
+
+def present_columns(columns: Any) -> dict[str, list[Any]]:
+    """The columns a decoded column struct holds."""
+    return {
+        field: values
+        for field in columns.__struct_fields__
+        if (values := getattr(columns, field)) is not UNSET
+    }
 
 
 _TABLE_STRUCTS = {name: _table_struct(table) for name, table in TABLES.items()}
@@ -92,11 +109,7 @@ def decode(raw: bytes) -> dict[str, Any] | None:
     for name in _TABLE_STRUCTS:
         columns = getattr(batch.tables, name)
         if columns is not UNSET:
-            tables[name] = {
-                field: values
-                for field in columns.__struct_fields__
-                if (values := getattr(columns, field)) is not UNSET
-            }
+            tables[name] = present_columns(columns)
     return {
         "v": batch.v,
         "host": batch.host,

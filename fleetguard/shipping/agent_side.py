@@ -167,7 +167,12 @@ def open_shipping(
     except ValueError as exc:
         raise ShippingError(f"agent.controller_url: {exc}") from exc
     buffer = SpoolBuffer(
-        spool, config.host, agent.flush_interval_seconds, channel=channel, on_appended=shipper.wake
+        spool,
+        config.host,
+        agent.flush_interval_seconds,
+        channel=channel,
+        on_appended=shipper.wake,
+        wire=shipper.wire if isinstance(shipper, Shipper) else None,  # NATS: version 1
     )
     buffers.append(buffer)
     return Shipping(spool, buffer, shipper, channel, ShippingMetrics(spool, buffer, shipper))

@@ -23,6 +23,7 @@ from fleetguard.shipping.drain_loop import DrainLoop, ShipperStats
 from fleetguard.shipping.errors import BatchRefused, RetryLater, SendFailed, TransportDown
 from fleetguard.shipping.spool import Spool, SpoolRecord
 from fleetguard.shipping.wire import CONTENT_ENCODING, CONTENT_TYPE
+from fleetguard.shipping.wire_v2 import CONTENT_TYPE_V2, WireChoice, is_v2, to_v1
 
 __all__ = ["HttpTransport", "Shipper", "ShipperStats"]
 
@@ -44,6 +45,7 @@ class HttpTransport:
         stats: ShipperStats,
         rng: random.Random,
         channel: CommandChannel | None = None,
+        wire: WireChoice | None = None,
     ) -> None:
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
@@ -54,18 +56,26 @@ class HttpTransport:
         self.stats = stats
         self._rng = rng
         self.channel = channel
+        # The wire version new batches are encoded in: the controller's replies say which it reads.
+        self.wire = wire or WireChoice()
         self._conn: http.client.HTTPConnection | None = None
 
     def prepare(self) -> None:
         """Nothing to open ahead: a connection is made by the first send."""
 
     def send(self, body: bytes) -> None:
-        try:
-            status, headers, reply = self._post(body)
-        except (OSError, http.client.HTTPException) as exc:
-            self.close()
-            raise TransportDown(f"controller {self._parsed.netloc} unreachable ({exc})") from exc
-        self.stats.sent += 1
+        v2 = is_v2(body)
+        status, headers, reply = self._send(body, v2)
+        if status == 400 and v2:
+            # A controller that reads version 1 only (downgraded since it said otherwise) refuses version 2
+            # as malformed: the same batch goes again as version 1, and so do the next ones.
+            log.warning("the controller refused a wire-version-2 batch (%s): sending version 1", reply[:200])
+            self.wire.refused_v2()
+            try:
+                body = to_v1(body)
+            except ValueError as exc:
+                raise BatchRefused(f"a spooled batch cannot be read again: {exc}") from None
+            status, headers, reply = self._send(body, False)
         if status == 200:
             self._committed(reply)
             return
@@ -84,11 +94,22 @@ class HttpTransport:
             raise RetryLater(f"controller busy ({status})", self._retry_after(headers.get("retry-after")))
         raise SendFailed(f"controller answered {status}")
 
+    def _send(self, body: bytes, v2: bool) -> tuple[int, dict[str, str], bytes]:
+        try:
+            status, headers, reply = self._post(body, CONTENT_TYPE_V2 if v2 else CONTENT_TYPE)
+        except (OSError, http.client.HTTPException) as exc:
+            self.close()
+            raise TransportDown(f"controller {self._parsed.netloc} unreachable ({exc})") from exc
+        self.stats.sent += 1
+        return status, headers, reply
+
     def _committed(self, reply: bytes) -> None:
         try:
             doc = json.loads(reply)
         except ValueError:
             return
+        if isinstance(doc, dict):
+            self.wire.controller_reads(doc.get("wire"))
         if isinstance(doc, dict) and doc.get("duplicate"):
             self.stats.duplicates += 1
         commands = doc.get("commands", []) if isinstance(doc, dict) else []
@@ -112,14 +133,14 @@ class HttpTransport:
         seconds = min(max(seconds, 0.1), 60.0)
         return seconds * (1.0 + 0.5 * self._rng.random())
 
-    def _post(self, body: bytes) -> tuple[int, dict[str, str], bytes]:
+    def _post(self, body: bytes, content_type: str) -> tuple[int, dict[str, str], bytes]:
         conn = self._connection()
         conn.request(
             "POST",
             self._path,
             body=body,
             headers={
-                "Content-Type": CONTENT_TYPE,
+                "Content-Type": content_type,
                 "Content-Encoding": CONTENT_ENCODING,
                 "Authorization": f"Bearer {self._token}",
             },
@@ -158,12 +179,14 @@ class Shipper:
         channel: CommandChannel | None = None,
         clock: Callable[[], float],
         rng: random.Random | None = None,
+        wire: WireChoice | None = None,
     ) -> None:
         rng = rng or random.Random()
         self.spool = spool
         self.channel = channel
         self.stats = ShipperStats()
-        self.transport = HttpTransport(url, token, self.stats, rng, channel)
+        self.wire = wire or WireChoice()  # the spool buffer encodes new batches in this version
+        self.transport = HttpTransport(url, token, self.stats, rng, channel, self.wire)
         self._loop = DrainLoop(
             spool,
             self.transport,

@@ -22,6 +22,7 @@ from fleetguard.shipping.commands import CommandAck
 from fleetguard.shipping.compact import Compactor
 from fleetguard.shipping.spool import Spool
 from fleetguard.shipping.wire import OutgoingBatch, columns_by_table, encode
+from fleetguard.shipping.wire_v2 import WIRE_VERSION_2, WireChoice, encode_v2_counted
 from fleetguard.store.schema import TABLE_BY_RECORD
 
 log = logging.getLogger(__name__)
@@ -41,8 +42,12 @@ class SpoolBuffer:
         on_appended: Callable[[], None] | None = None,
         max_rows: int = DEFAULT_MAX_ROWS,
         clock: Callable[[], float] = time.time,
+        wire: WireChoice | None = None,
     ) -> None:
         self.spool = spool
+        # Which wire version new batches are encoded in (the HTTP shipper's: it learns what the controller
+        # reads); None: version 1 always (the NATS shipper reads a version-1 body's head).
+        self.wire = wire
         self.host = host
         self.interval_seconds = interval_seconds
         self.boot_id = uuid.uuid4().hex
@@ -124,11 +129,15 @@ class SpoolBuffer:
             tables=columns_by_table(rows),
             acks=list(acks),
         )
-        try:
-            body = encode(batch)
-        except ValueError:
-            # NaN or infinity from a collector: JSON has none, and no column takes one. Ship the rest.
-            body = encode(_without_non_finite(batch, self))
+        if self.wire is not None and self.wire.version == WIRE_VERSION_2:
+            body, non_finite = encode_v2_counted(batch)  # NaN or infinity: sent as NULL, as below
+            self.rejected_rows += non_finite
+        else:
+            try:
+                body = encode(batch)
+            except ValueError:
+                # NaN or infinity from a collector: JSON has none, and no column takes one. Ship the rest.
+                body = encode(_without_non_finite(batch, self))
         try:
             self.spool.append(body)
         except BaseException:
