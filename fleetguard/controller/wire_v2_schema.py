@@ -13,6 +13,7 @@ the same reason (400 malformed, or invalid value) as version 1's for the same fa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import msgspec
@@ -33,6 +34,7 @@ _DTYPES = {
     "UBIGINT": np.dtype("<u8"),
 }
 _CODES = np.dtype("<u4")
+_FLOAT = np.dtype("<f8")
 
 
 class WireV2Refused(ValueError):
@@ -121,59 +123,125 @@ def _table_columns(name: str, table: Any) -> dict[str, Any]:
     by_name = _COLUMNS[name]
     if name not in ARRAY_TABLES:
         return columns
-    # Each array type's columns read as the rows of one array: a numpy call per table, not per column.
-    by_dtype: dict[np.dtype[Any], list[tuple[Column, bytes]]] = {}
-    size = rows * 8
-    for column_name, raw in table.numbers.items():
-        column = by_name.get(column_name)
-        dtype = None if column is None else _DTYPES.get(column.sql_type)
-        if column is None or dtype is None:
-            raise WireV2Refused(f"{where}.numbers: no number column {column_name[:64]!r}", malformed=True)
-        if column_name in columns:
-            raise WireV2Refused(f"{where}.{column_name}: sent twice", malformed=True)
-        if len(raw) != size:
-            raise WireV2Refused(f"{where}.{column_name}: not {rows} values", malformed=True)
-        by_dtype.setdefault(dtype, []).append((column, raw))
-    for dtype, parts in by_dtype.items():
-        block = np.frombuffer(b"".join(raw for _, raw in parts), dtype=dtype).reshape(len(parts), rows)
-        if dtype.kind == "f":
-            _check_floats(where, rows, parts, block)
-        # (every int64 fits BIGINT and every uint64 UBIGINT: nothing to check)
-        columns.update({column.name: block[i] for i, (column, _) in enumerate(parts)})
+    if table.numbers:
+        columns.update(_number_columns(where, name, rows, table.numbers, columns))
+    text_parts: list[tuple[Column, _Texts]] = []
     for column_name, texts in table.texts.items():
         column = by_name.get(column_name)
         if column is None or column.sql_type != "VARCHAR":
             raise WireV2Refused(f"{where}.texts: no text column {column_name[:64]!r}", malformed=True)
         if column_name in columns:
             raise WireV2Refused(f"{where}.{column_name}: sent twice", malformed=True)
-        columns[column_name] = _text_column(f"{where}.{column_name}", column, rows, texts)
+        if len(texts.codes) != rows * _CODES.itemsize:
+            raise WireV2Refused(f"{where}.{column_name}: not {rows} codes", malformed=True)
+        text_parts.append((column, texts))
+    if text_parts:
+        columns.update(_text_columns(where, rows, text_parts))
     return columns
 
 
-def _check_floats(where: str, rows: int, parts: list[tuple[Column, bytes]], block: Any) -> None:
-    """A table's float columns, checked together: one call finds an infinity in any of them."""
-    if not rows:
-        return
-    if np.isinf(block).any():
-        first = int(np.flatnonzero(np.isinf(block).any(axis=1))[0])
-        raise WireV2Refused(f"{where}.{parts[first][0].name}: non-finite number", malformed=False)
-    required = [i for i, (column, _) in enumerate(parts) if not column.nullable]
-    if required:
-        nulls = np.isnan(block[required]).any(axis=1)
-        if nulls.any():
-            name = parts[required[int(np.flatnonzero(nulls)[0])]][0].name
-            raise WireV2Refused(f"{where}.{name}: null in a NOT NULL column", malformed=False)
+@dataclass(frozen=True)
+class _NumberLayout:
+    """Where each of a list of number columns lands: agents send the same list batch after batch, so this is
+    worked out once per list (`_number_layout`), and a batch's arrays are read with a few numpy calls."""
+
+    float_rows: list[int]  # rows of the batch's block that are DOUBLE or TIMESTAMP columns
+    float_names: list[str]
+    required_rows: list[int]  # float rows whose column is NOT NULL (NaN there is a NULL it cannot take)
+    int_groups: list[tuple[np.dtype[Any], list[int], list[str]]]  # int64 / uint64: the rows and names
 
 
-def _text_column(where: str, column: Column, rows: int, texts: _Texts) -> Any:
-    if len(texts.codes) != rows * _CODES.itemsize:
-        raise WireV2Refused(f"{where}: not {rows} codes", malformed=True)
-    codes = np.frombuffer(texts.codes, dtype=_CODES)
-    if rows and int(codes.max()) > len(texts.values):
-        raise WireV2Refused(f"{where}: a code names no value", malformed=True)
-    if rows and not column.nullable and not codes.all():
-        raise WireV2Refused(f"{where}: null in a NOT NULL column", malformed=False)
-    lookup = np.empty(len(texts.values) + 1, dtype=object)
-    lookup[0] = None
-    lookup[1:] = texts.values
-    return lookup[codes]
+_LAYOUTS: dict[tuple[str, tuple[str, ...]], _NumberLayout] = {}
+MAX_LAYOUTS = 256  # bounded: a hostile agent may send a new list of names with every batch
+
+
+def _number_layout(where: str, table_name: str, names: tuple[str, ...]) -> _NumberLayout:
+    key = (table_name, names)
+    layout = _LAYOUTS.get(key)
+    if layout is not None:
+        return layout
+    by_name = _COLUMNS[table_name]
+    float_rows: list[int] = []
+    ints: dict[np.dtype[Any], tuple[list[int], list[str]]] = {}
+    for i, column_name in enumerate(names):
+        column = by_name.get(column_name)
+        dtype = None if column is None else _DTYPES.get(column.sql_type)
+        if dtype is None:
+            raise WireV2Refused(f"{where}.numbers: no number column {column_name[:64]!r}", malformed=True)
+        if dtype.kind == "f":
+            float_rows.append(i)
+        else:
+            rows, group_names = ints.setdefault(dtype, ([], []))
+            rows.append(i)
+            group_names.append(column_name)
+    layout = _NumberLayout(
+        float_rows=float_rows,
+        float_names=[names[i] for i in float_rows],
+        required_rows=[i for i in float_rows if not by_name[names[i]].nullable],
+        int_groups=[(dtype, rows, group_names) for dtype, (rows, group_names) in ints.items()],
+    )
+    if len(_LAYOUTS) >= MAX_LAYOUTS:
+        _LAYOUTS.clear()
+    _LAYOUTS[key] = layout
+    return layout
+
+
+def _number_columns(
+    where: str, table_name: str, rows: int, numbers: dict[str, bytes], columns: dict[str, Any]
+) -> dict[str, Any]:
+    """A table's number columns as arrays over one block of the body's bytes (every type is 8 bytes a value),
+    checked together: one call finds an infinity in any float column, one a NULL where none is taken."""
+    names = tuple(numbers)
+    layout = _number_layout(where, table_name, names)
+    if not columns.keys().isdisjoint(names):
+        twice = next(n for n in names if n in columns)
+        raise WireV2Refused(f"{where}.{twice[:64]}: sent twice", malformed=True)
+    size = rows * 8
+    if set(map(len, numbers.values())) != {size}:  # in C: no Python step per column
+        short = next(n for n, raw in numbers.items() if len(raw) != size)
+        raise WireV2Refused(f"{where}.{short[:64]}: not {rows} values", malformed=True)
+    block = np.frombuffer(b"".join(numbers.values()), dtype=_FLOAT).reshape(len(names), rows)
+    out: dict[str, Any] = {}
+    if layout.float_rows:
+        floats = block[layout.float_rows]
+        if rows and np.isinf(floats).any():
+            first = int(np.flatnonzero(np.isinf(floats).any(axis=1))[0])
+            raise WireV2Refused(f"{where}.{layout.float_names[first]}: non-finite number", malformed=False)
+        if rows and layout.required_rows:
+            nulls = np.isnan(block[layout.required_rows]).any(axis=1)
+            if nulls.any():
+                name = names[layout.required_rows[int(np.flatnonzero(nulls)[0])]]
+                raise WireV2Refused(f"{where}.{name}: null in a NOT NULL column", malformed=False)
+        out.update(zip(layout.float_names, floats, strict=True))
+    for dtype, group_rows, group_names in layout.int_groups:
+        # (every int64 fits BIGINT and every uint64 UBIGINT: nothing to check)
+        out.update(zip(group_names, block[group_rows].view(dtype), strict=True))
+    return out
+
+
+def _text_columns(where: str, rows: int, parts: list[tuple[Column, _Texts]]) -> dict[str, Any]:
+    """A table's text columns as object arrays, read together: their codes as the rows of one array, checked
+    against their own values' counts in one comparison, then turned into strings by one index into all their
+    values (each column's codes shifted past the columns before it; 0 stays NULL)."""
+    codes = np.frombuffer(b"".join(t.codes for _, t in parts), dtype=_CODES).reshape(len(parts), rows)
+    counts = np.array([len(t.values) for _, t in parts], dtype=np.int64)
+    if rows:
+        over = codes.max(axis=1) > counts
+        if over.any():
+            name = parts[int(np.flatnonzero(over)[0])][0].name
+            raise WireV2Refused(f"{where}.{name}: a code names no value", malformed=True)
+        required = [i for i, (column, _) in enumerate(parts) if not column.nullable]
+        if required:
+            nulls = (codes[required] == 0).any(axis=1)
+            if nulls.any():
+                name = parts[required[int(np.flatnonzero(nulls)[0])]][0].name
+                raise WireV2Refused(f"{where}.{name}: null in a NOT NULL column", malformed=False)
+    values: list[str | None] = [None]
+    for _, texts in parts:
+        values += texts.values
+    lookup = np.empty(len(values), dtype=object)
+    lookup[:] = values
+    offsets = np.cumsum(counts) - counts  # where each column's values start after the NULL
+    shifted = np.where(codes == 0, 0, codes.astype(np.int64) + offsets[:, None])
+    strings = lookup[shifted]
+    return {column.name: strings[i] for i, (column, _) in enumerate(parts)}
