@@ -8,7 +8,10 @@ against its store column's (float64 for DOUBLE and TIMESTAMP, int64 BIGINT, uint
 those types fits its column), no infinity, NULL (NaN, code 0) only where the column takes it, each code
 naming one of the values sent. What is left is what version 1's typed batches leave to
 `validate.check_batch` too: the times' range, whose host a row names, the findings' kinds. A refusal names
-the same reason (400 malformed, or invalid value) as version 1's for the same fault.
+the same reason (400 malformed, or invalid value) as version 1's for the same fault: a body whose lists (or
+fields) the typed schema refuses is read again untyped (`decode_v2_plain`), its arrays as lists, and checked
+value by value as version 1's slow reading is (a NaN in a list is refused there too: msgpack, unlike JSON,
+carries one). A text column's distinct values are no more than its rows.
 """
 
 from __future__ import annotations
@@ -87,13 +90,14 @@ _DECODER = msgspec.msgpack.Decoder(_Batch)
 _COLUMNS = {name: {c.name: c for c in table.columns} for name, table in TABLES.items()}
 
 
-def decode_v2(raw: bytes) -> dict[str, Any]:
+def decode_v2(raw: bytes) -> dict[str, Any] | None:
     """An inflated version-2 body as the document `validate.check_batch` takes (typed: lists and arrays);
-    WireV2Refused naming what is wrong."""
+    WireV2Refused naming what is wrong; None if a value in "columns" (or a field of the batch) does not
+    have its type: `decode_v2_plain` reads it again so the refusal names version 1's reason."""
     try:
         batch = _DECODER.decode(raw)
-    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # msgspec.ValidationError is a DecodeError
-        raise WireV2Refused(f"batch: not a version-2 batch: {str(exc)[:200]}", malformed=True) from None
+    except (msgspec.DecodeError, UnicodeDecodeError):  # msgspec.ValidationError is a DecodeError
+        return None
     if batch.v != WIRE_VERSION_2:
         raise WireV2Refused("batch.v: a msgpack body is version 2", malformed=True)
     tables: dict[str, dict[str, Any]] = {}
@@ -114,17 +118,97 @@ def decode_v2(raw: bytes) -> dict[str, Any]:
     }
 
 
-def _table_columns(name: str, table: Any) -> dict[str, Any]:
+def decode_v2_plain(raw: bytes) -> dict[str, Any]:
+    """A version-2 body the typed schema refused, as version 1's document (every column a list, NULL None):
+    `validate.check_batch` then checks it value by value and names the reason version 1 would for the same
+    batch. Only the arrays' shape is checked here (WireV2Refused): values are the caller's to judge."""
+    try:
+        doc = msgspec.msgpack.decode(raw)
+    except (msgspec.DecodeError, UnicodeDecodeError, ValueError, TypeError) as exc:
+        raise WireV2Refused(f"batch: not a version-2 batch: {str(exc)[:200]}", malformed=True) from None
+    if not isinstance(doc, dict):
+        raise WireV2Refused("batch: expected a map", malformed=True)
+    tables = doc.get("tables")
+    if not isinstance(tables, dict):
+        raise WireV2Refused("batch.tables: expected a map", malformed=True)
+    plain: dict[Any, Any] = {}
+    for name, table in tables.items():
+        if name not in TABLES:
+            raise WireV2Refused(f"batch.tables: unknown table {str(name)[:64]!r}", malformed=True)
+        plain[name] = _plain_table(name, table)
+    return {**doc, "tables": plain}
+
+
+_TABLE_KEYS = frozenset({"rows", "numbers", "texts", "columns"})
+
+
+def _plain_table(name: str, table: object) -> dict[str, Any]:
     where = f"batch.tables.{name}"
-    rows: int = table.rows
+    if not isinstance(table, dict) or not set(table) <= _TABLE_KEYS or "rows" not in table:
+        raise WireV2Refused(f"{where}: expected a map of rows, numbers, texts, columns", malformed=True)
+    rows, numbers, texts = table["rows"], table.get("numbers", {}), table.get("texts", {})
+    columns = table.get("columns", {})
+    if type(rows) is not int or not 0 <= rows <= MAX_TABLE_ROWS:
+        raise WireV2Refused(f"{where}.rows: expected 0 to {MAX_TABLE_ROWS}", malformed=True)
+    if name not in ARRAY_TABLES and (numbers or texts):
+        raise WireV2Refused(f"{where}: only {sorted(ARRAY_TABLES)} send numbers and texts", malformed=True)
+    shapes_ok = (
+        isinstance(numbers, dict)
+        and isinstance(texts, dict)
+        and isinstance(columns, dict)
+        and all(type(k) is str for part in (numbers, texts, columns) for k in part)
+        and all(type(v) is bytes for v in numbers.values())
+        and all(type(v) is list for v in columns.values())
+        and all(
+            isinstance(t, dict)
+            and set(t) == {"values", "codes"}
+            and type(t["values"]) is list
+            and all(type(v) is str for v in t["values"])
+            and type(t["codes"]) is bytes
+            for t in texts.values()
+        )
+    )
+    if not shapes_ok:
+        raise WireV2Refused(
+            f"{where}: numbers are bytes, texts values and codes, columns lists", malformed=True
+        )
+    # The arrays' shape as the typed reading checks it (a text's length is version 1's to judge: not here).
+    arrays = _array_columns(
+        name, rows, {}, numbers, {k: _Texts(values=t["values"], codes=t["codes"]) for k, t in texts.items()}
+    )
+    out: dict[str, Any] = dict(columns)
+    for column_name, values in arrays.items():
+        if column_name in out:
+            raise WireV2Refused(f"{where}.{column_name}: sent twice", malformed=True)
+        listed = values.tolist()
+        out[column_name] = [None if v != v else v for v in listed] if values.dtype.kind == "f" else listed
+    return out
+
+
+def _table_columns(name: str, table: Any) -> dict[str, Any]:
     columns: dict[str, Any] = {} if table.columns is UNSET else present_columns(table.columns)
-    by_name = _COLUMNS[name]
     if name not in ARRAY_TABLES:
         return columns
+    return _array_columns(name, table.rows, columns, table.numbers, table.texts, check_values=True)
+
+
+def _array_columns(
+    name: str,
+    rows: int,
+    columns: dict[str, Any],
+    numbers: dict[str, bytes],
+    texts: dict[str, _Texts],
+    *,
+    check_values: bool = False,
+) -> dict[str, Any]:
+    """`columns` with a table's "numbers" and "texts" added as arrays; `check_values`: their values checked
+    too (infinities, NULLs, texts' lengths), else only their shape (version 1's checks judge the values)."""
+    where = f"batch.tables.{name}"
+    by_name = _COLUMNS[name]
     # Each array type's columns read as the rows of one array: a numpy call per table, not per column.
     by_dtype: dict[np.dtype[Any], list[tuple[Column, bytes]]] = {}
     size = rows * 8
-    for column_name, raw in table.numbers.items():
+    for column_name, raw in numbers.items():
         column = by_name.get(column_name)
         dtype = None if column is None else _DTYPES.get(column.sql_type)
         if column is None or dtype is None:
@@ -136,17 +220,17 @@ def _table_columns(name: str, table: Any) -> dict[str, Any]:
         by_dtype.setdefault(dtype, []).append((column, raw))
     for dtype, parts in by_dtype.items():
         block = np.frombuffer(b"".join(raw for _, raw in parts), dtype=dtype).reshape(len(parts), rows)
-        if dtype.kind == "f":
+        if dtype.kind == "f" and check_values:
             _check_floats(where, rows, parts, block)
         # (every int64 fits BIGINT and every uint64 UBIGINT: nothing to check)
         columns.update({column.name: block[i] for i, (column, _) in enumerate(parts)})
-    for column_name, texts in table.texts.items():
+    for column_name, text in texts.items():
         column = by_name.get(column_name)
         if column is None or column.sql_type != "VARCHAR":
             raise WireV2Refused(f"{where}.texts: no text column {column_name[:64]!r}", malformed=True)
         if column_name in columns:
             raise WireV2Refused(f"{where}.{column_name}: sent twice", malformed=True)
-        columns[column_name] = _text_column(f"{where}.{column_name}", column, rows, texts)
+        columns[column_name] = _text_column(f"{where}.{column_name}", column, rows, text, check_values)
     return columns
 
 
@@ -165,13 +249,15 @@ def _check_floats(where: str, rows: int, parts: list[tuple[Column, bytes]], bloc
             raise WireV2Refused(f"{where}.{name}: null in a NOT NULL column", malformed=False)
 
 
-def _text_column(where: str, column: Column, rows: int, texts: _Texts) -> Any:
+def _text_column(where: str, column: Column, rows: int, texts: _Texts, check_values: bool) -> Any:
     if len(texts.codes) != rows * _CODES.itemsize:
         raise WireV2Refused(f"{where}: not {rows} codes", malformed=True)
+    if len(texts.values) > rows:  # distinct values: no more than the rows that name them
+        raise WireV2Refused(f"{where}: more values than rows", malformed=True)
     codes = np.frombuffer(texts.codes, dtype=_CODES)
     if rows and int(codes.max()) > len(texts.values):
         raise WireV2Refused(f"{where}: a code names no value", malformed=True)
-    if rows and not column.nullable and not codes.all():
+    if check_values and rows and not column.nullable and not codes.all():
         raise WireV2Refused(f"{where}: null in a NOT NULL column", malformed=False)
     lookup = np.empty(len(texts.values) + 1, dtype=object)
     lookup[0] = None
