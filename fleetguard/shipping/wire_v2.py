@@ -217,8 +217,18 @@ def to_v1(body: bytes) -> bytes:
         raise ValueError(f"not a version-2 body: {exc}") from None
     if not isinstance(doc, dict) or doc.get("v") != WIRE_VERSION_2 or not isinstance(doc.get("tables"), dict):
         raise ValueError("not a version-2 body")
+    try:
+        tables = _v1_tables(doc["tables"])
+    except (KeyError, TypeError, IndexError, AttributeError, OverflowError) as exc:  # a damaged spool record
+        raise ValueError(f"not a version-2 batch: {exc!r}"[:200]) from None
+    doc["v"], doc["tables"] = WIRE_VERSION, tables
+    text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
+    return gzip.compress(text.encode(), compresslevel=6, mtime=0)
+
+
+def _v1_tables(v2_tables: dict[str, Any]) -> dict[str, dict[str, list[Any]]]:
     tables: dict[str, dict[str, list[Any]]] = {}
-    for name, table in doc["tables"].items():
+    for name, table in v2_tables.items():
         columns: dict[str, list[Any]] = dict(table.get("columns") or {})
         types = _COLUMN_TYPES.get(name, {})
         for column, raw in (table.get("numbers") or {}).items():
@@ -227,9 +237,7 @@ def to_v1(body: bytes) -> bytes:
             values = [None, *texts["values"]]
             columns[column] = [values[code] for code in _unpacked("I", texts["codes"])]
         tables[name] = columns
-    doc["v"], doc["tables"] = WIRE_VERSION, tables
-    text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
-    return gzip.compress(text.encode(), compresslevel=6, mtime=0)
+    return tables
 
 
 def _unpacked(typecode: str, raw: bytes) -> list[Any]:
