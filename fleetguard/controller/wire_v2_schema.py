@@ -126,8 +126,8 @@ def decode_v2_plain(raw: bytes) -> dict[str, Any]:
         doc = msgspec.msgpack.decode(raw)
     except (msgspec.DecodeError, UnicodeDecodeError, ValueError, TypeError) as exc:
         raise WireV2Refused(f"batch: not a version-2 batch: {str(exc)[:200]}", malformed=True) from None
-    if not isinstance(doc, dict):
-        raise WireV2Refused("batch: expected a map", malformed=True)
+    if not isinstance(doc, dict) or not all(type(k) is str for k in doc):  # msgpack keys may be anything
+        raise WireV2Refused("batch: expected a map of names", malformed=True)
     tables = doc.get("tables")
     if not isinstance(tables, dict):
         raise WireV2Refused("batch.tables: expected a map", malformed=True)

@@ -239,6 +239,12 @@ MALFORMED_CASES: dict[str, Any] = {
     "a missing key": lambda d: d.pop("seq"),
     "an ack that is not a map": lambda d: d.update(acks=[1]),
     "an ack whose outcome is a list": lambda d: d.update(acks=[{"id": "x", "outcome": [1]}]),
+    "an ack whose outcome is a map": lambda d: d.update(acks=[{"id": "x", "outcome": {"a": 1}}]),
+    "keys that are not names": lambda d: d.update({1: 1, "x": 2}),
+    "a column key that is not a name": lambda d: _gpu(d)["columns"].update({5: [1, 2]}),
+    "a table key that is not a name": lambda d: d["tables"].update({(1, 2): {}}),
+    "a host that is a list": lambda d: d.update(host=[HOST]),
+    "texts values that are not strings": lambda d: _gpu(d)["texts"]["name"].update(values=[1]),
 }
 
 INVALID_CASES: dict[str, Any] = {
@@ -264,6 +270,8 @@ INVALID_CASES: dict[str, Any] = {
     "an integer past int64 in a list": lambda d: _listed(_gpu(d), memory_used_bytes=[2**63, 1]),
     "a NULL in a NOT NULL list": lambda d: _listed(_gpu(d), gpu_index=[None, 1]),
     "a seq of 0": lambda d: d.update(seq=0),
+    "maps and lists in a list column": lambda d: _gpu(d)["columns"].update(memory_used_bytes=[{"a": 1}, [1]]),
+    "an ext value in a list column": lambda d: _listed(_gpu(d), name=[msgspec.msgpack.Ext(1, b"x"), "a"]),
     "a sent_ts that is NaN": lambda d: d.update(sent_ts=math.nan),
 }
 
@@ -323,6 +331,54 @@ def test_a_spoiled_body_is_refused_or_read_never_anything_else(
         del body[cut % len(body) :]
     try:
         parse_batch(bytes(body), HOST, compressed=compressed, now=NOW)
+    except BatchRefused as exc:
+        assert "\n" not in exc.message
+
+
+_ANY = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**63), 2**64 - 1),
+        st.floats(),
+        st.text(max_size=8),
+        st.binary(max_size=24),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(st.one_of(st.text(max_size=8), st.integers(-(2**63), 2**63)), inner, max_size=4),
+    ),
+    max_leaves=12,
+)
+
+
+def _paths(node: object, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every place in a decoded document a value sits (map values and list items)."""
+    out = [prefix]
+    if isinstance(node, dict):
+        for key, value in node.items():
+            out += _paths(value, (*prefix, key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            out += _paths(value, (*prefix, i))
+    return out
+
+
+_PATHS = _paths(_doc())[1:]
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(where=st.sampled_from(_PATHS), value=_ANY)
+def test_any_value_anywhere_in_a_batch_is_read_or_refused_never_anything_else(
+    where: tuple[Any, ...], value: object
+) -> None:
+    doc = _doc()
+    node: Any = doc
+    for key in where[:-1]:
+        node = node[key]
+    node[where[-1]] = value
+    try:
+        parse_batch(msgspec.msgpack.encode(doc), HOST, compressed=False, now=NOW)
     except BatchRefused as exc:
         assert "\n" not in exc.message
 
