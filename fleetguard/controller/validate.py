@@ -22,7 +22,7 @@ import numpy as np
 
 from fleetguard.controller import wire_schema
 from fleetguard.controller.wire_schema import MAX_TEXT_CHARS, MAX_TS, MIN_TS
-from fleetguard.controller.wire_v2_schema import WireV2Refused, decode_v2
+from fleetguard.controller.wire_v2_schema import WireV2Refused, decode_v2, decode_v2_plain
 from fleetguard.httpserve import holds_lone_surrogate
 from fleetguard.records.bounds import INT64_MAX, INT64_MIN, UINT64_MAX
 from fleetguard.records.findings import CONTROLLER_FINDING_KINDS, FLEET_COPY_PREFIX
@@ -122,10 +122,14 @@ def parse_batch(
     if is_v2(raw, compressed=False):
         try:
             doc = decode_v2(raw)
+            if doc is None:  # a value the typed schema refused: read again, and checked as version 1 does
+                plain = decode_v2_plain(raw)
         except WireV2Refused as exc:
             raise BatchRefused(
                 Refusal.MALFORMED if exc.malformed else Refusal.INVALID_VALUE, str(exc)
             ) from None
+        if doc is None:
+            return check_batch(plain, authenticated_host, now=now, version=WIRE_VERSION_2)
         return check_batch(doc, authenticated_host, now=now, typed=True, version=WIRE_VERSION_2)
     typed = wire_schema.decode(raw)
     if typed is not None:
@@ -154,6 +158,7 @@ def parse_json_batch(raw: bytes, authenticated_host: str, *, now: float | None =
     return checked
 
 
+_FORMATS = {WIRE_VERSION: "JSON", WIRE_VERSION_2: "msgpack"}
 _KEYS = {"v", "host", "boot_id", "seq", "sent_ts", "interval_seconds", "agent_version", "tables", "acks"}
 
 
@@ -174,7 +179,7 @@ def check_batch(
         )
         raise BatchRefused(Refusal.MALFORMED, f"batch: {detail}")
     if doc["v"] != version or type(doc["v"]) is not int:
-        raise BatchRefused(Refusal.MALFORMED, f"batch.v: a JSON body is version {WIRE_VERSION}")
+        raise BatchRefused(Refusal.MALFORMED, f"batch.v: a {_FORMATS[version]} body is version {version}")
     host = _short_text("host", doc["host"])
     if host != authenticated_host:
         raise BatchRefused(Refusal.WRONG_HOST, f"batch.host {host[:64]!r} is not the host of this token")

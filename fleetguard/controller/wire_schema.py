@@ -13,6 +13,7 @@ value) exactly as before.
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated, Any
 
 import msgspec
@@ -31,7 +32,9 @@ _VALUE_TYPES: dict[str, Any] = {
     "BIGINT": int,
     "UBIGINT": Annotated[int, Meta(ge=0)],
     "INTEGER": Annotated[int, Meta(ge=INT32_MIN, le=INT32_MAX)],
-    "DOUBLE": float,  # JSON has no NaN; a number past a double's range is refused ("out of range")
+    # JSON has no NaN and a number past a double's range is refused ("out of range"); msgpack (wire version
+    # 2's "columns") has NaN and infinities: the bounds refuse them (NaN is neither >= nor <= anything)
+    "DOUBLE": Annotated[float, Meta(ge=-sys.float_info.max, le=sys.float_info.max)],
     "TIMESTAMP": Annotated[float, Meta(ge=MIN_TS, le=MAX_TS)],
     "VARCHAR": Annotated[str, Meta(max_length=MAX_TEXT_CHARS)],
     "BOOLEAN": bool,

@@ -8,7 +8,10 @@ against its store column's (float64 for DOUBLE and TIMESTAMP, int64 BIGINT, uint
 those types fits its column), no infinity, NULL (NaN, code 0) only where the column takes it, each code
 naming one of the values sent. What is left is what version 1's typed batches leave to
 `validate.check_batch` too: the times' range, whose host a row names, the findings' kinds. A refusal names
-the same reason (400 malformed, or invalid value) as version 1's for the same fault.
+the same reason (400 malformed, or invalid value) as version 1's for the same fault: a body whose lists (or
+fields) the typed schema refuses is read again untyped (`decode_v2_plain`), its arrays as lists, and checked
+value by value as version 1's slow reading is (a NaN in a list is refused there too: msgpack, unlike JSON,
+carries one). A text column's distinct values are no more than its rows.
 """
 
 from __future__ import annotations
@@ -89,13 +92,14 @@ _DECODER = msgspec.msgpack.Decoder(_Batch)
 _COLUMNS = {name: {c.name: c for c in table.columns} for name, table in TABLES.items()}
 
 
-def decode_v2(raw: bytes) -> dict[str, Any]:
+def decode_v2(raw: bytes) -> dict[str, Any] | None:
     """An inflated version-2 body as the document `validate.check_batch` takes (typed: lists and arrays);
-    WireV2Refused naming what is wrong."""
+    WireV2Refused naming what is wrong; None if a value in "columns" (or a field of the batch) does not
+    have its type: `decode_v2_plain` reads it again so the refusal names version 1's reason."""
     try:
         batch = _DECODER.decode(raw)
-    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # msgspec.ValidationError is a DecodeError
-        raise WireV2Refused(f"batch: not a version-2 batch: {str(exc)[:200]}", malformed=True) from None
+    except (msgspec.DecodeError, UnicodeDecodeError):  # msgspec.ValidationError is a DecodeError
+        return None
     if batch.v != WIRE_VERSION_2:
         raise WireV2Refused("batch.v: a msgpack body is version 2", malformed=True)
     tables: dict[str, dict[str, Any]] = {}
@@ -116,27 +120,109 @@ def decode_v2(raw: bytes) -> dict[str, Any]:
     }
 
 
-def _table_columns(name: str, table: Any) -> dict[str, Any]:
+def decode_v2_plain(raw: bytes) -> dict[str, Any]:
+    """A version-2 body the typed schema refused, as version 1's document (every column a list, NULL None):
+    `validate.check_batch` then checks it value by value and names the reason version 1 would for the same
+    batch. Only the arrays' shape is checked here (WireV2Refused): values are the caller's to judge."""
+    try:
+        doc = msgspec.msgpack.decode(raw)
+    except (msgspec.DecodeError, UnicodeDecodeError, ValueError, TypeError) as exc:
+        raise WireV2Refused(f"batch: not a version-2 batch: {str(exc)[:200]}", malformed=True) from None
+    if not isinstance(doc, dict) or not all(type(k) is str for k in doc):  # msgpack keys may be anything
+        raise WireV2Refused("batch: expected a map of names", malformed=True)
+    tables = doc.get("tables")
+    if not isinstance(tables, dict):
+        raise WireV2Refused("batch.tables: expected a map", malformed=True)
+    plain: dict[Any, Any] = {}
+    for name, table in tables.items():
+        if name not in TABLES:
+            raise WireV2Refused(f"batch.tables: unknown table {str(name)[:64]!r}", malformed=True)
+        plain[name] = _plain_table(name, table)
+    return {**doc, "tables": plain}
+
+
+_TABLE_KEYS = frozenset({"rows", "numbers", "texts", "columns"})
+
+
+def _plain_table(name: str, table: object) -> dict[str, Any]:
     where = f"batch.tables.{name}"
-    rows: int = table.rows
+    if not isinstance(table, dict) or not set(table) <= _TABLE_KEYS or "rows" not in table:
+        raise WireV2Refused(f"{where}: expected a map of rows, numbers, texts, columns", malformed=True)
+    rows, numbers, texts = table["rows"], table.get("numbers", {}), table.get("texts", {})
+    columns = table.get("columns", {})
+    if type(rows) is not int or not 0 <= rows <= MAX_TABLE_ROWS:
+        raise WireV2Refused(f"{where}.rows: expected 0 to {MAX_TABLE_ROWS}", malformed=True)
+    if name not in ARRAY_TABLES and (numbers or texts):
+        raise WireV2Refused(f"{where}: only {sorted(ARRAY_TABLES)} send numbers and texts", malformed=True)
+    shapes_ok = (
+        isinstance(numbers, dict)
+        and isinstance(texts, dict)
+        and isinstance(columns, dict)
+        and all(type(k) is str for part in (numbers, texts, columns) for k in part)
+        and all(type(v) is bytes for v in numbers.values())
+        and all(type(v) is list for v in columns.values())
+        and all(
+            isinstance(t, dict)
+            and set(t) == {"values", "codes"}
+            and type(t["values"]) is list
+            and all(type(v) is str for v in t["values"])
+            and type(t["codes"]) is bytes
+            for t in texts.values()
+        )
+    )
+    if not shapes_ok:
+        raise WireV2Refused(
+            f"{where}: numbers are bytes, texts values and codes, columns lists", malformed=True
+        )
+    # The arrays' shape as the typed reading checks it (a text's length is version 1's to judge: not here).
+    arrays = _array_columns(
+        name, rows, {}, numbers, {k: _Texts(values=t["values"], codes=t["codes"]) for k, t in texts.items()}
+    )
+    out: dict[str, Any] = dict(columns)
+    for column_name, values in arrays.items():
+        if column_name in out:
+            raise WireV2Refused(f"{where}.{column_name}: sent twice", malformed=True)
+        listed = values.tolist()
+        out[column_name] = [None if v != v else v for v in listed] if values.dtype.kind == "f" else listed
+    return out
+
+
+def _table_columns(name: str, table: Any) -> dict[str, Any]:
     columns: dict[str, Any] = {} if table.columns is UNSET else present_columns(table.columns)
-    by_name = _COLUMNS[name]
     if name not in ARRAY_TABLES:
         return columns
-    if table.numbers:
-        columns.update(_number_columns(where, name, rows, table.numbers, columns))
+    return _array_columns(name, table.rows, columns, table.numbers, table.texts, check_values=True)
+
+
+def _array_columns(
+    name: str,
+    rows: int,
+    columns: dict[str, Any],
+    numbers: dict[str, bytes],
+    texts: dict[str, _Texts],
+    *,
+    check_values: bool = False,
+) -> dict[str, Any]:
+    """`columns` with a table's "numbers" and "texts" added as arrays; `check_values`: their values checked
+    too (infinities, NULLs), else only their shape (version 1's checks judge the values)."""
+    where = f"batch.tables.{name}"
+    if numbers:
+        columns.update(_number_columns(where, name, rows, numbers, columns, check_values))
+    by_name = _COLUMNS[name]
     text_parts: list[tuple[Column, _Texts]] = []
-    for column_name, texts in table.texts.items():
+    for column_name, text in texts.items():
         column = by_name.get(column_name)
         if column is None or column.sql_type != "VARCHAR":
             raise WireV2Refused(f"{where}.texts: no text column {column_name[:64]!r}", malformed=True)
         if column_name in columns:
             raise WireV2Refused(f"{where}.{column_name}: sent twice", malformed=True)
-        if len(texts.codes) != rows * _CODES.itemsize:
+        if len(text.codes) != rows * _CODES.itemsize:
             raise WireV2Refused(f"{where}.{column_name}: not {rows} codes", malformed=True)
-        text_parts.append((column, texts))
+        if len(text.values) > rows:  # distinct values: no more than the rows that name them
+            raise WireV2Refused(f"{where}.{column_name}: more values than rows", malformed=True)
+        text_parts.append((column, text))
     if text_parts:
-        columns.update(_text_columns(where, rows, text_parts))
+        columns.update(_text_columns(where, rows, text_parts, check_values))
     return columns
 
 
@@ -187,7 +273,12 @@ def _number_layout(where: str, table_name: str, names: tuple[str, ...]) -> _Numb
 
 
 def _number_columns(
-    where: str, table_name: str, rows: int, numbers: dict[str, bytes], columns: dict[str, Any]
+    where: str,
+    table_name: str,
+    rows: int,
+    numbers: dict[str, bytes],
+    columns: dict[str, Any],
+    check_values: bool,
 ) -> dict[str, Any]:
     """A table's number columns as arrays over one block of the body's bytes (every type is 8 bytes a value),
     checked together: one call finds an infinity in any float column, one a NULL where none is taken."""
@@ -204,10 +295,10 @@ def _number_columns(
     out: dict[str, Any] = {}
     if layout.float_rows:
         floats = block[layout.float_rows]
-        if rows and np.isinf(floats).any():
+        if check_values and rows and np.isinf(floats).any():
             first = int(np.flatnonzero(np.isinf(floats).any(axis=1))[0])
             raise WireV2Refused(f"{where}.{layout.float_names[first]}: non-finite number", malformed=False)
-        if rows and layout.required_rows:
+        if check_values and rows and layout.required_rows:
             nulls = np.isnan(block[layout.required_rows]).any(axis=1)
             if nulls.any():
                 name = names[layout.required_rows[int(np.flatnonzero(nulls)[0])]]
@@ -219,7 +310,9 @@ def _number_columns(
     return out
 
 
-def _text_columns(where: str, rows: int, parts: list[tuple[Column, _Texts]]) -> dict[str, Any]:
+def _text_columns(
+    where: str, rows: int, parts: list[tuple[Column, _Texts]], check_values: bool
+) -> dict[str, Any]:
     """A table's text columns as object arrays, read together: their codes as the rows of one array, checked
     against their own values' counts in one comparison, then turned into strings by one index into all their
     values (each column's codes shifted past the columns before it; 0 stays NULL)."""
@@ -231,7 +324,7 @@ def _text_columns(where: str, rows: int, parts: list[tuple[Column, _Texts]]) -> 
             name = parts[int(np.flatnonzero(over)[0])][0].name
             raise WireV2Refused(f"{where}.{name}: a code names no value", malformed=True)
         required = [i for i, (column, _) in enumerate(parts) if not column.nullable]
-        if required:
+        if check_values and required:
             nulls = (codes[required] == 0).any(axis=1)
             if nulls.any():
                 name = parts[required[int(np.flatnonzero(nulls)[0])]][0].name

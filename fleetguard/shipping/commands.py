@@ -76,7 +76,7 @@ def ack_from_json(doc: object) -> CommandAck:
     command_id, outcome, detail = doc.get("id"), doc.get("outcome"), doc.get("detail", "")
     if not isinstance(command_id, str) or not 0 < len(command_id) <= MAX_ID_CHARS:
         raise ValueError("acks[].id: expected a short string")
-    if outcome not in {o.value for o in CommandOutcome}:
+    if not isinstance(outcome, str) or outcome not in {o.value for o in CommandOutcome}:  # a list: unhashable
         raise ValueError("acks[].outcome: unknown outcome")
     if not isinstance(detail, str) or len(detail) > MAX_TEXT_CHARS:
         raise ValueError("acks[].detail: expected a string")

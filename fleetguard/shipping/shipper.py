@@ -66,9 +66,10 @@ class HttpTransport:
     def send(self, body: bytes) -> None:
         v2 = is_v2(body)
         status, headers, reply = self._send(body, v2)
-        if status == 400 and v2:
+        if status == 400 and v2 and not _refused_a_value(reply):
             # A controller that reads version 1 only (downgraded since it said otherwise) refuses version 2
-            # as malformed: the same batch goes again as version 1, and so do the next ones.
+            # as malformed: the same batch goes again as version 1, and so do the next ones. (One that read
+            # it and refused a value in it would refuse the same value in version 1: it is dropped below.)
             log.warning("the controller refused a wire-version-2 batch (%s): sending version 1", reply[:200])
             self.wire.refused_v2()
             try:
@@ -215,3 +216,12 @@ class Shipper:
     def send(self, record: SpoolRecord) -> float:
         """Send one record; return how long to wait before the next send."""
         return self._loop.ship(record)
+
+
+def _refused_a_value(reply: bytes) -> bool:
+    """Whether a 400 says the controller read the batch and refused a value in it (it reads version 2)."""
+    try:
+        doc = json.loads(reply)
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and doc.get("reason") == "invalid_value"

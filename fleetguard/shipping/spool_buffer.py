@@ -22,7 +22,7 @@ from fleetguard.shipping.commands import CommandAck
 from fleetguard.shipping.compact import Compactor
 from fleetguard.shipping.spool import Spool
 from fleetguard.shipping.wire import OutgoingBatch, columns_by_table, encode
-from fleetguard.shipping.wire_v2 import WIRE_VERSION_2, WireChoice, encode_v2_counted
+from fleetguard.shipping.wire_v2 import WIRE_VERSION_2, NotInV2, WireChoice, encode_v2_counted
 from fleetguard.store.schema import TABLE_BY_RECORD
 
 log = logging.getLogger(__name__)
@@ -129,10 +129,14 @@ class SpoolBuffer:
             tables=columns_by_table(rows),
             acks=list(acks),
         )
+        body: bytes | None = None
         if self.wire is not None and self.wire.version == WIRE_VERSION_2:
-            body, non_finite = encode_v2_counted(batch)  # NaN or infinity: sent as NULL, as below
-            self.rejected_rows += non_finite
-        else:
+            try:
+                body, non_finite = encode_v2_counted(batch)  # NaN or infinity: sent as NULL, as below
+                self.rejected_rows += non_finite
+            except NotInV2 as exc:  # version 1 carries it; the controller refuses it naming the value
+                log.warning("batch %d sent as wire version 1: %s", self._seq, exc)
+        if body is None:
             try:
                 body = encode(batch)
             except ValueError:

@@ -66,7 +66,11 @@ def encode_v2_counted(batch: OutgoingBatch, level: int = 6) -> tuple[bytes, int]
     for name, columns in batch.tables.items():
         rows = len(next(iter(columns.values()))) if columns else 0
         if name not in ARRAY_TABLES:
-            tables[name] = {"rows": rows, "columns": columns}
+            plain_columns: dict[str, list[Any]] = {}
+            for column, values in columns.items():
+                plain_columns[column], bad = _finite_or_none(values)
+                non_finite += bad
+            tables[name] = {"rows": rows, "columns": plain_columns}
             continue
         types = _COLUMN_TYPES[name]
         numbers: dict[str, bytes] = {}
@@ -86,7 +90,8 @@ def encode_v2_counted(batch: OutgoingBatch, level: int = 6) -> tuple[bytes, int]
             elif sql_type in NUMBER_TYPECODES and (packed_int := _ints(NUMBER_TYPECODES[sql_type], values)):
                 numbers[column] = packed_int
             else:
-                plain[column] = values
+                plain[column], bad = _finite_or_none(values)
+                non_finite += bad
         tables[name] = {"rows": rows, "numbers": numbers, "texts": texts, "columns": plain}
     doc = {
         "v": WIRE_VERSION_2,
@@ -99,7 +104,24 @@ def encode_v2_counted(batch: OutgoingBatch, level: int = 6) -> tuple[bytes, int]
         "acks": [a.to_json() for a in batch.acks],
         "tables": tables,
     }
-    return gzip.compress(_ENCODER.encode(doc), compresslevel=level, mtime=0), non_finite
+    try:
+        packed = _ENCODER.encode(doc)
+    except (OverflowError, UnicodeEncodeError) as exc:
+        raise NotInV2(f"a value version 2 cannot carry: {exc}") from None
+    return gzip.compress(packed, compresslevel=level, mtime=0), non_finite
+
+
+class NotInV2(ValueError):
+    """A batch holding a value msgpack cannot carry (an integer past uint64, a lone surrogate): the agent
+    sends it as version 1, whose controller refuses it naming the value, as for any agent before version 2."""
+
+
+def _finite_or_none(values: list[Any]) -> tuple[list[Any], int]:
+    """`values` with each non-finite float as NULL (version 1's sender does the same), and how many."""
+    bad = sum(1 for v in values if type(v) is float and not math.isfinite(v))
+    if not bad:
+        return values, 0
+    return [None if type(v) is float and not math.isfinite(v) else v for v in values], bad
 
 
 def _floats(values: list[Any]) -> tuple[bytes | None, int]:
@@ -114,13 +136,13 @@ def _floats(values: list[Any]) -> tuple[bytes | None, int]:
                 bad += 1
                 out.append(_NAN)
             else:
-                out.append(float(v))
+                try:
+                    out.append(float(v))
+                except OverflowError:  # an int past a double's range: as values (refused there)
+                    return None, 0
         else:  # a bool or anything else: as values, refused there as in version 1
             return None, 0
-    try:
-        packed = array("d", out)
-    except OverflowError:  # an int past a double's range: as values (refused there)
-        return None, 0
+    packed = array("d", out)
     if _BIG_ENDIAN:
         packed.byteswap()
     return packed.tobytes(), bad
@@ -195,8 +217,18 @@ def to_v1(body: bytes) -> bytes:
         raise ValueError(f"not a version-2 body: {exc}") from None
     if not isinstance(doc, dict) or doc.get("v") != WIRE_VERSION_2 or not isinstance(doc.get("tables"), dict):
         raise ValueError("not a version-2 body")
+    try:
+        tables = _v1_tables(doc["tables"])
+    except (KeyError, TypeError, IndexError, AttributeError, OverflowError) as exc:  # a damaged spool record
+        raise ValueError(f"not a version-2 batch: {exc!r}"[:200]) from None
+    doc["v"], doc["tables"] = WIRE_VERSION, tables
+    text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
+    return gzip.compress(text.encode(), compresslevel=6, mtime=0)
+
+
+def _v1_tables(v2_tables: dict[str, Any]) -> dict[str, dict[str, list[Any]]]:
     tables: dict[str, dict[str, list[Any]]] = {}
-    for name, table in doc["tables"].items():
+    for name, table in v2_tables.items():
         columns: dict[str, list[Any]] = dict(table.get("columns") or {})
         types = _COLUMN_TYPES.get(name, {})
         for column, raw in (table.get("numbers") or {}).items():
@@ -205,9 +237,7 @@ def to_v1(body: bytes) -> bytes:
             values = [None, *texts["values"]]
             columns[column] = [values[code] for code in _unpacked("I", texts["codes"])]
         tables[name] = columns
-    doc["v"], doc["tables"] = WIRE_VERSION, tables
-    text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
-    return gzip.compress(text.encode(), compresslevel=6, mtime=0)
+    return tables
 
 
 def _unpacked(typecode: str, raw: bytes) -> list[Any]:
