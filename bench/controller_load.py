@@ -495,12 +495,15 @@ def load(args: argparse.Namespace) -> None:
         flush=True,
     )
     floor_ms = measure_floor(text)
-    v2 = template_v2(args.interval) if args.wire_v2 else None
+    wires = args.wire.split(",")
+    v2 = template_v2(args.interval) if "2" in wires else None
     floor_v2_ms = measure_floor_v2(v2) if v2 is not None else floor_ms
     root = Path(tempfile.mkdtemp(prefix="fg-controller-load-"))
     hosts_all = [f"host-{i:05d}" for i in range(max(steps))]
     tokens = add_tokens(root / "tokens.json", hosts_all)
-    sources: list[tuple[str, str, int | None, bytes | None]] = [("this tree", "", None, None)]
+    sources: list[tuple[str, str, int | None, bytes | None]] = []
+    if "1" in wires:
+        sources.append(("this tree", "", None, None))
     if v2 is not None:
         sources.append(("this tree, wire v2", "", None, v2))
     sources += [(f"this tree, edge_processes = {n}", "", n, None) for n in args.edge_processes]
@@ -751,9 +754,12 @@ def main() -> None:
         "the default one (CPU and RSS count its edge processes)",
     )
     parser.add_argument(
-        "--wire-v2",
-        action="store_true",
-        help="also run this tree's controller fed wire version 2 bodies (the same batches), step by step",
+        "--wire",
+        default="1",
+        choices=["1", "2", "1,2"],
+        help="the wire version(s) this tree's controller is fed: 1, 2 (the same batches in version 2), or "
+        "1,2 (two controllers, step by step; each other controller's background work is load on the one "
+        "measured, so alternate single runs for a fair pair)",
     )
     parser.add_argument("--footprint", action="store_true")
     parser.add_argument("--footprint-seconds", type=int, default=1800)

@@ -38,6 +38,9 @@ _DTYPES = {
 }
 _CODES = np.dtype("<u4")
 _FLOAT = np.dtype("<f8")
+# An infinity's bytes, little-endian (a NaN, NULL here, has a mantissa that is not zero).
+_POSITIVE_INFINITY = bytes.fromhex("000000000000f07f")
+_NEGATIVE_INFINITY = bytes.fromhex("000000000000f0ff")
 
 
 class WireV2Refused(ValueError):
@@ -280,8 +283,11 @@ def _number_columns(
     columns: dict[str, Any],
     check_values: bool,
 ) -> dict[str, Any]:
-    """A table's number columns as arrays over one block of the body's bytes (every type is 8 bytes a value),
-    checked together: one call finds an infinity in any float column, one a NULL where none is taken."""
+    """A table's number columns as row views of one block of the body's bytes (every type is 8 bytes a
+    value). No numpy loop runs over the whole block: numpy lets go of the interpreter lock for a loop past
+    ~500 values, and taking it back beside the handler threads and the lanes cost the controller more
+    (two thread switches a call, in the kernel) than the loop saved. So an infinity is looked for as its
+    bytes in the body (in C, under the lock), and only where they appear are the values looked at."""
     names = tuple(numbers)
     layout = _number_layout(where, table_name, names)
     if not columns.keys().isdisjoint(names):
@@ -291,50 +297,44 @@ def _number_columns(
     if set(map(len, numbers.values())) != {size}:  # in C: no Python step per column
         short = next(n for n, raw in numbers.items() if len(raw) != size)
         raise WireV2Refused(f"{where}.{short[:64]}: not {rows} values", malformed=True)
-    block = np.frombuffer(b"".join(numbers.values()), dtype=_FLOAT).reshape(len(names), rows)
+    blob = b"".join(numbers.values())
+    block = np.frombuffer(blob, dtype=_FLOAT).reshape(len(names), rows)
     out: dict[str, Any] = {}
     if layout.float_rows:
-        floats = block[layout.float_rows]
-        if check_values and rows and np.isinf(floats).any():
-            first = int(np.flatnonzero(np.isinf(floats).any(axis=1))[0])
-            raise WireV2Refused(f"{where}.{layout.float_names[first]}: non-finite number", malformed=False)
-        if check_values and rows and layout.required_rows:
-            nulls = np.isnan(block[layout.required_rows]).any(axis=1)
-            if nulls.any():
-                name = names[layout.required_rows[int(np.flatnonzero(nulls)[0])]]
-                raise WireV2Refused(f"{where}.{name}: null in a NOT NULL column", malformed=False)
+        floats = list(map(block.__getitem__, layout.float_rows))  # views: no copy, no loop
+        if check_values and rows and (_POSITIVE_INFINITY in blob or _NEGATIVE_INFINITY in blob):
+            # (the bytes may also straddle two values, or lie in an integer column: looked at exactly)
+            for name, values in zip(layout.float_names, floats, strict=True):
+                if np.isinf(values).any():
+                    raise WireV2Refused(f"{where}.{name}: non-finite number", malformed=False)
+        if check_values and rows:
+            for i in layout.required_rows:
+                if np.isnan(block[i]).any():
+                    raise WireV2Refused(f"{where}.{names[i]}: null in a NOT NULL column", malformed=False)
         out.update(zip(layout.float_names, floats, strict=True))
     for dtype, group_rows, group_names in layout.int_groups:
         # (every int64 fits BIGINT and every uint64 UBIGINT: nothing to check)
-        out.update(zip(group_names, block[group_rows].view(dtype), strict=True))
+        same_bytes = block.view(dtype)
+        out.update(zip(group_names, map(same_bytes.__getitem__, group_rows), strict=True))
     return out
 
 
 def _text_columns(
     where: str, rows: int, parts: list[tuple[Column, _Texts]], check_values: bool
 ) -> dict[str, Any]:
-    """A table's text columns as object arrays, read together: their codes as the rows of one array, checked
-    against their own values' counts in one comparison, then turned into strings by one index into all their
-    values (each column's codes shifted past the columns before it; 0 stays NULL)."""
-    codes = np.frombuffer(b"".join(t.codes for _, t in parts), dtype=_CODES).reshape(len(parts), rows)
-    counts = np.array([len(t.values) for _, t in parts], dtype=np.int64)
-    if rows:
-        over = codes.max(axis=1) > counts
-        if over.any():
-            name = parts[int(np.flatnonzero(over)[0])][0].name
-            raise WireV2Refused(f"{where}.{name}: a code names no value", malformed=True)
-        required = [i for i, (column, _) in enumerate(parts) if not column.nullable]
-        if check_values and required:
-            nulls = (codes[required] == 0).any(axis=1)
-            if nulls.any():
-                name = parts[required[int(np.flatnonzero(nulls)[0])]][0].name
-                raise WireV2Refused(f"{where}.{name}: null in a NOT NULL column", malformed=False)
-    values: list[str | None] = [None]
-    for _, texts in parts:
-        values += texts.values
-    lookup = np.empty(len(values), dtype=object)
-    lookup[:] = values
-    offsets = np.cumsum(counts) - counts  # where each column's values start after the NULL
-    shifted = np.where(codes == 0, 0, codes.astype(np.int64) + offsets[:, None])
-    strings = lookup[shifted]
-    return {column.name: strings[i] for i, (column, _) in enumerate(parts)}
+    """A table's text columns as object arrays: each column's codes index its values (0 is NULL), and a
+    code past them is numpy's IndexError. A column at a time, each call on one column's codes only (see
+    `_number_columns` on why no loop runs over all of them at once)."""
+    out: dict[str, Any] = {}
+    for column, texts in parts:
+        codes = np.frombuffer(texts.codes, dtype=_CODES)
+        lookup = np.empty(len(texts.values) + 1, dtype=object)  # every slot None: lookup[0] is NULL
+        lookup[1:] = texts.values
+        try:
+            strings = lookup[codes]
+        except IndexError:
+            raise WireV2Refused(f"{where}.{column.name}: a code names no value", malformed=True) from None
+        if check_values and rows and not column.nullable and not codes.all():
+            raise WireV2Refused(f"{where}.{column.name}: null in a NOT NULL column", malformed=False)
+        out[column.name] = strings
+    return out
