@@ -53,6 +53,9 @@ def test_fleet_page_shows_the_hosts_and_gpus_of_the_store(
     assert SILENT_HOST in attention and "silent" in attention
     assert f"{fleet.at_risk_score:.3f}" in page.inner_text("#fleet-at-risk")
     assert JOB_ID in page.inner_text("#fleet-jobs")
+    # The double-bit error's XID, in the chart drawn in HTML: the page loads no plotly.js for it.
+    assert "XID 48" in page.inner_text("#fleet-xids")
+    assert page.evaluate("typeof window.Plotly") == "undefined"
     page.close()
 
 
