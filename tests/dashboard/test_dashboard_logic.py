@@ -143,7 +143,8 @@ def test_views_over_the_built_store_find_each_scripted_fault(fleet: BuiltFleet) 
 
 def test_gpu_series_is_bucketed_to_a_bounded_number_of_points(fleet: BuiltFleet) -> None:
     with Store.open(fleet.path, read_only=True) as store:
-        series = gpu_series(store.cursor(), fleet.failed_gpu_uuid, fleet.end_ts - 86400, fleet.end_ts)
+        host = fleet.hosts[1]  # the ECC ramp's GPU is GPU 2 of the second host
+        series = gpu_series(store.cursor(), fleet.failed_gpu_uuid, host, fleet.end_ts - 86400, fleet.end_ts)
     assert 0 < len(series.ts) <= 360
     assert series.ts == sorted(series.ts)
     assert max(v for v in series.ecc_uncorrected_aggregate if v is not None) >= 1
