@@ -173,6 +173,22 @@ def test_predictions_page_ranks_the_at_risk_gpu_first(
     assert page.inner_text("#card-at-risk .card-value") == "1"
     first_gpu = page.locator("#predictions-table td.dash-cell[data-dash-column='gpu']").first
     assert fleet.at_risk_uuid in first_gpu.inner_text()
+    assert first_gpu.locator("a").get_attribute("href") == f"/gpus/{fleet.at_risk_uuid}"
+    page.close()
+
+
+def test_every_gpu_scored_links_each_gpu_and_host_to_its_page(
+    browser: Browser, dashboard: DashboardServer, fleet: BuiltFleet
+) -> None:
+    page = _open(browser, dashboard, "/predictions?list=all")
+    first = page.locator("#predictions-table .ag-center-cols-container .ag-row[row-index='0']")
+    gpu, host = first.locator("[col-id='gpu'] a"), first.locator("[col-id='host'] a")
+    assert gpu.inner_text() == fleet.at_risk_uuid
+    assert gpu.get_attribute("href") == f"/gpus/{fleet.at_risk_uuid}"
+    assert host.get_attribute("href") == f"/hosts/{host.inner_text()}"
+    gpu.click()
+    page.wait_for_url(f"**/gpus/{fleet.at_risk_uuid}", timeout=TIMEOUT_MS)
+    wait_drawn(page, TIMEOUT_MS)
     page.close()
 
 
