@@ -241,6 +241,21 @@ def test_fleet_model_is_built_once_then_rebuilt_in_the_background_when_old() -> 
     assert len(built) == 3
 
 
+def test_the_model_at_hand_is_only_looked_at_never_built_or_waited_for() -> None:
+    built: list[float] = []
+
+    def build() -> FleetModel:
+        built.append(float(len(built)))
+        return FleetModel(built[-1], [], [], [], [])
+
+    now = [10.0]
+    cache = SnapshotCache(build, max_age_seconds=60.0, clock=lambda: now[0])
+    assert cache.at_hand() is None and built == []  # no model yet: a GPU page seeks by uuid instead
+    model = cache.get()
+    now[0] += 3600.0  # stale: `get` would have it rebuilt, a look does not
+    assert cache.at_hand() is model and built == [0.0]
+
+
 class _Builds:
     """A fleet-model builder that records which thread built each model and can be held at a gate."""
 
