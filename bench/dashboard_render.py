@@ -190,6 +190,13 @@ def _load_once(
     return first, refresh
 
 
+def _draw_untimed(browser: Any, url: str, page_id: str) -> None:
+    page = browser.new_page()
+    page.goto(url)
+    page.wait_for_function(DRAWN, arg=page_id, timeout=TIMEOUT_MS)
+    page.close()
+
+
 def measure_browser(
     urls: dict[str, str],
     targets: list[tuple[str, str]],
@@ -201,27 +208,28 @@ def measure_browser(
     side in turn. `tick` moves the dashboards' clock before each refresh, so every refresh has changed data
     to show (ages, states), as a live one does: a refresh that finds nothing changed sends almost nothing.
 
-    Before timing, the fleet page is loaded once (the cache filled with Dash's and Plotly's bundles), then
-    every page `warm_loads` times untimed on every side (`--warm`), just before its own timed loads. V8
-    compiles a script it meets for the first time, compiles it again and writes its code cache the second
-    time, and reads that cache from the third on: without the page's own warm-up, the page timed first (the
-    fleet page) paid the second compile in its first timed load, and other pages' first loads of a chunk
-    (a table's, dcc's graph) did too, while an operator with the dashboard open is long past that
-    (BENCHMARKS.md "First render, session 7")."""
+    Before timing, the fleet page is loaded once (the cache filled with Dash's bundles) and then every page
+    once, then every page `warm_loads` times untimed on every side (`--warm`), just before its own timed
+    loads. V8 compiles a script it meets for the first time, compiles it again and writes its code cache
+    the second time, and reads that cache from the third on: without the page's own warm-up, the page timed
+    first (the fleet page) paid the second compile in its first timed load, and other pages' first loads of
+    a chunk (a table's, dcc's graph) did too, while an operator with the dashboard open is long past that
+    (BENCHMARKS.md "First render, session 7"); without the pass over every page, the first page timed that
+    draws a figure paid plotly.js's once the fleet page drew none ("First render, session 8")."""
     out: dict[tuple[str, str], dict[str, float]] = {}
     with chromium() as browser:
         for url in urls.values():
-            warm = browser.new_page()
-            warm.goto(url)  # fills the cache with Dash's and Plotly's bundles once
-            warm.wait_for_function(DRAWN, arg="fleet", timeout=TIMEOUT_MS)
-            warm.close()
+            _draw_untimed(browser, url, "fleet")  # fills the cache with Dash's bundles once
+            # Every page once, before any page's own warm-up: every script a page runs is then met a first
+            # time here, whichever page first draws a figure or a table (the fleet page draws no figure
+            # since "First render, session 8", so the first page timed with one met plotly.js's second
+            # compile in its first timed load).
+            for page_id, path in targets:
+                _draw_untimed(browser, url.rstrip("/") + path, page_id)
         for page_id, path in targets:
             for url in urls.values():
                 for _ in range(warm_loads):
-                    warm = browser.new_page()
-                    warm.goto(url.rstrip("/") + path)
-                    warm.wait_for_function(DRAWN, arg=page_id, timeout=TIMEOUT_MS)
-                    warm.close()
+                    _draw_untimed(browser, url.rstrip("/") + path, page_id)
             first: dict[str, list[float]] = {side: [] for side in urls}
             refresh: dict[str, list[float]] = {side: [] for side in urls}
             for _ in range(runs):
@@ -299,7 +307,7 @@ def main() -> None:
         "--warm",
         type=int,
         default=1,
-        help="untimed loads of each page before its timed ones, on every side (0: the fleet page's one only)",
+        help="untimed loads of each page just before its timed ones, on every side (after one pass over all)",
     )
     parser.add_argument(
         "--compare-src", default="", help="another tree's root: its dashboard is measured beside this one's"

@@ -95,6 +95,10 @@ class Col:
     kind: Kind = "text"
     decimals: int = 1
     wide: bool = False  # long text (a summary, an evidence detail): most of the row's width
+    # A link column whose rows hold the plain value (a host's name, a GPU's UUID): each cell links to the
+    # value's page under this path (`href(link_to, value)`), the table drawing the link itself, so a row
+    # does not carry a markdown link that repeats the value (half the JSON of a fleet-sized grid).
+    link_to: str = ""
 
 
 # Numbers are formatted in the browser (the row keeps the number, so sorting and the number filter work);
@@ -119,7 +123,10 @@ def _column_def(c: Col) -> dict[str, Any]:
         # One line per row and the whole text in a tooltip: a row that grows to fit its text makes the grid
         # measure every row it draws.
         spec |= {"tooltipField": c.id, "flex": 5}
-    if c.kind == "link":
+    if c.link_to:
+        # assets/grid_cells.js: an <a> to the page of the plain value the row holds.
+        spec |= {"cellRenderer": "PathLink", "cellRendererParams": {"path": href(c.link_to) + "/"}}
+    elif c.kind == "link":
         # dash-ag-grid's markdown renderer: links open in the same tab, raw HTML in a cell is not rendered.
         spec["cellRenderer"] = "markdown"
     elif c.kind == "health":
@@ -171,6 +178,16 @@ def _headers_only(columns: Sequence[Col]) -> list[Any]:
     return [html.Table(head, className="empty-table"), empty("nothing to show")]
 
 
+def _with_links(row: Mapping[str, Any], columns: Sequence[Col]) -> dict[str, Any]:
+    """A DataTable's row: a `link_to` column's plain value as the markdown link its cell draws."""
+    out = dict(row)
+    for c in columns:
+        value = out.get(c.id)
+        if c.link_to and isinstance(value, str) and value:
+            out[c.id] = md_link(value, href(c.link_to, value))
+    return out
+
+
 def _data_column(c: Col) -> dict[str, Any]:
     spec: dict[str, Any] = {"name": c.name, "id": c.id}
     if c.kind == "link":
@@ -188,7 +205,7 @@ def _data_table(
 ) -> DataTable:
     health_cols = [c.id for c in columns if c.kind == "health"]
     specs: Any = [_data_column(c) for c in columns]  # plain dicts: the generated TypedDicts add nothing
-    data: Any = [dict(r) for r in rows]
+    data: Any = [_with_links(r, columns) for r in rows]
     return DataTable(
         id=slot_id(SlotKind.TABLE, table_id),
         columns=specs,

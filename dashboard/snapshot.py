@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from dashboard.fleet_view import (
@@ -47,6 +47,8 @@ class FleetModel:
     ports: list[PortView]
     hosts: list[HostView]
     events: list[EventCount]
+    # Each GPU's host by its UUID, built with the model (off the requests): where a GPU's page seeks its rows.
+    gpu_hosts: dict[str, str] = field(default_factory=dict)
 
 
 def health_inputs(
@@ -81,7 +83,8 @@ def build_fleet_model(
         liveness,
     )
     gpus = gpu_views(states, events, risks, now, risk_threshold, incidents, liveness)
-    return FleetModel(now, gpus, ports, host_views(gpus, ports, incidents, liveness, now), events)
+    hosts = host_views(gpus, ports, incidents, liveness, now)
+    return FleetModel(now, gpus, ports, hosts, events, {s.uuid: s.host for s in states})
 
 
 _NEVER = float("-inf")
@@ -147,6 +150,12 @@ class SnapshotCache:
                 target=self._rebuild_quietly, name="fleetguard-dashboard-model", daemon=True
             ).start()
         return model
+
+    def at_hand(self) -> FleetModel | None:
+        """The model built last, if any, without waiting for one or asking for a rebuild: for a page that
+        only takes a hint from it."""
+        with self._cond:
+            return self._model
 
     def invalidate(self) -> None:
         with self._cond:

@@ -7,12 +7,11 @@ from typing import Any
 
 from dash import html
 
-from dashboard import figures
+from dashboard.bar_chart import Bar, bar_chart
 from dashboard.components import (
     Col,
     ago,
     as_of,
-    graph,
     health_breakdown,
     href,
     md_link,
@@ -158,9 +157,12 @@ def _xid_chart(events: list[EventCount]) -> Any:
     if not counts:
         return html.Div("no XIDs in the last hour", className="all-good")
     fatal = xid_classes().fatal
-    codes = sorted(counts)
-    colours = [COLOURS[Health.FAILED] if c in fatal else COLOURS[Health.DEGRADED] for c in codes]
-    return graph(figures.bar([f"XID {c}" for c in codes], [counts[c] for c in codes], colours))
+    # In HTML, not a plotly figure: the page's only figure made every new tab of it load plotly.js.
+    bars = [
+        Bar(f"XID {c}", counts[c], COLOURS[Health.FAILED] if c in fatal else COLOURS[Health.DEGRADED])
+        for c in sorted(counts)
+    ]
+    return bar_chart(bars, "fleet-xids")
 
 
 def _jobs_table(job_rows: list[JobSummary], now: float) -> Any:

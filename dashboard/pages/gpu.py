@@ -7,6 +7,7 @@ from typing import Any, Final
 from dash import dcc, html
 
 from dashboard import figures
+from dashboard.bar_chart import Bar, bar_chart
 from dashboard.components import Col, ago, badge, graph, href, section, stat_card, table, when
 from dashboard.context import DashboardContext
 from dashboard.fleet_view import gpu_views
@@ -19,9 +20,8 @@ from dashboard.queries.events import event_counts, recent_events
 from dashboard.queries.findings import FindingRow, recent_findings
 from dashboard.queries.gpus import (
     LIVE_WINDOW_SECONDS,
-    gpu_identity,
+    gpu_now,
     gpu_series,
-    latest_gpu_states,
     series_source,
 )
 from dashboard.queries.incidents import IncidentRow, incidents
@@ -37,20 +37,23 @@ def render(ctx: DashboardContext, params: Params) -> Any:
     window = params.get("window") if params.get("window") in WINDOWS else DEFAULT_WINDOW
     span = WINDOWS[str(window)]
     now = ctx.now()
+    model = ctx.fleet.at_hand()  # where the GPU reports, if the fleet model knows: its rows are sought there
     with ctx.cursor() as cur:
-        ident = gpu_identity(cur, uuid, now - span, now)
-        if ident is None:
+        found = gpu_now(cur, uuid, now - span, now, model.gpu_hosts.get(uuid) if model else None)
+        if found is None:
             return html.Div(
                 [html.H1(uuid), html.Div(f"no samples from this GPU in the last {window}", className="empty")]
             )
-        states = [s for s in latest_gpu_states(cur, now, ident.host) if s.uuid == uuid]
+        ident = found.identity
+        present = tables(cur)
         counts = event_counts(cur, now - FAULT_WINDOW_SECONDS, now, ident.host)
         risks = [r for r in latest_risks(cur, now, ident.host) if r.device_id == uuid]
-        series = gpu_series(cur, uuid, now - span, now, series_source(tables(cur), span))
+        series = gpu_series(cur, uuid, ident.host, now - span, now, series_source(present, span))
         events = recent_events(cur, now - span, now, ident.host, ident.gpu_index)
-        risk_points = risk_history(cur, uuid, now - span, now)
+        risk_points = risk_history(cur, uuid, ident.host, now - span, now)
         findings = recent_findings(cur, now - span, now, gpu_uuid=uuid)
-        gpu_incidents = incidents(cur, now - 86400, component_id=uuid) if "incidents" in tables(cur) else None
+        gpu_incidents = incidents(cur, now - 86400, component_id=uuid) if "incidents" in present else None
+    states = [found.state] if found.state is not None else []
     views = gpu_views(states, counts, {r.device_id: r.risk for r in risks}, now, ctx.risk_threshold)
     view = views[0] if views else None
     title = html.Div(
@@ -141,12 +144,12 @@ def _risk(risks: list[Risk]) -> Any:
         )
     why = drivers(r.explanations)[:8]
     if why:
-        labels = [d.label() for d in why]
-        colours = [COLOURS[Health.FAILED] if d.contribution > 0 else COLOURS[Health.HEALTHY] for d in why]
-        figure = figures.bar(
-            labels, [d.contribution for d in why], colours, horizontal=True, height=60 + 26 * len(why)
-        )
-        out.append(graph(figure, "gpu-risk-drivers"))
+        # Red pushes the risk up, green down; in HTML, a second plotly figure drew more slowly than it.
+        bars = [
+            Bar(d.label(), d.contribution, COLOURS[Health.FAILED if d.contribution > 0 else Health.HEALTHY])
+            for d in why
+        ]
+        out.append(bar_chart(bars, "gpu-risk-drivers", decimals=3, signed=True))
     return out or html.Div("no drivers recorded for the newest score", className="empty")
 
 

@@ -12,7 +12,7 @@ from typing import Any, Final
 from dash import dcc, html
 
 from dashboard import figures
-from dashboard.components import Col, ago, empty, graph, href, md_link, section, stat_card, table
+from dashboard.components import Col, ago, empty, graph, section, stat_card, table
 from dashboard.context import DashboardContext
 from dashboard.health import COLOURS, Health
 from dashboard.pages.live import PageSpec, Params
@@ -44,8 +44,8 @@ def render(ctx: DashboardContext, params: Params) -> Any:
     rows = [
         {
             "rank": i,
-            "gpu": md_link(r.device_id, href("gpus", r.device_id)),
-            "host": md_link(r.host, href("hosts", r.host)),
+            "gpu": r.device_id,
+            "host": r.host,
             "risk": round(r.risk, 4),
             "base rate": "" if r.base_rate is None else round(r.base_rate, 4),
             "why": explain(r),
@@ -55,8 +55,8 @@ def render(ctx: DashboardContext, params: Params) -> Any:
     ]
     cols = [
         Col("rank", "rank", "int"),
-        Col("GPU", "gpu", "link"),
-        Col("host", "host", "link"),
+        Col("GPU", "gpu", "link", link_to="gpus"),
+        Col("host", "host", "link", link_to="hosts"),
         Col("risk", "risk", "number", 4),
         Col("base rate", "base rate", "number", 4),
         Col("what drives it", "why"),

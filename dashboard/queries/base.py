@@ -42,3 +42,17 @@ def as_float(value: object) -> float | None:
 
 # The start (epoch seconds) of the row's time bucket; the bound parameter is the bucket width in seconds.
 BUCKET: Final = "epoch(time_bucket(to_microseconds(CAST(CAST(? AS DOUBLE) * 1000000 AS BIGINT)), ts))"
+
+
+def host_rows(table: str, time_column: str, columns: str) -> str:
+    """A `host_rows` CTE: `columns` of one host's rows of `table` in a time window (parameters: since, until,
+    host), for a query that then picks one GPU out of them by its UUID.
+
+    Rows are stored in time order, every GPU in every row group, so picking one GPU's UUID out of a window
+    tests every GPU's UUID in each dictionary segment there (16,384 strings of 40 characters at 2,048 hosts:
+    30-60 ms a window, BENCHMARKS.md "First render, session 8"); its host is 8 times fewer, shorter strings.
+    MATERIALIZED keeps DuckDB from pushing the UUID test back down into the scan."""
+    return (
+        f"WITH host_rows AS MATERIALIZED (SELECT {columns} FROM {table} "
+        f"WHERE {time_column} >= {TS} AND {time_column} <= {TS} AND host = ?)"
+    )

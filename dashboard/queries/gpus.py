@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from dashboard.queries.base import BUCKET, TS, Cursor, Row, as_float, as_int, fetch
+from dashboard.queries.base import BUCKET, TS, Cursor, Row, as_float, as_int, fetch, host_rows
 
 # The fleet's live state reads this much of the newest samples; older GPUs count as silent elsewhere.
 LIVE_WINDOW_SECONDS: Final = 600.0
@@ -73,14 +73,17 @@ class GpuSeries:
     source: str = "gpu_samples"
 
 
+_SERIES_COLUMNS: Final = """ts, uuid, utilization_gpu_percent, memory_used_bytes, temperature_celsius,
+power_watts, sm_clock_mhz, clocks_event_reasons, ecc_corrected_aggregate, ecc_uncorrected_aggregate,
+remapped_rows_corrected, remapped_rows_uncorrected"""
 _SERIES_SQL: Final = f"""
+{host_rows("gpu_samples", "ts", _SERIES_COLUMNS)}
 SELECT {BUCKET} AS b,
        avg(utilization_gpu_percent), avg(memory_used_bytes) / 1073741824.0, avg(temperature_celsius),
        avg(power_watts), avg(sm_clock_mhz), bit_or(coalesce(clocks_event_reasons, 0)),
        max(ecc_corrected_aggregate), max(ecc_uncorrected_aggregate), max(remapped_rows_corrected),
        max(remapped_rows_uncorrected)
-FROM gpu_samples
-WHERE ts >= {TS} AND ts <= {TS} AND uuid = ?
+FROM host_rows WHERE uuid = ?
 GROUP BY b ORDER BY b
 """
 
@@ -93,15 +96,18 @@ def bucket_seconds(window_seconds: float, minimum: float = 1.0) -> float:
 # The controller's rollups (docs/controller.md): averages weighted by samples, maxima, OR of the bits. They
 # hold no aggregate ECC or remapped-row counts: the volatile ECC maxima stand in and rows stay empty.
 _ROLLUP_SERIES_SQL: Final = """
+{rows}
 SELECT epoch(time_bucket(to_microseconds(CAST(CAST(? AS DOUBLE) * 1000000 AS BIGINT)), bucket)) AS b,
        sum(utilization_gpu_avg * samples) / sum(samples), max(memory_used_bytes_max) / 1073741824.0,
        sum(temperature_celsius_avg * samples) / sum(samples), sum(power_watts_avg * samples) / sum(samples),
        sum(sm_clock_mhz_avg * samples) / sum(samples), bit_or(coalesce(clocks_event_reasons_any, 0)),
        max(ecc_corrected_volatile_max), max(ecc_uncorrected_volatile_max), NULL, NULL
-FROM {table}
-WHERE bucket >= {ts} AND bucket <= {ts} AND uuid = ?
+FROM host_rows WHERE uuid = ?
 GROUP BY b ORDER BY b
 """
+_ROLLUP_COLUMNS: Final = """bucket, uuid, samples, utilization_gpu_avg, memory_used_bytes_max,
+temperature_celsius_avg, power_watts_avg, sm_clock_mhz_avg, clocks_event_reasons_any,
+ecc_corrected_volatile_max, ecc_uncorrected_volatile_max"""
 HOURLY_FROM_SECONDS: Final = 6 * 3600.0
 
 
@@ -114,16 +120,20 @@ def series_source(present: set[str], window_seconds: float) -> str:
     return "gpu_samples"
 
 
-def gpu_series(cur: Cursor, uuid: str, since: float, until: float, source: str = "gpu_samples") -> GpuSeries:
-    """The GPU's series from `source` (series_source), falling back to raw samples when the rollup has no
-    rows for it (an `up` store: only the controller writes rollups)."""
+def gpu_series(
+    cur: Cursor, uuid: str, host: str, since: float, until: float, source: str = "gpu_samples"
+) -> GpuSeries:
+    """The GPU's series from `source` (series_source), read among its host's rows (`host`: where it
+    reports, `gpu_now`), falling back to raw samples when the rollup has no rows for it (an `up` store:
+    only the controller writes rollups)."""
     bucket = bucket_seconds(until - since)
     if source != "gpu_samples":
-        sql = _ROLLUP_SERIES_SQL.format(table=source, ts=TS)
-        rows = fetch(cur, sql, [max(bucket, 3600.0 if source.endswith("1h") else 60.0), since, until, uuid])
+        sql = _ROLLUP_SERIES_SQL.format(rows=host_rows(source, "bucket", _ROLLUP_COLUMNS))
+        width = max(bucket, 3600.0 if source.endswith("1h") else 60.0)
+        rows = fetch(cur, sql, [since, until, host, width, uuid])
         if rows:
             return _series(rows, "volatile, max per bucket", source)
-    return _series(fetch(cur, _SERIES_SQL, [bucket, since, until, uuid]), "aggregate", "gpu_samples")
+    return _series(fetch(cur, _SERIES_SQL, [since, until, host, bucket, uuid]), "aggregate", "gpu_samples")
 
 
 def _series(rows: list[Row], ecc_scope: str, source: str) -> GpuSeries:
@@ -157,21 +167,62 @@ class GpuIdentity:
     last_ts: float
 
 
-_IDENTITY_SQL: Final = f"""
-SELECT host, gpu_index, uuid, arg_max(name, ts), arg_max(serial, ts), arg_max(pci_bus_id, ts),
-       arg_max(driver_version, ts), epoch(max(ts))
-FROM gpu_samples WHERE ts >= {TS} AND ts <= {TS} AND uuid = ?
-GROUP BY host, gpu_index, uuid ORDER BY max(ts) DESC LIMIT 1
+@dataclass(frozen=True, slots=True)
+class GpuNow:
+    """What one GPU's page shows of it now: who it is and, if it sampled within the live window, its
+    newest values."""
+
+    identity: GpuIdentity
+    state: GpuState | None
+
+
+# One GPU's newest sample in a window: its newest values as they were sent, NULLs kept (GpuState's columns,
+# in its order), then who it is (the newest non-NULL of each identity field). One read: picking one uuid out
+# of a window reads every GPU's rows there, so two reads (who, then what) cost twice.
+_NOW_COLUMNS: Final = """
+SELECT host, gpu_index, uuid, epoch(max(ts)), arg_max(name, ts),
+       arg_max_null(utilization_gpu_percent, ts), coalesce(arg_max_null(memory_used_bytes, ts), 0),
+       coalesce(arg_max_null(memory_total_bytes, ts), 0), arg_max_null(temperature_celsius, ts),
+       arg_max_null(power_watts, ts), coalesce(arg_max_null(sm_clock_mhz, ts), 0),
+       coalesce(arg_max_null(clocks_event_reasons, ts), 0),
+       coalesce(arg_max_null(ecc_corrected_volatile, ts), 0),
+       coalesce(arg_max_null(ecc_uncorrected_volatile, ts), 0),
+       coalesce(arg_max_null(remapped_rows_pending, ts), false),
+       coalesce(arg_max_null(remapped_rows_failure, ts), false), arg_max(pci_bus_id, ts),
+       arg_max(serial, ts), arg_max(driver_version, ts)
 """
+_NOW_READS: Final = """ts, host, gpu_index, uuid, name, utilization_gpu_percent, memory_used_bytes,
+memory_total_bytes, temperature_celsius, power_watts, sm_clock_mhz, clocks_event_reasons,
+ecc_corrected_volatile, ecc_uncorrected_volatile, remapped_rows_pending, remapped_rows_failure, pci_bus_id,
+serial, driver_version"""
+_NOW_TAIL: Final = "GROUP BY host, gpu_index, uuid ORDER BY max(ts) DESC LIMIT 1"
+_NOW_SQL: Final = f"{_NOW_COLUMNS} FROM gpu_samples WHERE ts >= {TS} AND ts <= {TS} AND uuid = ? {_NOW_TAIL}"
+_NOW_ON_HOST_SQL: Final = (
+    f"{host_rows('gpu_samples', 'ts', '*')} {_NOW_COLUMNS} FROM host_rows WHERE uuid = ? {_NOW_TAIL}"
+)
+_STATE_COLUMNS: Final = len(GpuState.__dataclass_fields__)
 
 
-def gpu_identity(cur: Cursor, uuid: str, since: float, until: float) -> GpuIdentity | None:
-    """Looked up in the live window first (a reporting GPU is found there, reading little), then back to
-    `since`."""
-    rows = fetch(cur, _IDENTITY_SQL, [max(since, until - LIVE_WINDOW_SECONDS), until, uuid])
-    if not rows and since < until - LIVE_WINDOW_SECONDS:
-        rows = fetch(cur, _IDENTITY_SQL, [since, until, uuid])
+def gpu_now(cur: Cursor, uuid: str, since: float, until: float, host: str | None = None) -> GpuNow | None:
+    """The GPU as of `until`: looked up in the live window first (a reporting GPU is found there, reading
+    little, with its state), then back to `since` (a silent GPU: who it was, no state); None if it has no
+    sample since `since`. `host`, where the GPU is thought to report (the fleet model's word), is looked in
+    first, reading far less; a GPU not found there is looked for everywhere."""
+    live_since = max(since, until - LIVE_WINDOW_SECONDS)
+    rows: list[Row] = []
+    if host is not None:
+        rows = fetch(cur, _NOW_ON_HOST_SQL, [live_since, until, host, uuid])
+    if not rows:
+        rows = fetch(cur, _NOW_SQL, [live_since, until, uuid])
+    live = bool(rows)
+    if not rows and since < live_since:
+        rows = fetch(cur, _NOW_SQL, [since, until, uuid])
     if not rows:
         return None
     r = rows[0]
-    return GpuIdentity(str(r[0]), int(r[1]), str(r[2]), r[3], r[4], r[5], r[6], float(r[7]))
+    state = GpuState(*r[:_STATE_COLUMNS])
+    serial, driver = r[_STATE_COLUMNS:]
+    identity = GpuIdentity(
+        state.host, state.gpu_index, state.uuid, state.name, serial, state.pci_bus_id, driver, state.last_ts
+    )
+    return GpuNow(identity, state if live else None)

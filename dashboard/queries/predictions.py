@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Final
 
-from dashboard.queries.base import TS, Cursor, fetch
+from dashboard.queries.base import TS, Cursor, fetch, host_rows
 
 # A scoring round runs every minute by default; a score older than this is stale and not shown as live.
 RISK_WINDOW_SECONDS: Final = 3 * 3600.0
@@ -128,10 +128,14 @@ def risk_summary(cur: Cursor, now: float, threshold: float, bins: int) -> RiskSu
 
 
 _HISTORY_SQL: Final = f"""
-SELECT epoch(ts), risk FROM predictions
-WHERE ts >= {TS} AND ts <= {TS} AND device_id = ? ORDER BY ts LIMIT 5000
+{host_rows("predictions", "ts", "ts, device_id, risk")}
+SELECT epoch(ts), risk FROM host_rows WHERE device_id = ? ORDER BY ts LIMIT 5000
 """
 
 
-def risk_history(cur: Cursor, device_id: str, since: float, until: float) -> list[tuple[float, float]]:
-    return [(float(r[0]), float(r[1])) for r in fetch(cur, _HISTORY_SQL, [since, until, device_id])]
+def risk_history(
+    cur: Cursor, device_id: str, host: str, since: float, until: float
+) -> list[tuple[float, float]]:
+    """The GPU's scores over the window, oldest first, read among its host's (`host`: where it reports)."""
+    rows = fetch(cur, _HISTORY_SQL, [since, until, host, device_id])
+    return [(float(r[0]), float(r[1])) for r in rows]

@@ -143,7 +143,8 @@ def test_views_over_the_built_store_find_each_scripted_fault(fleet: BuiltFleet) 
 
 def test_gpu_series_is_bucketed_to_a_bounded_number_of_points(fleet: BuiltFleet) -> None:
     with Store.open(fleet.path, read_only=True) as store:
-        series = gpu_series(store.cursor(), fleet.failed_gpu_uuid, fleet.end_ts - 86400, fleet.end_ts)
+        host = fleet.hosts[1]  # the ECC ramp's GPU is GPU 2 of the second host
+        series = gpu_series(store.cursor(), fleet.failed_gpu_uuid, host, fleet.end_ts - 86400, fleet.end_ts)
     assert 0 < len(series.ts) <= 360
     assert series.ts == sorted(series.ts)
     assert max(v for v in series.ecc_uncorrected_aggregate if v is not None) >= 1
@@ -238,6 +239,21 @@ def test_fleet_model_is_built_once_then_rebuilt_in_the_background_when_old() -> 
     assert cache.get().now == 1.0  # invalidated: still served at once, rebuilt beside
     _wait_until_rebuilt(cache, 2.0)
     assert len(built) == 3
+
+
+def test_the_model_at_hand_is_only_looked_at_never_built_or_waited_for() -> None:
+    built: list[float] = []
+
+    def build() -> FleetModel:
+        built.append(float(len(built)))
+        return FleetModel(built[-1], [], [], [], [])
+
+    now = [10.0]
+    cache = SnapshotCache(build, max_age_seconds=60.0, clock=lambda: now[0])
+    assert cache.at_hand() is None and built == []  # no model yet: a GPU page seeks by uuid instead
+    model = cache.get()
+    now[0] += 3600.0  # stale: `get` would have it rebuilt, a look does not
+    assert cache.at_hand() is model and built == [0.0]
 
 
 class _Builds:

@@ -53,6 +53,9 @@ def test_fleet_page_shows_the_hosts_and_gpus_of_the_store(
     assert SILENT_HOST in attention and "silent" in attention
     assert f"{fleet.at_risk_score:.3f}" in page.inner_text("#fleet-at-risk")
     assert JOB_ID in page.inner_text("#fleet-jobs")
+    # The double-bit error's XID, in the chart drawn in HTML: the page loads no plotly.js for it.
+    assert "XID 48" in page.inner_text("#fleet-xids")
+    assert page.evaluate("typeof window.Plotly") == "undefined"
     page.close()
 
 
@@ -170,6 +173,22 @@ def test_predictions_page_ranks_the_at_risk_gpu_first(
     assert page.inner_text("#card-at-risk .card-value") == "1"
     first_gpu = page.locator("#predictions-table td.dash-cell[data-dash-column='gpu']").first
     assert fleet.at_risk_uuid in first_gpu.inner_text()
+    assert first_gpu.locator("a").get_attribute("href") == f"/gpus/{fleet.at_risk_uuid}"
+    page.close()
+
+
+def test_every_gpu_scored_links_each_gpu_and_host_to_its_page(
+    browser: Browser, dashboard: DashboardServer, fleet: BuiltFleet
+) -> None:
+    page = _open(browser, dashboard, "/predictions?list=all")
+    first = page.locator("#predictions-table .ag-center-cols-container .ag-row[row-index='0']")
+    gpu, host = first.locator("[col-id='gpu'] a"), first.locator("[col-id='host'] a")
+    assert gpu.inner_text() == fleet.at_risk_uuid
+    assert gpu.get_attribute("href") == f"/gpus/{fleet.at_risk_uuid}"
+    assert host.get_attribute("href") == f"/hosts/{host.inner_text()}"
+    gpu.click()
+    page.wait_for_url(f"**/gpus/{fleet.at_risk_uuid}", timeout=TIMEOUT_MS)
+    wait_drawn(page, TIMEOUT_MS)
     page.close()
 
 

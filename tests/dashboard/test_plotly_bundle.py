@@ -57,7 +57,7 @@ def test_the_bundle_registers_the_trace_types_it_is_said_to(
     browser: Browser, dashboard: DashboardServer
 ) -> None:
     page = browser.new_page()
-    page.goto(dashboard.url.rstrip("/") + "/")
+    page.goto(dashboard.url.rstrip("/") + "/network")  # a page with figures (the fleet page has none)
     wait_drawn(page, TIMEOUT_MS)
     page.wait_for_function("() => window.Plotly && window.Plotly.PlotSchema", timeout=TIMEOUT_MS)
     registered = page.evaluate("() => Object.keys(window.Plotly.PlotSchema.get().traces)")
