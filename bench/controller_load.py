@@ -669,7 +669,8 @@ def agent_cost(args: argparse.Namespace) -> None:
 
 def cpu_per_batch(args: argparse.Namespace) -> None:
     """CPU per batch of the controller's two stages, in this process: the edge (gunzip, JSON, checks) and the
-    writer (groups of 64 batches into a store file). What a quiet machine's cores bound ingest by."""
+    writer (groups of 64 batches into a store file). What a quiet machine's cores bound ingest by. With
+    `--wire 2`, the same batches in wire version 2."""
     from fleetguard.clock import SystemClock
     from fleetguard.controller.ingest import IngestWriter, Pending
     from fleetguard.controller.stats import ControllerStats
@@ -677,18 +678,21 @@ def cpu_per_batch(args: argparse.Namespace) -> None:
     from fleetguard.store import Store
 
     text, rows = template(args.interval)
-    bodies = [
-        gzip.compress(
-            text.replace("HOSTNAME", f"h{i}")
-            .replace("SEQNUM", "1")
-            .replace("SENTTS", "1795000000.0")
-            .encode(),
-            1,
-        )
-        for i in range(64)
-    ]
+    if args.wire == "2":  # the same batches in wire version 2 (host names as long as the template's)
+        v2 = template_v2(args.interval)
+        hosts = [f"host-{i:05d}" for i in range(64)]
+        bodies = [body_v2(v2, h, 1, 1_795_000_000.0) for h in hosts]
+    else:
+        hosts = [f"h{i}" for i in range(64)]
+        bodies = [
+            gzip.compress(
+                text.replace("HOSTNAME", h).replace("SEQNUM", "1").replace("SENTTS", "1795000000.0").encode(),
+                1,
+            )
+            for h in hosts
+        ]
     t0 = time.thread_time()
-    parsed = [parse_batch(b, f"h{i}") for i, b in enumerate(bodies) for _ in range(5)][::5]
+    parsed = [parse_batch(b, hosts[i]) for i, b in enumerate(bodies) for _ in range(5)][::5]
     parse_ms = (time.thread_time() - t0) / (5 * len(bodies)) * 1000
     root = Path(tempfile.mkdtemp(prefix="fg-cpu-"))
     with Store.open(root / "s.duckdb") as store:
