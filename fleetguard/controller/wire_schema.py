@@ -78,26 +78,42 @@ def present_columns(columns: Any) -> dict[str, list[Any]]:
 
 _TABLE_STRUCTS = {name: _table_struct(table) for name, table in TABLES.items()}
 
-_Tables = msgspec.defstruct(
-    "WireTables",
-    [(name, struct | UnsetType, UNSET) for name, struct in _TABLE_STRUCTS.items()],
-    kw_only=True,
-    forbid_unknown_fields=True,
+# A batch's fields beside its tables and acks, each with its type: both wire versions' (wire_v2_schema too).
+HEAD_FIELDS: tuple[tuple[str, type], ...] = (
+    ("v", int),
+    ("host", str),
+    ("boot_id", str),
+    ("seq", int),
+    ("sent_ts", float),
+    ("interval_seconds", float),
+    ("agent_version", str),
 )
 
 
-class _Batch(msgspec.Struct, forbid_unknown_fields=True):
-    v: int
-    host: str
-    boot_id: str
-    seq: int
-    sent_ts: float
-    interval_seconds: float
-    agent_version: str
-    tables: _Tables  # type: ignore[valid-type]
-    acks: list[dict[str, str]]  # each checked by shipping.commands.ack_from_json
+def batch_struct(prefix: str, table_structs: dict[str, Any]) -> Any:
+    """A batch's typed struct: HEAD_FIELDS, a table struct per table name (each optional), and the acks
+    (each checked by shipping.commands.ack_from_json); no unknown key anywhere."""
+    tables = msgspec.defstruct(
+        f"{prefix}Tables",
+        [(name, struct | UnsetType, UNSET) for name, struct in table_structs.items()],
+        kw_only=True,
+        forbid_unknown_fields=True,
+    )
+    return msgspec.defstruct(
+        f"{prefix}Batch",
+        [*HEAD_FIELDS, ("tables", tables), ("acks", list[dict[str, str]])],
+        forbid_unknown_fields=True,
+    )
 
 
+def batch_document(batch: Any, tables: dict[str, Any]) -> dict[str, Any]:
+    """A decoded batch struct as the document `validate.check_batch` takes, with `tables` as read."""
+    doc = {name: getattr(batch, name) for name, _ in HEAD_FIELDS}
+    doc["tables"], doc["acks"] = tables, batch.acks
+    return doc
+
+
+_Batch = batch_struct("Wire", _TABLE_STRUCTS)
 _DECODER = msgspec.json.Decoder(_Batch)
 
 
@@ -113,14 +129,4 @@ def decode(raw: bytes) -> dict[str, Any] | None:
         columns = getattr(batch.tables, name)
         if columns is not UNSET:
             tables[name] = present_columns(columns)
-    return {
-        "v": batch.v,
-        "host": batch.host,
-        "boot_id": batch.boot_id,
-        "seq": batch.seq,
-        "sent_ts": batch.sent_ts,
-        "interval_seconds": batch.interval_seconds,
-        "agent_version": batch.agent_version,
-        "tables": tables,
-        "acks": batch.acks,
-    }
+    return batch_document(batch, tables)

@@ -23,7 +23,13 @@ import msgspec
 import numpy as np
 from msgspec import UNSET, Meta, UnsetType
 
-from fleetguard.controller.wire_schema import MAX_TEXT_CHARS, optional_columns_struct, present_columns
+from fleetguard.controller.wire_schema import (
+    MAX_TEXT_CHARS,
+    batch_document,
+    batch_struct,
+    optional_columns_struct,
+    present_columns,
+)
 from fleetguard.shipping.wire_v2 import ARRAY_TABLES, WIRE_VERSION_2
 from fleetguard.store.schema import TABLES, Column
 
@@ -71,26 +77,7 @@ def _table_struct(name: str) -> Any:
 
 
 _TABLE_STRUCTS = {name: _table_struct(name) for name in TABLES}
-_Tables = msgspec.defstruct(
-    "WireV2Tables",
-    [(name, struct | UnsetType, UNSET) for name, struct in _TABLE_STRUCTS.items()],
-    kw_only=True,
-    forbid_unknown_fields=True,
-)
-
-
-class _Batch(msgspec.Struct, forbid_unknown_fields=True):
-    v: int
-    host: str
-    boot_id: str
-    seq: int
-    sent_ts: float
-    interval_seconds: float
-    agent_version: str
-    tables: _Tables  # type: ignore[valid-type]
-    acks: list[dict[str, str]]  # each checked by shipping.commands.ack_from_json
-
-
+_Batch = batch_struct("WireV2", _TABLE_STRUCTS)
 _DECODER = msgspec.msgpack.Decoder(_Batch)
 _COLUMNS = {name: {c.name: c for c in table.columns} for name, table in TABLES.items()}
 
@@ -110,17 +97,7 @@ def decode_v2(raw: bytes) -> dict[str, Any] | None:
         table = getattr(batch.tables, name)
         if table is not UNSET:
             tables[name] = _table_columns(name, table)
-    return {
-        "v": batch.v,
-        "host": batch.host,
-        "boot_id": batch.boot_id,
-        "seq": batch.seq,
-        "sent_ts": batch.sent_ts,
-        "interval_seconds": batch.interval_seconds,
-        "agent_version": batch.agent_version,
-        "tables": tables,
-        "acks": batch.acks,
-    }
+    return batch_document(batch, tables)
 
 
 def decode_v2_plain(raw: bytes) -> dict[str, Any]:
