@@ -282,9 +282,12 @@ def collect_less() -> None:
 
 
 def run_controller(config: Config, out: TextIO = sys.stdout, duration_seconds: float | None = None) -> None:
-    # Many handler threads wait on the writer; a shorter GIL switch interval keeps the writer thread from
-    # queueing 5 ms behind each of them whenever DuckDB hands the GIL back.
-    sys.setswitchinterval(0.001)
+    # The interpreter's own 5 ms switch interval. 1 ms once kept the writer from queueing behind the handler
+    # threads whenever DuckDB handed the lock back, when every answer waited on a commit; since answers come
+    # from the journal, the forced switches cost more than they saved. Alternated single runs at 2,048
+    # hosts, wire v2: 0.83 cores against 0.89, 2.02-2.04 ms of CPU per batch against 2.17-2.18, p99 58-83 ms
+    # against 84-91 (BENCHMARKS.md, issue 22 session 8).
+    sys.setswitchinterval(0.005)
     running = start_controller(config)
     collect_less()
     stop = threading.Event()
