@@ -54,7 +54,7 @@ assert array("I").itemsize == 4, "texts' codes are 4-byte unsigned integers"
 
 def encode_v2(batch: OutgoingBatch, level: int = 6) -> bytes:
     """The request body in version 2. A float that is not finite (NaN, infinity from a collector) is sent as
-    NULL, as version 1's sender does after `encode` refuses it; `non_finite` counts how many there were."""
+    NULL, as version 1's sender does after `encode` refuses it (`encode_v2_counted` also says how many)."""
     body, _ = encode_v2_counted(batch, level)
     return body
 
@@ -93,17 +93,7 @@ def encode_v2_counted(batch: OutgoingBatch, level: int = 6) -> tuple[bytes, int]
                 plain[column], bad = _finite_or_none(values)
                 non_finite += bad
         tables[name] = {"rows": rows, "numbers": numbers, "texts": texts, "columns": plain}
-    doc = {
-        "v": WIRE_VERSION_2,
-        "host": batch.host,
-        "boot_id": batch.boot_id,
-        "seq": batch.seq,
-        "sent_ts": batch.sent_ts,
-        "interval_seconds": batch.interval_seconds,
-        "agent_version": batch.agent_version,
-        "acks": [a.to_json() for a in batch.acks],
-        "tables": tables,
-    }
+    doc = {**batch.to_json(), "v": WIRE_VERSION_2, "tables": tables}  # the head and acks as in version 1
     try:
         packed = _ENCODER.encode(doc)
     except (OverflowError, UnicodeEncodeError) as exc:
@@ -188,8 +178,7 @@ class WireChoice:
     """The wire version an agent encodes its new batches in: 1 until the controller's reply says it reads 2,
     and 1 again if a controller refuses a version-2 body (one downgraded to a version before it)."""
 
-    def __init__(self, allow_v2: bool = True) -> None:
-        self.allow_v2 = allow_v2
+    def __init__(self) -> None:
         self._version = WIRE_VERSION
         self._lock = threading.Lock()
 
@@ -201,7 +190,7 @@ class WireChoice:
         """What a controller's reply said it reads (its "wire" list; absent in replies before version 2)."""
         with self._lock:
             reads_v2 = isinstance(versions, list) and WIRE_VERSION_2 in versions
-            self._version = WIRE_VERSION_2 if reads_v2 and self.allow_v2 else WIRE_VERSION
+            self._version = WIRE_VERSION_2 if reads_v2 else WIRE_VERSION
 
     def refused_v2(self) -> None:
         with self._lock:
