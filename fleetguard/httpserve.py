@@ -26,10 +26,12 @@ Usage::
     server.stop()                                          # stop accepting, finish in-flight, close all
 
 `inline=True` runs the handler on the server's loop thread instead of a worker: only for a handler that never
-blocks. `quick=` is the middle way: a function run on the loop thread first that answers at once or returns
-None, and only then is `handler` run on a worker (the /metrics one answers with bytes it already holds, and
-waits for a rendering only on a worker). `submit()` runs work of the server's own on its workers (the
-/metrics text rendered ahead of the scrapes). `ssl_context=` serves HTTPS.
+blocks. `quick=` is the middle way: a function run on the loop thread first that answers at once, returns a
+future the loop awaits (the handler's own thread settles it: the controller's ingest, where one thread
+journals every batch gathered meanwhile), or returns None, and only then is `handler` run on a worker (the
+/metrics one answers with bytes it already holds, and waits for a rendering only on a worker). `submit()`
+runs work of the server's own on its workers (the /metrics text rendered ahead of the scrapes).
+`ssl_context=` serves HTTPS.
 
 `request.connection.memo` keeps per-connection facts a handler looks up once (a sender's uid): a
 connection's requests are handled one at a time, in order. `owner_of=` names who holds a new connection (run
@@ -184,7 +186,9 @@ class Lookup(enum.Enum):
 LOOKUP_BLOCKS: Final = Lookup.BLOCKS
 
 Handler = Callable[[Request], Response]
-QuickHandler = Callable[[Request], "Response | None"]  # loop thread: an answer now, or None (ask handler)
+# loop thread: an answer now, an answer to come (a future the loop awaits: work handed to a thread of the
+# handler's own, not a worker), or None (ask handler)
+QuickHandler = Callable[[Request], "Response | asyncio.Future[Response] | None"]
 OwnerOf = Callable[["Connection"], Hashable]
 
 
@@ -665,8 +669,15 @@ class HttpServer:
                 self.stats.handler_errors += 1
                 log.exception("%s: handler failed on %s %s", self._name, request.method, request.path)
                 return Response.json(500, {"error": "internal error"})
-            if quick is not None:
+            if isinstance(quick, Response):
                 return quick
+            if quick is not None:
+                try:
+                    return await quick
+                except Exception:
+                    self.stats.handler_errors += 1
+                    log.exception("%s: handler failed on %s %s", self._name, request.method, request.path)
+                    return Response.json(500, {"error": "internal error"})
         return await asyncio.get_running_loop().run_in_executor(self._executor, self._respond, request)
 
     def _respond(self, request: Request) -> Response:

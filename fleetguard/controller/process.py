@@ -203,7 +203,9 @@ def start_controller(config: Config, clock: Clock | None = None) -> RunningContr
         if isinstance(edge, EdgePool):
             stats.extra.append(edge.exposition)
         tls = tls_context(ctl.tls_cert, ctl.tls_key) if ctl.tls_cert else None
-        server = HttpServer(api, address, port, limits, name="fleetguard-controller", ssl_context=tls)
+        server = HttpServer(
+            api, address, port, limits, name="fleetguard-controller", ssl_context=tls, quick=api.loop_ingest
+        )
     except BaseException:
         if edge is not None:
             edge.stop()
@@ -224,6 +226,8 @@ def start_controller(config: Config, clock: Clock | None = None) -> RunningContr
         store.close()
         raise OSError(f"controller.journal_dir: {exc}") from exc
     maintenance.start()
+    if api.loop_ingest is not None:
+        api.loop_ingest.journal_thread.start()
     server.start()
     running = RunningController(store, writer, maintenance, server, api, on_stop)
     scheme = "https" if tls is not None else "http"

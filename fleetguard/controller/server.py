@@ -19,6 +19,7 @@ from fleetguard.controller.edge_pool import Edge, InProcessEdge
 from fleetguard.controller.export_api import ExportRefused, ExportSnapshots
 from fleetguard.controller.ingest import IngestResult, IngestWriter
 from fleetguard.controller.journal import JournalEntry
+from fleetguard.controller.loop_ingest import LoopIngest
 from fleetguard.controller.stats import ControllerStats, render
 from fleetguard.controller.tokens import Identity, Role, TokenBook
 from fleetguard.controller.validate import BatchRefused, IngestBatch, Refusal
@@ -82,6 +83,11 @@ class ControllerApi:
         self.edge: Edge = edge or InProcessEdge()
         self._local = threading.local()
         self.exports = ExportSnapshots(store.path)
+        # Ingest on the server's loop (loop_ingest): where each answer waits only on the journal and the
+        # checks do not block (in process). start_loop_ingest() starts its journal thread.
+        self.loop_ingest: LoopIngest | None = None
+        if writer.journal is not None and isinstance(self.edge, InProcessEdge) and not settings.reads_only:
+            self.loop_ingest = LoopIngest(self, writer)
         self._routes: dict[tuple[str, str], Callable[[Request], Response]] = {
             ("POST", "/v1/ingest"): self.ingest,
             ("POST", "/v1/commands"): self.queue_command,
@@ -122,31 +128,54 @@ class ControllerApi:
 
     def ingest(self, request: Request) -> Response:
         try:
-            identity = self._identify(request)
-            if identity is None:
-                raise BatchRefused(Refusal.UNAUTHENTICATED, "a bearer token of this host is required")
-            if identity.role is not Role.AGENT:
-                raise BatchRefused(Refusal.WRONG_HOST, "an operator token cannot ship batches")
-            encoding = request.headers.get("content-encoding", "identity").lower()
-            if encoding not in ("gzip", "identity"):
-                raise BatchRefused(Refusal.MALFORMED, f"Content-Encoding {encoding[:20]!r} is not gzip")
-            now = self.clock.time()
-            compressed = encoding == "gzip"
-            batch = self.edge.parse(request.body, identity.host, compressed=compressed, now=now)
-            entry = None
-            if self.writer.journal is not None:
-                entry = JournalEntry(batch.host, request.body, compressed, now)
+            batch, entry = self.checked_entry(request)
             return self._commit(batch.host, batch, entry)
         except BatchRefused as exc:
             return self._refused(exc)
 
-    def _commit(self, host: str, batch: IngestBatch, entry: JournalEntry | None = None) -> Response:
-        """Answered once the batch is committed or, with `entry`, once it is in the controller's journal
-        (the writer commits it to the store after)."""
+    def checked_entry(self, request: Request) -> tuple[IngestBatch, JournalEntry | None]:
+        """Who sent it, and the batch checked (BatchRefused naming why not); with a journal, its entry."""
+        identity = self._identify(request)
+        if identity is None:
+            raise BatchRefused(Refusal.UNAUTHENTICATED, "a bearer token of this host is required")
+        if identity.role is not Role.AGENT:
+            raise BatchRefused(Refusal.WRONG_HOST, "an operator token cannot ship batches")
+        encoding = request.headers.get("content-encoding", "identity").lower()
+        if encoding not in ("gzip", "identity"):
+            raise BatchRefused(Refusal.MALFORMED, f"Content-Encoding {encoding[:20]!r} is not gzip")
+        now = self.clock.time()
+        compressed = encoding == "gzip"
+        batch = self.edge.parse(request.body, identity.host, compressed=compressed, now=now)
+        entry = None
+        if self.writer.journal is not None:
+            entry = JournalEntry(batch.host, request.body, compressed, now)
+        return batch, entry
+
+    def hold_host(self, host: str) -> None:
+        """Count one more batch of `host` in flight; BatchRefused (busy) past MAX_IN_FLIGHT_PER_HOST."""
         with self._lock:
             if self._in_flight.get(host, 0) >= MAX_IN_FLIGHT_PER_HOST:
                 raise BatchRefused(Refusal.BUSY, "this host has batches in flight; send one at a time")
             self._in_flight[host] = self._in_flight.get(host, 0) + 1
+
+    def release_host(self, host: str) -> None:
+        with self._lock:
+            left = self._in_flight[host] - 1
+            if left:
+                self._in_flight[host] = left
+            else:
+                del self._in_flight[host]
+
+    def committed_reply(self, seq: int, result: IngestResult) -> Response:
+        return _committed_reply(seq, result)
+
+    def refused(self, exc: BatchRefused) -> Response:
+        return self._refused(exc)
+
+    def _commit(self, host: str, batch: IngestBatch, entry: JournalEntry | None = None) -> Response:
+        """Answered once the batch is committed or, with `entry`, once it is in the controller's journal
+        (the writer commits it to the store after)."""
+        self.hold_host(host)
         try:
             if entry is not None:
                 (answer,) = self.writer.accept([(batch, entry)])
@@ -161,12 +190,7 @@ class ControllerApi:
             assert pending.result is not None
             return _committed_reply(batch.seq, pending.result)
         finally:
-            with self._lock:
-                left = self._in_flight[host] - 1
-                if left:
-                    self._in_flight[host] = left
-                else:
-                    del self._in_flight[host]
+            self.release_host(host)
 
     def _refused(self, exc: BatchRefused) -> Response:
         self.stats.refuse(exc.reason.value)
@@ -308,6 +332,8 @@ class ControllerApi:
     def close(self) -> None:
         """Remove what the API keeps on disk (an export's snapshot) and end the edge processes; after the
         server has stopped."""
+        if self.loop_ingest is not None:
+            self.loop_ingest.journal_thread.stop()
         self.exports.close()
         self.edge.stop()
 

@@ -1,0 +1,263 @@
+"""POST /v1/ingest answered from the server's loop: the batches checked in one turn go to the journal
+thread together, and every answer is the one a worker would have given (same checks, same refusals, the
+in-flight cap per host, 503 when the journal cannot take them, 503 to what waits when the controller
+stops)."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleetguard.controller import loop_ingest
+from fleetguard.controller.ingest import IngestResult
+from fleetguard.controller.journal import JournalEntry
+from fleetguard.controller.loop_ingest import INLINE_BODY_BYTES, JournalThread
+from fleetguard.controller.validate import BatchRefused, IngestBatch, Refusal, parse_batch
+from fleetguard.httpserve import Response
+from fleetguard.shipping.wire import encode
+from tests.controller.helpers import batch, metric_value, start_test_controller
+
+
+def test_concurrent_batches_of_many_hosts_are_answered_on_the_loop_and_all_stored(tmp_path: Path) -> None:
+    hosts = tuple(f"node-{i:02d}" for i in range(24))
+    c = start_test_controller(tmp_path, hosts)
+    try:
+        assert c.running.api.loop_ingest is not None, "a journaled, in-process controller ingests on its loop"
+        bodies = [(h, encode(batch(h, seq))) for seq in (1, 2, 3) for h in hosts]
+
+        def send(item: tuple[str, bytes]) -> int:
+            host, body = item
+            return c.post("/v1/ingest", body, c.tokens[host]).status
+
+        with ThreadPoolExecutor(24) as pool:
+            statuses = list(pool.map(send, bodies))
+        assert statuses == [200] * len(bodies)
+        c.settle()
+        text = c.metrics()
+        assert metric_value(text, "fleetguard_controller_batches_committed_total") == len(bodies)
+        assert metric_value(text, "fleetguard_controller_journal_appended_total") == len(bodies)
+        # each sync covers one or more batches: never more syncs than appends
+        assert metric_value(text, "fleetguard_controller_journal_syncs_total") <= len(bodies)
+        # a resend of any of them is a duplicate, stored once
+        again = c.ship(batch(hosts[5], 2))
+        assert again.status == 200 and again.doc["duplicate"] is True
+        assert metric_value(c.metrics(), "fleetguard_controller_batches_committed_total") == len(bodies)
+    finally:
+        c.running.stop()
+
+
+def test_a_refusal_on_the_loop_is_the_workers_refusal(tmp_path: Path) -> None:
+    c = start_test_controller(tmp_path)
+    try:
+        good = encode(batch("node-a", 1))
+        no_token = c.post("/v1/ingest", good, None)
+        assert no_token.status == 401 and no_token.doc["reason"] == "unauthenticated"
+        other_host = c.post("/v1/ingest", good, c.tokens["node-b"])
+        assert other_host.status == 403 and other_host.doc["reason"] == "wrong_host"
+        operator = c.post("/v1/ingest", good, c.tokens["operator"])
+        assert operator.status == 403
+        garbage = c.post("/v1/ingest", gzip.compress(b"{not json"), c.tokens["node-a"])
+        assert garbage.status == 400 and garbage.doc["reason"] == "malformed"
+        deflate = c.post("/v1/ingest", good, c.tokens["node-a"], encoding="deflate")
+        assert deflate.status == 400 and "deflate" in deflate.doc["error"]
+        ok = c.post("/v1/ingest", good, c.tokens["node-a"])
+        assert ok.status == 200 and ok.doc["duplicate"] is False and ok.doc["wire"] == [1, 2]
+    finally:
+        c.running.stop()
+
+
+def test_a_body_past_the_inline_bound_is_checked_on_a_worker_and_stored(tmp_path: Path) -> None:
+    c = start_test_controller(tmp_path, extra={"controller.max_body_bytes": 2 * INLINE_BODY_BYTES})
+    try:
+        doc = json.loads(gzip.decompress(encode(batch("node-a", 1))))
+        text = json.dumps(doc, indent=1) + " " * (INLINE_BODY_BYTES + 1000)  # JSON allows the padding
+        body = text.encode()
+        assert len(body) > INLINE_BODY_BYTES
+        loop_api = c.running.api.loop_ingest
+        assert loop_api is not None
+        seen: list[Any] = []
+        original = loop_api.__call__
+
+        def spy(request: Any) -> Any:
+            answer = original(request)
+            seen.append(answer)
+            return answer
+
+        c.running.server._quick = spy  # the server's loop asks the spy, which asks the real one
+        reply = c.post("/v1/ingest", body, c.tokens["node-a"], encoding="identity")
+        assert reply.status == 200 and reply.doc["duplicate"] is False
+        assert seen == [None], "the loop handed the large body to a worker"
+        assert metric_value(c.metrics(), "fleetguard_controller_batches_committed_total") == 1
+    finally:
+        c.running.stop()
+
+
+# ---- the journal thread on its own: a writer whose accept we hold --------------------------------------
+
+
+class _HeldWriter:
+    """IngestWriter.accept's contract (one answer per item, in order), held until released."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.release = threading.Event()
+        self.calls: list[int] = []
+        self.fail = fail
+
+    def accept(self, items: list[tuple[IngestBatch, JournalEntry]]) -> list[IngestResult | BatchRefused]:
+        self.release.wait(10)
+        self.calls.append(len(items))
+        if self.fail:
+            raise OSError("disk gone")
+        return [IngestResult(duplicate=False, commands=[]) for _ in items]
+
+
+def _batches(n: int, host: str = "node-a") -> list[tuple[IngestBatch, JournalEntry]]:
+    now = time.time()
+    out = []
+    for seq in range(1, n + 1):
+        body = encode(batch(host, seq))
+        out.append((parse_batch(body, host, compressed=True, now=now), JournalEntry(host, body, True, now)))
+    return out
+
+
+def _thread(writer: _HeldWriter, settled: list[str]) -> JournalThread:
+    def answer(seq: int, result: IngestResult) -> Response:
+        return Response.json(200, {"seq": seq, "duplicate": result.duplicate})
+
+    def refuse(exc: BatchRefused) -> Response:
+        return Response.json(exc.status, {"reason": exc.reason.value})
+
+    return JournalThread(writer, answer, refuse, settled.append)  # type: ignore[arg-type]
+
+
+def test_the_batches_of_one_turn_reach_the_journal_in_one_accept() -> None:
+    writer, settled = _HeldWriter(), list[str]()
+    journal_thread = _thread(writer, settled)
+    journal_thread.start()
+
+    async def one_turn() -> list[Response]:
+        futures = [journal_thread.submit(b, e) for b, e in _batches(5)]  # all in this turn
+        await asyncio.sleep(0)  # the turn ends: handed over
+        writer.release.set()
+        return list(await asyncio.gather(*futures))
+
+    try:
+        answers = asyncio.run(one_turn())
+    finally:
+        journal_thread.stop()
+    assert writer.calls == [5]
+    assert [json.loads(a.body)["seq"] for a in answers] == [1, 2, 3, 4, 5]
+    assert settled == ["node-a"] * 5
+
+
+def test_a_journal_that_fails_answers_its_whole_group_503_and_the_thread_goes_on() -> None:
+    writer, settled = _HeldWriter(fail=True), list[str]()
+    writer.release.set()
+    journal_thread = _thread(writer, settled)
+    journal_thread.start()
+
+    async def twice() -> tuple[list[Response], list[Response]]:
+        first = await asyncio.gather(*(journal_thread.submit(b, e) for b, e in _batches(3)))
+        writer.fail = False
+        second = await asyncio.gather(*(journal_thread.submit(b, e) for b, e in _batches(2, "node-b")))
+        return list(first), list(second)
+
+    try:
+        first, second = asyncio.run(twice())
+    finally:
+        journal_thread.stop()
+    assert [(a.status, json.loads(a.body)["reason"]) for a in first] == [(503, "store_failed")] * 3
+    assert [a.status for a in second] == [200, 200]
+    assert sorted(settled) == ["node-a"] * 3 + ["node-b"] * 2
+
+
+def test_what_waits_when_the_thread_stops_is_answered_503_and_later_batches_are_refused() -> None:
+    writer, settled = _HeldWriter(), list[str]()
+    journal_thread = _thread(writer, settled)
+    journal_thread.start()
+
+    async def stopped_midway() -> list[Response]:
+        (b1, e1), (b2, e2) = _batches(2)
+        held = journal_thread.submit(b1, e1)  # taken by the thread, which waits in accept
+        await asyncio.sleep(0.05)
+        waiting = journal_thread.submit(b2, e2)  # queued behind it
+        await asyncio.sleep(0)
+        stopper = threading.Thread(target=journal_thread.stop)
+        stopper.start()
+        await asyncio.sleep(0.05)
+        writer.release.set()
+        answers = [await held, await waiting]
+        stopper.join()
+        with pytest.raises(BatchRefused) as refused:
+            journal_thread.submit(b2, e2)
+        assert refused.value.reason is Refusal.OVERLOADED
+        return answers
+
+    answers = asyncio.run(stopped_midway())
+    assert answers[0].status == 200, "taken before the stop: journaled and answered"
+    assert answers[1].status == 503 and json.loads(answers[1].body)["reason"] == "overloaded"
+    assert settled == ["node-a", "node-a"]
+
+
+def test_past_max_waiting_a_batch_is_refused_overloaded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loop_ingest, "MAX_WAITING", 3)
+    writer, settled = _HeldWriter(), list[str]()
+    journal_thread = _thread(writer, settled)
+    journal_thread.start()
+
+    async def flood() -> list[Response]:
+        items = _batches(4)
+        futures = [journal_thread.submit(b, e) for b, e in items[:3]]
+        with pytest.raises(BatchRefused) as refused:
+            journal_thread.submit(*items[3])
+        assert refused.value.reason is Refusal.OVERLOADED
+        await asyncio.sleep(0)
+        writer.release.set()
+        return list(await asyncio.gather(*futures))
+
+    try:
+        answers = asyncio.run(flood())
+    finally:
+        journal_thread.stop()
+    assert [a.status for a in answers] == [200] * 3
+
+
+def test_a_host_past_its_in_flight_cap_on_the_loop_is_answered_busy(tmp_path: Path) -> None:
+    c = start_test_controller(tmp_path)
+    writer = c.running.writer
+    release = threading.Event()
+    original = writer.accept
+
+    def held(items: Any) -> Any:
+        release.wait(20)
+        return original(items)
+
+    writer.accept = held  # type: ignore[method-assign]
+    try:
+        with ThreadPoolExecutor(5) as pool:
+            held_replies = [
+                pool.submit(c.post, "/v1/ingest", encode(batch("node-a", seq)), c.tokens["node-a"])
+                for seq in (1, 2, 3, 4)
+            ]
+            deadline = time.monotonic() + 10
+            while len(c.running.api._in_flight) == 0 or c.running.api._in_flight["node-a"] < 4:
+                assert time.monotonic() < deadline, "four batches of node-a held in flight"
+                time.sleep(0.01)
+            fifth = c.post("/v1/ingest", encode(batch("node-a", 5)), c.tokens["node-a"])
+            other = pool.submit(c.post, "/v1/ingest", encode(batch("node-b", 1)), c.tokens["node-b"])
+            release.set()
+            assert [f.result().status for f in held_replies] == [200] * 4
+            assert other.result().status == 200
+        assert fifth.status == 429 and fifth.doc["reason"] == "busy"
+        assert c.running.api._in_flight == {}, "every batch answered leaves the count"
+    finally:
+        release.set()
+        c.running.stop()
