@@ -29,6 +29,7 @@ import queue
 import stat
 import struct
 import threading
+import time
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ MAX_BYTES = 2 << 30  # appends are refused past this much on disk (the writer's 
 MAX_HOST_BYTES = 1024
 # A queued append that has heard nothing this long looks whether anyone leads, and leads if not.
 LEAD_CHECK_SECONDS = 1.0
+SYNC_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)  # seconds
 MAX_BODY_BYTES = 64 << 20  # a record claiming more is damage, not a body (ingest bodies are at most 8 MB)
 # No file longer than this is read as a segment (a segment holds SEGMENT_BYTES, or one larger record alone).
 MAX_SEGMENT_FILE_BYTES = SEGMENT_BYTES + MAX_BODY_BYTES + (1 << 20)
@@ -179,6 +181,10 @@ class Journal:
         self._to_replay: list[tuple[Path, frozenset[int]]] = []
         self.bytes_on_disk = 0
         self.syncs = 0
+        # fdatasync's wall time: the floor under every answer, and what a disk shared with the store's
+        # checkpoints stretches (per SYNC_BUCKETS bound, the last one +Inf; under no lock: one leader syncs)
+        self.sync_counts = [0] * (len(SYNC_BUCKETS) + 1)
+        self.sync_seconds = 0.0
         self.appended = 0
 
     @classmethod
@@ -427,8 +433,12 @@ class Journal:
         if fd is None or current is None or id(current) not in touched:
             return
         try:
+            started = time.monotonic()
             os.fdatasync(fd)
+            took = time.monotonic() - started
             self.syncs += 1
+            self.sync_seconds += took
+            self.sync_counts[bisect.bisect_left(SYNC_BUCKETS, took)] += 1
         except OSError as exc:
             log.error("journal segment %s could not be synced: %s", current.path, exc)
             with self._cond:

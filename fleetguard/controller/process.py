@@ -19,13 +19,12 @@ from fleetguard import stop_signals
 from fleetguard.clock import Clock, SystemClock
 from fleetguard.config import Config
 from fleetguard.controller.edge_pool import Edge, EdgePool, make_edge
-from fleetguard.controller.ingest import IngestWriter
-from fleetguard.controller.journal import Journal, JournalEntry, JournalError
+from fleetguard.controller.ingest import IngestWriter, parse_entry
+from fleetguard.controller.journal import SYNC_BUCKETS, Journal, JournalError
 from fleetguard.controller.maintenance import Maintenance
 from fleetguard.controller.server import ApiSettings, ControllerApi, reads_need_token
 from fleetguard.controller.stats import ControllerStats
 from fleetguard.controller.tokens import TokenBook
-from fleetguard.controller.validate import IngestBatch, parse_batch
 from fleetguard.httpserve import HttpServer, Limits, bound_where
 from fleetguard.sd_notify import Notifier
 from fleetguard.secret_files import SecretFileError, open_secret_file
@@ -100,11 +99,6 @@ def open_journal(config: Config) -> Journal | None:
         raise OSError(f"controller.journal_dir: {exc}") from exc
 
 
-def replay_parse(entry: JournalEntry) -> IngestBatch:
-    """A journaled body checked again as it was when it came (times against when it was received)."""
-    return parse_batch(entry.body, entry.host, compressed=entry.compressed, now=entry.received)
-
-
 def journal_exposition(journal: Journal, writer: IngestWriter) -> list[str]:
     """The journal's gauges and counters for the controller's /metrics."""
     name = "fleetguard_controller_journal"
@@ -132,6 +126,16 @@ def journal_exposition(journal: Journal, writer: IngestWriter) -> list[str]:
             f"# TYPE {name}_{suffix} {kind}",
             f"{name}_{suffix} {value}",
         ]
+    counts, total = list(journal.sync_counts), journal.sync_seconds
+    out += [
+        f"# HELP {name}_sync_seconds fdatasync of the journal: every answer waits on one.",
+        f"# TYPE {name}_sync_seconds histogram",
+    ]
+    running = 0
+    for bound, count in zip([*map(str, SYNC_BUCKETS), "+Inf"], counts, strict=True):
+        running += count
+        out.append(f'{name}_sync_seconds_bucket{{le="{bound}"}} {running}')
+    out += [f"{name}_sync_seconds_sum {total}", f"{name}_sync_seconds_count {running}"]
     return out
 
 
@@ -216,7 +220,7 @@ def start_controller(config: Config, clock: Clock | None = None) -> RunningContr
     writer.start()
     # Before the first request: what a previous run answered and did not commit goes first.
     try:
-        writer.replay_journal(replay_parse)
+        writer.replay_journal(parse_entry)
     except JournalError as exc:  # the store takes nothing: stop, the journal keeps what it holds
         writer.stop()
         if journal is not None:

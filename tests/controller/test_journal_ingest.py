@@ -14,7 +14,8 @@ import duckdb
 import pytest
 
 from fleetguard.clock import SystemClock
-from fleetguard.controller.ingest import IngestResult, IngestWriter, Pending
+from fleetguard.controller import ingest
+from fleetguard.controller.ingest import SPILL_FACTOR, IngestResult, IngestWriter, Pending
 from fleetguard.controller.journal import SUFFIX, Journal, JournalEntry
 from fleetguard.controller.stats import ControllerStats
 from fleetguard.controller.validate import BatchRefused, Refusal, parse_batch
@@ -81,12 +82,14 @@ def test_a_batch_sent_again_while_in_the_journal_is_a_duplicate_and_journaled_on
 
 
 def test_a_full_queue_refuses_before_the_journal_and_leaves_nothing_held(tmp_path: Path) -> None:
-    # Two lanes of one slot each: the third batch of one lane's host finds its lane full.
-    bodies = [("node-a", encode(batch("node-a", seq))) for seq in (1, 2, 3)]
+    # Two lanes of one slot each, and room for SPILL_FACTOR more as journaled bodies: one lane's host
+    # finds its lane full at its batch 2 + SPILL_FACTOR.
+    room = 1 + SPILL_FACTOR
+    bodies = [("node-a", encode(batch("node-a", seq))) for seq in range(1, room + 3)]
     answers = _first_life(tmp_path, bodies, max_queue=2)
-    assert isinstance(answers[0], IngestResult)
+    assert all(isinstance(a, IngestResult) for a in answers[:room])
     refused = [a for a in answers if isinstance(a, BatchRefused)]
-    assert refused and all(a.reason is Refusal.OVERLOADED for a in refused)
+    assert len(refused) == 2 and all(a.reason is Refusal.OVERLOADED for a in refused)
     journal = Journal.open(tmp_path / "controller.duckdb.journal")
     assert len(journal.replay()) == len(answers) - len(refused), "only what was answered is replayed"
     journal.close()
@@ -239,3 +242,55 @@ def test_a_copy_in_one_call_beside_several_fresh_batches_is_counted_once(tmp_pat
     finally:
         journal.close()
         store.close()
+
+
+def _rows_stored(path: Path, host: str) -> int:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        row = con.execute("SELECT count(*) FROM gpu_samples WHERE host = ?", [host]).fetchone()
+        return int(row[0]) if row else 0
+    finally:
+        con.close()
+
+
+def test_batches_past_the_lanes_capacity_wait_as_journaled_bodies_and_are_stored_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A store stall fills a lane: what comes past its capacity keeps only its key and journaled body in
+    # memory, and is checked again when the lane takes it. One the checks now refuse (they would not: same
+    # body, same clock) is set aside, as a replay sets one aside; none is lost.
+    checked_again: list[str] = []
+    real = ingest.parse_entry
+
+    def counted(entry: JournalEntry) -> Any:
+        checked_again.append(entry.host)
+        parsed = real(entry)
+        if parsed.seq == 4:
+            raise BatchRefused(Refusal.INVALID_VALUE, "refused this time")
+        return parsed
+
+    monkeypatch.setattr(ingest, "parse_entry", counted)
+    store = Store.open(str(tmp_path / "controller.duckdb"))
+    journal = Journal.open(tmp_path / "controller.duckdb.journal")
+    writer = IngestWriter(store, SystemClock(), ControllerStats(), journal=journal, max_queue=2)
+    now = time.time()
+    items = []
+    for seq in range(1, 6):  # one lane (one host): 1 checked, 4 spilled
+        body = encode(batch("node-a", seq))
+        items.append(
+            (parse_batch(body, "node-a", compressed=True, now=now), JournalEntry("node-a", body, True, now))
+        )
+    answers = writer.accept(items)
+    assert all(isinstance(a, IngestResult) for a in answers)
+    writer.start()
+    try:
+        assert writer.wait_committed(20)
+    finally:
+        writer.stop()
+    assert checked_again == ["node-a"] * 4, "the four past the lane's one slot were checked again"
+    assert writer.journal_set_aside == 1
+    assert list((tmp_path / "controller.duckdb.journal").glob("*.refused")), "the refused one is kept aside"
+    journal.close()
+    store.close()
+    assert _stored(tmp_path / "controller.duckdb", "node-a") == 4
+    assert _rows_stored(tmp_path / "controller.duckdb", "node-a") == 4 * 2, "each stored with its rows"

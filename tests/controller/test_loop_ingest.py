@@ -45,7 +45,11 @@ def test_concurrent_batches_of_many_hosts_are_answered_on_the_loop_and_all_store
         assert metric_value(text, "fleetguard_controller_batches_committed_total") == len(bodies)
         assert metric_value(text, "fleetguard_controller_journal_appended_total") == len(bodies)
         # each sync covers one or more batches: never more syncs than appends
-        assert metric_value(text, "fleetguard_controller_journal_syncs_total") <= len(bodies)
+        syncs = metric_value(text, "fleetguard_controller_journal_syncs_total")
+        assert 1 <= syncs <= len(bodies)
+        # every sync timed: the histogram counts each one, all below +Inf
+        assert metric_value(text, "fleetguard_controller_journal_sync_seconds_count") == syncs
+        assert 'fleetguard_controller_journal_sync_seconds_bucket{le="+Inf"} ' + str(int(syncs)) in text
         # a resend of any of them is a duplicate, stored once
         again = c.ship(batch(hosts[5], 2))
         assert again.status == 200 and again.doc["duplicate"] is True
