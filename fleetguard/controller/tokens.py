@@ -24,6 +24,8 @@ from fleetguard import secret_files
 FILE_VERSION = 1
 MAX_FILE_BYTES = 64 << 20  # ~300,000 tokens; a file past this is not one `controller token` wrote
 KEY = "controller.tokens_file"
+# A known token looks at the tokens file again at most this often (`TokenBook.identify`).
+RECHECK_SECONDS = 1.0
 OPERATOR = "*"  # the "host" of an operator token: may read everything and queue commands, never ingest
 
 
@@ -141,6 +143,7 @@ class TokenBook:
         self._lock = threading.Lock()
         self._stamp: tuple[int, ...] | None = None
         self._by_hash: dict[str, Identity] = {}
+        self._recheck_at = 0.0  # monotonic: when a known token next makes `identify` look at the file
         self.reload()
 
     def reload(self) -> None:
@@ -170,8 +173,16 @@ class TokenBook:
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token or len(token) > 512:
             return None
-        # On a damaged file keep the tokens read last (a failed rotation must not lock every agent out).
-        with contextlib.suppress(TokenFileError):
-            self.reload()
         digest = hash_token(token.strip())
-        return self._by_hash.get(digest)  # replaced whole on a reload, never changed in place: no lock
+        identity = self._by_hash.get(digest)  # replaced whole on a reload, never changed in place: no lock
+        # The file is looked at again for a token not known (a new one works at once) and otherwise at most
+        # every RECHECK_SECONDS: an lstat per request was a system call, and so a hand-over of the
+        # interpreter's lock, on the ingest loop for every batch. A revoked token stops within that second.
+        now = time.monotonic()
+        if identity is None or now >= self._recheck_at:
+            self._recheck_at = now + RECHECK_SECONDS
+            # On a damaged file keep the tokens read last (a failed rotation must not lock every agent out).
+            with contextlib.suppress(TokenFileError):
+                self.reload()
+            identity = self._by_hash.get(digest)
+        return identity

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from fleetguard.controller import tokens
 from fleetguard.controller.tokens import Role, TokenBook, TokenFileError, add_token, hash_token
 
 
@@ -79,3 +80,36 @@ def test_a_tokens_file_owned_by_another_user_is_refused(tmp_path: Path) -> None:
     os.chown(path, 65534, 65534)
     with pytest.raises(TokenFileError, match="belongs to uid 65534"):
         TokenBook(path)
+
+
+def test_a_known_token_does_not_look_at_the_file_on_every_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "tokens.json"
+    known = add_token(path, "node-a")
+    book = TokenBook(path)
+    looks: list[int] = []
+    real = book.reload
+
+    def counted() -> None:
+        looks.append(1)
+        real()
+
+    monkeypatch.setattr(book, "reload", counted)
+    for _ in range(200):
+        assert book.identify(f"Bearer {known}") is not None
+    assert len(looks) <= 2, "at most one look a RECHECK_SECONDS (a slow machine may cross one)"
+    assert book.identify("Bearer not-a-token") is None
+    assert len(looks) >= 1, "a token not known makes it look at once"
+
+
+def test_a_revoked_token_stops_working_once_the_file_is_looked_at_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tokens, "RECHECK_SECONDS", 0.0)  # every request looks: the second has passed
+    path = tmp_path / "tokens.json"
+    old = add_token(path, "node-a")
+    book = TokenBook(path)
+    assert book.identify(f"Bearer {old}") is not None
+    add_token(path, "node-a", replace=True)
+    assert book.identify(f"Bearer {old}") is None
