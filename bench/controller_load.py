@@ -428,9 +428,11 @@ def start_controller(
     default)."""
     root.mkdir(parents=True)
     edge = "" if edge_processes is None else f"edge_processes = {edge_processes}\n"
+    # --no-diagnosis: ingest alone, without the incident rounds that share its interpreter (what they cost)
+    diagnosis = "[diagnosis]\nenabled = false\n" if args.no_diagnosis else ""
     (root / "ctl.toml").write_text(
         f'[controller]\nlisten = "127.0.0.1:{port}"\ntokens_file = "{root.parent}/tokens.json"\n{edge}'
-        f'[store]\npath = "{root}/ctl.duckdb"\n[dashboard]\nenabled = false\n'
+        f'[store]\npath = "{root}/ctl.duckdb"\n[dashboard]\nenabled = false\n{diagnosis}'
     )
     env = {**os.environ, "PYTHONPATH": src} if src else None
     proc = subprocess.Popen(
@@ -508,6 +510,8 @@ def load(args: argparse.Namespace) -> None:
         sources.append(("this tree, wire v2", "", None, v2))
     sources += [(f"this tree, edge_processes = {n}", "", n, None) for n in args.edge_processes]
     sources += [(f"before ({src})", src, None, None) for src in args.compare_src]
+    if args.no_diagnosis:
+        sources = [(f"{label}, diagnosis off", src, edge, body) for label, src, edge, body in sources]
     ctls = [
         start_controller(label, root / f"ctl{k}", args.port + k, tokens, text, args, src, edge, body)
         for k, (label, src, edge, body) in enumerate(sources)
@@ -764,6 +768,12 @@ def main() -> None:
         help="the wire version(s) this tree's controller is fed: 1, 2 (the same batches in version 2), or "
         "1,2 (two controllers, step by step; each other controller's background work is load on the one "
         "measured, so alternate single runs for a fair pair)",
+    )
+    parser.add_argument(
+        "--no-diagnosis",
+        action="store_true",
+        help="run the controller(s) with [diagnosis] enabled = false: ingest without the incident rounds "
+        "beside it (rows labelled so; the default rows are the whole controller)",
     )
     parser.add_argument("--footprint", action="store_true")
     parser.add_argument("--footprint-seconds", type=int, default=1800)
