@@ -9,8 +9,8 @@ for the journal thread, which takes every batch queued since its last append in 
 (one append, one fdatasync) and gives all their answers back to the loop in one call. Per batch that is a
 queue put and a future; per group, one wake of each thread.
 
-What stays on the workers: bodies over INLINE_BODY_BYTES (seconds of gunzip must not stall every
-connection's loop), a controller without a journal (each answer waits on a DuckDB commit) and one with
+What stays on the workers: bodies that inflate past INLINE_BYTES (a 16 MiB body's checks must not stall
+every connection's loop), a controller without a journal (each answer waits on a DuckDB commit) and one with
 edge processes (each parse blocks on a socket). The checks, the refusals and the answers are the same
 functions either way (`ControllerApi.checked_entry`, `_refused`, `_committed_reply`).
 """
@@ -27,14 +27,15 @@ from typing import Protocol
 
 from fleetguard.controller.ingest import IngestResult, IngestWriter
 from fleetguard.controller.journal import JournalEntry
-from fleetguard.controller.validate import BatchRefused, IngestBatch, Refusal
+from fleetguard.controller.validate import BatchRefused, IngestBatch, Refusal, decompress
 from fleetguard.httpserve import Request, Response
 
 log = logging.getLogger(__name__)
 
-# A body (as sent, gzip) past this is checked on a worker: a typical batch is 20-60 KB, the largest allowed
-# 8 MB, whose gunzip and checks would hold the loop, and with it every connection, for a second.
-INLINE_BODY_BYTES = 256 << 10
+# A body that inflates past this is checked on a worker: a typical batch is 20-60 KB inflated, and the
+# largest allowed (16 MiB) would hold the loop, and with it every connection, for a second. The bound is on
+# what it inflates to, not what was sent: a small gzip body may hold 16 MiB of spaces.
+INLINE_BYTES = 256 << 10
 # Batches checked and waiting for the journal thread. Each connection has at most one request in flight, so
 # the connection cap bounds it already; this bound holds whatever that cap is set to (beyond: 503).
 MAX_WAITING = 4096
@@ -169,7 +170,9 @@ _FAILED = BatchRefused(Refusal.STORE_FAILED, "the controller's journal cannot be
 class IngestApi(Protocol):
     """What LoopIngest needs of the controller's API (ControllerApi)."""
 
-    def checked_entry(self, request: Request) -> tuple[IngestBatch, JournalEntry | None]: ...
+    def checked_entry(
+        self, request: Request, inflated: bytes | None = None
+    ) -> tuple[IngestBatch, JournalEntry | None]: ...
     def hold_host(self, host: str) -> None: ...
     def release_host(self, host: str) -> None: ...
     def committed_reply(self, seq: int, result: IngestResult) -> Response: ...
@@ -184,11 +187,14 @@ class LoopIngest:
         self.journal_thread = JournalThread(writer, api.committed_reply, api.refused, api.release_host)
 
     def __call__(self, request: Request) -> Response | asyncio.Future[Response] | None:
-        if request.method != "POST" or request.path != "/v1/ingest" or len(request.body) > INLINE_BODY_BYTES:
+        if request.method != "POST" or request.path != "/v1/ingest":
             return None
+        inflated = _inline(request)
+        if inflated is None:
+            return None  # a worker reads it, with the full bounds (and names any refusal)
         api = self._api
         try:
-            batch, entry = api.checked_entry(request)
+            batch, entry = api.checked_entry(request, inflated)
             assert entry is not None  # a LoopIngest is made only where there is a journal
             api.hold_host(batch.host)
             try:
@@ -198,3 +204,17 @@ class LoopIngest:
                 raise
         except BatchRefused as exc:
             return api.refused(exc)
+
+
+def _inline(request: Request) -> bytes | None:
+    """The body as the checks read it (inflated), if it is small enough to check on the loop; else None."""
+    body = request.body
+    encoding = request.headers.get("content-encoding", "identity").lower()
+    if encoding == "identity":
+        return body if len(body) <= INLINE_BYTES else None
+    if encoding != "gzip" or len(body) > INLINE_BYTES:  # (a gzip body is never much larger than its text)
+        return None
+    try:
+        return decompress(body, INLINE_BYTES)
+    except BatchRefused:  # past the bound, or not gzip: the worker's reading says which, as it always has
+        return None

@@ -22,7 +22,7 @@ from fleetguard.controller.journal import JournalEntry
 from fleetguard.controller.loop_ingest import LoopIngest
 from fleetguard.controller.stats import ControllerStats, render
 from fleetguard.controller.tokens import Identity, Role, TokenBook
-from fleetguard.controller.validate import BatchRefused, IngestBatch, Refusal
+from fleetguard.controller.validate import BatchRefused, IngestBatch, Refusal, parse_batch
 from fleetguard.httpserve import HttpError, Request, Response
 from fleetguard.shipping.commands import CommandKind
 from fleetguard.shipping.wire import WIRE_VERSION
@@ -133,8 +133,12 @@ class ControllerApi:
         except BatchRefused as exc:
             return self._refused(exc)
 
-    def checked_entry(self, request: Request) -> tuple[IngestBatch, JournalEntry | None]:
-        """Who sent it, and the batch checked (BatchRefused naming why not); with a journal, its entry."""
+    def checked_entry(
+        self, request: Request, inflated: bytes | None = None
+    ) -> tuple[IngestBatch, JournalEntry | None]:
+        """Who sent it, and the batch checked (BatchRefused naming why not); with a journal, its entry.
+        `inflated`: the body already gunzipped (the loop's reading, `loop_ingest`), checked here and now
+        rather than by the edge (whose bound on parses at once would block the loop)."""
         identity = self._identify(request)
         if identity is None:
             raise BatchRefused(Refusal.UNAUTHENTICATED, "a bearer token of this host is required")
@@ -145,7 +149,10 @@ class ControllerApi:
             raise BatchRefused(Refusal.MALFORMED, f"Content-Encoding {encoding[:20]!r} is not gzip")
         now = self.clock.time()
         compressed = encoding == "gzip"
-        batch = self.edge.parse(request.body, identity.host, compressed=compressed, now=now)
+        if inflated is not None:
+            batch = parse_batch(inflated, identity.host, compressed=False, now=now)
+        else:
+            batch = self.edge.parse(request.body, identity.host, compressed=compressed, now=now)
         entry = None
         if self.writer.journal is not None:
             entry = JournalEntry(batch.host, request.body, compressed, now)

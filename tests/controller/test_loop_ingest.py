@@ -19,7 +19,7 @@ import pytest
 from fleetguard.controller import loop_ingest
 from fleetguard.controller.ingest import IngestResult
 from fleetguard.controller.journal import JournalEntry
-from fleetguard.controller.loop_ingest import INLINE_BODY_BYTES, JournalThread
+from fleetguard.controller.loop_ingest import INLINE_BYTES, JournalThread
 from fleetguard.controller.validate import BatchRefused, IngestBatch, Refusal, parse_batch
 from fleetguard.httpserve import Response
 from fleetguard.shipping.wire import encode
@@ -78,13 +78,17 @@ def test_a_refusal_on_the_loop_is_the_workers_refusal(tmp_path: Path) -> None:
         c.running.stop()
 
 
-def test_a_body_past_the_inline_bound_is_checked_on_a_worker_and_stored(tmp_path: Path) -> None:
-    c = start_test_controller(tmp_path, extra={"controller.max_body_bytes": 2 * INLINE_BODY_BYTES})
+@pytest.mark.parametrize("encoding", ["identity", "gzip"])
+def test_a_body_past_the_inline_bound_is_checked_on_a_worker_and_stored(
+    tmp_path: Path, encoding: str
+) -> None:
+    # gzip: a small body that inflates past the bound (spaces compress ~1,000 to 1) is the worker's too
+    c = start_test_controller(tmp_path, extra={"controller.max_body_bytes": 2 * INLINE_BYTES})
     try:
         doc = json.loads(gzip.decompress(encode(batch("node-a", 1))))
-        text = json.dumps(doc, indent=1) + " " * (INLINE_BODY_BYTES + 1000)  # JSON allows the padding
-        body = text.encode()
-        assert len(body) > INLINE_BODY_BYTES
+        text = json.dumps(doc, indent=1) + " " * (INLINE_BYTES + 1000)  # JSON allows the padding
+        body = text.encode() if encoding == "identity" else gzip.compress(text.encode())
+        assert len(text) > INLINE_BYTES
         loop_api = c.running.api.loop_ingest
         assert loop_api is not None
         seen: list[Any] = []
@@ -96,7 +100,7 @@ def test_a_body_past_the_inline_bound_is_checked_on_a_worker_and_stored(tmp_path
             return answer
 
         c.running.server._quick = spy  # the server's loop asks the spy, which asks the real one
-        reply = c.post("/v1/ingest", body, c.tokens["node-a"], encoding="identity")
+        reply = c.post("/v1/ingest", body, c.tokens["node-a"], encoding=encoding)
         assert reply.status == 200 and reply.doc["duplicate"] is False
         assert seen == [None], "the loop handed the large body to a worker"
         assert metric_value(c.metrics(), "fleetguard_controller_batches_committed_total") == 1
