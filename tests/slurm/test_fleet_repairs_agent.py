@@ -127,8 +127,11 @@ def test_a_fatal_xid_drains_the_node_and_a_selfcheck_from_its_agent_brings_it_ba
     _until(agent, lambda: bool(con.execute(evidence_sql).fetchall()), 30, "the self-check's finding")
     [(evidence,)] = con.execute(evidence_sql).fetchall()
     assert json.loads(evidence)["command_id"] == commands[0][0]
-    row = con.execute(
+    outcome_sql = (
         "SELECT incident_id, state, selfcheck_command, selfcheck_passed, resumed_at IS NOT NULL "
         "FROM repair_outcomes"
-    ).fetchone()
+    )
+    # Slurm resumes the node first; the repair's end is written after, in a transaction of the writer's.
+    _until(agent, lambda: (con.execute(outcome_sql).fetchone() or ("", ""))[1] == "resumed", 30, "recorded")
+    row = con.execute(outcome_sql).fetchone()
     assert row == (incident_id, "resumed", commands[0][0], True, True)
