@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from fleetguard.controller import loop_ingest
+from fleetguard.controller import loop_ingest, validate
 from fleetguard.controller.ingest import IngestResult
 from fleetguard.controller.journal import JournalEntry
 from fleetguard.controller.loop_ingest import INLINE_BYTES, JournalThread
@@ -268,4 +268,40 @@ def test_a_host_past_its_in_flight_cap_on_the_loop_is_answered_busy(tmp_path: Pa
         assert c.running.api._in_flight == {}, "every batch answered leaves the count"
     finally:
         release.set()
+        c.running.stop()
+
+
+def test_a_token_the_loop_does_not_know_is_looked_up_on_a_worker_and_its_body_never_inflated_on_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The tokens file is read under a lock a worker may hold for as long as a 64 MiB file takes to parse,
+    # and may sit on a slow disk: the loop (every connection's) must never wait on it. Nor may a client
+    # with no token make the loop gunzip its body before it is refused.
+    c = start_test_controller(tmp_path)
+    book = c.running.api.tokens
+    loop_name = "fleetguard-controller"  # the server's loop thread (HttpServer name=)
+    reloads: list[str] = []
+    inflated: list[str] = []
+    real_reload = book.reload
+
+    def reload() -> None:
+        reloads.append(threading.current_thread().name)
+        real_reload()
+
+    def decompress(body: bytes, limit: int) -> bytes:
+        inflated.append(threading.current_thread().name)
+        return validate.decompress(body, limit)
+
+    monkeypatch.setattr(book, "reload", reload)
+    monkeypatch.setattr(loop_ingest, "decompress", decompress)
+    try:
+        good = encode(batch("node-a", 1))
+        for token in ("not-a-token", "another-guess", None):
+            refused = c.post("/v1/ingest", good, token)
+            assert refused.status == 401 and refused.doc["reason"] == "unauthenticated"
+        assert loop_name not in reloads, "the loop looked at the tokens file for a token it did not know"
+        assert inflated == [], "the loop inflated a body before knowing who sent it"
+        ok = c.post("/v1/ingest", good, c.tokens["node-a"])
+        assert ok.status == 200 and ok.doc["duplicate"] is False
+    finally:
         c.running.stop()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fleetguard.controller import tokens
-from fleetguard.controller.tokens import Role, TokenBook, TokenFileError, add_token, hash_token
+from fleetguard.controller.tokens import Identity, Role, TokenBook, TokenFileError, add_token, hash_token
 
 
 def test_the_file_holds_only_hashes_and_is_0600(tmp_path: Path) -> None:
@@ -113,3 +113,19 @@ def test_a_revoked_token_stops_working_once_the_file_is_looked_at_again(
     assert book.identify(f"Bearer {old}") is not None
     add_token(path, "node-a", replace=True)
     assert book.identify(f"Bearer {old}") is None
+
+
+def test_known_answers_from_the_tokens_read_and_never_looks_at_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "tokens.json"
+    agent = add_token(path, "node-a")
+    book = TokenBook(path)
+    looked: list[int] = []
+    monkeypatch.setattr(book, "reload", lambda: looked.append(1))
+    assert book.known(f"Bearer {agent}") is None, "a look at the file is due: ask identify"
+    assert book.identify(f"Bearer {agent}") == Identity("node-a", Role.AGENT)
+    assert looked == [1]
+    assert book.known(f"Bearer {agent}") == Identity("node-a", Role.AGENT)
+    assert book.known("Bearer not-a-token") is None and book.known(None) is None
+    assert looked == [1], "known never looks at the file"
