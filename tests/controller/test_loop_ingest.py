@@ -12,14 +12,16 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from fleetguard.controller import loop_ingest, validate
+from fleetguard.controller import loop_ingest, tokens, validate
 from fleetguard.controller.ingest import IngestResult
 from fleetguard.controller.journal import JournalEntry
 from fleetguard.controller.loop_ingest import INLINE_BYTES, JournalThread
+from fleetguard.controller.tokens import add_token
 from fleetguard.controller.validate import BatchRefused, IngestBatch, Refusal, parse_batch
 from fleetguard.httpserve import Response
 from fleetguard.shipping.wire import encode
@@ -303,5 +305,33 @@ def test_a_token_the_loop_does_not_know_is_looked_up_on_a_worker_and_its_body_ne
         assert inflated == [], "the loop inflated a body before knowing who sent it"
         ok = c.post("/v1/ingest", good, c.tokens["node-a"])
         assert ok.status == 200 and ok.doc["duplicate"] is False
+    finally:
+        c.running.stop()
+
+
+def test_a_token_revoked_stops_on_the_loop_once_its_second_has_passed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = [1000.0]  # the tokens book's monotonic clock, moved by the test
+    monkeypatch.setattr(tokens, "time", SimpleNamespace(time=time.time, monotonic=lambda: now[0]))
+    c = start_test_controller(tmp_path)
+    answered_on_loop: list[int] = []
+    loop_api = c.running.api.loop_ingest
+    assert loop_api is not None
+
+    def spy(request: Any) -> Any:
+        answer = loop_api(request)
+        answered_on_loop.append(answer is not None)
+        return answer
+
+    c.running.server._quick = spy
+    try:
+        assert c.ship(batch("node-a", 1)).status == 200  # the first look at the file: a worker's
+        assert c.ship(batch("node-a", 2)).status == 200  # known, within its second: the loop's
+        assert answered_on_loop == [False, True]
+        add_token(tmp_path / "tokens.json", "node-a", replace=True)
+        now[0] += tokens.RECHECK_SECONDS
+        revoked = c.ship(batch("node-a", 3))
+        assert revoked.status == 401 and revoked.doc["reason"] == "unauthenticated"
     finally:
         c.running.stop()
