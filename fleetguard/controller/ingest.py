@@ -507,8 +507,16 @@ class IngestWriter:
         assert p.entry is not None and p.journal_id is not None and self.journal is not None
         try:
             p.batch = parse_entry(p.entry)
-        except BatchRefused as exc:
-            self.journal.set_aside(p.journal_id, p.entry, f"refused when taken from the queue: {exc.message}")
+        except Exception as exc:  # after its 200: kept aside, and the lane goes on
+            # Not only a refusal: this runs on the lane's thread after the batch was answered, so an error
+            # here (MemoryError while a stall fills memory) would end the lane and leave its hosts'
+            # batches uncommitted until a restart. The body stays on disk beside the journal either way.
+            if isinstance(exc, BatchRefused):
+                reason = f"refused when taken from the queue: {exc.message}"
+            else:
+                log.exception("a spilled batch of %s could not be checked again; set aside", p.entry.host)
+                reason = f"could not be checked when taken from the queue: {type(exc).__name__}: {exc}"
+            self.journal.set_aside(p.journal_id, p.entry, reason)
             self.journal_set_aside += 1
             with self._state:
                 self._held_keys.discard(p.batch.key)

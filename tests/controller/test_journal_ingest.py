@@ -324,3 +324,42 @@ def test_a_large_body_past_the_lanes_capacity_is_refused_not_spilled(tmp_path: P
     finally:
         store.close()
         journal.close()
+
+
+def test_a_spilled_batch_whose_check_fails_unexpectedly_is_set_aside_and_its_lane_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The check again runs on the lane's thread after the batch was answered 200: an error there other than
+    # a refusal (MemoryError while a stall fills memory) must neither end the lane, which would leave
+    # every batch of its hosts uncommitted until a restart, nor lose the batch.
+    real = ingest.parse_entry
+
+    def failing(entry: JournalEntry) -> Any:
+        parsed = real(entry)
+        if parsed.seq == 3:
+            raise MemoryError("no room for the tables")
+        return parsed
+
+    monkeypatch.setattr(ingest, "parse_entry", failing)
+    store = Store.open(str(tmp_path / "controller.duckdb"))
+    journal = Journal.open(tmp_path / "controller.duckdb.journal")
+    writer = IngestWriter(store, SystemClock(), ControllerStats(), journal=journal, max_queue=2)
+    now = time.time()
+    items = []
+    for seq in range(1, 5):  # one lane (one host): 1 checked, 3 spilled
+        body = encode(batch("node-a", seq))
+        items.append(
+            (parse_batch(body, "node-a", compressed=True, now=now), JournalEntry("node-a", body, True, now))
+        )
+    assert all(isinstance(a, IngestResult) for a in writer.accept(items))
+    writer.start()
+    try:
+        assert writer.wait_committed(20), "the lane still commits after the failed check"
+        assert all(t.is_alive() for t in writer._threads)
+    finally:
+        writer.stop()
+    assert writer.journal_set_aside == 1
+    assert list((tmp_path / "controller.duckdb.journal").glob("*.refused")), "the batch is kept aside"
+    journal.close()
+    store.close()
+    assert _stored(tmp_path / "controller.duckdb", "node-a") == 3
