@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -334,4 +335,43 @@ def test_a_token_revoked_stops_on_the_loop_once_its_second_has_passed(
         revoked = c.ship(batch("node-a", 3))
         assert revoked.status == 401 and revoked.doc["reason"] == "unauthenticated"
     finally:
+        c.running.stop()
+
+
+def test_a_connection_closed_while_its_batch_waits_leaves_no_count_and_the_batch_is_stored_once(
+    tmp_path: Path,
+) -> None:
+    c = start_test_controller(tmp_path)
+    writer = c.running.writer
+    taken = threading.Event()
+    release = threading.Event()
+    original = writer.accept
+
+    def held(items: Any) -> Any:
+        taken.set()
+        release.wait(20)
+        return original(items)
+
+    writer.accept = held  # type: ignore[method-assign]
+    body = encode(batch("node-a", 1))
+    try:
+        with socket.create_connection(("127.0.0.1", c.running.port), timeout=10) as sock:
+            head = (
+                "POST /v1/ingest HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\n"
+                f"Authorization: Bearer {c.tokens['node-a']}\r\nContent-Length: {len(body)}\r\n\r\n"
+            )
+            sock.sendall(head.encode() + body)
+            assert taken.wait(10), "the batch reached the journal thread"
+        # the agent gave up (closed) while its batch was being journaled; the journal goes on
+        release.set()
+        c.settle()
+        deadline = time.monotonic() + 10
+        while c.running.api._in_flight:
+            assert time.monotonic() < deadline, "the closed connection's batch left the in-flight count"
+            time.sleep(0.01)
+        again = c.ship(batch("node-a", 1))  # the agent sends it again: journaled already, a duplicate
+        assert again.status == 200 and again.doc["duplicate"] is True
+        assert metric_value(c.metrics(), "fleetguard_controller_batches_committed_total") == 1
+    finally:
+        release.set()
         c.running.stop()
