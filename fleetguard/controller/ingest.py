@@ -72,6 +72,12 @@ REPLAY_WAIT_SECONDS = 120.0
 # only (_Lane). ~7 KB each rather than ~45-140 KB checked: 4 x 1,024 of them ride out a 5 s store stall
 # at 4,096 hosts in ~30 MB.
 SPILL_FACTOR = 4
+# The largest journaled body a lane keeps as a shell. A shell holds its whole body, and a body may be
+# max_body_bytes (8 MiB): SPILL_FACTOR x 1,024 of them would be 32 GiB. A larger batch past the lane's
+# capacity is answered 503, as every batch past it was before the spill; with this bound the shells of all
+# lanes hold at most SPILL_FACTOR x max_queue_batches x 64 KiB (256 MiB at the default 1,024; a wire-2
+# batch of 8 GPUs is ~7 KB).
+SPILL_BODY_BYTES = 64 << 10
 
 # The store itself failing (disk, memory, I/O): every batch of the group is answered 503 and re-sent later.
 _STORE_FAILURES: tuple[type[Exception], ...] = (
@@ -216,9 +222,10 @@ class IngestWriter:
         first: dict[tuple[str, str, int], int] = {}
         lanes = [self._lane_of(batch.host) for batch, _ in items]  # before the lock: the lanes wait on it
         with self._state:
-            for i, (batch, _) in enumerate(items):
+            for i, (batch, entry) in enumerate(items):
                 key = batch.key
                 lane = lanes[i]
+                spills = planned.get(id(lane), 0) >= lane.room()  # past its checked capacity: a shell
                 if key in self.ledger or key in self._held_keys:
                     self.stats.duplicates += 1
                     answers[i] = IngestResult(duplicate=True, commands=self.commands.for_host(batch.host))
@@ -226,7 +233,9 @@ class IngestWriter:
                     copies.append((i, first[key]))
                 elif key in self._appending:
                     answers[i] = BatchRefused(Refusal.OVERLOADED, "this batch is being written; retry later")
-                elif planned.get(id(lane), 0) >= lane.room(spill=True):
+                elif planned.get(id(lane), 0) >= lane.room(spill=True) or (
+                    spills and len(entry.body) > SPILL_BODY_BYTES
+                ):
                     answers[i] = BatchRefused(Refusal.OVERLOADED, "the controller is behind; retry later")
                 else:
                     planned[id(lane)] = planned.get(id(lane), 0) + 1
@@ -498,8 +507,16 @@ class IngestWriter:
         assert p.entry is not None and p.journal_id is not None and self.journal is not None
         try:
             p.batch = parse_entry(p.entry)
-        except BatchRefused as exc:
-            self.journal.set_aside(p.journal_id, p.entry, f"refused when taken from the queue: {exc.message}")
+        except Exception as exc:  # after its 200: kept aside, and the lane goes on
+            # Not only a refusal: this runs on the lane's thread after the batch was answered, so an error
+            # here (MemoryError while a stall fills memory) would end the lane and leave its hosts'
+            # batches uncommitted until a restart. The body stays on disk beside the journal either way.
+            if isinstance(exc, BatchRefused):
+                reason = f"refused when taken from the queue: {exc.message}"
+            else:
+                log.exception("a spilled batch of %s could not be checked again; set aside", p.entry.host)
+                reason = f"could not be checked when taken from the queue: {type(exc).__name__}: {exc}"
+            self.journal.set_aside(p.journal_id, p.entry, reason)
             self.journal_set_aside += 1
             with self._state:
                 self._held_keys.discard(p.batch.key)
@@ -794,7 +811,10 @@ class _Lane:
     def put(self, pending: Pending) -> None:
         """A batch answered from the journal already: queued whatever the lane holds (never refused after
         its answer; `accept` looked at the room before it appended); past `capacity`, spilled."""
-        if self._queue.qsize() >= self.capacity and pending.entry is not None:
+        # A body past SPILL_BODY_BYTES is queued checked even here: `accept` refused it past the capacity,
+        # so it is one of the few that raced another appender past the bound, and a shell holds its body.
+        entry = pending.entry
+        if self._queue.qsize() >= self.capacity and entry is not None and len(entry.body) <= SPILL_BODY_BYTES:
             pending.batch = dataclasses.replace(pending.batch, tables={})
             pending.parsed = False
         self._queue.put(pending)

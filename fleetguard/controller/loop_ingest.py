@@ -27,6 +27,7 @@ from typing import Protocol
 
 from fleetguard.controller.ingest import IngestResult, IngestWriter
 from fleetguard.controller.journal import JournalEntry
+from fleetguard.controller.tokens import Identity
 from fleetguard.controller.validate import BatchRefused, IngestBatch, Refusal, decompress
 from fleetguard.httpserve import Request, Response
 
@@ -170,8 +171,9 @@ _FAILED = BatchRefused(Refusal.STORE_FAILED, "the controller's journal cannot be
 class IngestApi(Protocol):
     """What LoopIngest needs of the controller's API (ControllerApi)."""
 
+    def known_identity(self, request: Request) -> Identity | None: ...
     def checked_entry(
-        self, request: Request, inflated: bytes | None = None
+        self, request: Request, inflated: bytes | None = None, identity: Identity | None = None
     ) -> tuple[IngestBatch, JournalEntry | None]: ...
     def hold_host(self, host: str) -> None: ...
     def release_host(self, host: str) -> None: ...
@@ -189,12 +191,18 @@ class LoopIngest:
     def __call__(self, request: Request) -> Response | asyncio.Future[Response] | None:
         if request.method != "POST" or request.path != "/v1/ingest":
             return None
+        api = self._api
+        # Who sent it first, from the tokens read already: a token not known (a guess, a new one) or one due
+        # its once-a-second look at the tokens file goes to a worker, which may wait on that file and its
+        # lock; and a client with no token never makes the loop inflate its body.
+        identity = api.known_identity(request)
+        if identity is None:
+            return None
         inflated = _inline(request)
         if inflated is None:
             return None  # a worker reads it, with the full bounds (and names any refusal)
-        api = self._api
         try:
-            batch, entry = api.checked_entry(request, inflated)
+            batch, entry = api.checked_entry(request, inflated, identity)
             assert entry is not None  # a LoopIngest is made only where there is a journal
             api.hold_host(batch.host)
             try:

@@ -133,13 +133,19 @@ class ControllerApi:
         except BatchRefused as exc:
             return self._refused(exc)
 
+    def known_identity(self, request: Request) -> Identity | None:
+        """Who sent it, if the tokens read already say so without a look at the file (TokenBook.known)."""
+        return self.tokens.known(request.headers.get("authorization"))
+
     def checked_entry(
-        self, request: Request, inflated: bytes | None = None
+        self, request: Request, inflated: bytes | None = None, identity: Identity | None = None
     ) -> tuple[IngestBatch, JournalEntry | None]:
         """Who sent it, and the batch checked (BatchRefused naming why not); with a journal, its entry.
         `inflated`: the body already gunzipped (the loop's reading, `loop_ingest`), checked here and now
-        rather than by the edge (whose bound on parses at once would block the loop)."""
-        identity = self._identify(request)
+        rather than by the edge (whose bound on parses at once would block the loop). `identity`: the
+        sender as the loop knew it already (`known_identity`), else looked up here."""
+        if identity is None:
+            identity = self._identify(request)
         if identity is None:
             raise BatchRefused(Refusal.UNAUTHENTICATED, "a bearer token of this host is required")
         if identity.role is not Role.AGENT:

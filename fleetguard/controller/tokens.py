@@ -166,14 +166,20 @@ class TokenBook:
             }
             self._stamp = stamp
 
+    def known(self, authorization: str | None) -> Identity | None:
+        """The identity of a token read already, when the file needs no look now; else None: ask `identify`
+        on a thread that may block. Never a system call and never the lock (which a reload of a large file
+        holds): for the server's loop thread, where a wait stalls every connection."""
+        digest = _digest(authorization)
+        if digest is None or time.monotonic() >= self._recheck_at:
+            return None
+        return self._by_hash.get(digest)
+
     def identify(self, authorization: str | None) -> Identity | None:
         """The identity an `Authorization: Bearer <token>` header proves, or None."""
-        if not authorization:
+        digest = _digest(authorization)
+        if digest is None:
             return None
-        scheme, _, token = authorization.partition(" ")
-        if scheme.lower() != "bearer" or not token or len(token) > 512:
-            return None
-        digest = hash_token(token.strip())
         identity = self._by_hash.get(digest)  # replaced whole on a reload, never changed in place: no lock
         # The file is looked at again for a token not known (a new one works at once) and otherwise at most
         # every RECHECK_SECONDS: an lstat per request was a system call, and so a hand-over of the
@@ -186,3 +192,13 @@ class TokenBook:
                 self.reload()
             identity = self._by_hash.get(digest)
         return identity
+
+
+def _digest(authorization: str | None) -> str | None:
+    """The hash of the bearer token an Authorization header carries; None if it carries none."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not token or len(token) > 512:
+        return None
+    return hash_token(token.strip())

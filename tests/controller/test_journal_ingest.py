@@ -4,6 +4,8 @@ when it died is stored at the next start, once; a duplicate is answered as one w
 from __future__ import annotations
 
 import errno
+import gzip
+import json
 import os
 import threading
 import time
@@ -294,3 +296,70 @@ def test_batches_past_the_lanes_capacity_wait_as_journaled_bodies_and_are_stored
     store.close()
     assert _stored(tmp_path / "controller.duckdb", "node-a") == 4
     assert _rows_stored(tmp_path / "controller.duckdb", "node-a") == 4 * 2, "each stored with its rows"
+
+
+def test_a_large_body_past_the_lanes_capacity_is_refused_not_spilled(tmp_path: Path) -> None:
+    # A spilled batch keeps its whole journaled body in memory: with bodies of up to max_body_bytes (8 MiB)
+    # SPILL_FACTOR x max_queue_batches of them would be gigabytes. Past the lane's capacity only a body of at
+    # most SPILL_BODY_BYTES waits as a shell; a larger one is answered 503 (retry later), as before spilling.
+    store = Store.open(str(tmp_path / "controller.duckdb"))
+    journal = Journal.open(tmp_path / "controller.duckdb.journal")
+    writer = IngestWriter(store, SystemClock(), ControllerStats(), journal=journal, max_queue=2)
+    now = time.time()
+
+    def item(seq: int, padding: int) -> tuple[Any, JournalEntry]:
+        text = json.dumps(json.loads(gzip.decompress(encode(batch("node-a", seq))))) + " " * padding
+        body = text.encode()  # sent uncompressed: its size in memory is its size on the wire
+        entry = JournalEntry("node-a", body, False, now)
+        return parse_batch(body, "node-a", compressed=False, now=now), entry
+
+    large = ingest.SPILL_BODY_BYTES + 1
+    try:
+        answers = writer.accept([item(1, large), item(2, large), item(3, 0), item(4, large)])
+        assert isinstance(answers[0], IngestResult), "the lane's one checked slot takes any body"
+        assert isinstance(answers[1], BatchRefused) and answers[1].reason is Refusal.OVERLOADED
+        assert isinstance(answers[2], IngestResult), "a small body past the capacity waits as a shell"
+        assert isinstance(answers[3], BatchRefused) and answers[3].reason is Refusal.OVERLOADED
+        assert journal.appended == 2, "only what was answered 200 is in the journal"
+    finally:
+        store.close()
+        journal.close()
+
+
+def test_a_spilled_batch_whose_check_fails_unexpectedly_is_set_aside_and_its_lane_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The check again runs on the lane's thread after the batch was answered 200: an error there other than
+    # a refusal (MemoryError while a stall fills memory) must neither end the lane, which would leave
+    # every batch of its hosts uncommitted until a restart, nor lose the batch.
+    real = ingest.parse_entry
+
+    def failing(entry: JournalEntry) -> Any:
+        parsed = real(entry)
+        if parsed.seq == 3:
+            raise MemoryError("no room for the tables")
+        return parsed
+
+    monkeypatch.setattr(ingest, "parse_entry", failing)
+    store = Store.open(str(tmp_path / "controller.duckdb"))
+    journal = Journal.open(tmp_path / "controller.duckdb.journal")
+    writer = IngestWriter(store, SystemClock(), ControllerStats(), journal=journal, max_queue=2)
+    now = time.time()
+    items = []
+    for seq in range(1, 5):  # one lane (one host): 1 checked, 3 spilled
+        body = encode(batch("node-a", seq))
+        items.append(
+            (parse_batch(body, "node-a", compressed=True, now=now), JournalEntry("node-a", body, True, now))
+        )
+    assert all(isinstance(a, IngestResult) for a in writer.accept(items))
+    writer.start()
+    try:
+        assert writer.wait_committed(20), "the lane still commits after the failed check"
+        assert all(t.is_alive() for t in writer._threads)
+    finally:
+        writer.stop()
+    assert writer.journal_set_aside == 1
+    assert list((tmp_path / "controller.duckdb.journal").glob("*.refused")), "the batch is kept aside"
+    journal.close()
+    store.close()
+    assert _stored(tmp_path / "controller.duckdb", "node-a") == 3

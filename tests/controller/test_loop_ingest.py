@@ -8,18 +8,21 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from fleetguard.controller import loop_ingest
+from fleetguard.controller import loop_ingest, tokens, validate
 from fleetguard.controller.ingest import IngestResult
 from fleetguard.controller.journal import JournalEntry
 from fleetguard.controller.loop_ingest import INLINE_BYTES, JournalThread
+from fleetguard.controller.tokens import add_token
 from fleetguard.controller.validate import BatchRefused, IngestBatch, Refusal, parse_batch
 from fleetguard.httpserve import Response
 from fleetguard.shipping.wire import encode
@@ -266,6 +269,109 @@ def test_a_host_past_its_in_flight_cap_on_the_loop_is_answered_busy(tmp_path: Pa
             assert other.result().status == 200
         assert fifth.status == 429 and fifth.doc["reason"] == "busy"
         assert c.running.api._in_flight == {}, "every batch answered leaves the count"
+    finally:
+        release.set()
+        c.running.stop()
+
+
+def test_a_token_the_loop_does_not_know_is_looked_up_on_a_worker_and_its_body_never_inflated_on_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The tokens file is read under a lock a worker may hold for as long as a 64 MiB file takes to parse,
+    # and may sit on a slow disk: the loop (every connection's) must never wait on it. Nor may a client
+    # with no token make the loop gunzip its body before it is refused.
+    c = start_test_controller(tmp_path)
+    book = c.running.api.tokens
+    loop_name = "fleetguard-controller"  # the server's loop thread (HttpServer name=)
+    reloads: list[str] = []
+    inflated: list[str] = []
+    real_reload = book.reload
+
+    def reload() -> None:
+        reloads.append(threading.current_thread().name)
+        real_reload()
+
+    def decompress(body: bytes, limit: int) -> bytes:
+        inflated.append(threading.current_thread().name)
+        return validate.decompress(body, limit)
+
+    monkeypatch.setattr(book, "reload", reload)
+    monkeypatch.setattr(loop_ingest, "decompress", decompress)
+    try:
+        good = encode(batch("node-a", 1))
+        for token in ("not-a-token", "another-guess", None):
+            refused = c.post("/v1/ingest", good, token)
+            assert refused.status == 401 and refused.doc["reason"] == "unauthenticated"
+        assert loop_name not in reloads, "the loop looked at the tokens file for a token it did not know"
+        assert inflated == [], "the loop inflated a body before knowing who sent it"
+        ok = c.post("/v1/ingest", good, c.tokens["node-a"])
+        assert ok.status == 200 and ok.doc["duplicate"] is False
+    finally:
+        c.running.stop()
+
+
+def test_a_token_revoked_stops_on_the_loop_once_its_second_has_passed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = [1000.0]  # the tokens book's monotonic clock, moved by the test
+    monkeypatch.setattr(tokens, "time", SimpleNamespace(time=time.time, monotonic=lambda: now[0]))
+    c = start_test_controller(tmp_path)
+    answered_on_loop: list[int] = []
+    loop_api = c.running.api.loop_ingest
+    assert loop_api is not None
+
+    def spy(request: Any) -> Any:
+        answer = loop_api(request)
+        answered_on_loop.append(answer is not None)
+        return answer
+
+    c.running.server._quick = spy
+    try:
+        assert c.ship(batch("node-a", 1)).status == 200  # the first look at the file: a worker's
+        assert c.ship(batch("node-a", 2)).status == 200  # known, within its second: the loop's
+        assert answered_on_loop == [False, True]
+        add_token(tmp_path / "tokens.json", "node-a", replace=True)
+        now[0] += tokens.RECHECK_SECONDS
+        revoked = c.ship(batch("node-a", 3))
+        assert revoked.status == 401 and revoked.doc["reason"] == "unauthenticated"
+    finally:
+        c.running.stop()
+
+
+def test_a_connection_closed_while_its_batch_waits_leaves_no_count_and_the_batch_is_stored_once(
+    tmp_path: Path,
+) -> None:
+    c = start_test_controller(tmp_path)
+    writer = c.running.writer
+    taken = threading.Event()
+    release = threading.Event()
+    original = writer.accept
+
+    def held(items: Any) -> Any:
+        taken.set()
+        release.wait(20)
+        return original(items)
+
+    writer.accept = held  # type: ignore[method-assign]
+    body = encode(batch("node-a", 1))
+    try:
+        with socket.create_connection(("127.0.0.1", c.running.port), timeout=10) as sock:
+            head = (
+                "POST /v1/ingest HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\n"
+                f"Authorization: Bearer {c.tokens['node-a']}\r\nContent-Length: {len(body)}\r\n\r\n"
+            )
+            sock.sendall(head.encode() + body)
+            assert taken.wait(10), "the batch reached the journal thread"
+        # the agent gave up (closed) while its batch was being journaled; the journal goes on
+        release.set()
+        c.settle()
+        deadline = time.monotonic() + 10
+        while c.running.api._in_flight:
+            assert time.monotonic() < deadline, "the closed connection's batch left the in-flight count"
+            time.sleep(0.01)
+        again = c.ship(batch("node-a", 1))  # the agent sends it again: journaled already, a duplicate
+        assert again.status == 200 and again.doc["duplicate"] is True
+        assert metric_value(c.metrics(), "fleetguard_controller_batches_committed_total") == 1
     finally:
         release.set()
         c.running.stop()

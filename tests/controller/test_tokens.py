@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import os
 import stat
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from fleetguard.controller import tokens
-from fleetguard.controller.tokens import Role, TokenBook, TokenFileError, add_token, hash_token
+from fleetguard.controller.tokens import Identity, Role, TokenBook, TokenFileError, add_token, hash_token
 
 
 def test_the_file_holds_only_hashes_and_is_0600(tmp_path: Path) -> None:
@@ -82,9 +84,17 @@ def test_a_tokens_file_owned_by_another_user_is_refused(tmp_path: Path) -> None:
         TokenBook(path)
 
 
+def _frozen_monotonic(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """tokens' monotonic clock, held at the value in the list returned (the test moves it)."""
+    now = [1000.0]
+    monkeypatch.setattr(tokens, "time", SimpleNamespace(time=time.time, monotonic=lambda: now[0]))
+    return now
+
+
 def test_a_known_token_does_not_look_at_the_file_on_every_request(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    now = _frozen_monotonic(monkeypatch)
     path = tmp_path / "tokens.json"
     known = add_token(path, "node-a")
     book = TokenBook(path)
@@ -98,9 +108,15 @@ def test_a_known_token_does_not_look_at_the_file_on_every_request(
     monkeypatch.setattr(book, "reload", counted)
     for _ in range(200):
         assert book.identify(f"Bearer {known}") is not None
-    assert len(looks) <= 2, "at most one look a RECHECK_SECONDS (a slow machine may cross one)"
+    assert len(looks) == 1, "one look for the first request, none for the 199 within the second"
     assert book.identify("Bearer not-a-token") is None
-    assert len(looks) >= 1, "a token not known makes it look at once"
+    assert len(looks) == 2, "a token not known makes it look at once"
+    now[0] += tokens.RECHECK_SECONDS - 0.01
+    assert book.identify(f"Bearer {known}") is not None
+    assert len(looks) == 2
+    now[0] += 0.01
+    assert book.identify(f"Bearer {known}") is not None
+    assert len(looks) == 3, "a second on, a known token looks again"
 
 
 def test_a_revoked_token_stops_working_once_the_file_is_looked_at_again(
@@ -113,3 +129,19 @@ def test_a_revoked_token_stops_working_once_the_file_is_looked_at_again(
     assert book.identify(f"Bearer {old}") is not None
     add_token(path, "node-a", replace=True)
     assert book.identify(f"Bearer {old}") is None
+
+
+def test_known_answers_from_the_tokens_read_and_never_looks_at_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "tokens.json"
+    agent = add_token(path, "node-a")
+    book = TokenBook(path)
+    looked: list[int] = []
+    monkeypatch.setattr(book, "reload", lambda: looked.append(1))
+    assert book.known(f"Bearer {agent}") is None, "a look at the file is due: ask identify"
+    assert book.identify(f"Bearer {agent}") == Identity("node-a", Role.AGENT)
+    assert looked == [1]
+    assert book.known(f"Bearer {agent}") == Identity("node-a", Role.AGENT)
+    assert book.known("Bearer not-a-token") is None and book.known(None) is None
+    assert looked == [1], "known never looks at the file"
