@@ -263,20 +263,27 @@ class IngestWriter:
                 answers[i] = refusal
             return [a for a in answers if a is not None]
         # One hold of the state lock per call after the append: each is a wait behind a lane's commit.
-        with self._state:  # held before queued: a lane that commits it at once finds it to discard
-            for i in fresh:
-                batch = items[i][0]
-                self._appending.discard(batch.key)
-                self._held_keys.add(batch.key)
-                commands = self.commands.for_host(batch.host)
-                self.stats.commands_delivered += len(commands)
-                answers[i] = IngestResult(duplicate=False, commands=commands)
-            for i, _ in copies:  # once each, under the lock: the stats and commands are the lanes' too
-                self.stats.duplicates += 1
-                answers[i] = IngestResult(duplicate=True, commands=self.commands.for_host(items[i][0].host))
-        for i, entry_id in zip(fresh, ids, strict=True):
-            batch, entry = items[i]
-            lanes[i].put(Pending(batch, received, journal_id=entry_id, entry=entry))
+        try:
+            with self._state:  # held before queued: a lane that commits it at once finds it to discard
+                for i in fresh:
+                    batch = items[i][0]
+                    self._appending.discard(batch.key)
+                    self._held_keys.add(batch.key)
+                for i in fresh:
+                    commands = self.commands.for_host(items[i][0].host)
+                    self.stats.commands_delivered += len(commands)
+                    answers[i] = IngestResult(duplicate=False, commands=commands)
+                for i, _ in copies:  # once each, under the lock: the stats and commands are the lanes' too
+                    self.stats.duplicates += 1
+                    answers[i] = IngestResult(
+                        duplicate=True, commands=self.commands.for_host(items[i][0].host)
+                    )
+        finally:
+            # On disk, so queued whatever failed above (the caller then answers 503; the agent's resend is
+            # a duplicate): never left "being written", which would answer every resend 503 until a restart.
+            for i, entry_id in zip(fresh, ids, strict=True):
+                batch, entry = items[i]
+                lanes[i].put(Pending(batch, received, journal_id=entry_id, entry=entry))
         return [a for a in answers if a is not None]
 
     def wait_committed(self, timeout: float) -> bool:

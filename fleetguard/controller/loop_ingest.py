@@ -158,10 +158,15 @@ class JournalThread:
                     self._settled(w.batch.host)
 
     def _set(self, pairs: list[tuple[_Waiting, Response]]) -> None:
+        # Every answer first: a release that raised must not leave the rest of the group unanswered.
         for w, a in pairs:
-            self._settled(w.batch.host)
             if not w.answer.done():  # cancelled: its connection closed while it waited
                 w.answer.set_result(a)
+        for w, _ in pairs:
+            try:
+                self._settled(w.batch.host)
+            except Exception:
+                log.exception("ingest: releasing %s's count of batches in flight failed", w.batch.host[:64])
 
 
 _STOPPING = BatchRefused(Refusal.OVERLOADED, "the controller is stopping; retry later")

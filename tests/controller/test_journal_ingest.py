@@ -363,3 +363,38 @@ def test_a_spilled_batch_whose_check_fails_unexpectedly_is_set_aside_and_its_lan
     journal.close()
     store.close()
     assert _stored(tmp_path / "controller.duckdb", "node-a") == 3
+
+
+def test_a_failure_after_the_append_still_queues_what_was_journaled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Anything raising between the append and the answers (the command book, say) must not leave the batch
+    # "being written": it is on disk, so it is queued and stored, and the agent's resend is a duplicate.
+    store = Store.open(str(tmp_path / "controller.duckdb"))
+    journal = Journal.open(tmp_path / "controller.duckdb.journal")
+    writer = IngestWriter(store, SystemClock(), ControllerStats(), journal=journal)
+    body = encode(batch("node-a", 9))
+    now = time.time()
+    item = (parse_batch(body, "node-a", compressed=True, now=now), JournalEntry("node-a", body, True, now))
+    real = writer.commands.for_host
+    failing = {"left": 1}
+
+    def for_host(host: str) -> Any:
+        if failing["left"]:
+            failing["left"] -= 1
+            raise RuntimeError("the command book broke")
+        return real(host)
+
+    monkeypatch.setattr(writer.commands, "for_host", for_host)
+    writer.start()
+    try:
+        with pytest.raises(RuntimeError):
+            writer.accept([item])
+        assert writer.wait_committed(20)
+        (again,) = writer.accept([item])
+        assert isinstance(again, IngestResult) and again.duplicate
+    finally:
+        writer.stop()
+        journal.close()
+        store.close()
+    assert _stored(tmp_path / "controller.duckdb", "node-a") == 1
