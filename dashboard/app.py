@@ -16,6 +16,7 @@ from dash import dcc, html
 from dashboard.auth import read_operator_token
 from dashboard.context import DashboardContext, install
 from dashboard.grid_bundle import defer_grid_bundle
+from dashboard.listing_cache import ListingCache
 from dashboard.operator import OperatorDesk, Resolver
 from dashboard.pages import alerts, fleet, gpu, host, incidents, jobs, network, policy, predictions, repairs
 from dashboard.pages.live import PageSpec, register
@@ -84,6 +85,7 @@ def create_app(
         config=config,
         fleet=SnapshotCache(build, config.dashboard.refresh_seconds),
         desk=OperatorDesk(store_reader, token, resolver, clock),
+        listings=ListingCache(),
     )
     server = flask.Flask("fleetguard.dashboard")
     install(server, ctx)

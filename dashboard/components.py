@@ -145,29 +145,62 @@ _DEFAULT_COLUMN: Final = {
 
 
 def table(
-    table_id: str,
-    columns: Sequence[Col],
-    rows: Sequence[Mapping[str, Any]],
-    page_size: int = 15,
-    *,
-    large: bool = False,
+    table_id: str, columns: Sequence[Col], rows: Sequence[Mapping[str, Any]], page_size: int = 15
 ) -> html.Div:
     """A table that sorts and filters in the browser, with its headers even when it has no rows. Its rows
     are a live slot (`dashboard.live_slots`): a refresh replaces them in place, so the operator's sort,
-    filter and page stay as they were.
-
-    `large` is for a table whose rows grow with the fleet's size (every GPU's risk): an AG Grid, which
-    filters tens of thousands of rows without drawing them. Every other table is a DataTable, which a new
-    tab draws much sooner: no AG Grid bundle to run (`dashboard.grid_bundle`), no grid to build
-    (BENCHMARKS.md, "Tables by size")."""
-    if not rows and not large:
+    filter and page stay as they were. A DataTable: a new tab draws it much sooner than an AG Grid (no
+    grid bundle to run, `dashboard.grid_bundle`; BENCHMARKS.md, "Tables by size"). A table whose rows grow
+    with the fleet is `served_table`."""
+    if not rows:
         return html.Div(_headers_only(columns), id=table_id, className="table")
-    inner = (
-        _grid(table_id, columns, rows, page_size)
-        if large
-        else _data_table(table_id, columns, rows, page_size)
+    return html.Div(_data_table(table_id, columns, rows, page_size), id=table_id, className="table")
+
+
+# Rows the grid asks the server for at a time (AG Grid's `cacheBlockSize`), and the blocks it keeps: a
+# page of 20 rows is drawn from the first block, and a viewer paging far keeps at most 1,000 rows.
+BLOCK_ROWS: Final = 100
+BLOCKS_KEPT: Final = 10
+
+
+def grid_id(table_id: str) -> str:
+    """The AG Grid of a `served_table`: its block requests and answers are props of this component."""
+    return f"{table_id}-grid"
+
+
+def served_table(table_id: str, columns: Sequence[Col], round_key: str, page_size: int = 20) -> html.Div:
+    """A table whose rows stay on the server (every GPU scored: 16,384 rows at 2,048 hosts): an AG Grid in
+    its infinite row model, which asks for the block of rows it shows, sorted and filtered on the server
+    (`dashboard.served_grid`). `round_key` names the data the rows come from; it is the table's live slot,
+    so a refresh that finds a new round has the grid ask again for the blocks it shows, keeping the
+    operator's page, sort and filter."""
+    grid = AgGrid(
+        id=grid_id(table_id),
+        rowModelType="infinite",
+        columnDefs=[_column_def(c) for c in columns],
+        defaultColDef=_DEFAULT_COLUMN,
+        dashGridOptions={
+            "pagination": True,
+            "paginationPageSize": page_size,
+            "paginationPageSizeSelector": False,
+            "cacheBlockSize": BLOCK_ROWS,
+            "maxBlocksInCache": BLOCKS_KEPT,
+            "domLayout": "autoHeight",  # the grid is as tall as its page of rows: no inner scroll bar
+            "suppressColumnVirtualisation": True,  # every column is in the page (find-in-page, tests)
+            "enableCellTextSelection": True,
+            "ensureDomOrder": True,
+            "animateRows": False,
+            "localeText": {"noRowsToShow": "nothing to show"},
+            "tooltipShowDelay": 300,
+        },
+        persistence=True,
+        persisted_props=["filterModel"],
+        persistence_type="local",  # also assets/lazy_grid.js's default: Dash reads it before the bundle loads
+        style={"width": "100%"},
+        className="grid",
     )
-    return html.Div(inner, id=table_id, className="table")
+    held = dcc.Store(id=slot_id(SlotKind.BLOCKS, table_id), data=round_key)
+    return html.Div([held, grid], id=table_id, className="table")
 
 
 def _headers_only(columns: Sequence[Col]) -> list[Any]:
@@ -241,32 +274,6 @@ def _data_table(
             for col in health_cols
             for h, colour in COLOURS.items()
         ],
-    )
-
-
-def _grid(table_id: str, columns: Sequence[Col], rows: Sequence[Mapping[str, Any]], page_size: int) -> AgGrid:
-    return AgGrid(
-        id=slot_id(SlotKind.GRID, table_id),
-        columnDefs=[_column_def(c) for c in columns],
-        rowData=[dict(r) for r in rows],
-        defaultColDef=_DEFAULT_COLUMN,
-        dashGridOptions={
-            "pagination": True,
-            "paginationPageSize": page_size,
-            "paginationPageSizeSelector": False,
-            "domLayout": "autoHeight",  # the grid is as tall as its page of rows: no inner scroll bar
-            "suppressColumnVirtualisation": True,  # every column is in the page (find-in-page, tests)
-            "enableCellTextSelection": True,
-            "ensureDomOrder": True,
-            "animateRows": False,
-            "localeText": {"noRowsToShow": "nothing to show"},
-            "tooltipShowDelay": 300,
-        },
-        persistence=True,
-        persisted_props=["filterModel"],
-        persistence_type="local",  # also assets/lazy_grid.js's default: Dash reads it before the bundle loads
-        style={"width": "100%"},
-        className="grid",
     )
 
 

@@ -68,11 +68,49 @@ def chromium() -> Iterator[Browser]:
         shutil.rmtree(profile, ignore_errors=True)
 
 
+# Every grid served in blocks (dashboard.components.served_table) shows rows of the round its page's slot
+# names (the field dashboard.served_grid.ROUND_FIELD of each row it was sent), drawn in the page, or says it
+# has none: its header is drawn before its first block has come back, and after a refresh that names a new
+# round it shows the old round's rows until the new block has.
+SERVED_GRIDS_DRAWN_JS = """() => {
+  const rounds = {};
+  const SKIP = new Set(['figure', 'data', 'rowData', 'columnDefs', 'columns']);  // data, not components
+  const walk = (node) => {
+    if (Array.isArray(node)) { node.forEach(walk); return; }
+    if (!node || typeof node !== 'object') return;
+    if (typeof node.namespace === 'string' && node.props) {
+      const id = node.props.id;
+      if (id && id.slot === 'blocks') rounds[id.name] = node.props.data;
+      for (const [k, v] of Object.entries(node.props)) if (!SKIP.has(k)) walk(v);
+      return;
+    }
+    Object.values(node).forEach(walk);
+  };
+  walk(window.store && window.store.getState().layout);
+  for (const [name, round] of Object.entries(rounds)) {
+    const grids = window.dash_ag_grid;
+    const api = grids && grids.getApi ? grids.getApi(name + '-grid') : null;
+    if (!api) return false;
+    const shown = document.getElementById(name);
+    if (!shown) return false;
+    const first = api.getDisplayedRowAtIndex(0);
+    if (!first || !first.data) {
+      if (!shown.querySelector('.ag-overlay-no-rows-wrapper, [class*="ag-overlay-no-rows"]')) return false;
+      continue;
+    }
+    if (first.data._round !== round) return false;
+    const row = shown.querySelector('.ag-center-cols-container .ag-row[row-index="0"]');
+    if (!row || row.classList.contains('ag-row-loading') || !row.querySelector('.ag-cell')) return false;
+  }
+  return true;
+}"""
+
 # A page is drawn when its body is filled, no callback is pending, every graph has its SVG (a graph whose
-# plotly bundle is still loading has no .js-plotly-plot yet, so graphs are found by dcc.Graph's own class)
-# and every table its header (an AG Grid's or a DataTable's: each one's chunk loads on first use, after the
-# layout).
-DRAWN_JS = """() => {
+# plotly bundle is still loading has no .js-plotly-plot yet, so graphs are found by dcc.Graph's own class),
+# every table its header (an AG Grid's or a DataTable's: each one's chunk loads on first use, after the
+# layout) and every grid served in blocks its rows.
+DRAWN_JS = (
+    """() => {
   const body = document.querySelector('[id$="-body"]');
   if (!body || body.children.length === 0) return false;
   if (document.querySelector('[data-dash-is-loading="true"]')) return false;
@@ -82,8 +120,11 @@ DRAWN_JS = """() => {
   for (const t of document.querySelectorAll('.table')) {
     if (!t.querySelector('.ag-header-cell, th.dash-header, .empty-table th')) return false;
   }
-  return true;
+  return ("""
+    + SERVED_GRIDS_DRAWN_JS
+    + """)();
 }"""
+)
 
 
 def wait_drawn(page: Any, timeout_ms: int = 60_000) -> None:

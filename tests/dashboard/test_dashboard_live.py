@@ -10,7 +10,7 @@ import dash
 import pytest
 from dash import html
 
-from dashboard.components import Col, gpu_text, graph, stat_card, table
+from dashboard.components import Col, gpu_text, graph, served_table, stat_card, table
 from dashboard.figures import MAX_LABELLED_RANKS, STEP_DECIMALS, centred_range, rank_ticks, step_heatmap
 from dashboard.grid_bundle import BUNDLE_ELEMENT_ID, defer_grid_bundle
 from dashboard.live_slots import SlotKind, mark
@@ -95,18 +95,26 @@ def test_slots_are_named_by_page_and_table_id() -> None:
     assert rows.data == ROWS  # the value is back in place after the shape was digested
 
 
-def test_a_large_table_is_a_grid_whose_rows_are_its_slot() -> None:
-    live = mark([table("risks", COLS, ROWS, large=True)], "predictions")
-    assert set(live.slots) == {(SlotKind.GRID, "risks")}
-    assert live.slots[(SlotKind.GRID, "risks")].value == ROWS
+def test_a_served_table_is_a_grid_holding_no_rows_whose_slot_is_the_round_it_shows() -> None:
+    live = mark([served_table("risks", COLS, "round-1")], "predictions")
+    assert set(live.slots) == {(SlotKind.BLOCKS, "risks")}
+    assert live.slots[(SlotKind.BLOCKS, "risks")].value == "round-1"
+    grid = served_table("risks", COLS, "round-1").children[1]
+    assert grid.rowModelType == "infinite" and not hasattr(grid, "rowData")
+
+
+def test_a_new_round_in_a_served_table_sends_only_its_slot() -> None:
+    first = plan_refresh("p", [served_table("risks", COLS, "round-1")], None, now=100.0)
+    again = plan_refresh("p", [served_table("risks", COLS, "round-2")], first.held, now=160.0)
+    assert again.body is None and again.changed
+    assert again.updates == {(SlotKind.BLOCKS, "risks"): "round-2"}
 
 
 def test_every_table_has_its_headers_even_with_no_rows() -> None:
     small = table("empty", COLS, [])
     assert [th.children for th in small.children[0].children.children.children] == ["host", "GPUs"]
-    grid = table("empty", COLS, [], large=True).children
+    grid = served_table("empty", COLS, "").children[1]
     assert [c["headerName"] for c in grid.columnDefs] == ["host", "GPUs"]
-    assert grid.rowData == []
 
 
 def test_rows_arriving_in_an_empty_table_send_the_page_whole() -> None:
