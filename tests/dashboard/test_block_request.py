@@ -105,7 +105,7 @@ def test_a_request_the_grid_could_not_have_sent_is_refused(raw: object) -> None:
     assert parse_block_request(raw, COLUMNS, MAX_ROWS) is None
 
 
-ROWS = [
+ROWS: list[dict[str, Any]] = [
     {"gpu": "GPU-a", "host": "node-1", "risk": 0.9},
     {"gpu": "GPU-b", "host": "node-2", "risk": 0.2},
     {"gpu": "GPU-c", "host": "NODE-1", "risk": 0.5},
