@@ -186,7 +186,8 @@ def _wait_summary(page: Any, text: str) -> None:
 
 def _asks_server(page: Any) -> Any:
     return page.expect_request(
-        lambda r: r.url.endswith("/_dash-update-component") and "getRowsRequest" in (r.post_data or "")
+        lambda r: r.url.endswith("/_dash-update-component") and "getRowsRequest" in (r.post_data or ""),
+        timeout=TIMEOUT_MS,
     )
 
 
