@@ -93,13 +93,14 @@ SERVED_GRIDS_DRAWN_JS = """() => {
     if (!api) return false;
     const shown = document.getElementById(name);
     if (!shown) return false;
-    const first = api.getDisplayedRowAtIndex(0);
+    const index = api.getFirstDisplayedRowIndex();  // the first row of the page shown
+    const first = api.getDisplayedRowAtIndex(index);
     if (!first || !first.data) {
       if (!shown.querySelector('.ag-overlay-no-rows-wrapper, [class*="ag-overlay-no-rows"]')) return false;
       continue;
     }
     if (first.data._round !== round) return false;
-    const row = shown.querySelector('.ag-center-cols-container .ag-row[row-index="0"]');
+    const row = shown.querySelector(`.ag-center-cols-container .ag-row[row-index="${index}"]`);
     if (!row || row.classList.contains('ag-row-loading') || !row.querySelector('.ag-cell')) return false;
   }
   return true;

@@ -186,7 +186,7 @@ def _wait_summary(page: Any, text: str) -> None:
 
 def _asks_server(page: Any) -> Any:
     return page.expect_request(
-        lambda r: r.url.endswith("/_dash-update-component") and "getRowsRequest" in (r.post_data or ""),
+        lambda r: "/_dash-update-component" in r.url and "getRowsRequest" in (r.post_data or ""),
         timeout=TIMEOUT_MS,
     )
 
@@ -245,7 +245,7 @@ def test_filtering_by_host_asks_the_server_for_that_hosts_gpus(
     browser: Browser, dashboard: DashboardServer
 ) -> None:
     page = _open(browser, dashboard)
-    host_filter = page.locator(f"{GRID} .ag-floating-filter input").nth(2)  # rank, GPU, host
+    host_filter = page.locator(f"{GRID} .ag-floating-filter[col-id='host'] input")
     with _asks_server(page):
         host_filter.fill("node-07")
     _wait_summary(page, f"1 to {GPUS_PER_HOST} of {GPUS_PER_HOST}")
