@@ -150,13 +150,13 @@ def _load_listing(ctx: DashboardContext, at: float) -> Listing:
     return Listing(round_key(newest, len(risks)), tuple(rows), about)
 
 
-def _served_listing(ctx: DashboardContext, key: str) -> Listing:
+def served_listing(ctx: DashboardContext, key: str) -> Listing:
     # A block request: the round its page was drawn from, read now if that round has left the cache.
     return _listing(ctx, key, ctx.now())
 
 
 def _callbacks(app: dash.Dash) -> None:
-    serve_blocks(app, "predictions", TABLE_ID, ALL_COLUMNS, _served_listing, MAX_LISTED)
+    serve_blocks(app, "predictions", TABLE_ID, ALL_COLUMNS, served_listing, MAX_LISTED)
 
 
 def _other_list(every: bool, scored: int) -> dcc.Link:
