@@ -1,6 +1,6 @@
 """Server-side cost of every GPU scored (`/predictions?list=all`) served in blocks, over the 2,048-host bench
 store (bench/dashboard_store.py): the page's render on a new scoring round (the round's rows built) and on
-the same round, and the block requests its grid sends (the first block, a new sort, a new filter).
+the same round, and the pages its table asks for (the first page, a new sort, a new filter).
 
 Each run uses a fresh app, so its first render meets a new round, as the first refresh after a round does.
 
@@ -15,7 +15,6 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -25,12 +24,9 @@ from dashboard.context import DashboardContext
 from dashboard.pages import predictions
 from dashboard.queries.predictions import risk_summary
 from dashboard.served_grid import answer_block, column_types
+from dashboard.table_query import table_request
 from fleetguard.config import load_config
 from fleetguard.store import Store
-
-
-def _request(**fields: Any) -> dict[str, Any]:
-    return {"startRow": 0, "endRow": 100, "sortModel": [], "filterModel": {}} | fields
 
 
 def _timed(call: Callable[[], object]) -> float:
@@ -48,16 +44,17 @@ def _one_run(ctx: DashboardContext, host_text: str) -> dict[str, float]:
         summary = risk_summary(cur, END_TS, ctx.risk_threshold, predictions.BINS)
     key = predictions.round_key(summary.newest_ts, summary.scored)
     types = column_types(predictions.ALL_COLUMNS)
-    host = {"host": {"filterType": "text", "type": "contains", "filter": host_text}}
+    rows = predictions.PAGE_ROWS
     asks = {
-        "first block": _request(),
-        "block sorted by risk ascending (a new sort)": _request(sortModel=[{"colId": "risk", "sort": "asc"}]),
-        f"block filtered by host contains {host_text!r} (a new filter)": _request(filterModel=host),
+        "first page": (None, ""),
+        "page sorted by risk ascending (a new sort)": ([{"column_id": "risk", "direction": "asc"}], ""),
+        f"page filtered by host {host_text!r} (a new filter)": (None, f"{{host}} icontains {host_text}"),
     }
-    for name, raw in asks.items():
+    for name, (sort_by, query) in asks.items():
+        request = table_request(0, rows, sort_by, query, types, predictions.MAX_LISTED)
         out[name] = _timed(
-            lambda raw=raw: answer_block(  # type: ignore[misc]
-                ctx, raw, key, predictions.served_listing, types, predictions.MAX_LISTED
+            lambda request=request: answer_block(  # type: ignore[misc]
+                ctx, request, key, predictions.served_listing, predictions.ALL_COLUMNS, rows
             )
         )
     return out

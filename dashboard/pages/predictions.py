@@ -27,6 +27,7 @@ SHOWN: Final = 200
 # `?list=all`: every GPU scored, bounded all the same (a fleet of 12,500 8-GPU hosts).
 MAX_LISTED: Final = 100_000
 ALL: Final = "all"
+PAGE_ROWS: Final = 20
 BINS: Final = 20
 
 
@@ -64,7 +65,7 @@ def render(ctx: DashboardContext, params: Params) -> Any:
         return empty("no risk scores in the last 3 h: live scoring is off or has not run yet")
     if listing is not None:
         models, horizon = listing.about["models"], listing.about["horizon_hours"]
-        ranking = served_table(TABLE_ID, ALL_COLUMNS, listing.round_key, page_size=20)
+        ranking = served_table(TABLE_ID, ALL_COLUMNS, listing.round_key, page_size=PAGE_ROWS)
     else:
         models, horizon = sorted({r.model_id for r in risks}), risks[0].horizon_hours
         ranking = table(TABLE_ID, TOP_COLUMNS, _top_rows(risks, now), page_size=20)
@@ -156,7 +157,7 @@ def served_listing(ctx: DashboardContext, key: str) -> Listing:
 
 
 def _callbacks(app: dash.Dash) -> None:
-    serve_blocks(app, "predictions", TABLE_ID, ALL_COLUMNS, served_listing, MAX_LISTED)
+    serve_blocks(app, "predictions", TABLE_ID, ALL_COLUMNS, served_listing, MAX_LISTED, PAGE_ROWS)
 
 
 def _other_list(every: bool, scored: int) -> dcc.Link:

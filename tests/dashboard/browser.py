@@ -68,19 +68,21 @@ def chromium() -> Iterator[Browser]:
         shutil.rmtree(profile, ignore_errors=True)
 
 
-# Every grid served in blocks (dashboard.components.served_table) shows rows of the round its page's slot
-# names (the field dashboard.served_grid.ROUND_FIELD of each row it was sent), drawn in the page, or says it
-# has none: its header is drawn before its first block has come back, and after a refresh that names a new
-# round it shows the old round's rows until the new block has.
+# Every table served in pages (dashboard.components.served_table) shows rows of the round its page's slot
+# names (the field dashboard.served_grid.ROUND_FIELD of each row it was sent), drawn in the page, and the
+# line that counts them: its header is drawn before its first page of rows has come back, and after a
+# refresh that names a new round it shows the old round's rows until the new ones have.
 SERVED_GRIDS_DRAWN_JS = """() => {
-  const rounds = {};
   const SKIP = new Set(['figure', 'data', 'rowData', 'columnDefs', 'columns']);  // data, not components
+  const rounds = {};
+  const props = {};
   const walk = (node) => {
     if (Array.isArray(node)) { node.forEach(walk); return; }
     if (!node || typeof node !== 'object') return;
     if (typeof node.namespace === 'string' && node.props) {
       const id = node.props.id;
       if (id && id.slot === 'blocks') rounds[id.name] = node.props.data;
+      if (typeof id === 'string') props[id] = node.props;
       for (const [k, v] of Object.entries(node.props)) if (!SKIP.has(k)) walk(v);
       return;
     }
@@ -88,20 +90,13 @@ SERVED_GRIDS_DRAWN_JS = """() => {
   };
   walk(window.store && window.store.getState().layout);
   for (const [name, round] of Object.entries(rounds)) {
-    const grids = window.dash_ag_grid;
-    const api = grids && grids.getApi ? grids.getApi(name + '-grid') : null;
-    if (!api) return false;
-    const shown = document.getElementById(name);
-    if (!shown) return false;
-    const index = api.getFirstDisplayedRowIndex();  // the first row of the page shown
-    const first = api.getDisplayedRowAtIndex(index);
-    if (!first || !first.data) {
-      if (!shown.querySelector('.ag-overlay-no-rows-wrapper, [class*="ag-overlay-no-rows"]')) return false;
-      continue;
-    }
-    if (first.data._round !== round) return false;
-    const row = shown.querySelector(`.ag-center-cols-container .ag-row[row-index="${index}"]`);
-    if (!row || row.classList.contains('ag-row-loading') || !row.querySelector('.ag-cell')) return false;
+    const table = props[name + '-rows'];
+    const count = props[name + '-count'];
+    if (!table || !count || !count.children) return false;
+    const rows = table.data || [];
+    if (rows.length === 0) continue;
+    if (rows[0]._round !== round) return false;
+    if (!document.querySelector('#' + name + ' td.dash-cell')) return false;
   }
   return true;
 }"""
@@ -109,7 +104,7 @@ SERVED_GRIDS_DRAWN_JS = """() => {
 # A page is drawn when its body is filled, no callback is pending, every graph has its SVG (a graph whose
 # plotly bundle is still loading has no .js-plotly-plot yet, so graphs are found by dcc.Graph's own class),
 # every table its header (an AG Grid's or a DataTable's: each one's chunk loads on first use, after the
-# layout) and every grid served in blocks its rows.
+# layout) and every table served in pages its rows.
 DRAWN_JS = (
     """() => {
   const body = document.querySelector('[id$="-body"]');

@@ -1,6 +1,6 @@
-"""Every GPU scored (`/predictions?list=all`) served in blocks: the rows stay on the server, the grid asks
-for the block it shows, sorted and filtered there, and a request the grid could not have sent is answered
-with an empty block. Over a real store of 250 scored GPUs and the dashboard served on loopback."""
+"""Every GPU scored (`/predictions?list=all`) served in pages: the rows stay on the server, the table asks
+for the page it shows, sorted and filtered there, and a request the table could not have sent is answered
+with no rows. Over a real store of 250 scored GPUs and the dashboard served on loopback."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from dashboard.components import grid_id
+from dashboard.components import count_id, rows_id
 from dashboard.listing_cache import Listing, ListingCache
 from dashboard.pages.predictions import TABLE_ID
 from dashboard.server import DashboardServer, serve_dashboard
@@ -26,7 +26,8 @@ END_TS = 1_790_000_000.0
 HOSTS, GPUS_PER_HOST = 25, 10
 SCORED = HOSTS * GPUS_PER_HOST
 TIMEOUT_MS = 20_000
-GRID = f"#{TABLE_ID}"
+TABLE = f"#{TABLE_ID}"
+PAGES = -(-SCORED // 20)
 BLOCKS_ID = {"slot": "blocks", "page": "predictions", "name": TABLE_ID}
 
 
@@ -62,14 +63,29 @@ def dashboard(store: Store, clock: list[float]) -> Iterator[DashboardServer]:
     server.close()
 
 
-def _ask(dashboard: DashboardServer, request: object, round_key: object = "") -> tuple[int, Any]:
-    """A block request posted as Dash's renderer posts the grid's `getRowsRequest`."""
+def _ask(
+    dashboard: DashboardServer,
+    page: object = 0,
+    sort_by: object = None,
+    query: object = "",
+    round_key: object = "",
+) -> tuple[int, Any, Any]:
+    """A page of rows asked for as Dash's renderer asks when the table's page, sort or filter changes."""
+    rows, count = rows_id(TABLE_ID), count_id(TABLE_ID)
     body = {
-        "output": f"{grid_id(TABLE_ID)}.getRowsResponse",
-        "outputs": {"id": grid_id(TABLE_ID), "property": "getRowsResponse"},
-        "inputs": [{"id": grid_id(TABLE_ID), "property": "getRowsRequest", "value": request}],
-        "state": [{"id": BLOCKS_ID, "property": "data", "value": round_key}],
-        "changedPropIds": [f"{grid_id(TABLE_ID)}.getRowsRequest"],
+        "output": f"..{rows}.data...{rows}.page_count...{count}.children..",
+        "outputs": [
+            {"id": rows, "property": "data"},
+            {"id": rows, "property": "page_count"},
+            {"id": count, "property": "children"},
+        ],
+        "inputs": [
+            {"id": BLOCKS_ID, "property": "data", "value": round_key},
+            {"id": rows, "property": "page_current", "value": page},
+            {"id": rows, "property": "sort_by", "value": sort_by},
+            {"id": rows, "property": "filter_query", "value": query},
+        ],
+        "changedPropIds": [f"{rows}.page_current"],
     }
     posted = urllib.request.Request(
         dashboard.url.rstrip("/") + "/_dash-update-component",
@@ -79,44 +95,52 @@ def _ask(dashboard: DashboardServer, request: object, round_key: object = "") ->
     with urllib.request.urlopen(posted, timeout=10) as answer:
         status, text = answer.status, answer.read().decode()
     assert "Traceback" not in text
-    return status, json.loads(text)["response"][grid_id(TABLE_ID)]["getRowsResponse"]
+    response = json.loads(text)["response"]
+    return status, response[rows], response[count]["children"]
 
 
-def _block(start: int = 0, end: int = 100, **fields: Any) -> dict[str, Any]:
-    return {"startRow": start, "endRow": end, "sortModel": [], "filterModel": {}} | fields
+def test_a_page_sorted_by_risk_is_answered_from_every_gpu_scored(dashboard: DashboardServer) -> None:
+    status, table, count = _ask(dashboard, 0, [{"column_id": "risk", "direction": "asc"}])
+    assert status == 200 and count == f"{SCORED} rows" and table["page_count"] == PAGES
+    assert [r["risk"] for r in table["data"][:5]] == [0.0, 0.004, 0.008, 0.012, 0.016]
+    assert len(table["data"]) == 20 and table["data"][0]["rank"] == SCORED
+    gpu = table["data"][0]["gpu"]
+    assert gpu.startswith("[GPU-") and gpu.endswith(")") and "](/gpus/GPU-" in gpu  # drawn as a link
 
 
-def test_a_block_request_sorted_by_risk_is_answered_from_every_gpu_scored(dashboard: DashboardServer) -> None:
-    status, answer = _ask(dashboard, _block(0, 5, sortModel=[{"colId": "risk", "sort": "asc"}]))
-    assert status == 200 and answer["rowCount"] == SCORED
-    assert [r["risk"] for r in answer["rowData"]] == [0.0, 0.004, 0.008, 0.012, 0.016]
-    assert answer["rowData"][0]["rank"] == SCORED
-
-
-def test_a_block_request_filtered_by_host_counts_that_hosts_gpus(dashboard: DashboardServer) -> None:
-    model = {"host": {"filterType": "text", "type": "equals", "filter": "NODE-07"}}
-    _, answer = _ask(dashboard, _block(filterModel=model))
-    assert answer["rowCount"] == GPUS_PER_HOST
-    assert {r["host"] for r in answer["rowData"]} == {"node-07"}
+def test_a_page_filtered_by_host_counts_that_hosts_gpus(dashboard: DashboardServer) -> None:
+    _, table, count = _ask(dashboard, 0, None, "{host} icontains NODE-07")
+    assert count == f"{GPUS_PER_HOST} of {SCORED} rows match" and table["page_count"] == 1
+    assert {r["host"] for r in table["data"]} == {"[node-07](/hosts/node-07)"}
 
 
 @pytest.mark.parametrize(
-    "forged",
+    ("page", "sort_by", "query"),
     [
-        _block(sortModel=[{"colId": "explanations", "sort": "asc"}]),
-        _block(start=-100, end=0),
-        _block(start=0, end=10**12),
-        _block(filterModel={"host": ["node-07"]}),
-        _block(filterModel={"risk": {"filterType": "number", "type": "greaterThan", "filter": "1 OR 1=1"}}),
-        "SELECT * FROM predictions",
-        None,
+        (-1, None, ""),
+        (10**9, None, ""),
+        ("0", None, ""),
+        (True, None, ""),
+        (0, [{"column_id": "explanations", "direction": "asc"}], ""),
+        (0, {"column_id": "risk", "direction": "asc"}, ""),
+        (0, [{"column_id": "risk", "direction": "sideways"}], ""),
+        (0, None, "{explanations} icontains x"),
+        (0, None, "{risk} i> 1 OR 1=1"),
+        (0, None, "{risk} i> nan"),
+        (0, None, "{host} icontains a || {risk} i> 0.5"),
+        (0, None, "{risk} i> 0.5 && {risk} i< 0.9"),
+        (0, None, "{host} i> node"),
+        (0, None, "x" * 3000),
+        (0, None, 12),
     ],
 )
-def test_a_forged_block_request_is_answered_with_an_empty_block(
-    dashboard: DashboardServer, forged: object, caplog: pytest.LogCaptureFixture
+def test_a_forged_page_request_is_answered_with_no_rows(
+    dashboard: DashboardServer, page: object, sort_by: object, query: object, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.WARNING, logger="dashboard.served_grid"):
-        assert _ask(dashboard, forged, round_key={"not": "a round"}) == (200, {"rowData": [], "rowCount": 0})
+        status, table, count = _ask(dashboard, page, sort_by, query, round_key={"not": "a round"})
+    assert (status, table) == (200, {"data": [], "page_count": 1})
+    assert count == "no rows: the request could not be read"
     said = [r for r in caplog.records if r.name == "dashboard.served_grid"]
     assert len(said) == 1 and said[0].exc_info is None and "answered empty" in said[0].getMessage()
 
@@ -135,7 +159,7 @@ def test_a_round_is_loaded_once_and_only_the_newest_rounds_are_kept() -> None:
     assert loads == ["r1", "r2", "r3", "r2", "r1"]
 
 
-# Chromium: the grid as an operator uses it.
+# Chromium: the table as an operator uses it.
 pytestmark_browser = pytest.mark.skipif(
     not chromium_available(), reason="needs Debian's chromium and playwright"
 )
@@ -155,51 +179,50 @@ def _open(browser: Browser, dashboard: DashboardServer) -> Any:
 
 
 def _cells(page: Any, column: str) -> list[str]:
-    texts: list[str] = page.locator(
-        f"{GRID} .ag-center-cols-container .ag-row [col-id='{column}']"
-    ).all_inner_texts()
+    texts: list[str] = page.locator(f"{TABLE} td.dash-cell[data-dash-column='{column}']").all_inner_texts()
     return texts
 
 
-def _summary(page: Any) -> str:
-    text: str = page.inner_text(f"{GRID} .ag-paging-row-summary-panel")
-    return " ".join(text.split())
-
-
-_CELL_JS = """([grid, row, column, text]) => {
-  const cell = document.querySelector(`${grid} .ag-row[row-index='${row}'] [col-id='${column}']`);
-  return cell !== null && cell.innerText === text;
+_FIRST_CELL_JS = """([table, column, text]) => {
+  const cell = document.querySelector(`${table} td.dash-cell[data-dash-column='${column}']`);
+  return cell !== null && cell.innerText.trim() === text;
 }"""
-_SUMMARY_JS = """([grid, text]) => {
-  const panel = document.querySelector(`${grid} .ag-paging-row-summary-panel`);
-  return panel !== null && panel.innerText.replace(/\\s+/g, ' ').trim() === text;
+_COUNT_JS = """([table, text]) => {
+  const line = document.querySelector(`${table} .table-count`);
+  return line !== null && line.innerText.trim() === text;
 }"""
 
 
-def _wait_cell(page: Any, row: int, column: str, text: str) -> None:
-    page.wait_for_function(_CELL_JS, arg=[GRID, row, column, text], timeout=TIMEOUT_MS)
+def _wait_first(page: Any, column: str, text: str) -> None:
+    page.wait_for_function(_FIRST_CELL_JS, arg=[TABLE, column, text], timeout=TIMEOUT_MS)
 
 
-def _wait_summary(page: Any, text: str) -> None:
-    page.wait_for_function(_SUMMARY_JS, arg=[GRID, text], timeout=TIMEOUT_MS)
+def _wait_count(page: Any, text: str) -> None:
+    page.wait_for_function(_COUNT_JS, arg=[TABLE, text], timeout=TIMEOUT_MS)
 
 
-def _asks_server(page: Any) -> Any:
+def _asks_server(page: Any, prop: str) -> Any:
     return page.expect_request(
-        lambda r: "/_dash-update-component" in r.url and "getRowsRequest" in (r.post_data or ""),
+        lambda r: "/_dash-update-component" in r.url and f'"{prop}"' in (r.post_data or ""),
         timeout=TIMEOUT_MS,
     )
 
 
+def _sort_by_risk(page: Any) -> None:
+    with _asks_server(page, "sort_by"):
+        page.click(f"{TABLE} th.dash-header[data-dash-column='risk'] .column-header--sort")
+    _wait_first(page, "rank", str(SCORED))
+
+
 @pytestmark_browser
-def test_the_grid_shows_the_first_block_most_at_risk_first_with_the_count(
+def test_the_table_shows_the_first_page_most_at_risk_first_with_the_count(
     browser: Browser, dashboard: DashboardServer
 ) -> None:
     page = _open(browser, dashboard)
     assert _cells(page, "rank")[:3] == ["1", "2", "3"]
-    assert len(_cells(page, "rank")) == 20  # a page of the first block
-    assert _summary(page) == f"1 to 20 of {SCORED}"
-    gpu = page.locator(f"{GRID} .ag-row[row-index='0'] [col-id='gpu'] a")
+    assert len(_cells(page, "rank")) == 20
+    assert page.inner_text(f"{TABLE} .table-count").strip() == f"{SCORED} rows"
+    gpu = page.locator(f"{TABLE} td.dash-cell[data-dash-column='gpu'] a").first
     assert gpu.get_attribute("href") == f"/gpus/{gpu.inner_text()}"
     page.close()
 
@@ -209,9 +232,7 @@ def test_sorting_by_risk_asks_the_server_for_the_least_at_risk_first(
     browser: Browser, dashboard: DashboardServer
 ) -> None:
     page = _open(browser, dashboard)
-    with _asks_server(page):
-        page.click(f"{GRID} .ag-header-cell[col-id='risk'] .ag-header-cell-label")
-    _wait_cell(page, 0, "rank", str(SCORED))
+    _sort_by_risk(page)
     assert _cells(page, "risk")[:3] == ["0.0000", "0.0040", "0.0080"]
     page.close()
 
@@ -221,22 +242,21 @@ def test_a_refresh_with_a_new_round_keeps_the_page_and_the_sort(
     browser: Browser, dashboard: DashboardServer, store: Store, clock: list[float]
 ) -> None:
     page = _open(browser, dashboard)
-    page.click(f"{GRID} .ag-header-cell[col-id='risk'] .ag-header-cell-label")  # ascending
-    _wait_cell(page, 0, "rank", str(SCORED))
-    page.click(f"{GRID} .ag-paging-button[aria-label='Next Page']")
-    page.wait_for_selector(f"{GRID} .ag-row[row-index='20']", timeout=TIMEOUT_MS)
+    _sort_by_risk(page)
+    page.click(f"{TABLE} button.next-page")
+    _wait_first(page, "risk", "0.0800")  # the 21st least at risk
     store.append(_round(END_TS + 30, flip=True))  # the next round: every order reversed
     clock[0] = END_TS + 60
     try:
-        with _asks_server(page):
-            page.click("#predictions-refresh")
-        _wait_cell(page, 20, "risk", "0.0840")
+        page.click("#predictions-refresh")
+        # The 21st least at risk of the new round: 1 - 229/250.
+        _wait_first(page, "risk", "0.0840")
         wait_drawn(page, TIMEOUT_MS)
     finally:
         clock[0] = END_TS
-    assert _summary(page) == f"21 to 40 of {SCORED}"
-    # The 21st least at risk of the new round: 1 - 229/250 (the old round's 21st was 0.0800).
-    assert _cells(page, "risk")[0] == "0.0840"
+    risks = [float(r) for r in _cells(page, "risk")]
+    assert risks == sorted(risks) and len(risks) == 20  # still sorted, still the second page
+    assert page.get_attribute(f"{TABLE} input.current-page", "placeholder") == "2"
     page.close()
 
 
@@ -245,12 +265,11 @@ def test_filtering_by_host_asks_the_server_for_that_hosts_gpus(
     browser: Browser, dashboard: DashboardServer
 ) -> None:
     page = _open(browser, dashboard)
-    host_filter = page.locator(f"{GRID} .ag-floating-filter[col-id='host'] input")
-    with _asks_server(page):
-        host_filter.fill("node-07")
-    _wait_summary(page, f"1 to {GPUS_PER_HOST} of {GPUS_PER_HOST}")
+    box = page.locator(f"{TABLE} th.dash-filter[data-dash-column='host'] input[type='text']")
+    box.fill("node-07")
+    with _asks_server(page, "filter_query"):
+        box.press("Enter")
+    _wait_count(page, f"{GPUS_PER_HOST} of {SCORED} rows match")
     assert set(_cells(page, "host")) == {"node-07"} and len(_cells(page, "host")) == GPUS_PER_HOST
-    host_filter.fill("")  # the filter is kept in the browser's storage: leave none for another test
-    _wait_summary(page, f"1 to 20 of {SCORED}")
     assert not browser.errors, browser.errors[:3]
     page.close()
