@@ -43,7 +43,7 @@ from dashboard.pages.live import PageSpec, clean_params
 from dashboard.server import serve_dashboard
 from fleetguard.config import load_config
 from fleetguard.store import Store
-from tests.dashboard.browser import SERVED_GRIDS_DRAWN_JS, chromium
+from tests.dashboard.browser import SERVED_TABLES_DRAWN_JS, chromium
 
 TIMEOUT_MS = 120_000
 REFRESHES = """(id) => {
@@ -88,8 +88,8 @@ DRAWN = """(id) => {
   // A table served in pages (`?list=all` since session 9) draws its header before its rows: drawn once it
   // shows the page of rows of the round its page names (after a refresh that names a new round: that
   // round's rows, not the ones it showed before).
-  return (SERVED_GRIDS_DRAWN)();
-}""".replace("SERVED_GRIDS_DRAWN", SERVED_GRIDS_DRAWN_JS)
+  return (SERVED_TABLES_DRAWN)();
+}""".replace("SERVED_TABLES_DRAWN", SERVED_TABLES_DRAWN_JS)
 
 
 # A dashboard served from the tree on sys.path[0] (this one's or --compare-src's) over the store read-only;

@@ -23,7 +23,7 @@ from dashboard.app import create_app
 from dashboard.context import DashboardContext
 from dashboard.pages import predictions
 from dashboard.queries.predictions import risk_summary
-from dashboard.served_grid import answer_block, column_types
+from dashboard.served_rows import answer_page, column_types
 from dashboard.table_query import table_request
 from fleetguard.config import load_config
 from fleetguard.store import Store
@@ -53,7 +53,7 @@ def _one_run(ctx: DashboardContext, host_text: str) -> dict[str, float]:
     for name, (sort_by, query) in asks.items():
         request = table_request(0, rows, sort_by, query, types, predictions.MAX_LISTED)
         out[name] = _timed(
-            lambda request=request: answer_block(  # type: ignore[misc]
+            lambda request=request: answer_page(  # type: ignore[misc]
                 ctx, request, key, predictions.served_listing, predictions.ALL_COLUMNS, rows
             )
         )

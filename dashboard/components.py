@@ -126,7 +126,7 @@ def count_id(table_id: str) -> str:
 def served_table(table_id: str, columns: Sequence[Col], round_key: str, page_size: int = 20) -> html.Div:
     """A table whose rows stay on the server (every GPU scored: 16,384 rows at 2,048 hosts): a DataTable
     with custom paging, sorting and filtering, whose page of rows, sorted and filtered on the server, is
-    answered by a callback (`dashboard.served_grid`) as soon as the page is drawn and on every change of
+    answered by a callback (`dashboard.served_rows`) as soon as the page is drawn and on every change of
     page, sort or filter. `round_key` names the data the rows come from; it is the table's live slot, so a
     refresh that finds a new round has the table's page asked for again, where the operator stands."""
     specs: Any = [_data_column(c) for c in columns]  # plain dicts: the generated TypedDicts add nothing

@@ -4,7 +4,7 @@ The page opens on the top of the ranking in a DataTable (sort, filter, pages), w
 the chunk every other page's tables use; every GPU scored (a row per GPU of the fleet) is one link away
 (`?list=all`), in an AG Grid, whose 1.3 MB bundle and grid build cost a first render ~0.3-0.5 s more
 (BENCHMARKS.md, issue 22 "session 6") and earn it only at that size. Its rows stay on the server: the grid
-asks for the block it shows (`dashboard.served_grid`), from the round's rows built once
+asks for the block it shows (`dashboard.served_rows`), from the round's rows built once
 (`dashboard.listing_cache`)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dashboard.health import COLOURS, Health
 from dashboard.listing_cache import Listing
 from dashboard.pages.live import PageSpec, Params
 from dashboard.queries.predictions import Risk, drivers, latest_risks, risk_summary
-from dashboard.served_grid import serve_blocks
+from dashboard.served_rows import serve_pages
 
 SHOWN: Final = 200
 # `?list=all`: every GPU scored, bounded all the same (a fleet of 12,500 8-GPU hosts).
@@ -157,7 +157,7 @@ def served_listing(ctx: DashboardContext, key: str) -> Listing:
 
 
 def _callbacks(app: dash.Dash) -> None:
-    serve_blocks(app, "predictions", TABLE_ID, ALL_COLUMNS, served_listing, MAX_LISTED, PAGE_ROWS)
+    serve_pages(app, "predictions", TABLE_ID, ALL_COLUMNS, served_listing, MAX_LISTED, PAGE_ROWS)
 
 
 def _other_list(every: bool, scored: int) -> dcc.Link:

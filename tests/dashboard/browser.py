@@ -69,10 +69,10 @@ def chromium() -> Iterator[Browser]:
 
 
 # Every table served in pages (dashboard.components.served_table) shows rows of the round its page's slot
-# names (the field dashboard.served_grid.ROUND_FIELD of each row it was sent), drawn in the page, and the
+# names (the field dashboard.served_rows.ROUND_FIELD of each row it was sent), drawn in the page, and the
 # line that counts them: its header is drawn before its first page of rows has come back, and after a
 # refresh that names a new round it shows the old round's rows until the new ones have.
-SERVED_GRIDS_DRAWN_JS = """() => {
+SERVED_TABLES_DRAWN_JS = """() => {
   const SKIP = new Set(['figure', 'data', 'rowData', 'columnDefs', 'columns']);  // data, not components
   const rounds = {};
   const props = {};
@@ -117,7 +117,7 @@ DRAWN_JS = (
     if (!t.querySelector('.ag-header-cell, th.dash-header, .empty-table th')) return false;
   }
   return ("""
-    + SERVED_GRIDS_DRAWN_JS
+    + SERVED_TABLES_DRAWN_JS
     + """)();
 }"""
 )

@@ -53,7 +53,7 @@ def column_types(columns: Sequence[Col]) -> dict[str, ColumnType]:
     return {c.id: ColumnType.NUMBER if c.kind in ("number", "int") else ColumnType.TEXT for c in columns}
 
 
-def answer_block(
+def answer_page(
     ctx: DashboardContext,
     request: BlockRequest | None,
     round_key: object,
@@ -78,7 +78,7 @@ def answer_block(
     return Page(rows, max(1, -(-len(order) // page_size)), count)
 
 
-def serve_blocks(
+def serve_pages(
     app: dash.Dash,
     page_id: str,
     table_id: str,
@@ -104,7 +104,7 @@ def serve_blocks(
         ctx = current()
         try:
             request = table_request(page_current, page_size, sort_by, query, types, max_rows)
-            page = answer_block(ctx, request, round_key, source, columns, page_size)
+            page = answer_page(ctx, request, round_key, source, columns, page_size)
         except Exception:
             # The store failed under the read (a daemon never dies on it): the table shows no rows, the
             # traceback goes to the log only.

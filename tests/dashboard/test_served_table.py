@@ -137,11 +137,11 @@ def test_a_page_filtered_by_host_counts_that_hosts_gpus(dashboard: DashboardServ
 def test_a_forged_page_request_is_answered_with_no_rows(
     dashboard: DashboardServer, page: object, sort_by: object, query: object, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="dashboard.served_grid"):
+    with caplog.at_level(logging.WARNING, logger="dashboard.served_rows"):
         status, table, count = _ask(dashboard, page, sort_by, query, round_key={"not": "a round"})
     assert (status, table) == (200, {"data": [], "page_count": 1})
     assert count == "no rows: the request could not be read"
-    said = [r for r in caplog.records if r.name == "dashboard.served_grid"]
+    said = [r for r in caplog.records if r.name == "dashboard.served_rows"]
     assert len(said) == 1 and said[0].exc_info is None and "answered empty" in said[0].getMessage()
 
 
