@@ -1,10 +1,10 @@
-"""Server-side cost of every GPU scored (`/predictions?list=all`) served in blocks, over the 2,048-host bench
+"""Server-side cost of every GPU scored (`/predictions?list=all`) served in pages, over the 2,048-host bench
 store (bench/dashboard_store.py): the page's render on a new scoring round (the round's rows built) and on
 the same round, and the pages its table asks for (the first page, a new sort, a new filter).
 
 Each run uses a fresh app, so its first render meets a new round, as the first refresh after a round does.
 
-Usage: python bench/served_blocks.py [--store /tmp/fg-dbench-s4/dbench.duckdb] [--runs 5]
+Usage: python bench/served_pages.py [--store /tmp/fg-dbench-s4/dbench.duckdb] [--runs 5]
 """
 
 from __future__ import annotations
