@@ -1,9 +1,11 @@
-"""A grid's request for a block of rows (AG Grid's infinite row model), read from what the browser sent.
+"""A table's request for a block of rows, read from what the browser sent, in the shape AG Grid's block
+request has (start and end rows, a sort model, a filter model); `dashboard.table_query` writes a served
+DataTable's page, sort and filter in it.
 
-Everything in it comes from the browser: the block's bounds, the sort model and the filter model. It is
-checked field by field against the grid's own columns and limits and becomes a typed `BlockRequest`, or
-None when anything is out of place (a forged request is answered with an empty block, never an error).
-Nothing in it ever becomes SQL: the rows are sorted and filtered in Python (`dashboard.block_rows`).
+Everything in it comes from the browser. It is checked field by field against the table's own columns and
+limits and becomes a typed `BlockRequest`, or None when anything is out of place (a forged request is
+answered with no rows, never an error). Nothing in it ever becomes SQL: the rows are sorted and filtered
+in Python (`dashboard.block_rows`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
-# A block is what the grid asks for at a time (`cacheBlockSize`, 100); a few times that is still a block.
+# A block is a page of rows (20 on the predictions page); a few hundred is still one.
 MAX_BLOCK_ROWS: Final = 1000
 MAX_FILTER_CHARS: Final = 256
 # AG Grid's filters offer two conditions per column by default (`maxNumConditions`).
@@ -106,7 +108,7 @@ class BlockRequest:
 
 def parse_block_request(raw: object, columns: Mapping[str, ColumnType], max_rows: int) -> BlockRequest | None:
     """The request, or None when any field is missing, of the wrong type, out of bounds or names a column
-    the grid does not have."""
+    the table does not have."""
     if not isinstance(raw, dict):
         return None
     start, end = raw.get("startRow"), raw.get("endRow")

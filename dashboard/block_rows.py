@@ -1,4 +1,4 @@
-"""The rows a grid's block request selects (`dashboard.block_request`), filtered and sorted in Python as AG
+"""The rows a table's block request selects (`dashboard.block_request`), filtered and sorted in Python as AG
 Grid's own filters and sort would in the browser: text matched ignoring case, a number range exclusive of
 its ends, an empty cell (None or "") first in an ascending sort."""
 

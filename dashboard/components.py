@@ -105,9 +105,8 @@ def table(
 ) -> html.Div:
     """A table that sorts and filters in the browser, with its headers even when it has no rows. Its rows
     are a live slot (`dashboard.live_slots`): a refresh replaces them in place, so the operator's sort,
-    filter and page stay as they were. A DataTable: a new tab draws it much sooner than an AG Grid (no
-    grid bundle to run, `dashboard.grid_bundle`; BENCHMARKS.md, "Tables by size"). A table whose rows grow
-    with the fleet is `served_table`."""
+    filter and page stay as they were. A DataTable: a new tab draws it much sooner than an AG Grid
+    (BENCHMARKS.md, "Tables by size"). A table whose rows grow with the fleet is `served_table`."""
     if not rows:
         return html.Div(_headers_only(columns), id=table_id, className="table")
     return html.Div(_data_table(table_id, columns, rows, page_size), id=table_id, className="table")

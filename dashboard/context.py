@@ -29,7 +29,7 @@ class DashboardContext:
     config: Config  # the process's settings (the policy page shows the policy they select)
     fleet: SnapshotCache  # the fleet model, shared by the fleet and network pages
     desk: OperatorDesk  # write actions (acknowledge, silence, resolve, replay), each checked for the token
-    listings: ListingCache  # the rows of the grids served in blocks, per round (`dashboard.served_rows`)
+    listings: ListingCache  # the rows of the tables served in pages, per round (`dashboard.served_rows`)
 
     @contextlib.contextmanager
     def cursor(self) -> Iterator[Cursor]:

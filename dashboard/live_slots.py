@@ -2,8 +2,8 @@
 
 A page is drawn by one `render` function. The refresh renders it again and compares it with what the
 browser holds: if only slot values differ (the page's shape is the same), only those values are sent and
-each table or plot is updated where it stands (a table's rows replaced, a served grid asking again for the
-blocks it shows, a figure's traces patched), so the
+each table or plot is updated where it stands (a table's rows replaced, a served table asking again for the
+page it shows, a figure's traces patched), so the
 browser keeps the operator's sort, filter, page and zoom and redraws nothing else. Any other difference (a
 table appears, a title changes) sends the whole body again. The browser holds the shape's and each slot's
 digest, not the values, so telling the two cases apart costs a few hundred bytes per refresh.
@@ -22,7 +22,7 @@ from dash.development.base_component import Component
 
 
 class SlotKind(enum.StrEnum):
-    BLOCKS = "blocks"  # the round a grid served in blocks shows (`components.served_table`)
+    BLOCKS = "blocks"  # the round a table served in pages shows (`components.served_table`)
     TABLE = "table"  # a DataTable
     FIGURE = "figure"
     TEXT = "text"
