@@ -1,7 +1,8 @@
 """Dashboard render times in a real browser over a 2,048-host x 8-GPU x 24 h store (bench/dashboard_store.py).
 
 For each page: time to first render (navigate in a new tab until the page body, every plot and every table
-in it are drawn; the browser's cache and its scripts' code cache are warm, after one load of the fleet page
+in it are drawn, an AG Grid with its first rows, a table served in pages with its first page of rows of
+its page's round; the browser's cache and its scripts' code cache are warm, after one load of the fleet page
 and --warm untimed loads of the page itself, as for an operator who has the dashboard open) and time to a
 live refresh (the refresh button, i.e. the callback that dcc.Interval fires, until the refreshed page is
 drawn), p50 and p95 over --runs; the clock moves 15 s between refreshes so that each one has changed data to
@@ -42,7 +43,7 @@ from dashboard.pages.live import PageSpec, clean_params
 from dashboard.server import serve_dashboard
 from fleetguard.config import load_config
 from fleetguard.store import Store
-from tests.dashboard.browser import chromium
+from tests.dashboard.browser import SERVED_TABLES_DRAWN_JS, chromium
 
 TIMEOUT_MS = 120_000
 REFRESHES = """(id) => {
@@ -78,8 +79,17 @@ DRAWN = """(id) => {
     Array.from(document.querySelectorAll(sel)).filter(t => t.querySelector(head)).length;
   if (drawn('.dash-table-container', 'th.dash-header') < wanted.DataTable) return false;
   if (drawn('.ag-root-wrapper', '.ag-header-cell') < wanted.AgGrid) return false;
-  return true;
-}"""
+  // Every AG Grid shows its first rows (or says it has none): the trees before session 9 drew `?list=all`
+  // in one, with every row in the layout.
+  for (const g of body.querySelectorAll('.ag-root-wrapper')) {
+    const row = g.querySelector('.ag-center-cols-container .ag-row:not(.ag-row-loading) .ag-cell');
+    if (!row && !g.querySelector('.ag-overlay-no-rows-wrapper')) return false;
+  }
+  // A table served in pages (`?list=all` since session 9) draws its header before its rows: drawn once it
+  // shows the page of rows of the round its page names (after a refresh that names a new round: that
+  // round's rows, not the ones it showed before).
+  return (SERVED_TABLES_DRAWN)();
+}""".replace("SERVED_TABLES_DRAWN", SERVED_TABLES_DRAWN_JS)
 
 
 # A dashboard served from the tree on sys.path[0] (this one's or --compare-src's) over the store read-only;

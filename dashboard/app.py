@@ -15,7 +15,7 @@ from dash import dcc, html
 
 from dashboard.auth import read_operator_token
 from dashboard.context import DashboardContext, install
-from dashboard.grid_bundle import defer_grid_bundle
+from dashboard.listing_cache import ListingCache
 from dashboard.operator import OperatorDesk, Resolver
 from dashboard.pages import alerts, fleet, gpu, host, incidents, jobs, network, policy, predictions, repairs
 from dashboard.pages.live import PageSpec, register
@@ -84,6 +84,7 @@ def create_app(
         config=config,
         fleet=SnapshotCache(build, config.dashboard.refresh_seconds),
         desk=OperatorDesk(store_reader, token, resolver, clock),
+        listings=ListingCache(),
     )
     server = flask.Flask("fleetguard.dashboard")
     install(server, ctx)
@@ -109,9 +110,8 @@ def create_app(
 
 
 def _index_parts(app: dash.Dash, runtime_tag: str | None) -> None:
-    """Every page's HTML: its page's title, the router's head script (`dashboard.router`), AG Grid's
-    bundle named instead of loaded (`dashboard.grid_bundle`), and the regenerator runtime instead of the
-    whole Babel polyfill (`dashboard.polyfill_shim`)."""
+    """Every page's HTML: its page's title, the router's head script (`dashboard.router`) and the
+    regenerator runtime instead of the whole Babel polyfill (`dashboard.polyfill_shim`)."""
     interpolate: Callable[..., str] = app.interpolate_index
     prefix = app.config.requests_pathname_prefix
     script = head_script(prefix) + url_script(prefix)
@@ -123,7 +123,7 @@ def _index_parts(app: dash.Dash, runtime_tag: str | None) -> None:
                 **parts,
                 "title": html_escape(title_of(PAGES, path)),
                 "css": script + parts["css"],
-                "scripts": replace_polyfill(versioned_tags(defer_grid_bundle(parts["scripts"])), runtime_tag),
+                "scripts": replace_polyfill(versioned_tags(parts["scripts"]), runtime_tag),
             }
         )
 

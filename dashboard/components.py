@@ -7,12 +7,11 @@ import urllib.parse
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 from dash import dcc, html
 from dash.dash_table.DataTable import DataTable
 from dash.dash_table.Format import Format, Scheme
-from dash_ag_grid import AgGrid
 
 from dashboard.figures import GRAPH_CONFIG
 from dashboard.health import COLOURS, Health
@@ -96,78 +95,61 @@ class Col:
     decimals: int = 1
     wide: bool = False  # long text (a summary, an evidence detail): most of the row's width
     # A link column whose rows hold the plain value (a host's name, a GPU's UUID): each cell links to the
-    # value's page under this path (`href(link_to, value)`), the table drawing the link itself, so a row
-    # does not carry a markdown link that repeats the value (half the JSON of a fleet-sized grid).
+    # value's page under this path (`href(link_to, value)`), made into a markdown link as the row is sent
+    # (`with_links`), so the rows kept and sorted hold the plain value.
     link_to: str = ""
 
 
-# Numbers are formatted in the browser (the row keeps the number, so sorting and the number filter work);
-# an empty cell stays empty rather than "NaN".
-_NUMBER_FORMAT: Final = "params.value == null ? '' : d3.format('.{decimals}f')(params.value)"
-_HEALTH_CLASSES: Final = {f"health-cell health-{h.value}": f"params.value === '{h.value}'" for h in COLOURS}
-
-
-def _column_def(c: Col) -> dict[str, Any]:
-    spec: dict[str, Any] = {"headerName": c.name, "field": c.id}
-    if c.kind in ("number", "int"):
-        decimals = 0 if c.kind == "int" else c.decimals
-        spec |= {
-            "filter": "agNumberColumnFilter",
-            "type": "numericColumn",
-            "valueFormatter": {"function": _NUMBER_FORMAT.format(decimals=decimals)},
-            "flex": 1,
-        }
-        return spec
-    spec |= {"filter": "agTextColumnFilter", "flex": 2}
-    if c.wide:
-        # One line per row and the whole text in a tooltip: a row that grows to fit its text makes the grid
-        # measure every row it draws.
-        spec |= {"tooltipField": c.id, "flex": 5}
-    if c.link_to:
-        # assets/grid_cells.js: an <a> to the page of the plain value the row holds.
-        spec |= {"cellRenderer": "PathLink", "cellRendererParams": {"path": href(c.link_to) + "/"}}
-    elif c.kind == "link":
-        # dash-ag-grid's markdown renderer: links open in the same tab, raw HTML in a cell is not rendered.
-        spec["cellRenderer"] = "markdown"
-    elif c.kind == "health":
-        spec |= {"cellClassRules": _HEALTH_CLASSES, "flex": 1}
-    return spec
-
-
-_DEFAULT_COLUMN: Final = {
-    "sortable": True,
-    "filter": True,
-    "floatingFilter": True,
-    "resizable": True,
-    "minWidth": 80,
-    "suppressHeaderMenuButton": True,  # the floating filter row is the filter; no second menu per column
-}
-
-
 def table(
-    table_id: str,
-    columns: Sequence[Col],
-    rows: Sequence[Mapping[str, Any]],
-    page_size: int = 15,
-    *,
-    large: bool = False,
+    table_id: str, columns: Sequence[Col], rows: Sequence[Mapping[str, Any]], page_size: int = 15
 ) -> html.Div:
     """A table that sorts and filters in the browser, with its headers even when it has no rows. Its rows
     are a live slot (`dashboard.live_slots`): a refresh replaces them in place, so the operator's sort,
-    filter and page stay as they were.
-
-    `large` is for a table whose rows grow with the fleet's size (every GPU's risk): an AG Grid, which
-    filters tens of thousands of rows without drawing them. Every other table is a DataTable, which a new
-    tab draws much sooner: no AG Grid bundle to run (`dashboard.grid_bundle`), no grid to build
-    (BENCHMARKS.md, "Tables by size")."""
-    if not rows and not large:
+    filter and page stay as they were. A DataTable: a new tab draws it much sooner than an AG Grid
+    (BENCHMARKS.md, "Tables by size"). A table whose rows grow with the fleet is `served_table`."""
+    if not rows:
         return html.Div(_headers_only(columns), id=table_id, className="table")
-    inner = (
-        _grid(table_id, columns, rows, page_size)
-        if large
-        else _data_table(table_id, columns, rows, page_size)
+    return html.Div(_data_table(table_id, columns, rows, page_size), id=table_id, className="table")
+
+
+def rows_id(table_id: str) -> str:
+    """The DataTable of a `served_table`: its page, sort and filter are the props the server answers."""
+    return f"{table_id}-rows"
+
+
+def count_id(table_id: str) -> str:
+    """The line under a `served_table` that says how many rows its filters keep."""
+    return f"{table_id}-count"
+
+
+def served_table(table_id: str, columns: Sequence[Col], round_key: str, page_size: int = 20) -> html.Div:
+    """A table whose rows stay on the server (every GPU scored: 16,384 rows at 2,048 hosts): a DataTable
+    with custom paging, sorting and filtering, whose page of rows, sorted and filtered on the server, is
+    answered by a callback (`dashboard.served_rows`) as soon as the page is drawn and on every change of
+    page, sort or filter. `round_key` names the data the rows come from; it is the table's live slot, so a
+    refresh that finds a new round has the table's page asked for again, where the operator stands."""
+    specs: Any = [_data_column(c) for c in columns]  # plain dicts: the generated TypedDicts add nothing
+    rows = DataTable(
+        id=rows_id(table_id),
+        columns=specs,
+        data=[],
+        sort_action="custom",
+        filter_action="custom",
+        page_action="custom",
+        page_current=0,
+        page_size=page_size,
+        page_count=1,
+        filter_options={"case": "insensitive", "placeholder_text": "filter"},
+        markdown_options={"link_target": "_self"},
+        style_as_list_view=True,
+        css=[{"selector": ".dash-cell-value a", "rule": "color: #1f6fd6 !important;"}],
+        style_table={"overflowX": "auto"},
+        style_header={"fontWeight": "600", "backgroundColor": "#f3f5f8"},
+        style_cell={"fontFamily": "inherit", "fontSize": "13px", "padding": "4px 8px", "textAlign": "left"},
     )
-    return html.Div(inner, id=table_id, className="table")
+    held = dcc.Store(id=slot_id(SlotKind.BLOCKS, table_id), data=round_key)
+    count = html.Div("", id=count_id(table_id), className="muted table-count")
+    return html.Div([held, rows, count], id=table_id, className="table")
 
 
 def _headers_only(columns: Sequence[Col]) -> list[Any]:
@@ -178,7 +160,7 @@ def _headers_only(columns: Sequence[Col]) -> list[Any]:
     return [html.Table(head, className="empty-table"), empty("nothing to show")]
 
 
-def _with_links(row: Mapping[str, Any], columns: Sequence[Col]) -> dict[str, Any]:
+def with_links(row: Mapping[str, Any], columns: Sequence[Col]) -> dict[str, Any]:
     """A DataTable's row: a `link_to` column's plain value as the markdown link its cell draws."""
     out = dict(row)
     for c in columns:
@@ -205,7 +187,7 @@ def _data_table(
 ) -> DataTable:
     health_cols = [c.id for c in columns if c.kind == "health"]
     specs: Any = [_data_column(c) for c in columns]  # plain dicts: the generated TypedDicts add nothing
-    data: Any = [_with_links(r, columns) for r in rows]
+    data: Any = [with_links(r, columns) for r in rows]
     return DataTable(
         id=slot_id(SlotKind.TABLE, table_id),
         columns=specs,
@@ -241,32 +223,6 @@ def _data_table(
             for col in health_cols
             for h, colour in COLOURS.items()
         ],
-    )
-
-
-def _grid(table_id: str, columns: Sequence[Col], rows: Sequence[Mapping[str, Any]], page_size: int) -> AgGrid:
-    return AgGrid(
-        id=slot_id(SlotKind.GRID, table_id),
-        columnDefs=[_column_def(c) for c in columns],
-        rowData=[dict(r) for r in rows],
-        defaultColDef=_DEFAULT_COLUMN,
-        dashGridOptions={
-            "pagination": True,
-            "paginationPageSize": page_size,
-            "paginationPageSizeSelector": False,
-            "domLayout": "autoHeight",  # the grid is as tall as its page of rows: no inner scroll bar
-            "suppressColumnVirtualisation": True,  # every column is in the page (find-in-page, tests)
-            "enableCellTextSelection": True,
-            "ensureDomOrder": True,
-            "animateRows": False,
-            "localeText": {"noRowsToShow": "nothing to show"},
-            "tooltipShowDelay": 300,
-        },
-        persistence=True,
-        persisted_props=["filterModel"],
-        persistence_type="local",  # also assets/lazy_grid.js's default: Dash reads it before the bundle loads
-        style={"width": "100%"},
-        className="grid",
     )
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Final
 
 import flask
 
+from dashboard.listing_cache import ListingCache
 from dashboard.queries.base import Cursor, StoreReader
 from fleetguard.config import Config
 
@@ -28,6 +29,7 @@ class DashboardContext:
     config: Config  # the process's settings (the policy page shows the policy they select)
     fleet: SnapshotCache  # the fleet model, shared by the fleet and network pages
     desk: OperatorDesk  # write actions (acknowledge, silence, resolve, replay), each checked for the token
+    listings: ListingCache  # the rows of the tables served in pages, per round (`dashboard.served_rows`)
 
     @contextlib.contextmanager
     def cursor(self) -> Iterator[Cursor]:

@@ -2,7 +2,8 @@
 
 A page is drawn by one `render` function. The refresh renders it again and compares it with what the
 browser holds: if only slot values differ (the page's shape is the same), only those values are sent and
-each table or plot is updated where it stands (rows replaced in the grid, a figure's traces patched), so the
+each table or plot is updated where it stands (a table's rows replaced, a served table asking again for the
+page it shows, a figure's traces patched), so the
 browser keeps the operator's sort, filter, page and zoom and redraws nothing else. Any other difference (a
 table appears, a title changes) sends the whole body again. The browser holds the shape's and each slot's
 digest, not the values, so telling the two cases apart costs a few hundred bytes per refresh.
@@ -21,7 +22,7 @@ from dash.development.base_component import Component
 
 
 class SlotKind(enum.StrEnum):
-    GRID = "grid"  # an AG Grid (a large table)
+    BLOCKS = "blocks"  # the round a table served in pages shows (`components.served_table`)
     TABLE = "table"  # a DataTable
     FIGURE = "figure"
     TEXT = "text"
@@ -29,7 +30,7 @@ class SlotKind(enum.StrEnum):
 
 # The component property each kind of slot holds its value in.
 PROPERTY: Final[dict[SlotKind, str]] = {
-    SlotKind.GRID: "rowData",
+    SlotKind.BLOCKS: "data",
     SlotKind.TABLE: "data",
     SlotKind.FIGURE: "figure",
     SlotKind.TEXT: "children",

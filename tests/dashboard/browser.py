@@ -68,11 +68,45 @@ def chromium() -> Iterator[Browser]:
         shutil.rmtree(profile, ignore_errors=True)
 
 
+# Every table served in pages (dashboard.components.served_table) shows rows of the round its page's slot
+# names (the field dashboard.served_rows.ROUND_FIELD of each row it was sent), drawn in the page, and the
+# line that counts them: its header is drawn before its first page of rows has come back, and after a
+# refresh that names a new round it shows the old round's rows until the new ones have.
+SERVED_TABLES_DRAWN_JS = """() => {
+  const SKIP = new Set(['figure', 'data', 'rowData', 'columnDefs', 'columns']);  // data, not components
+  const rounds = {};
+  const props = {};
+  const walk = (node) => {
+    if (Array.isArray(node)) { node.forEach(walk); return; }
+    if (!node || typeof node !== 'object') return;
+    if (typeof node.namespace === 'string' && node.props) {
+      const id = node.props.id;
+      if (id && id.slot === 'blocks') rounds[id.name] = node.props.data;
+      if (typeof id === 'string') props[id] = node.props;
+      for (const [k, v] of Object.entries(node.props)) if (!SKIP.has(k)) walk(v);
+      return;
+    }
+    Object.values(node).forEach(walk);
+  };
+  walk(window.store && window.store.getState().layout);
+  for (const [name, round] of Object.entries(rounds)) {
+    const table = props[name + '-rows'];
+    const count = props[name + '-count'];
+    if (!table || !count || !count.children) return false;
+    const rows = table.data || [];
+    if (rows.length === 0) continue;
+    if (rows[0]._round !== round) return false;
+    if (!document.querySelector('#' + name + ' td.dash-cell')) return false;
+  }
+  return true;
+}"""
+
 # A page is drawn when its body is filled, no callback is pending, every graph has its SVG (a graph whose
-# plotly bundle is still loading has no .js-plotly-plot yet, so graphs are found by dcc.Graph's own class)
-# and every table its header (an AG Grid's or a DataTable's: each one's chunk loads on first use, after the
-# layout).
-DRAWN_JS = """() => {
+# plotly bundle is still loading has no .js-plotly-plot yet, so graphs are found by dcc.Graph's own class),
+# every table its header (an AG Grid's or a DataTable's: each one's chunk loads on first use, after the
+# layout) and every table served in pages its rows.
+DRAWN_JS = (
+    """() => {
   const body = document.querySelector('[id$="-body"]');
   if (!body || body.children.length === 0) return false;
   if (document.querySelector('[data-dash-is-loading="true"]')) return false;
@@ -82,8 +116,11 @@ DRAWN_JS = """() => {
   for (const t of document.querySelectorAll('.table')) {
     if (!t.querySelector('.ag-header-cell, th.dash-header, .empty-table th')) return false;
   }
-  return true;
+  return ("""
+    + SERVED_TABLES_DRAWN_JS
+    + """)();
 }"""
+)
 
 
 def wait_drawn(page: Any, timeout_ms: int = 60_000) -> None:

@@ -10,9 +10,8 @@ import dash
 import pytest
 from dash import html
 
-from dashboard.components import Col, gpu_text, graph, stat_card, table
+from dashboard.components import Col, gpu_text, graph, served_table, stat_card, table
 from dashboard.figures import MAX_LABELLED_RANKS, STEP_DECIMALS, centred_range, rank_ticks, step_heatmap
-from dashboard.grid_bundle import BUNDLE_ELEMENT_ID, defer_grid_bundle
 from dashboard.live_slots import SlotKind, mark
 from dashboard.pages.jobs import troubles
 from dashboard.pages.live import plan_refresh
@@ -95,33 +94,32 @@ def test_slots_are_named_by_page_and_table_id() -> None:
     assert rows.data == ROWS  # the value is back in place after the shape was digested
 
 
-def test_a_large_table_is_a_grid_whose_rows_are_its_slot() -> None:
-    live = mark([table("risks", COLS, ROWS, large=True)], "predictions")
-    assert set(live.slots) == {(SlotKind.GRID, "risks")}
-    assert live.slots[(SlotKind.GRID, "risks")].value == ROWS
+def test_a_served_table_holds_no_rows_and_its_slot_is_the_round_it_shows() -> None:
+    live = mark([served_table("risks", COLS, "round-1")], "predictions")
+    assert set(live.slots) == {(SlotKind.BLOCKS, "risks")}
+    assert live.slots[(SlotKind.BLOCKS, "risks")].value == "round-1"
+    rows = served_table("risks", COLS, "round-1").children[1]
+    assert rows.data == [] and (rows.page_action, rows.sort_action, rows.filter_action) == ("custom",) * 3
+
+
+def test_a_new_round_in_a_served_table_sends_only_its_slot() -> None:
+    first = plan_refresh("p", [served_table("risks", COLS, "round-1")], None, now=100.0)
+    again = plan_refresh("p", [served_table("risks", COLS, "round-2")], first.held, now=160.0)
+    assert again.body is None and again.changed
+    assert again.updates == {(SlotKind.BLOCKS, "risks"): "round-2"}
 
 
 def test_every_table_has_its_headers_even_with_no_rows() -> None:
     small = table("empty", COLS, [])
     assert [th.children for th in small.children[0].children.children.children] == ["host", "GPUs"]
-    grid = table("empty", COLS, [], large=True).children
-    assert [c["headerName"] for c in grid.columnDefs] == ["host", "GPUs"]
-    assert grid.rowData == []
+    served = served_table("empty", COLS, "").children[1]
+    assert [c["name"] for c in served.columns] == ["host", "GPUs"]
 
 
 def test_rows_arriving_in_an_empty_table_send_the_page_whole() -> None:
     first = plan_refresh("p", _page([]), None, now=100.0)
     again = plan_refresh("p", _page(ROWS), first.held, now=160.0)
     assert again.body is not None and again.changed
-
-
-def test_the_grid_bundle_is_named_in_the_page_but_not_loaded() -> None:
-    tag = '<script src="/_dash-component-suites/dash_ag_grid/dash_ag_grid.v35_3_0m17.min.js"></script>'
-    other = '<script src="/_dash-component-suites/dash/dcc/dash_core_components.v4_4_1m17.js"></script>'
-    out = defer_grid_bundle(f"{other}\n{tag}")
-    assert other in out and tag not in out
-    assert f'id="{BUNDLE_ELEMENT_ID}" data-src="/_dash-component-suites/dash_ag_grid/dash_ag_grid.v35' in out
-    assert 'type="text/plain"' in out
 
 
 def test_identical_ranks_fill_a_tenth_of_the_median_each_way_not_the_whole_scale() -> None:

@@ -181,8 +181,8 @@ def test_every_gpu_scored_links_each_gpu_and_host_to_its_page(
     browser: Browser, dashboard: DashboardServer, fleet: BuiltFleet
 ) -> None:
     page = _open(browser, dashboard, "/predictions?list=all")
-    first = page.locator("#predictions-table .ag-center-cols-container .ag-row[row-index='0']")
-    gpu, host = first.locator("[col-id='gpu'] a"), first.locator("[col-id='host'] a")
+    first = page.locator("#predictions-table tr:has(td.dash-cell)").first
+    gpu, host = first.locator("td[data-dash-column='gpu'] a"), first.locator("td[data-dash-column='host'] a")
     assert gpu.inner_text() == fleet.at_risk_uuid
     assert gpu.get_attribute("href") == f"/gpus/{fleet.at_risk_uuid}"
     assert host.get_attribute("href") == f"/hosts/{host.inner_text()}"
