@@ -255,6 +255,23 @@ def _rows_stored(path: Path, host: str) -> int:
         con.close()
 
 
+def _spilling_writer(tmp_path: Path, batches: int) -> tuple[Store, Journal, IngestWriter]:
+    """A journaled writer with one slot a lane (lanes not started) that has accepted node-a's batches
+    1..`batches`: the first checked, the rest spilled."""
+    store = Store.open(str(tmp_path / "controller.duckdb"))
+    journal = Journal.open(tmp_path / "controller.duckdb.journal")
+    writer = IngestWriter(store, SystemClock(), ControllerStats(), journal=journal, max_queue=2)
+    now = time.time()
+    items = []
+    for seq in range(1, batches + 1):
+        body = encode(batch("node-a", seq))
+        items.append(
+            (parse_batch(body, "node-a", compressed=True, now=now), JournalEntry("node-a", body, True, now))
+        )
+    assert all(isinstance(a, IngestResult) for a in writer.accept(items))
+    return store, journal, writer
+
+
 def test_batches_past_the_lanes_capacity_wait_as_journaled_bodies_and_are_stored_whole(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -272,18 +289,7 @@ def test_batches_past_the_lanes_capacity_wait_as_journaled_bodies_and_are_stored
         return parsed
 
     monkeypatch.setattr(ingest, "parse_entry", counted)
-    store = Store.open(str(tmp_path / "controller.duckdb"))
-    journal = Journal.open(tmp_path / "controller.duckdb.journal")
-    writer = IngestWriter(store, SystemClock(), ControllerStats(), journal=journal, max_queue=2)
-    now = time.time()
-    items = []
-    for seq in range(1, 6):  # one lane (one host): 1 checked, 4 spilled
-        body = encode(batch("node-a", seq))
-        items.append(
-            (parse_batch(body, "node-a", compressed=True, now=now), JournalEntry("node-a", body, True, now))
-        )
-    answers = writer.accept(items)
-    assert all(isinstance(a, IngestResult) for a in answers)
+    store, journal, writer = _spilling_writer(tmp_path, 5)  # one lane (one host): 1 checked, 4 spilled
     writer.start()
     try:
         assert writer.wait_committed(20)
@@ -341,17 +347,7 @@ def test_a_spilled_batch_whose_check_fails_unexpectedly_is_set_aside_and_its_lan
         return parsed
 
     monkeypatch.setattr(ingest, "parse_entry", failing)
-    store = Store.open(str(tmp_path / "controller.duckdb"))
-    journal = Journal.open(tmp_path / "controller.duckdb.journal")
-    writer = IngestWriter(store, SystemClock(), ControllerStats(), journal=journal, max_queue=2)
-    now = time.time()
-    items = []
-    for seq in range(1, 5):  # one lane (one host): 1 checked, 3 spilled
-        body = encode(batch("node-a", seq))
-        items.append(
-            (parse_batch(body, "node-a", compressed=True, now=now), JournalEntry("node-a", body, True, now))
-        )
-    assert all(isinstance(a, IngestResult) for a in writer.accept(items))
+    store, journal, writer = _spilling_writer(tmp_path, 4)  # one lane (one host): 1 checked, 3 spilled
     writer.start()
     try:
         assert writer.wait_committed(20), "the lane still commits after the failed check"
