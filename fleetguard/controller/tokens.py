@@ -184,12 +184,13 @@ class TokenBook:
         # The file is looked at again for a token not known (a new one works at once) and otherwise at most
         # every RECHECK_SECONDS: an lstat per request was a system call, and so a hand-over of the
         # interpreter's lock, on the ingest loop for every batch. A revoked token stops within that second.
-        now = time.monotonic()
-        if identity is None or now >= self._recheck_at:
-            self._recheck_at = now + RECHECK_SECONDS
+        if identity is None or time.monotonic() >= self._recheck_at:
             # On a damaged file keep the tokens read last (a failed rotation must not lock every agent out).
             with contextlib.suppress(TokenFileError):
                 self.reload()
+            # Moved on only once the look is done: while a large file is read, `known` still says "look",
+            # so no token it revokes is taken meanwhile.
+            self._recheck_at = time.monotonic() + RECHECK_SECONDS
             identity = self._by_hash.get(digest)
         return identity
 

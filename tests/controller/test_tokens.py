@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -145,3 +146,34 @@ def test_known_answers_from_the_tokens_read_and_never_looks_at_the_file(
     assert book.known(f"Bearer {agent}") == Identity("node-a", Role.AGENT)
     assert book.known("Bearer not-a-token") is None and book.known(None) is None
     assert looked == [1], "known never looks at the file"
+
+
+def test_while_a_due_look_at_the_file_is_under_way_known_still_says_look(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A large tokens file being read after a rotation: the loop must not take a token it may revoke in
+    # the meantime, so the second is not restarted until the look is done.
+    now = _frozen_monotonic(monkeypatch)
+    path = tmp_path / "tokens.json"
+    agent = add_token(path, "node-a")
+    book = TokenBook(path)
+    assert book.identify(f"Bearer {agent}") is not None
+    now[0] += tokens.RECHECK_SECONDS
+    reading, finish = threading.Event(), threading.Event()
+    real = book.reload
+
+    def slow() -> None:
+        reading.set()
+        assert finish.wait(10)
+        real()
+
+    monkeypatch.setattr(book, "reload", slow)
+    looking = threading.Thread(target=book.identify, args=(f"Bearer {agent}",))
+    looking.start()
+    try:
+        assert reading.wait(10)
+        assert book.known(f"Bearer {agent}") is None, "due until the look is done"
+    finally:
+        finish.set()
+        looking.join(10)
+    assert book.known(f"Bearer {agent}") == Identity("node-a", Role.AGENT)
