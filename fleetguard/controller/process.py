@@ -230,10 +230,14 @@ def start_controller(config: Config, clock: Clock | None = None) -> RunningContr
         store.close()
         raise OSError(f"controller.journal_dir: {exc}") from exc
     maintenance.start()
-    if api.loop_ingest is not None:
-        api.loop_ingest.journal_thread.start()
-    server.start()
     running = RunningController(store, writer, maintenance, server, api, on_stop)
+    try:
+        if api.loop_ingest is not None:
+            api.loop_ingest.journal_thread.start()
+        server.start()
+    except BaseException:  # nothing left running behind the error: the threads, the writer, the store
+        running.stop()
+        raise
     scheme = "https" if tls is not None else "http"
     announce(store.path, HolderKind.CONTROLLER, f"{scheme}://{_url_host(address)}:{server.port}")
     if config.dashboard.enabled:

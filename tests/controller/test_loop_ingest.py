@@ -24,8 +24,9 @@ from fleetguard.controller.journal import JournalEntry
 from fleetguard.controller.loop_ingest import INLINE_BYTES, JournalThread
 from fleetguard.controller.tokens import add_token
 from fleetguard.controller.validate import BatchRefused, IngestBatch, Refusal, parse_batch
-from fleetguard.httpserve import Response
+from fleetguard.httpserve import HttpServer, Response
 from fleetguard.shipping.wire import encode
+from fleetguard.store import Store
 from tests.controller.helpers import batch, metric_value, start_test_controller
 
 
@@ -375,3 +376,20 @@ def test_a_connection_closed_while_its_batch_waits_leaves_no_count_and_the_batch
     finally:
         release.set()
         c.running.stop()
+
+
+def test_a_server_that_fails_to_start_leaves_nothing_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The journal thread, the writer's lanes and maintenance were started before the server: a start that
+    # fails after them stops them all and closes the store (the leak check fails a test that leaves threads).
+    def refuse(_server: object) -> None:
+        raise OSError("cannot serve")
+
+    monkeypatch.setattr(HttpServer, "start", refuse)
+    with pytest.raises(OSError, match="cannot serve"):
+        start_test_controller(tmp_path)
+    names = {t.name for t in threading.enumerate()}
+    assert not {n for n in names if n.startswith(("fleetguard-ingest", "fleetguard-writer"))}, names
+    store = Store.open(str(tmp_path / "controller.duckdb"))  # the file's lock was let go
+    store.close()
