@@ -12,7 +12,7 @@ queue put and a future; per group, one wake of each thread.
 What stays on the workers: bodies that inflate past INLINE_BYTES (a 16 MiB body's checks must not stall
 every connection's loop), a controller without a journal (each answer waits on a DuckDB commit) and one with
 edge processes (each parse blocks on a socket). The checks, the refusals and the answers are the same
-functions either way (`ControllerApi.checked_entry`, `_refused`, `_committed_reply`).
+functions either way (`ControllerApi.checked_entry`, `refused`, `_committed_reply`).
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ class JournalThread:
             if group is None:
                 break
             if self._stopped:
-                self._settle(group, [self._refuse(_STOPPING)] * len(group))
+                self._settle(group, [self._refuse(_STOPPING) for _ in group])
                 continue
             try:
                 results = self._writer.accept([(w.batch, w.entry) for w in group])
@@ -132,7 +132,7 @@ class JournalThread:
                 ]
             except Exception:
                 log.exception("ingest journal thread: a group of %d batches failed", len(group))
-                answers = [self._refuse(_FAILED)] * len(group)
+                answers = [self._refuse(_FAILED) for _ in group]  # each counted, as on a worker
             self._settle(group, answers)
         # stopped: whatever came after the stop mark is answered too
         rest: list[_Waiting] = []
@@ -144,7 +144,7 @@ class JournalThread:
             if item is not None:
                 rest += item
         if rest:
-            self._settle(rest, [self._refuse(_STOPPING)] * len(rest))
+            self._settle(rest, [self._refuse(_STOPPING) for _ in rest])
 
     def _settle(self, group: list[_Waiting], answers: list[Response]) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Waiting, Response]]] = {}

@@ -84,7 +84,7 @@ class ControllerApi:
         self._local = threading.local()
         self.exports = ExportSnapshots(store.path)
         # Ingest on the server's loop (loop_ingest): where each answer waits only on the journal and the
-        # checks do not block (in process). start_loop_ingest() starts its journal thread.
+        # checks do not block (in process). start_controller starts its journal thread; close() stops it.
         self.loop_ingest: LoopIngest | None = None
         if writer.journal is not None and isinstance(self.edge, InProcessEdge) and not settings.reads_only:
             self.loop_ingest = LoopIngest(self, writer)
@@ -131,7 +131,7 @@ class ControllerApi:
             batch, entry = self.checked_entry(request)
             return self._commit(batch.host, batch, entry)
         except BatchRefused as exc:
-            return self._refused(exc)
+            return self.refused(exc)
 
     def known_identity(self, request: Request) -> Identity | None:
         """Who sent it, if the tokens read already say so without a look at the file (TokenBook.known)."""
@@ -182,9 +182,6 @@ class ControllerApi:
     def committed_reply(self, seq: int, result: IngestResult) -> Response:
         return _committed_reply(seq, result)
 
-    def refused(self, exc: BatchRefused) -> Response:
-        return self._refused(exc)
-
     def _commit(self, host: str, batch: IngestBatch, entry: JournalEntry | None = None) -> Response:
         """Answered once the batch is committed or, with `entry`, once it is in the controller's journal
         (the writer commits it to the store after)."""
@@ -205,7 +202,7 @@ class ControllerApi:
         finally:
             self.release_host(host)
 
-    def _refused(self, exc: BatchRefused) -> Response:
+    def refused(self, exc: BatchRefused) -> Response:
         self.stats.refuse(exc.reason.value)
         headers: tuple[tuple[str, str], ...] = ()
         if exc.status in (429, 503):
@@ -241,7 +238,7 @@ class ControllerApi:
         except CommandRefused as exc:
             raise HttpError(409, str(exc)) from exc
         except BatchRefused as exc:
-            return self._refused(exc)
+            return self.refused(exc)
         return Response.json(201, {"command": command.to_json(), "host": host})
 
     def list_commands(self, request: Request) -> Response:

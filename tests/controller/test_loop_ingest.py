@@ -120,10 +120,12 @@ class _HeldWriter:
 
     def __init__(self, fail: bool = False) -> None:
         self.release = threading.Event()
+        self.entered = threading.Event()  # an accept is under way
         self.calls: list[int] = []
         self.fail = fail
 
     def accept(self, items: list[tuple[IngestBatch, JournalEntry]]) -> list[IngestResult | BatchRefused]:
+        self.entered.set()
         self.release.wait(10)
         self.calls.append(len(items))
         if self.fail:
@@ -140,11 +142,13 @@ def _batches(n: int, host: str = "node-a") -> list[tuple[IngestBatch, JournalEnt
     return out
 
 
-def _thread(writer: _HeldWriter, settled: list[str]) -> JournalThread:
+def _thread(writer: _HeldWriter, settled: list[str], refusals: list[str] | None = None) -> JournalThread:
     def answer(seq: int, result: IngestResult) -> Response:
         return Response.json(200, {"seq": seq, "duplicate": result.duplicate})
 
-    def refuse(exc: BatchRefused) -> Response:
+    def refuse(exc: BatchRefused) -> Response:  # the API's counts each refusal it makes
+        if refusals is not None:
+            refusals.append(exc.reason.value)
         return Response.json(exc.status, {"reason": exc.reason.value})
 
     return JournalThread(writer, answer, refuse, settled.append)  # type: ignore[arg-type]
@@ -171,9 +175,9 @@ def test_the_batches_of_one_turn_reach_the_journal_in_one_accept() -> None:
 
 
 def test_a_journal_that_fails_answers_its_whole_group_503_and_the_thread_goes_on() -> None:
-    writer, settled = _HeldWriter(fail=True), list[str]()
+    writer, settled, refusals = _HeldWriter(fail=True), list[str](), list[str]()
     writer.release.set()
-    journal_thread = _thread(writer, settled)
+    journal_thread = _thread(writer, settled, refusals)
     journal_thread.start()
 
     async def twice() -> tuple[list[Response], list[Response]]:
@@ -187,6 +191,7 @@ def test_a_journal_that_fails_answers_its_whole_group_503_and_the_thread_goes_on
     finally:
         journal_thread.stop()
     assert [(a.status, json.loads(a.body)["reason"]) for a in first] == [(503, "store_failed")] * 3
+    assert refusals == ["store_failed"] * 3, "each batch refused is counted, as on a worker"
     assert [a.status for a in second] == [200, 200]
     assert sorted(settled) == ["node-a"] * 3 + ["node-b"] * 2
 
@@ -199,12 +204,13 @@ def test_what_waits_when_the_thread_stops_is_answered_503_and_later_batches_are_
     async def stopped_midway() -> list[Response]:
         (b1, e1), (b2, e2) = _batches(2)
         held = journal_thread.submit(b1, e1)  # taken by the thread, which waits in accept
-        await asyncio.sleep(0.05)
+        assert await asyncio.to_thread(writer.entered.wait, 10)
         waiting = journal_thread.submit(b2, e2)  # queued behind it
         await asyncio.sleep(0)
         stopper = threading.Thread(target=journal_thread.stop)
         stopper.start()
-        await asyncio.sleep(0.05)
+        while not journal_thread._stopped:  # the stop is marked (however slow the machine) before release
+            await asyncio.sleep(0.001)
         writer.release.set()
         answers = [await held, await waiting]
         stopper.join()
