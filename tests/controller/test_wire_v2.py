@@ -495,3 +495,23 @@ def test_a_version_1_ack_whose_outcome_is_a_list_is_malformed_not_a_server_error
     with pytest.raises(BatchRefused) as caught:
         parse_batch(json.dumps(doc).encode(), HOST, compressed=False, now=NOW)
     assert caught.value.reason is Refusal.MALFORMED
+
+
+def test_an_integer_whose_bytes_are_an_infinitys_is_accepted() -> None:
+    """The infinity look reads the whole block as floats: an integer column's bits are looked at again."""
+    doc = _doc()
+    infinity_bits = int(np.frombuffer(np.array([math.inf, -math.inf]).tobytes(), dtype="<i8")[0])
+    _gpu(doc)["numbers"]["gpu_index"] = np.array([infinity_bits, 1], dtype="<i8").tobytes()
+    parsed = parse_batch(msgspec.msgpack.encode(doc), HOST, compressed=False, now=NOW)
+    assert parsed.rows == 3
+
+
+@pytest.mark.parametrize("at", [0, 479, 480, 481, 1999])
+def test_an_infinity_is_found_in_any_piece_of_a_long_block(at: int) -> None:
+    from fleetguard.controller.wire_v2_schema import _may_hold_infinity
+
+    values = np.zeros(2000)
+    assert not _may_hold_infinity(values)
+    values[at] = -math.inf
+    assert _may_hold_infinity(values)
+    assert not _may_hold_infinity(np.full(2000, math.nan))
