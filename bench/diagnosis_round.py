@@ -10,7 +10,11 @@ its rounds (fleetguard/pacing.py: they rest so that the request handlers go firs
 the wall is given whole, with what of it was rest and the rest of it, the round's own time (the figure that
 rows before the pacer, session 7, gave as the wall).
 
-Usage: python bench/diagnosis_round.py [--hosts 2048] [--rounds 20] [--dir DIR]
+`--seconds-per-round N` commits N seconds of the fleet (one commit a second) before each round, as a
+controller whose rounds come every N seconds sees them (its default interval is 5 s): each GPU then has N
+rows in a round.
+
+Usage: python bench/diagnosis_round.py [--hosts 2048] [--rounds 20] [--seconds-per-round 1] [--dir DIR]
 """
 
 from __future__ import annotations
@@ -136,6 +140,7 @@ def main() -> None:
     ap.add_argument("--hosts", type=int, default=2048)
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--seconds-per-round", type=int, default=1)
     ap.add_argument("--dir", default="")
     args = ap.parse_args()
     folder = Path(args.dir or tempfile.mkdtemp(prefix="fg-round-"))
@@ -149,8 +154,10 @@ def main() -> None:
     collect_less()  # as the controller process runs
     with Store.open(path) as store:
         for r in range(args.warmup + args.rounds):
-            now = t0 + r
-            records = commit(store, round_columns(args.hosts, now, rng))
+            records = 0
+            for second in range(args.seconds_per_round):
+                now = t0 + r * args.seconds_per_round + second
+                records += commit(store, round_columns(args.hosts, now, rng))
             w0, c0 = time.perf_counter(), time.process_time()
             with store.transaction() as con:
                 task(con, now)

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from itertools import chain, compress
+from itertools import chain, compress, groupby
 from operator import itemgetter
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from diagnosis.model import ComponentKind, Deferred, Observation, RepairAction, Severity
 from diagnosis.policy import Policy
@@ -50,10 +50,46 @@ class Rows:
     rows: Sequence[tuple[Any, ...]] = ()
 
 
+# What the rules keep of a GPU's previous sample: ts and the four counters, as in GPU_ROW_ORDER.
+Counters = tuple[float, int | None, int | None, int | None, int | None]
+
+
+class SteadyGpu(NamedTuple):
+    """A GPU whose every row this round said the same (the same counters, index and PCI address) and
+    nothing a rule calls a fault, on a host whose every GPU did so and which sent no event or finding this
+    round: a reader may pass this instead of its rows (`GpuRowSource`)."""
+
+    host: str
+    uuid: str
+    gpu_index: int
+    pci_bus_id: str | None
+    # The newest row's time and the counters every row held: [4:9] is the GPU's `Counters`.
+    ts: float
+    ecc_corrected_volatile: int | None
+    ecc_uncorrected_volatile: int | None
+    nvlink_crc_flit_errors: int | None
+    pcie_replay_errors: int | None
+    says_healthy: bool  # some row says "healthy" of something (`rules_gpu.says_healthy`)
+
+
+class GpuRowSource(Protocol):
+    """A round's GPU rows as a reader splits them: the steady GPUs summed up, the other GPUs' rows fetched
+    only when the rules ask (with those of the steady hosts the rules want row by row after all)."""
+
+    @property
+    def steady(self) -> Sequence[SteadyGpu]: ...
+
+    def rows(self, hosts: Collection[str]) -> Rows:
+        """Every row of the round's GPUs that are not steady, and of the steady GPUs of `hosts`, in the
+        order `Signals.gpu_rows` would hold them (names as GPU_ROW_ORDER first)."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class Signals:
     """What one round brings: any mix of records, in any order (`gpu_rows` after `gpu_samples`,
-    `nic_rows` after `nic_samples`, when both come)."""
+    `nic_rows` after `nic_samples`, when both come). `gpu_source`, when a reader gives it, holds the GPU
+    rows in place of `gpu_rows`."""
 
     events: Iterable[Event] = ()
     findings: Iterable[Finding] = ()
@@ -63,10 +99,9 @@ class Signals:
     readings: Iterable[Reading] = ()
     gpu_rows: Rows = Rows()
     nic_rows: Rows = Rows()
+    gpu_source: GpuRowSource | None = None
 
 
-# What the rules keep of a GPU's previous sample: ts and the four counters, as in GPU_ROW_ORDER.
-Counters = tuple[float, int | None, int | None, int | None, int | None]
 # The order of GPU rows whose quiet ones the rules pass over fastest: the counters first, as one slice.
 GPU_ROW_ORDER = (
     "ts",
@@ -148,7 +183,11 @@ class Rules:
         # Samples first: they teach which PCI address is which GPU before its events are keyed.
         for sample in signals.gpu_samples:
             out.extend(self._gpu(sample, defer))
-        self._gpu_rows(signals.gpu_rows, busy, out, quiet)
+        gpu_rows = signals.gpu_rows
+        if signals.gpu_source is not None:
+            # Steady GPUs first: their state is theirs alone (a steady host's every GPU is steady).
+            gpu_rows = signals.gpu_source.rows(self._take_steady(signals.gpu_source.steady, busy))
+        self._gpu_rows(gpu_rows, busy, out, quiet)
         for event in signals.events:
             obs = event_observation(event, self.policy, self.uuids)
             if obs is not None:
@@ -169,6 +208,81 @@ class Rules:
         built = self._build_deferred(out, busy, quiet) if busy is not None else out
         built.sort(key=lambda o: o.ts)
         return built  # type: ignore[return-value]  # no Deferred is left in it
+
+    def _take_steady(self, steady: Sequence[SteadyGpu], busy: Collection[Component] | None) -> set[str]:
+        """Each steady GPU's rows taken into the per-GPU state at once, as the rows one by one would leave
+        it (equal counters never rise; the newest row is the one kept, its time the one read), host by
+        host; returns the hosts whose rows the rules need after all (`_steady_host` says why)."""
+        if busy is None:
+            return {g.host for g in steady}
+        gpu = ComponentKind.GPU
+        busy_hosts = {host for host, kind, _ in busy if kind is gpu}
+        by_rows: set[str] = set()
+        for host, run in groupby(steady, key=itemgetter(0)):
+            gpus = list(run)
+            if not self._steady_host(host, gpus, busy if host in busy_hosts else ()):
+                by_rows.add(host)
+                continue
+            for g in gpus:
+                self._take_read(host, g.uuid, g.gpu_index, g.pci_bus_id, g[4:9])
+            if any(g.says_healthy for g in gpus):
+                self.heard.add(host)
+        return by_rows
+
+    def _steady_host(self, host: str, gpus: list[SteadyGpu], busy: Collection[Component]) -> bool:
+        """Whether a steady host's summary says all its rows would: not when a GPU is busy (its healthy
+        observations are built), when a GPU's counters are not those kept from its previous sample (its
+        first row may have risen), or when two GPUs are at one PCI address or index (which GPU such a key
+        names would then depend on the rows' order)."""
+        kept, known = self.previous, self.names
+        places: set[tuple[str, str]] = set()
+        for g in gpus:
+            key = (host, g.uuid)
+            before = kept.get(key)
+            if before is not None and before[1:] != g[5:9]:
+                return False
+            if busy and (host, ComponentKind.GPU, g.uuid) in busy:
+                return False
+            names = known.get(key)
+            if names is None or names[0] != g.pci_bus_id or names[1] != g.gpu_index:
+                names = _GpuNames.of(host, g.uuid, g.gpu_index, g.pci_bus_id)
+            for place in (names.by_pci, names.by_index):
+                if place is not None:
+                    if place in places:
+                        return False
+                    places.add(place)
+        return True
+
+    def _take_read(
+        self, host: str, uuid: str, gpu_index: int, pci_bus_id: str | None, counters: Counters
+    ) -> None:
+        """`_remember` and `_read_many` of one reading, without either's work for a GPU already known under
+        these names (the same steps as `_gpu_looks` takes inline)."""
+        key = (host, uuid)
+        previous = self.previous.get(key)
+        names = self.names.get(key)
+        if previous is None or names is None or names[0] != pci_bus_id or names[1] != gpu_index:
+            read: list[tuple[tuple[str, str], float]] = []
+            self._remember(host, uuid, gpu_index, pci_bus_id, counters, read)
+            self._read_many(read)
+            return
+        ts = counters[0]
+        if ts >= previous[0]:
+            self.previous[key] = counters
+        uuids = self.uuids
+        if names.by_pci is not None:
+            uuids[names.by_pci] = uuid
+        uuids[names.by_index] = uuid
+        if len(uuids) > 2 * MAX_GPUS:
+            uuids.clear()
+        read_at = self.read_at
+        before = read_at.get(names.read_key)
+        if before is None:
+            if len(read_at) >= 2 * MAX_GPUS:
+                read_at.clear()
+            read_at[names.read_key] = ts
+        elif ts > before:
+            read_at[names.read_key] = ts
 
     def _build_deferred(
         self, out: list[Observation | Deferred], busy: Collection[Component], quiet: _QuietRows

@@ -88,7 +88,11 @@ class IncidentTask:
             self.service = IncidentService.open(
                 con, self.policy, now, webhooks=webhooks, own_transactions=False
             )
-            self.feed = StoreFeed.open(con, telling_counters=frozenset(self.policy.counters))
+            self.feed = StoreFeed.open(
+                con,
+                telling_counters=frozenset(self.policy.counters),
+                temperature_warn=self.policy.gpu.temperature_warn_celsius,
+            )
             self.feed.pace = self.service.engine.rules.pace = self.pacer.rest
             # The rules' per-GPU state as the rows handed on before a restart left it.
             self.service.engine.heard(self.feed.restore_rules(self.service.engine.rules), now)

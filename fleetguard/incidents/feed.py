@@ -13,14 +13,14 @@ rose come back as records.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Protocol, TypeVar
 
 import duckdb
 
-from diagnosis.rules import GPU_ROW_ORDER, Reading, Rows, Rules, Signals
-from diagnosis.rules_gpu import GPU_RULE_FIELDS
+from diagnosis.rules import GPU_ROW_ORDER, Reading, Rows, Rules, Signals, SteadyGpu
+from diagnosis.rules_gpu import FAULT_BITS, GPU_RULE_FIELDS
 from fleetguard.incidents.watermark import GRACE_SECONDS, SeqMark
 from fleetguard.pacing import unpaced
 from fleetguard.records.findings import Finding
@@ -55,6 +55,9 @@ class StoreFeed:
     con: duckdb.DuckDBPyConnection
     # Counters some rule reads: the others only say their port was read. None: every counter row as a record.
     telling_counters: frozenset[str] | None = None
+    # The temperature the GPU rules warn at: with it, the GPU rows of steady hosts come summed up
+    # (`_GpuSplit`); None: every GPU row, as rows.
+    temperature_warn: float | None = None
     grace_seconds: float = GRACE_SECONDS
     max_rows: int = MAX_ROWS_PER_ROUND
     marks: dict[str, SeqMark] = field(default_factory=dict)
@@ -64,20 +67,25 @@ class StoreFeed:
 
     @classmethod
     def open(
-        cls, con: duckdb.DuckDBPyConnection, telling_counters: frozenset[str] | None = None
+        cls,
+        con: duckdb.DuckDBPyConnection,
+        telling_counters: frozenset[str] | None = None,
+        temperature_warn: float | None = None,
     ) -> StoreFeed:
         """A feed that takes up where the last stored round left off (from the start on a new store)."""
         rows = con.execute("SELECT table_name, floor, seen_json, horizon_json FROM diagnosis_feed_marks")
         marks = {
             name: SeqMark.from_json(floor, seen, horizon) for name, floor, seen, horizon in rows.fetchall()
         }
-        return cls(con, telling_counters, marks=marks)
+        return cls(con, telling_counters, temperature_warn, marks=marks)
 
     def read(self, now: float) -> Signals:
         """The rows stored since the last call, oldest first; the marks are stored with them."""
         new = self._new(_FOLLOWED, now)
+        split = self._gpu_split(new)
         signals = Signals(
-            gpu_rows=self._rows("gpu_samples", new, GpuSample, GPU_RULE_FIELDS, GPU_ROW_ORDER),
+            gpu_rows=Rows() if split else self._gpu_rows(new),
+            gpu_source=split,
             nic_rows=self._rows("nic_samples", new, NicSample),
             findings=self._records("findings", new, Finding),
             events=self._records("events", new, Event),
@@ -104,6 +112,27 @@ class StoreFeed:
         return {s.host for s in samples} | {r.host for r in readings}
 
     # ---- internals ------------------------------------------------------------------------------------
+
+    def _gpu_rows(self, new: dict[str, tuple[str, list[object]]], skip_hosts: Sequence[str] = ()) -> Rows:
+        return self._rows("gpu_samples", new, GpuSample, GPU_RULE_FIELDS, GPU_ROW_ORDER, skip_hosts)
+
+    def _gpu_split(self, new: dict[str, tuple[str, list[object]]]) -> _GpuSplit | None:
+        """The round's steady GPUs summed up in SQL (`SteadyGpu`), one row per GPU in place of one per
+        sample; None without a temperature to judge them by, or on a store without every column a GPU rule
+        reads. At 1 Hz nearly every GPU of a fleet is steady, and each of its rows cost the round a fetch
+        and a step of Python while it held the interpreter's lock beside the request handlers."""
+        where, params = new["gpu_samples"]
+        if self.temperature_warn is None or where == "false":
+            return None
+        if set(self._present("gpu_samples", GpuSample, GPU_RULE_FIELDS)) != GPU_RULE_FIELDS:
+            return None
+        events_where, events_params = new["events"]
+        findings_where, findings_params = new["findings"]
+        result = self.con.execute(
+            _steady_sql(where, events_where, findings_where),
+            [FAULT_BITS, self.temperature_warn, *params, *events_params, *findings_params],
+        )
+        return _GpuSplit(self, new, list(map(SteadyGpu._make, self._fetch(result))))
 
     def _port_readings(self, mark: SeqMark, horizon_seconds: float) -> list[Reading]:
         handed, params = _handed_on(mark)
@@ -177,11 +206,14 @@ class StoreFeed:
         record: type,
         only: frozenset[str] | None = None,
         first: tuple[str, ...] = (),
+        skip_hosts: Sequence[str] = (),
     ) -> Rows:
         """This round's rows of a sample table as plain rows (the rules build a record only of a row they
         act on); every field of `record` (in `only`) is a column, `first` first, NULL where an older
-        store lacks it."""
+        store lacks it. The rows of `skip_hosts` are left out."""
         where, params = new[table]
+        if skip_hosts and where != "false":
+            where, params = f"{where} AND host NOT IN (SELECT unnest(?::VARCHAR[]))", [*params, skip_hosts]
         present = set(self._present(table, record, only))
         names = [
             *first,
@@ -238,6 +270,53 @@ class StoreFeed:
             + ", ".join(["(?, ?, ?, ?)"] * len(self.marks)),
             values,
         )
+
+
+@dataclass
+class _GpuSplit:
+    """A round's GPU rows as `diagnosis.rules.GpuRowSource`: the steady GPUs summed up, the other rows
+    fetched when the rules ask (in the same transaction and by the same statements: the same rows)."""
+
+    feed: StoreFeed
+    new: dict[str, tuple[str, list[object]]]
+    steady: list[SteadyGpu]
+
+    def rows(self, hosts: Collection[str]) -> Rows:
+        skip = sorted({g.host for g in self.steady}.difference(hosts))
+        return self.feed._gpu_rows(self.new, skip)
+
+
+# The GPU columns the rules read as one value per GPU when it is steady (GPU_ROW_ORDER after ts).
+_STEADY_COLUMNS = ("gpu_index", "pci_bus_id", *GPU_ROW_ORDER[1:5])
+
+
+def _steady_sql(gpu_where: str, events_where: str, findings_where: str) -> str:
+    """Each GPU of the hosts whose every GPU row this round is steady: one value in each of
+    `_STEADY_COLUMNS` (NULL in all its rows, or the same in all), and none a row `rules_gpu.may_fault`
+    could call a fault without a counter's rise (keep in step: NULL is false there as `or` takes None,
+    a NaN temperature counts here as a fault, which only sends its host the row-by-row way); and no event
+    or finding of the host this round (either may make one of its GPUs fault in the round, whose quiet
+    rows are then built). Parameters: FAULT_BITS, the warning temperature, then each where's."""
+    same = " AND ".join(
+        f'(count("{c}") = 0 OR (count("{c}") = count(*) AND min("{c}") = max("{c}")))'
+        for c in _STEADY_COLUMNS
+    )
+    fault = (
+        "coalesce(remapped_rows_failure, false) OR coalesce(remapped_rows_pending, false) "
+        "OR coalesce((clocks_event_reasons & ?) <> 0, false) OR coalesce(temperature_celsius >= ?, false)"
+    )
+    says = "coalesce(remapped_rows_pending = false, false) OR clocks_event_reasons IS NOT NULL"
+    values = ", ".join(f'min("{c}") AS "{c}"' for c in _STEADY_COLUMNS)
+    return (
+        f"WITH g AS (SELECT host, uuid, {same} AND NOT bool_or({fault}) AS steady, bool_or({says}) AS says, "
+        f"max(ts) AS ts, {values} FROM gpu_samples WHERE {gpu_where} GROUP BY host, uuid), "
+        "h AS (SELECT host FROM g GROUP BY host HAVING bool_and(steady) "
+        f"EXCEPT SELECT host FROM events WHERE {events_where} "
+        f"EXCEPT SELECT host FROM findings WHERE {findings_where}) "
+        f"SELECT host, uuid, gpu_index, pci_bus_id, {epoch_sql('ts')}, "
+        + ", ".join(f'"{c}"' for c in GPU_ROW_ORDER[1:5])
+        + ", says FROM g WHERE host IN (SELECT host FROM h) ORDER BY host, uuid"
+    )
 
 
 def _unread(mark: SeqMark) -> tuple[str, list[object]]:
