@@ -69,14 +69,16 @@ class Split:
                 for r in gpu_rows
             )
             self._steady.append(
-                SteadyGpu(
-                    host,
-                    uuid,
-                    first[at["gpu_index"]],
-                    first[at["pci_bus_id"]],
-                    max(r[0] for r in gpu_rows),
-                    *first[1:5],
-                    says,
+                SteadyGpu._make(
+                    (
+                        host,
+                        uuid,
+                        first[at["gpu_index"]],
+                        first[at["pci_bus_id"]],
+                        max(r[0] for r in gpu_rows),
+                        *first[1:5],
+                        says,
+                    )
                 )
             )
         self.asked: list[set[str]] = []
@@ -109,7 +111,7 @@ def _round(
                             c[i] += rng.randint(1, 50)
                 elif rng.random() < 0.03 and ts == stamps[0]:
                     c[rng.randrange(4)] += 1  # moved since the last round: the first row rises
-                pci = f"0000:{0x18 + (0 if pci_clash else g):02x}:00.0"
+                pci: str | None = f"0000:{0x18 + (0 if pci_clash else g):02x}:00.0"
                 if not calm and rng.random() < 0.1:
                     pci = rng.choice([f"0000:{0x40 + g:02X}:00.0", None])
                 samples.append(
