@@ -212,77 +212,84 @@ class Rules:
     def _take_steady(self, steady: Sequence[SteadyGpu], busy: Collection[Component] | None) -> set[str]:
         """Each steady GPU's rows taken into the per-GPU state at once, as the rows one by one would leave
         it (equal counters never rise; the newest row is the one kept, its time the one read), host by
-        host; returns the hosts whose rows the rules need after all (`_steady_host` says why)."""
+        host; returns the hosts whose rows the rules need after all (`_steady_looks` says why). The
+        pacer is offered a pause every PACE_ROWS GPUs, between hosts."""
         if busy is None:
             return {g.host for g in steady}
         gpu = ComponentKind.GPU
         busy_hosts = {host for host, kind, _ in busy if kind is gpu}
         by_rows: set[str] = set()
+        kept, uuids, read_at = self.previous, self.uuids, self.read_at
+        since_pause = 0
         for host, run in groupby(steady, key=itemgetter(0)):
             gpus = list(run)
-            if not self._steady_host(host, gpus, busy if host in busy_hosts else ()):
+            since_pause += len(gpus)
+            if since_pause >= PACE_ROWS:
+                self.pace()
+                since_pause = 0
+            looks = self._steady_looks(host, gpus, busy if host in busy_hosts else ())
+            if looks is None:
                 by_rows.add(host)
                 continue
-            for g in gpus:
-                self._take_read(host, g.uuid, g.gpu_index, g.pci_bus_id, g[4:9])
-            if any(g.says_healthy for g in gpus):
+            for g, key, previous, names in looks:
+                counters: Counters = g[4:9]
+                if names is None or previous is None:
+                    read: list[tuple[tuple[str, str], float]] = []
+                    self._remember(host, g[1], g[2], g[3], counters, read)
+                    self._read_many(read)
+                    continue
+                # `_remember` and `_read_many` of a GPU already known under these names, as `_gpu_looks`.
+                ts = g[4]
+                if ts >= previous[0]:
+                    kept[key] = counters
+                if names[3] is not None:
+                    uuids[names[3]] = g[1]
+                uuids[names[4]] = g[1]
+                if len(uuids) > 2 * MAX_GPUS:
+                    uuids.clear()
+                before = read_at.get(names[2])
+                if before is None:
+                    if len(read_at) >= 2 * MAX_GPUS:
+                        read_at.clear()
+                    read_at[names[2]] = ts
+                elif ts > before:
+                    read_at[names[2]] = ts
+            if any(g[9] for g in gpus):
                 self.heard.add(host)
         return by_rows
 
-    def _steady_host(self, host: str, gpus: list[SteadyGpu], busy: Collection[Component]) -> bool:
-        """Whether a steady host's summary says all its rows would: not when a GPU is busy (its healthy
-        observations are built), when a GPU's counters are not those kept from its previous sample (its
-        first row may have risen), or when two GPUs are at one PCI address or index (which GPU such a key
-        names would then depend on the rows' order)."""
+    def _steady_looks(
+        self, host: str, gpus: list[SteadyGpu], busy: Collection[Component]
+    ) -> list[tuple[SteadyGpu, tuple[str, str], Counters | None, _GpuNames | None]] | None:
+        """Each GPU of a steady host with its key, kept counters and names (None: not known under the
+        summary's index and address); None when the summary cannot say what the rows would: a GPU busy
+        (its healthy observations are built), a GPU whose counters are not those kept from its previous
+        sample (its first row may have risen), or two GPUs at one PCI address or index (which GPU such a
+        key names would then depend on the rows' order)."""
         kept, known = self.previous, self.names
         places: set[tuple[str, str]] = set()
+        looks = []
         for g in gpus:
-            key = (host, g.uuid)
-            before = kept.get(key)
-            if before is not None and before[1:] != g[5:9]:
-                return False
-            if busy and (host, ComponentKind.GPU, g.uuid) in busy:
-                return False
+            key = (host, g[1])
+            previous = kept.get(key)
+            if previous is not None and previous[1:] != g[5:9]:
+                return None
+            if busy and (host, ComponentKind.GPU, g[1]) in busy:
+                return None
             names = known.get(key)
-            if names is None or names[0] != g.pci_bus_id or names[1] != g.gpu_index:
-                names = _GpuNames.of(host, g.uuid, g.gpu_index, g.pci_bus_id)
-            for place in (names.by_pci, names.by_index):
-                if place is not None:
-                    if place in places:
-                        return False
-                    places.add(place)
-        return True
-
-    def _take_read(
-        self, host: str, uuid: str, gpu_index: int, pci_bus_id: str | None, counters: Counters
-    ) -> None:
-        """`_remember` and `_read_many` of one reading, without either's work for a GPU already known under
-        these names (the same steps as `_gpu_looks` takes inline)."""
-        key = (host, uuid)
-        previous = self.previous.get(key)
-        names = self.names.get(key)
-        if previous is None or names is None or names[0] != pci_bus_id or names[1] != gpu_index:
-            read: list[tuple[tuple[str, str], float]] = []
-            self._remember(host, uuid, gpu_index, pci_bus_id, counters, read)
-            self._read_many(read)
-            return
-        ts = counters[0]
-        if ts >= previous[0]:
-            self.previous[key] = counters
-        uuids = self.uuids
-        if names.by_pci is not None:
-            uuids[names.by_pci] = uuid
-        uuids[names.by_index] = uuid
-        if len(uuids) > 2 * MAX_GPUS:
-            uuids.clear()
-        read_at = self.read_at
-        before = read_at.get(names.read_key)
-        if before is None:
-            if len(read_at) >= 2 * MAX_GPUS:
-                read_at.clear()
-            read_at[names.read_key] = ts
-        elif ts > before:
-            read_at[names.read_key] = ts
+            if names is None or names[0] != g[3] or names[1] != g[2]:
+                names = None
+                place_names = _GpuNames.of(host, g[1], g[2], g[3])
+            else:
+                place_names = names
+            by_pci, by_index = place_names[3], place_names[4]
+            if by_index in places or (by_pci is not None and by_pci in places):
+                return None
+            places.add(by_index)
+            if by_pci is not None:
+                places.add(by_pci)
+            looks.append((g, key, previous, names))
+        return looks
 
     def _build_deferred(
         self, out: list[Observation | Deferred], busy: Collection[Component], quiet: _QuietRows

@@ -190,3 +190,24 @@ def test_without_busy_every_steady_host_goes_row_by_row() -> None:
     expected = Rules(load_policy()).observations(Signals(gpu_rows=Rows(NAMES, rows)))
     assert Rules(load_policy()).observations(Signals(gpu_source=split)) == expected
     assert split.asked == [split.steady_hosts]
+
+
+def test_steady_gpus_offer_the_pacer_a_pause_between_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fleet's steady GPUs are taken in runs (`Rules.pace` every PACE_ROWS GPUs), never splitting a
+    host: its GPUs are judged together."""
+    import diagnosis.rules
+
+    monkeypatch.setattr(diagnosis.rules, "PACE_ROWS", 4)
+    rules = Rules(load_policy())
+    hosts_at_pause: list[int] = []
+    rules.pace = lambda: hosts_at_pause.append(len(rules.read_at))
+    steady = [
+        SteadyGpu(f"h{h}", f"GPU-{h}-{g}", g, f"0000:{0x18 + g:02x}:00.0", T0, 0, 0, 0, 0, True)
+        for h in range(10)
+        for g in range(GPUS)
+    ]
+    assert rules._take_steady(steady, set()) == set()
+    assert len(rules.read_at) == 10 * GPUS
+    # GPUS (3) a host: a pause after every second host, each at a host's edge.
+    assert hosts_at_pause and all(n % GPUS == 0 for n in hosts_at_pause)
+    assert len(hosts_at_pause) == 10 * GPUS // 6
