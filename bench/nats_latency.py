@@ -14,13 +14,17 @@ the controller's ingest journal (the default), also journal time - flush time: w
 the POST or acked the NATS message (durable from then on); the commit makes the rows visible to readers.
 Loss = batches flushed whose (host, seq) never committed.
 
-Usage: python bench/nats_latency.py [--hosts 2048] [--seconds 30] [--interval 5]
+`--wire 2` sends wire version 2 bodies (msgpack, gzip) on both paths, as agents do over HTTP once the
+controller says it reads them; the NATS consumer reads either version from the body itself.
+
+Usage: python bench/nats_latency.py [--hosts 2048] [--seconds 30] [--interval 5] [--wire 1|2]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gzip
 import importlib.util
 import json
@@ -141,7 +145,7 @@ def http_phase(
 ) -> dict[str, Any]:
     """The hosts' batches through bench/controller_load.py's generator (its own processes, pre-built bodies
     whose sent_ts is the time each is due: the flush time)."""
-    gen = cl.Generator(port, tokens, text, workers=512)
+    gen = cl.Generator(port, tokens, text, workers=512, v2_template=args.v2_template)
     seqs: dict[str, int] = {}
     result = gen.run_step(hosts, args.seconds, args.interval, seqs)
     gen.stop()
@@ -167,7 +171,7 @@ async def nats_phase_async(url: str, password: str, text: str, hosts: list[str],
             try:
                 ack = await js.publish(
                     subject_for(POOL, host),
-                    body(text, host, seq, flushed),
+                    args.make_body(host, seq, flushed),
                     timeout=30,
                     headers={MSG_ID_HEADER: msg_id(subject_for(POOL, host), BOOT_ID, seq)},
                 )
@@ -223,6 +227,12 @@ def report(
 def run(args: argparse.Namespace) -> None:
     cl = _controller_load()
     text, rows = cl.template(int(args.interval))
+    args.v2_template = cl.template_v2(int(args.interval)) if args.wire == 2 else None
+    args.make_body = (
+        functools.partial(cl.body_v2, args.v2_template)
+        if args.v2_template is not None
+        else functools.partial(body, text)
+    )
     root = Path(tempfile.mkdtemp(prefix="fg-nats-bench-"))
     nats_port = free_port()
     passwords = {"controller": os.urandom(12).hex(), "hosts": os.urandom(12).hex()}
@@ -258,7 +268,7 @@ def run(args: argparse.Namespace) -> None:
         time.sleep(2)  # the consumer connects and creates the stream
         print(
             f"{args.hosts} hosts per path, {args.seconds:.0f} s per phase, batch of {rows} rows every "
-            f"{args.interval:.0f} s per host",
+            f"{args.interval:.0f} s per host, wire version {args.wire}",
             flush=True,
         )
         http = http_phase(cl, port, tokens, text, http_hosts, args)
@@ -303,6 +313,7 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=2048)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--interval", type=float, default=5.0)
+    parser.add_argument("--wire", type=int, choices=(1, 2), default=1)
     run(parser.parse_args())
 
 
