@@ -289,22 +289,6 @@ def bar(
     return {"data": [trace], "layout": _layout(height)}
 
 
-def time_bars(
-    ts: Sequence[float], values: Sequence[float], colour: str, title: str, *, height: int = 260
-) -> Figure:
-    trace = {"type": "bar", "x": [iso(t) for t in ts], "y": list(values), "marker": {"color": colour}}
-    return {
-        "data": [trace],
-        # Left: the y title beside its tick labels; bottom: a date axis's two lines.
-        "layout": _layout(
-            height,
-            yaxis={"title": {"text": title}},
-            xaxis={"type": "date"},
-            margin=_MARGIN | {"l": 80, "b": _STACKED_BOTTOM},
-        ),
-    }
-
-
 # A rank's step time against the job's median: blue faster, white at the median, red slower.
 STEP_COLOURS: Final = [[0.0, "#2166ac"], [0.5, "#f7f7f7"], [1.0, "#b2182b"]]
 # Step times are sent as hover shows them (`%{z:.4f}`): at 256 ranks x 120 buckets, full floats made the job

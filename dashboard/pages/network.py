@@ -1,4 +1,8 @@
-"""`/network`: IB / RoCE ports by state, rate and error rates, link flaps over time, the worst ports."""
+"""`/network`: IB / RoCE ports by state, rate and error rates, link flaps over time, the worst ports.
+
+Both charts are drawn in HTML (`dashboard.column_chart`, `dashboard.bar_chart`), so the page never loads
+plotly.js: its script and two figures' layout were ~0.25 s of a ~0.5 s first render (BENCHMARKS.md,
+issue 22 session 10)."""
 
 from __future__ import annotations
 
@@ -7,8 +11,9 @@ from typing import Any, Final
 
 from dash import html
 
-from dashboard import figures
-from dashboard.components import Col, as_of, graph, health_breakdown, href, md_link, section, stat_card, table
+from dashboard.bar_chart import Bar, bar_chart
+from dashboard.column_chart import bucket_starts, column_chart
+from dashboard.components import Col, as_of, health_breakdown, href, md_link, section, stat_card, table
 from dashboard.context import DashboardContext
 from dashboard.fleet_view import PortView
 from dashboard.health import COLOURS, Health
@@ -65,7 +70,7 @@ def render(ctx: DashboardContext, _params: Params) -> Any:
         ),
         html.Div(
             [
-                section("Link-down events (24 h)", _flap_chart(flaps)),
+                section("Link-down events (24 h)", _flap_chart(flaps, now)),
                 section("Worst ports (1 h)", _worst_chart(ports)),
             ],
             className="two-col",
@@ -95,19 +100,32 @@ def _worst_chart(ports: list[PortView]) -> Any:
     worst = [p for p in sorted(ports, key=_score, reverse=True)[:WORST_PORTS] if _score(p) > 0]
     if not worst:
         return html.Div("no port errors or flaps in the last hour", className="all-good")
-    labels = [f"{p.state.host} {p.state.device}/{p.state.port}" for p in worst]
-    values = [p.counters.errors + p.counters.link_downed if p.counters else 0 for p in worst]
-    colours = [COLOURS[p.health] for p in worst]
-    return graph(figures.bar(labels, values, colours, horizontal=True, height=max(220, 28 * len(worst) + 60)))
+    bars = [
+        Bar(
+            f"{p.state.host} {p.state.device}/{p.state.port}",
+            p.counters.errors + p.counters.link_downed if p.counters else 0,
+            COLOURS[p.health],
+        )
+        for p in worst
+    ]
+    return bar_chart(bars, "network-worst-ports")
 
 
-def _flap_chart(flaps: list[tuple[float, int, int]]) -> Any:
+def _flap_chart(flaps: list[tuple[float, int, int]], now: float) -> Any:
     if not flaps:
         return html.Div("no link went down in the last 24 h", className="all-good")
-    return graph(
-        figures.time_bars(
-            [f[0] for f in flaps], [f[1] for f in flaps], COLOURS[Health.FAILED], "link-down events / 15 min"
-        )
+    # Keyed by the bucket each start falls in: the query's buckets and the chart's are the same multiples.
+    counts: dict[float, float] = {}
+    for start, events, _hosts in flaps:
+        key = float(int(start // FLAP_BUCKET_SECONDS) * FLAP_BUCKET_SECONDS)
+        counts[key] = counts.get(key, 0.0) + events
+    return column_chart(
+        counts,
+        bucket_starts(now - FLAP_HISTORY_SECONDS, now, FLAP_BUCKET_SECONDS),
+        FLAP_BUCKET_SECONDS,
+        "network-flaps",
+        colour=COLOURS[Health.FAILED],
+        what="link-down events",
     )
 
 

@@ -211,3 +211,16 @@ def test_policy_replay_shows_what_the_candidate_would_not_have_raised(
     assert f"{fleet.hot_gpu_uuid}|temperature:high" in only
     assert "candidate only" not in only
     page.close()
+
+
+def test_network_page_draws_its_charts_without_plotly(
+    browser: Browser, dashboard: DashboardServer, fleet: BuiltFleet
+) -> None:
+    """Both charts are HTML (`dashboard.bar_chart`, `dashboard.column_chart`): the page never loads
+    plotly.js, and the worst ports chart names the port that flapped."""
+    page = _open(browser, dashboard, "/network")
+    assert page.evaluate("window.Plotly === undefined")
+    assert page.locator(".js-plotly-plot").count() == 0
+    host, device = fleet.flapping_port
+    assert f"{host} {device}/1" in page.inner_text("#network-worst-ports")
+    page.close()

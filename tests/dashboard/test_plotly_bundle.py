@@ -54,10 +54,11 @@ def test_dash_gets_the_cartesian_bundle_and_a_new_tab_revalidates_it(dashboard: 
 
 
 def test_the_bundle_registers_the_trace_types_it_is_said_to(
-    browser: Browser, dashboard: DashboardServer
+    browser: Browser, dashboard: DashboardServer, fleet: BuiltFleet
 ) -> None:
     page = browser.new_page()
-    page.goto(dashboard.url.rstrip("/") + "/network")  # a page with figures (the fleet page has none)
+    # A page with figures (the fleet and network pages draw theirs in HTML).
+    page.goto(dashboard.url.rstrip("/") + f"/gpus/{fleet.failed_gpu_uuid}")
     wait_drawn(page, TIMEOUT_MS)
     page.wait_for_function("() => window.Plotly && window.Plotly.PlotSchema", timeout=TIMEOUT_MS)
     registered = page.evaluate("() => Object.keys(window.Plotly.PlotSchema.get().traces)")
