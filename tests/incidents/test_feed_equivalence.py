@@ -102,34 +102,20 @@ class Fleet:
         for i, chance in enumerate((0.05, 0.3, 0.1)):
             if rng.random() < chance * self.odds:
                 ecc[i] += rng.randint(1, 400)
-        if (
-            self.odds < 1.0 and rng.random() >= self.odds
-        ):  # a calm sample: cool, capped, nothing pending, no counter moved
-            return GpuSample(
-                ts=ts,
-                host=host,
-                gpu_index=g,
-                uuid=f"GPU-{host}-{g}",
-                pci_bus_id=f"0000:{0x18 + g:02x}:00.0",
-                temperature_celsius=55.0,
-                clocks_event_reasons=0x4,
-                ecc_uncorrected_volatile=ecc[0],
-                ecc_corrected_volatile=ecc[1],
-                nvlink_crc_flit_errors=ecc[2],
-                remapped_rows_pending=False,
-            )
+        # A calm sample: cool, capped, nothing pending (its counters moved above, a tenth as often).
+        calm = self.odds < 1.0 and rng.random() >= self.odds
         return GpuSample(
             ts=ts,
             host=host,
             gpu_index=g,
             uuid=f"GPU-{host}-{g}",
             pci_bus_id=f"0000:{0x18 + g:02x}:00.0",
-            temperature_celsius=rng.choice([55.0] * 8 + [92.0]),
-            clocks_event_reasons=rng.choice([0x4] * 8 + [0x40, 0x80, None]),
+            temperature_celsius=55.0 if calm else rng.choice([55.0] * 8 + [92.0]),
+            clocks_event_reasons=0x4 if calm else rng.choice([0x4] * 8 + [0x40, 0x80, None]),
             ecc_uncorrected_volatile=ecc[0],
             ecc_corrected_volatile=ecc[1],
             nvlink_crc_flit_errors=ecc[2],
-            remapped_rows_pending=rng.choice([False] * 8 + [True, None]),
+            remapped_rows_pending=False if calm else rng.choice([False] * 8 + [True, None]),
         )
 
     def _counter(self, host: str, p: int, name: str, ts: float) -> NicCounterSample:
