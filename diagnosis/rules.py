@@ -235,26 +235,26 @@ class Rules:
                 counters: Counters = g[4:9]
                 if names is None or previous is None:
                     read: list[tuple[tuple[str, str], float]] = []
-                    self._remember(host, g[1], g[2], g[3], counters, read)
+                    self._remember(host, g.uuid, g.gpu_index, g.pci_bus_id, counters, read)
                     self._read_many(read)
                     continue
                 # `_remember` and `_read_many` of a GPU already known under these names, as `_gpu_looks`.
-                ts = g[4]
+                ts = g.ts
                 if ts >= previous[0]:
                     kept[key] = counters
-                if names[3] is not None:
-                    uuids[names[3]] = g[1]
-                uuids[names[4]] = g[1]
+                if names.by_pci is not None:
+                    uuids[names.by_pci] = g.uuid
+                uuids[names.by_index] = g.uuid
                 if len(uuids) > 2 * MAX_GPUS:
                     uuids.clear()
-                before = read_at.get(names[2])
+                before = read_at.get(names.read_key)
                 if before is None:
                     if len(read_at) >= 2 * MAX_GPUS:
                         read_at.clear()
-                    read_at[names[2]] = ts
+                    read_at[names.read_key] = ts
                 elif ts > before:
-                    read_at[names[2]] = ts
-            if any(g[9] for g in gpus):
+                    read_at[names.read_key] = ts
+            if any(g.says_healthy for g in gpus):
                 self.heard.add(host)
         return by_rows
 
@@ -270,19 +270,19 @@ class Rules:
         places: set[tuple[str, str]] = set()
         looks = []
         for g in gpus:
-            key = (host, g[1])
+            key = (host, g.uuid)
             previous = kept.get(key)
-            if previous is not None and previous[1:] != g[5:9]:
+            if previous is not None and previous[1:] != g[5:9]:  # the four counters
                 return None
-            if busy and (host, ComponentKind.GPU, g[1]) in busy:
+            if busy and (host, ComponentKind.GPU, g.uuid) in busy:
                 return None
             names = known.get(key)
-            if names is None or names[0] != g[3] or names[1] != g[2]:
+            if names is None or names.pci_bus_id != g.pci_bus_id or names.gpu_index != g.gpu_index:
                 names = None
-                place_names = _GpuNames.of(host, g[1], g[2], g[3])
+                place_names = _GpuNames.of(host, g.uuid, g.gpu_index, g.pci_bus_id)
             else:
                 place_names = names
-            by_pci, by_index = place_names[3], place_names[4]
+            by_pci, by_index = place_names.by_pci, place_names.by_index
             if by_index in places or (by_pci is not None and by_pci in places):
                 return None
             places.add(by_index)
