@@ -98,3 +98,28 @@ def test_host_names_with_quotes_are_values_not_sql(tmp_path: Path) -> None:
     (got, expected), summed = _both_ways(tmp_path / "s.duckdb", [first, second], busy)
     _same(got, expected)
     assert summed == 2 * 6  # every GPU summed up in both rounds (the busy host's are sent back)
+
+
+def test_near_the_caps_the_rules_state_is_what_the_rows_in_their_order_leave(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At MAX_GPUS a per-GPU map is emptied mid-round, and which GPUs it keeps then depends on the order
+    the rows come in: steady GPUs taken first would be kept where the rows path forgets them."""
+    import diagnosis.rules
+
+    monkeypatch.setattr(diagnosis.rules, "MAX_GPUS", 3)
+    hot = [
+        GpuSample(
+            ts=T0 - 0.5,
+            host="b",
+            gpu_index=g,
+            uuid=f"GPU-b-{g}",
+            pci_bus_id=f"0000:{0x18 + g:02x}:00.0",
+            temperature_celsius=95.0,  # at the warning: host b goes row by row
+        )
+        for g in range(2)
+    ]
+    calm = [_calm("a", g, T0) for g in range(2)]
+    (got, expected), summed = _both_ways(tmp_path / "s.duckdb", [[*hot, *calm]])
+    assert summed == 2
+    _same(got, expected)
