@@ -219,7 +219,7 @@ class Rules:
         rows the rules still need: those of the other GPUs, and of the steady hosts `_steady_looks` sends
         back. Steady GPUs go first: their state is theirs alone (a steady host's every GPU is steady)."""
         steady = source.steady
-        if busy is None:
+        if busy is None or not steady:
             return source.rows({g.host for g in steady})
         taken, by_rows = self._take_steady(steady, busy)
         rows = source.rows(by_rows)
