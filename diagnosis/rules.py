@@ -147,6 +147,11 @@ class _GpuNames(NamedTuple):
         return cls(pci_bus_id, gpu_index, (host, f"gpu:{uuid}"), pci, (host, f"index:{gpu_index}"))
 
 
+# A steady GPU as the rules take it: the summary, its key, its kept counters, its names (None: not known
+# under the summary's index and address).
+_SteadyLook = tuple[SteadyGpu, tuple[str, str], Counters | None, _GpuNames | None]
+
+
 @dataclass(slots=True)
 class _QuietRows:
     """Rows left out of a round's observations, with their components; for each, where its healthy
@@ -185,8 +190,7 @@ class Rules:
             out.extend(self._gpu(sample, defer))
         gpu_rows = signals.gpu_rows
         if signals.gpu_source is not None:
-            # Steady GPUs first: their state is theirs alone (a steady host's every GPU is steady).
-            gpu_rows = signals.gpu_source.rows(self._take_steady(signals.gpu_source.steady, busy))
+            gpu_rows = self._steady_rows(signals.gpu_source, busy)
         self._gpu_rows(gpu_rows, busy, out, quiet)
         for event in signals.events:
             obs = event_observation(event, self.policy, self.uuids)
@@ -209,17 +213,42 @@ class Rules:
         built.sort(key=lambda o: o.ts)
         return built  # type: ignore[return-value]  # no Deferred is left in it
 
-    def _take_steady(self, steady: Sequence[SteadyGpu], busy: Collection[Component] | None) -> set[str]:
-        """Each steady GPU's rows taken into the per-GPU state at once, as the rows one by one would leave
-        it (equal counters never rise; the newest row is the one kept, its time the one read), host by
-        host; returns the hosts whose rows the rules need after all (`_steady_looks` says why). The
-        pacer is offered a pause every PACE_ROWS GPUs, between hosts."""
-        if busy is None:
-            return {g.host for g in steady}
+    def _steady_rows(self, source: GpuRowSource, busy: Collection[Component] | None) -> Rows:
+        """The steady GPUs of `source` taken into the per-GPU state at once, as their rows one by one would
+        leave it (equal counters never rise; the newest row is the one kept, its time the one read); the
+        rows the rules still need: those of the other GPUs, and of the steady hosts `_steady_looks` sends
+        back. Steady GPUs go first: their state is theirs alone (a steady host's every GPU is steady)."""
+        steady = source.steady
+        if busy is None or not steady:
+            return source.rows({g.host for g in steady})
+        taken, by_rows = self._take_steady(steady, busy)
+        rows = source.rows(by_rows)
+        if not self._room_for(len(steady) + len(rows.rows)):
+            # A map at its cap is emptied mid-round, and what it keeps depends on the order the rows come
+            # in: only the rows themselves give that order.
+            return source.rows({g.host for g in steady})
+        self._keep_steady(taken)
+        return rows
+
+    def _room_for(self, rows: int) -> bool:
+        """Whether `rows` GPU rows, each of a GPU new to the rules and at new keys, would leave every
+        per-GPU map short of where it is emptied (`_remember`, `_read_many`)."""
+        return (
+            len(self.previous) + rows <= MAX_GPUS
+            and len(self.names) + rows <= MAX_GPUS
+            and len(self.uuids) + 2 * rows <= 2 * MAX_GPUS
+            and len(self.read_at) + rows <= 2 * MAX_GPUS
+        )
+
+    def _take_steady(
+        self, steady: Sequence[SteadyGpu], busy: Collection[Component]
+    ) -> tuple[list[tuple[str, list[_SteadyLook]]], set[str]]:
+        """Each steady host's looks (`_steady_looks`; nothing changed yet), and the hosts whose rows the
+        rules need after all. The pacer is offered a pause every PACE_ROWS GPUs, between hosts."""
         gpu = ComponentKind.GPU
         busy_hosts = {host for host, kind, _ in busy if kind is gpu}
+        taken: list[tuple[str, list[_SteadyLook]]] = []
         by_rows: set[str] = set()
-        kept, uuids, read_at = self.previous, self.uuids, self.read_at
         since_pause = 0
         for host, run in groupby(steady, key=itemgetter(0)):
             gpus = list(run)
@@ -230,8 +259,23 @@ class Rules:
             looks = self._steady_looks(host, gpus, busy if host in busy_hosts else ())
             if looks is None:
                 by_rows.add(host)
-                continue
+            else:
+                taken.append((host, looks))
+        return taken, by_rows
+
+    def _keep_steady(self, taken: list[tuple[str, list[_SteadyLook]]]) -> None:
+        """The per-GPU state and `heard` as the steady hosts' rows leave them. The pacer is offered a pause
+        every PACE_ROWS GPUs, between hosts."""
+        kept, uuids, read_at = self.previous, self.uuids, self.read_at
+        since_pause = 0
+        for host, looks in taken:
+            since_pause += len(looks)
+            if since_pause >= PACE_ROWS:
+                self.pace()
+                since_pause = 0
+            says = False
             for g, key, previous, names in looks:
+                says = says or g.says_healthy
                 counters: Counters = g[4:9]
                 if names is None or previous is None:
                     read: list[tuple[tuple[str, str], float]] = []
@@ -254,13 +298,12 @@ class Rules:
                     read_at[names.read_key] = ts
                 elif ts > before:
                     read_at[names.read_key] = ts
-            if any(g.says_healthy for g in gpus):
+            if says:
                 self.heard.add(host)
-        return by_rows
 
     def _steady_looks(
         self, host: str, gpus: list[SteadyGpu], busy: Collection[Component]
-    ) -> list[tuple[SteadyGpu, tuple[str, str], Counters | None, _GpuNames | None]] | None:
+    ) -> list[_SteadyLook] | None:
         """Each GPU of a steady host with its key, kept counters and names (None: not known under the
         summary's index and address); None when the summary cannot say what the rows would: a GPU busy
         (its healthy observations are built), a GPU whose counters are not those kept from its previous

@@ -80,6 +80,10 @@ def _xid(event: Event, policy: Policy, uuids: Mapping[tuple[str, str], str]) -> 
     )
 
 
+# The host a finding without one is keyed to (readers that leave hosts out must leave this one out too).
+FINDING_FLEET_HOST = "fleet"
+
+
 def finding_observation(finding: Finding, policy: Policy) -> Observation | None:
     """A runtime finding about a job (or an at-risk prediction about a GPU) as an observation."""
     rule = policy.findings.get(finding.kind)
@@ -90,11 +94,11 @@ def finding_observation(finding: Finding, policy: Policy) -> Observation | None:
     elif finding.job_id:
         component, ident = ComponentKind.JOB, finding.job_id
     else:
-        component, ident = ComponentKind.HOST, finding.host or "fleet"
+        component, ident = ComponentKind.HOST, finding.host or FINDING_FLEET_HOST
     reported = _SEVERITY.get(finding.severity, rule.severity)
     return Observation(
         ts=finding.ts,
-        key=IncidentKey(finding.host or "fleet", component, ident, f"finding:{finding.kind}"),
+        key=IncidentKey(finding.host or FINDING_FLEET_HOST, component, ident, f"finding:{finding.kind}"),
         severity=reported if reported.rank > rule.severity.rank else rule.severity,
         action=rule.action if rule.action is not RepairAction.NONE else RepairAction.NONE,
         rule=f"findings.{finding.kind}",

@@ -262,8 +262,9 @@ def _number_columns(
     """A table's number columns as row views of one block of the body's bytes (every type is 8 bytes a
     value). No numpy loop runs over the whole block: numpy lets go of the interpreter lock for a loop past
     ~500 values, and taking it back beside the handler threads and the lanes cost the controller more
-    (two thread switches a call, in the kernel) than the loop saved. So an infinity is looked for as its
-    bytes in the body (in C, under the lock), and only where they appear are the values looked at."""
+    (two thread switches a call, in the kernel) than the loop saved. So an infinity is looked for in
+    pieces short enough to keep the lock (`_may_hold_infinity`), and only where one appears are the float
+    columns looked at one by one."""
     names = tuple(numbers)
     layout = _number_layout(where, table_name, names)
     if not columns.keys().isdisjoint(names):

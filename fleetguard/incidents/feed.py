@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 import duckdb
 
 from diagnosis.rules import GPU_ROW_ORDER, Reading, Rows, Rules, Signals, SteadyGpu
+from diagnosis.rules_events import FINDING_FLEET_HOST
 from diagnosis.rules_gpu import FAULT_BITS, GPU_RULE_FIELDS
 from fleetguard.incidents.watermark import GRACE_SECONDS, SeqMark
 from fleetguard.pacing import unpaced
@@ -130,7 +131,14 @@ class StoreFeed:
         findings_where, findings_params = new["findings"]
         result = self.con.execute(
             _steady_sql(where, events_where, findings_where),
-            [FAULT_BITS, self.temperature_warn, *params, *events_params, *findings_params],
+            [
+                FAULT_BITS,
+                self.temperature_warn,
+                *params,
+                *events_params,
+                FINDING_FLEET_HOST,
+                *findings_params,
+            ],
         )
         return _GpuSplit(self, new, list(map(SteadyGpu._make, self._fetch(result))))
 
@@ -296,7 +304,9 @@ def _steady_sql(gpu_where: str, events_where: str, findings_where: str) -> str:
     could call a fault without a counter's rise (keep in step: NULL is false there as `or` takes None,
     a NaN temperature counts here as a fault, which only sends its host the row-by-row way); and no event
     or finding of the host this round (either may make one of its GPUs fault in the round, whose quiet
-    rows are then built). Parameters: FAULT_BITS, the warning temperature, then each where's."""
+    rows are then built; a finding without a host is the rules' `FINDING_FLEET_HOST`'s). Parameters:
+    FAULT_BITS, the warning temperature, the gpu where's, the events where's, FINDING_FLEET_HOST, then the
+    findings where's."""
     same = " AND ".join(
         f'(count("{c}") = 0 OR (count("{c}") = count(*) AND min("{c}") = max("{c}")))'
         for c in _STEADY_COLUMNS
@@ -312,7 +322,7 @@ def _steady_sql(gpu_where: str, events_where: str, findings_where: str) -> str:
         f"max(ts) AS ts, {values} FROM gpu_samples WHERE {gpu_where} GROUP BY host, uuid), "
         "h AS (SELECT host FROM g GROUP BY host HAVING bool_and(steady) "
         f"EXCEPT SELECT host FROM events WHERE {events_where} "
-        f"EXCEPT SELECT host FROM findings WHERE {findings_where}) "
+        f"EXCEPT SELECT coalesce(nullif(host, ''), ?) FROM findings WHERE {findings_where}) "
         f"SELECT host, uuid, gpu_index, pci_bus_id, {epoch_sql('ts')}, "
         + ", ".join(f'"{c}"' for c in GPU_ROW_ORDER[1:5])
         + ", says FROM g WHERE host IN (SELECT host FROM h) ORDER BY host, uuid"

@@ -312,6 +312,7 @@ def test_incremental_rounds_with_late_rows_held_transactions_and_restarts_match_
         assert engine.rules.previous == reference.engine.rules.previous
         assert engine.rules.read_at == reference.engine.rules.read_at
         assert engine.rules.uuids == reference.engine.rules.uuids
+        assert engine.hosts == reference.engine.hosts
     assert rounds > 5 and late > 0 and restarts > 0  # the sequence exercised what it is meant to
     if calm:
         assert sum(summed) > 10, summed
