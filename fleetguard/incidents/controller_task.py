@@ -88,14 +88,17 @@ class IncidentTask:
             self.service = IncidentService.open(
                 con, self.policy, now, webhooks=webhooks, own_transactions=False
             )
+            rules = self.service.engine.rules
+            # The feed judges which hosts are steady by the rules it feeds (their policy is fixed for the
+            # task's life): a lower threshold here than theirs would hide a warning.
             self.feed = StoreFeed.open(
                 con,
-                telling_counters=frozenset(self.policy.counters),
-                temperature_warn=self.policy.gpu.temperature_warn_celsius,
+                telling_counters=frozenset(rules.policy.counters),
+                temperature_warn=rules.policy.gpu.temperature_warn_celsius,
             )
-            self.feed.pace = self.service.engine.rules.pace = self.pacer.rest
+            self.feed.pace = rules.pace = self.pacer.rest
             # The rules' per-GPU state as the rows handed on before a restart left it.
-            self.service.engine.heard(self.feed.restore_rules(self.service.engine.rules), now)
+            self.service.engine.heard(self.feed.restore_rules(rules), now)
         self.pacer.start(REST_SHARE_OF_INTERVAL * self.config.diagnosis.interval_seconds)
         # The controller turns REQUESTED actions of these changes into host commands.
         self.last_changes = incident_round(

@@ -85,7 +85,7 @@ class StoreFeed:
         new = self._new(_FOLLOWED, now)
         split = self._gpu_split(new)
         signals = Signals(
-            gpu_rows=Rows() if split else self._gpu_rows(new),
+            gpu_rows=Rows() if split is not None else self._gpu_rows(new),
             gpu_source=split,
             nic_rows=self._rows("nic_samples", new, NicSample),
             findings=self._records("findings", new, Finding),
