@@ -38,6 +38,7 @@ import queue
 import random
 import re
 import resource
+import shutil
 import signal
 import struct
 import subprocess
@@ -537,7 +538,11 @@ def load(args: argparse.Namespace) -> None:
     finally:
         for c in ctls:
             stop_controller(c, rows_per_batch, args.interval)
-    print(f"(work dir {root})")
+        # A controller's store is 100-500 MB a run: kept only when asked (runs left behind filled a disk).
+        if args.keep_dir:
+            print(f"(work dir {root})")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def run_step(c: Controller, hosts: list[str], args: argparse.Namespace, floor_ms: float) -> float:
@@ -698,8 +703,7 @@ def cpu_per_batch(args: argparse.Namespace) -> None:
     t0 = time.thread_time()
     parsed = [parse_batch(b, hosts[i]) for i, b in enumerate(bodies) for _ in range(5)][::5]
     parse_ms = (time.thread_time() - t0) / (5 * len(bodies)) * 1000
-    root = Path(tempfile.mkdtemp(prefix="fg-cpu-"))
-    with Store.open(root / "s.duckdb") as store:
+    with tempfile.TemporaryDirectory(prefix="fg-cpu-") as work, Store.open(Path(work) / "s.duckdb") as store:
         store.connection.execute("SET checkpoint_threshold = '256MB'")
         writer = IngestWriter(store, SystemClock(), ControllerStats())
         seq, groups = 0, 60
@@ -776,6 +780,7 @@ def main() -> None:
         "beside it (rows labelled so; the default rows are the whole controller)",
     )
     parser.add_argument("--footprint", action="store_true")
+    parser.add_argument("--keep-dir", action="store_true", help="keep the controllers' stores and logs")
     parser.add_argument("--footprint-seconds", type=int, default=1800)
     parser.add_argument(
         "--agent-cost", action="store_true", help="agent CPU and RSS, local store vs shipping"

@@ -64,8 +64,10 @@ Read = Callable[[bytes], dict[str, dict[str, Any]]]  # a body -> its tables' col
 def _floor(bodies: list[bytes], read: Read, group: int, repeat: int) -> float:
     best = float("inf")
     for _ in range(repeat):
-        root = Path(tempfile.mkdtemp(prefix="fg-floor-"))
-        with Store.open(root / "floor.duckdb") as store:
+        with (
+            tempfile.TemporaryDirectory(prefix="fg-floor-") as root,
+            Store.open(Path(root) / "floor.duckdb") as store,
+        ):
             con = store.connection
             c0 = time.process_time()
             for start in range(0, len(bodies), group):
