@@ -152,8 +152,8 @@ def _load_listing(ctx: DashboardContext, at: float) -> Listing:
 
 
 def served_listing(ctx: DashboardContext, key: str) -> Listing:
-    # A block request: the round its page was drawn from, read now if that round has left the cache.
-    return _listing(ctx, key, ctx.now())
+    # A block request: the round its page was drawn from, or the newest kept (read now only if none is).
+    return ctx.listings.shown(key, lambda: _load_listing(ctx, ctx.now()))
 
 
 def _callbacks(app: dash.Dash) -> None:
