@@ -1,4 +1,4 @@
-"""The rows of a grid served in blocks, kept per round of the data they come from, and the orders that
+"""The rows of a table served in pages, kept per round of the data they come from, and the orders that
 its viewers' sorts and filters put them in, both bounded.
 
 A round is what a page's render names the data by (for the predictions page: the newest scoring round and
