@@ -1,6 +1,7 @@
 """A table's request for a block of rows, read from what the browser sent, in the shape AG Grid's block
 request has (start and end rows, a sort model, a filter model); `dashboard.table_query` writes a served
-DataTable's page, sort and filter in it.
+DataTable's page, sort and filter in it, so only what DataTable's filter row can say is read: one
+condition per column, with its operators.
 
 Everything in it comes from the browser. It is checked field by field against the table's own columns and
 limits and becomes a typed `BlockRequest`, or None when anything is out of place (a forged request is
@@ -19,8 +20,6 @@ from typing import Final, TypeVar
 # A block is a page of rows (20 on the predictions page); a few hundred is still one.
 MAX_BLOCK_ROWS: Final = 1000
 MAX_FILTER_CHARS: Final = 256
-# AG Grid's filters offer two conditions per column by default (`maxNumConditions`).
-MAX_CONDITIONS: Final = 2
 
 
 class ColumnType(enum.Enum):
@@ -35,13 +34,9 @@ class SortDirection(enum.StrEnum):
 
 class TextOp(enum.StrEnum):
     CONTAINS = "contains"
-    NOT_CONTAINS = "notContains"
     EQUALS = "equals"
     NOT_EQUAL = "notEqual"
-    STARTS_WITH = "startsWith"
-    ENDS_WITH = "endsWith"
     BLANK = "blank"
-    NOT_BLANK = "notBlank"
 
 
 class NumberOp(enum.StrEnum):
@@ -51,18 +46,7 @@ class NumberOp(enum.StrEnum):
     LESS_THAN_OR_EQUAL = "lessThanOrEqual"
     GREATER_THAN = "greaterThan"
     GREATER_THAN_OR_EQUAL = "greaterThanOrEqual"
-    IN_RANGE = "inRange"
     BLANK = "blank"
-    NOT_BLANK = "notBlank"
-
-
-class Join(enum.StrEnum):
-    AND = "AND"
-    OR = "OR"
-
-
-# The operators that need no operand (AG Grid sends none for them).
-_NO_OPERAND: Final = {TextOp.BLANK, TextOp.NOT_BLANK, NumberOp.BLANK, NumberOp.NOT_BLANK}
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +64,7 @@ class TextCondition:
 @dataclass(frozen=True, slots=True)
 class NumberCondition:
     op: NumberOp
-    value: float | None
-    value_to: float | None = None  # the upper bound of IN_RANGE
+    value: float | None  # None for BLANK, the one operator without an operand
 
 
 Condition = TextCondition | NumberCondition
@@ -90,8 +73,7 @@ Condition = TextCondition | NumberCondition
 @dataclass(frozen=True, slots=True)
 class ColumnFilter:
     column: str
-    conditions: tuple[Condition, ...]
-    join: Join = Join.AND
+    condition: Condition
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,29 +157,15 @@ def _filter_model(raw: object, columns: Mapping[str, ColumnType]) -> tuple[Colum
 def _column_filter(column: str, kind: ColumnType, model: object) -> ColumnFilter | None:
     if not isinstance(model, dict) or model.get("filterType") != kind.value:
         return None
-    if "conditions" not in model:
-        one = _condition(kind, model)
-        return None if one is None else ColumnFilter(column, (one,))
-    items, join = model.get("conditions"), _member(Join, model.get("operator", Join.AND.value))
-    if not isinstance(items, list) or not 1 <= len(items) <= MAX_CONDITIONS or join is None:
-        return None
-    conditions = [_condition(kind, item) for item in items]
-    if any(c is None for c in conditions):
-        return None
-    return ColumnFilter(column, tuple(c for c in conditions if c is not None), join)
-
-
-def _condition(kind: ColumnType, model: object) -> Condition | None:
-    if not isinstance(model, dict) or model.get("filterType", kind.value) != kind.value:
-        return None
-    return _text(model) if kind == ColumnType.TEXT else _number(model)
+    condition = _text(model) if kind == ColumnType.TEXT else _number(model)
+    return None if condition is None else ColumnFilter(column, condition)
 
 
 def _text(model: dict[str, object]) -> TextCondition | None:
     op = _member(TextOp, model.get("type"))
     if op is None:
         return None
-    if op in _NO_OPERAND:
+    if op == TextOp.BLANK:
         return TextCondition(op, "")
     text = model.get("filter")
     if not isinstance(text, str) or len(text) > MAX_FILTER_CHARS:
@@ -209,13 +177,10 @@ def _number(model: dict[str, object]) -> NumberCondition | None:
     op = _member(NumberOp, model.get("type"))
     if op is None:
         return None
-    if op in _NO_OPERAND:
+    if op == NumberOp.BLANK:
         return NumberCondition(op, None)
     value = _finite(model.get("filter"))
-    value_to = _finite(model.get("filterTo")) if op == NumberOp.IN_RANGE else None
-    if value is None or (op == NumberOp.IN_RANGE and value_to is None):
-        return None
-    return NumberCondition(op, value, value_to)
+    return None if value is None else NumberCondition(op, value)
 
 
 def _finite(value: object) -> float | None:

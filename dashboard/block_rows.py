@@ -1,6 +1,6 @@
 """The rows a table's block request selects (`dashboard.block_request`), filtered and sorted in Python as AG
-Grid's own filters and sort would in the browser: text matched ignoring case, a number range exclusive of
-its ends, an empty cell (None or "") first in an ascending sort."""
+Grid's own filters and sort would in the browser: text matched ignoring case, an empty cell (None or "")
+first in an ascending sort."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from typing import Any, Final
 from dashboard.block_request import (
     BlockRequest,
     ColumnFilter,
-    Condition,
-    Join,
     NumberCondition,
     NumberOp,
     SortDirection,
@@ -32,11 +30,8 @@ _COMPARE: Final[dict[NumberOp, Callable[[float, float], bool]]] = {
 }
 _MATCH: Final[dict[TextOp, Callable[[str, str], bool]]] = {
     TextOp.CONTAINS: lambda cell, text: text in cell,
-    TextOp.NOT_CONTAINS: lambda cell, text: text not in cell,
     TextOp.EQUALS: operator.eq,
     TextOp.NOT_EQUAL: operator.ne,
-    TextOp.STARTS_WITH: str.startswith,
-    TextOp.ENDS_WITH: str.endswith,
 }
 
 
@@ -63,17 +58,10 @@ def _sort_value(value: Any) -> tuple[int, Any]:
 
 
 def _passes(row: Row, column_filter: ColumnFilter) -> bool:
-    cell = row.get(column_filter.column)
-    results = (_meets(cell, c) for c in column_filter.conditions)
-    return all(results) if column_filter.join == Join.AND else any(results)
-
-
-def _meets(cell: Any, condition: Condition) -> bool:
+    cell, condition = row.get(column_filter.column), column_filter.condition
     blank = cell is None or cell == ""
     if condition.op in (TextOp.BLANK, NumberOp.BLANK):
         return blank
-    if condition.op in (TextOp.NOT_BLANK, NumberOp.NOT_BLANK):
-        return not blank
     if isinstance(condition, TextCondition):
         return _match_text("" if cell is None else str(cell).lower(), condition)
     return not blank and isinstance(cell, int | float) and _match_number(float(cell), condition)
@@ -84,9 +72,5 @@ def _match_text(cell: str, condition: TextCondition) -> bool:
 
 
 def _match_number(cell: float, condition: NumberCondition) -> bool:
-    assert condition.value is not None  # parse_block_request leaves no operand out but for BLANK/NOT_BLANK
-    if condition.op == NumberOp.IN_RANGE:
-        assert condition.value_to is not None
-        low, high = sorted((condition.value, condition.value_to))
-        return low < cell < high
+    assert condition.value is not None  # parse_block_request leaves no operand out but for BLANK
     return _COMPARE[condition.op](cell, condition.value)

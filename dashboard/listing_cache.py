@@ -1,4 +1,4 @@
-"""The rows of a grid served in blocks, kept per round of the data they come from, and the orders that
+"""The rows of a table served in pages, kept per round of the data they come from, and the orders that
 its viewers' sorts and filters put them in, both bounded.
 
 A round is what a page's render names the data by (for the predictions page: the newest scoring round and
@@ -38,6 +38,7 @@ class ListingCache:
         self._rounds = rounds
         self._orders_kept = orders
         self._listings: OrderedDict[str, Listing] = OrderedDict()
+        self._newest: Listing | None = None  # the last loaded: loads read the store as of now
         self._orders: OrderedDict[tuple[str, Hashable], list[int]] = OrderedDict()
         self._lock = threading.Lock()
         self._loading = threading.Lock()  # one load at a time: concurrent misses of a round load it once
@@ -54,11 +55,26 @@ class ListingCache:
                 return found
             loaded = load()
             with self._lock:
+                self._newest = loaded
                 self._listings[loaded.round_key] = loaded
                 self._listings.move_to_end(loaded.round_key)
                 while len(self._listings) > self._rounds:
                     self._listings.popitem(last=False)
             return loaded
+
+    def shown(self, round_key: str, load: Callable[[], Listing]) -> Listing:
+        """The listing of the round a page was drawn from, for its block requests: that round if kept, else
+        the newest kept (the page's next refresh moves it there); loaded only when none is. The key is the
+        browser's, so a forged one, or one whose round has left the cache, must not cost a read of every
+        row per request: only a render, whose key the server reads, loads a new round (`listing`)."""
+        with self._lock:
+            found = self._listings.get(round_key)
+            if found is not None:
+                self._listings.move_to_end(round_key)
+                return found
+            if self._newest is not None:
+                return self._newest
+        return self.listing(round_key, load)
 
     def order(self, listing: Listing, request: BlockRequest) -> list[int]:
         """The positions of the listing's rows that the request's filters keep, in its sort's order."""

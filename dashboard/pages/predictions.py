@@ -2,9 +2,8 @@
 
 The page opens on the top of the ranking in a DataTable (sort, filter, pages), which a new tab draws with
 the chunk every other page's tables use; every GPU scored (a row per GPU of the fleet) is one link away
-(`?list=all`), in an AG Grid, whose 1.3 MB bundle and grid build cost a first render ~0.3-0.5 s more
-(BENCHMARKS.md, issue 22 "session 6") and earn it only at that size. Its rows stay on the server: the grid
-asks for the block it shows (`dashboard.served_rows`), from the round's rows built once
+(`?list=all`), in a DataTable whose rows stay on the server (`components.served_table`): it asks for the
+page it shows, sorted and filtered there (`dashboard.served_rows`), from the round's rows built once
 (`dashboard.listing_cache`)."""
 
 from __future__ import annotations
@@ -152,8 +151,8 @@ def _load_listing(ctx: DashboardContext, at: float) -> Listing:
 
 
 def served_listing(ctx: DashboardContext, key: str) -> Listing:
-    # A block request: the round its page was drawn from, read now if that round has left the cache.
-    return _listing(ctx, key, ctx.now())
+    # A block request: the round its page was drawn from, or the newest kept (read now only if none is).
+    return ctx.listings.shown(key, lambda: _load_listing(ctx, ctx.now()))
 
 
 def _callbacks(app: dash.Dash) -> None:

@@ -159,6 +159,22 @@ def test_a_round_is_loaded_once_and_only_the_newest_rounds_are_kept() -> None:
     assert loads == ["r1", "r2", "r3", "r2", "r1"]
 
 
+def test_a_block_request_for_a_round_not_kept_reads_nothing_while_one_is_kept() -> None:
+    loads: list[str] = []
+
+    def load(key: str) -> Listing:
+        loads.append(key)
+        return Listing(key, ({"gpu": key},))
+
+    cache = ListingCache(rounds=2)
+    assert cache.shown("", functools.partial(load, "r1")).round_key == "r1"  # none kept: read
+    for key in ("r2", "r3"):  # renders of new rounds: r1 leaves the cache
+        cache.listing(key, functools.partial(load, key))
+    # A forged key, a round that left, a key from before a restart: the newest kept, each without a read.
+    shown = [cache.shown(key, functools.partial(load, "r4")).round_key for key in ("x" * 128, "r1", "", "r2")]
+    assert shown == ["r3", "r3", "r3", "r2"] and loads == ["r1", "r2", "r3"]
+
+
 # Chromium: the table as an operator uses it.
 pytestmark_browser = pytest.mark.skipif(
     not chromium_available(), reason="needs Debian's chromium and playwright"

@@ -35,10 +35,10 @@ def test_the_filter_rows_query_and_sort_are_read_into_the_page_they_ask_for() ->
         60,
         (SortKey("risk", SortDirection.DESC),),
         (
-            ColumnFilter("base rate", (NumberCondition(NumberOp.BLANK, None),)),
-            ColumnFilter("gpu", (TextCondition(TextOp.CONTAINS, "gpu 1"),)),
-            ColumnFilter("host", (TextCondition(TextOp.CONTAINS, "node-07"),)),
-            ColumnFilter("risk", (NumberCondition(NumberOp.GREATER_THAN, 0.5),)),
+            ColumnFilter("base rate", NumberCondition(NumberOp.BLANK, None)),
+            ColumnFilter("gpu", TextCondition(TextOp.CONTAINS, "gpu 1")),
+            ColumnFilter("host", TextCondition(TextOp.CONTAINS, "node-07")),
+            ColumnFilter("risk", NumberCondition(NumberOp.GREATER_THAN, 0.5)),
         ),
     )
 
@@ -47,8 +47,8 @@ def test_an_operator_typed_in_a_cell_keeps_its_meaning() -> None:
     request = table_request(0, 20, None, "{host} i= node-07 && {risk} i<= 3", COLUMNS, MAX_ROWS)
     assert request is not None
     assert request.filters == (
-        ColumnFilter("host", (TextCondition(TextOp.EQUALS, "node-07"),)),
-        ColumnFilter("risk", (NumberCondition(NumberOp.LESS_THAN_OR_EQUAL, 3.0),)),
+        ColumnFilter("host", TextCondition(TextOp.EQUALS, "node-07")),
+        ColumnFilter("risk", NumberCondition(NumberOp.LESS_THAN_OR_EQUAL, 3.0)),
     )
 
 
