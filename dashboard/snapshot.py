@@ -166,7 +166,13 @@ class SnapshotCache:
         with self._cond:
             if self._keeper is not None or self._stopping:
                 return
-            self._keeper = threading.Thread(target=self._keep, name="fleetguard-dashboard-model", daemon=True)
+            # The first build is claimed here, not when the keeper thread first runs: a request that comes
+            # between `start` and the keeper's first step must wait for that build, not start its own.
+            claimed = not self._rebuilding
+            self._rebuilding = True
+            self._keeper = threading.Thread(
+                target=self._keep, args=(claimed,), name="fleetguard-dashboard-model", daemon=True
+            )
             self._keeper.start()
 
     def close(self) -> None:
@@ -184,13 +190,19 @@ class SnapshotCache:
         with self._cond:
             return self._cond.wait_for(lambda: self._model is not None, timeout=timeout_seconds)
 
-    def _keep(self) -> None:
+    def _keep(self, claimed: bool) -> None:
+        """The keeper's loop; `claimed`: `start` claimed the first build for it (none was under way)."""
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._stopping or not self._rebuilding)
+                if not claimed:
+                    self._cond.wait_for(lambda: self._stopping or not self._rebuilding)
                 if self._stopping:
+                    if claimed:
+                        self._rebuilding = False
+                        self._cond.notify_all()
                     return
                 self._rebuilding = True
+            claimed = False
             self._rebuild_quietly()
             with self._cond:
                 watched = self._clock() - self._viewed_at <= self._idle

@@ -301,6 +301,43 @@ def test_a_request_before_the_first_model_waits_for_the_build_under_way_rather_t
     assert builds.threads == ["fleetguard-dashboard-model"]
 
 
+def test_a_request_before_the_keeper_first_runs_waits_for_its_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first build is claimed by `start`, so a request that comes before the keeper thread is scheduled
+    at all (here: its start held back until the request is waiting) waits for it and builds nothing."""
+    held = threading.Event()
+    real_thread = threading.Thread
+
+    class _HeldThread(threading.Thread):
+        def start(self) -> None:
+            if self.name != "fleetguard-dashboard-model":
+                real_thread.start(self)
+                return
+
+            def start_when_let() -> None:
+                held.wait()
+                real_thread.start(self)
+
+            real_thread(target=start_when_let, daemon=True).start()
+
+    monkeypatch.setattr(threading, "Thread", _HeldThread)  # what `dashboard.snapshot` starts its keeper as
+    builds = _Builds()
+    cache = SnapshotCache(builds, max_age_seconds=3600.0, clock=lambda: 10.0, idle_seconds=3600.0)
+    cache.start()
+    got: list[float] = []
+    visitor = threading.Thread(target=lambda: got.append(cache.get().now))
+    try:
+        visitor.start()
+        visitor.join(0.5)
+        assert visitor.is_alive() and builds.threads == []  # waiting for the keeper, not building itself
+        held.set()
+        visitor.join(60.0)
+    finally:
+        held.set()
+        cache.close()
+    assert got == [1.0]
+    assert builds.threads == ["fleetguard-dashboard-model"]
+
+
 def test_a_stale_model_is_served_at_once_and_the_keeper_rebuilds_it_off_the_request() -> None:
     builds = _Builds()
     now = [10.0]
