@@ -459,7 +459,12 @@ def write_incidents(
         incidents,
     )
     cur.executemany(f"INSERT INTO incident_evidence VALUES (?, {ts}, ?, ?)", evidence)
-    cur.executemany(f"INSERT INTO incident_actions VALUES (?, ?, ?, ?, ?, {ts}, ?, NULL, ?, false)", actions)
+    cur.executemany(
+        # Columns named: a later migration's column (breaker_counted) takes its default.
+        "INSERT INTO incident_actions (action_id, incident_id, host, action, rule, requested_at, outcome, "
+        f"finished_at, detail, fault_returned) VALUES (?, ?, ?, ?, ?, {ts}, ?, NULL, ?, false)",
+        actions,
+    )
     cur.executemany(
         "INSERT INTO alert_outbox (alert_id, endpoint, incident_id, event, severity, created_at, body_json, "
         f"status, attempts, next_attempt_at, delivered_at, last_error) "
