@@ -77,9 +77,10 @@ def _strings(values: np.ndarray) -> pa.Array:
 def write_gpu_samples(store: Store, fleet: Fleet, rng: np.random.Generator) -> dict[str, np.ndarray]:
     n = len(fleet.uuid)
     order = rng.permutation(n)
-    lost = order[: int(n * LOST_SHARE)]
-    ecc = order[len(lost) : len(lost) + int(n * ECC_SHARE)]
-    hot = order[len(lost) + len(ecc) : len(lost) + len(ecc) + int(n * HOT_SHARE)]
+    # At least one GPU of each fault, so a small store (FLEETGUARD_BENCH_HOSTS) has every page to show.
+    lost = order[: max(1, int(n * LOST_SHARE))]
+    ecc = order[len(lost) : len(lost) + max(1, int(n * ECC_SHARE))]
+    hot = order[len(lost) + len(ecc) : len(lost) + len(ecc) + max(1, int(n * HOT_SHARE))]
     lost_at = END_TS - rng.uniform(600, SPAN / 2, len(lost))
     silent_hosts = np.array([f"sim-host-{i:03d}" for i in rng.choice(HOSTS, SILENT_HOSTS, replace=False)])
     silent = np.isin(fleet.hosts, silent_hosts)
