@@ -72,9 +72,9 @@ def serve(config_path: str, out_path: str) -> None:
     running.writer.on_committed.append(lambda b: commits.append((b.host, b.seq, time.time(), b.sent_ts)))
     accept = running.writer.accept
 
-    def accept_timed(items: list[Any]) -> list[Any]:
+    def accept_timed(items: list[Any], **options: Any) -> list[Any]:
         # When each batch was answered (HTTP) or acked (NATS): in the journal, before its commit.
-        answers = accept(items)
+        answers = accept(items, **options)
         now = time.time()
         fresh = [
             b for (b, _), a in zip(items, answers, strict=True) if getattr(a, "duplicate", True) is False

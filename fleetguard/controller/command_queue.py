@@ -100,11 +100,13 @@ def record_acks(con: duckdb.DuckDBPyConnection, host: str, acks: list[CommandAck
         )
 
 
-def record_deliveries(con: duckdb.DuckDBPyConnection, ids: list[str], now: float) -> None:
-    if ids:
+def record_deliveries(con: duckdb.DuckDBPyConnection, sent: dict[str, int], now: float) -> None:
+    """Each command's copies sent (command id -> copies) added to its deliveries."""
+    if sent:
         con.execute(
-            "UPDATE host_commands SET deliveries = deliveries + 1, "
+            "UPDATE host_commands SET deliveries = deliveries + s.copies, "
             "last_delivered_ts = make_timestamp(CAST(round(? * 1000000) AS BIGINT)) "
-            "WHERE list_contains(?, command_id)",
-            [now, ids],
+            "FROM (SELECT unnest(?::VARCHAR[]) AS command_id, unnest(?::INTEGER[]) AS copies) s "
+            "WHERE host_commands.command_id = s.command_id",
+            [now, list(sent), list(sent.values())],
         )

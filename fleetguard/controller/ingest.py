@@ -22,7 +22,7 @@ import queue
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import duckdb
@@ -109,6 +109,9 @@ class Pending:
     # False: queued past the lane's parsed capacity, the batch's key and counts only (its tables dropped);
     # the lane checks its journaled body again when it takes it (`_Lane.put`).
     parsed: bool = True
+    # Whether the host is answered (HTTP, in process), so its commands go out with the answer; False for a
+    # batch read from NATS, whose host is sent its commands by the command publisher instead.
+    replies: bool = True
 
     def finish(self, result: IngestResult | None = None, error: BatchRefused | None = None) -> None:
         self.result, self.error = result, error
@@ -144,6 +147,10 @@ class IngestWriter:
         # With a journal, a batch is answered once it is there (`accept`); the lanes commit it after.
         self.journal = journal
         self._held_keys: set[tuple[str, str, int]] = set()  # journaled, not yet committed (under _state)
+        # Copies of each command sent since the last commit (in answers, or published over NATS), recorded in
+        # host_commands by the next commit (under _state). Every key was a pending command when sent, and
+        # each commit empties the map: bounded by the book's pending commands.
+        self._sent: dict[str, int] = {}
         self._appending: set[tuple[str, str, int]] = set()  # being appended to the journal (under _state)
         self.journal_set_aside = 0
         self.clock = clock
@@ -195,8 +202,9 @@ class IngestWriter:
 
     # ---- from the HTTP workers ------------------------------------------------------------------------
 
-    def submit(self, batch: IngestBatch) -> Pending:
-        pending = Pending(batch, time.monotonic())
+    def submit(self, batch: IngestBatch, *, replies: bool = True) -> Pending:
+        """Queue a checked batch for its lane; `replies`: its host is answered (see `Pending.replies`)."""
+        pending = Pending(batch, time.monotonic(), replies=replies)
         lane = self._lane_of(batch.host)
         try:
             lane.put_nowait(pending)
@@ -204,7 +212,9 @@ class IngestWriter:
             raise BatchRefused(Refusal.OVERLOADED, "the controller is behind; retry later") from None
         return pending
 
-    def accept(self, items: list[tuple[IngestBatch, JournalEntry]]) -> list[IngestResult | BatchRefused]:
+    def accept(
+        self, items: list[tuple[IngestBatch, JournalEntry]], *, replies: bool = True
+    ) -> list[IngestResult | BatchRefused]:
         """With a journal: each batch answered once its entry is on disk (one fdatasync for them all), then
         queued for its lane; a batch already committed or journaled is a duplicate, not journaled again. A
         full lane or journal refuses (503: the agent keeps it in its spool and sends it later), and so does a
@@ -228,7 +238,7 @@ class IngestWriter:
                 spills = planned.get(id(lane), 0) >= lane.room()  # past its checked capacity: a shell
                 if key in self.ledger or key in self._held_keys:
                     self.stats.duplicates += 1
-                    answers[i] = IngestResult(duplicate=True, commands=self.commands.for_host(batch.host))
+                    answers[i] = IngestResult(duplicate=True, commands=self._send(batch.host, replies))
                 elif key in first:  # settled with its first copy: one append, taken or refused whole
                     copies.append((i, first[key]))
                 elif key in self._appending:
@@ -270,14 +280,10 @@ class IngestWriter:
                     self._appending.discard(batch.key)
                     self._held_keys.add(batch.key)
                 for i in fresh:
-                    commands = self.commands.for_host(items[i][0].host)
-                    self.stats.commands_delivered += len(commands)
-                    answers[i] = IngestResult(duplicate=False, commands=commands)
+                    answers[i] = IngestResult(duplicate=False, commands=self._send(items[i][0].host, replies))
                 for i, _ in copies:  # once each, under the lock: the stats and commands are the lanes' too
                     self.stats.duplicates += 1
-                    answers[i] = IngestResult(
-                        duplicate=True, commands=self.commands.for_host(items[i][0].host)
-                    )
+                    answers[i] = IngestResult(duplicate=True, commands=self._send(items[i][0].host, replies))
         finally:
             # On disk, so queued whatever failed above (the caller then answers 503; the agent's resend is
             # a duplicate): never left "being written", which would answer every resend 503 until a restart.
@@ -392,6 +398,27 @@ class IngestWriter:
 
         self.call(enqueue)
         return queued[0]
+
+    def sent_commands(self, command_ids: Iterable[str]) -> None:
+        """Commands sent other than in an answer (published over NATS): their copies are recorded by the
+        next commit, as those sent in answers are."""
+        with self._state:
+            for command_id in command_ids:
+                self._note_sent(command_id)
+
+    def _send(self, host: str, replies: bool) -> list[HostCommand]:
+        """The commands an answer to `host` carries (none where the host is not answered), noted as sent.
+        Under _state."""
+        if not replies:
+            return []
+        commands = self.commands.for_host(host)
+        self.stats.commands_delivered += len(commands)
+        for command in commands:
+            self._note_sent(command.command_id)
+        return commands
+
+    def _note_sent(self, command_id: str) -> None:
+        self._sent[command_id] = self._sent.get(command_id, 0) + 1
 
     def pending_commands(self) -> dict[str, list[HostCommand]]:
         """A copy of the unacknowledged commands per host (for delivery off the ingest path: NATS hosts)."""
@@ -648,9 +675,25 @@ class IngestWriter:
         # A host's batches all go to one lane, so no other thread stages its state: the lock is for the
         # command queue only (the handlers wait on it).
         staged = self._stage_hosts(batches, now)
-        hosts = {b.host for b in batches}
         with self._state:
-            deliveries = [c.command_id for host in hosts for c in self.commands.for_host(host)]
+            sent, self._sent = self._sent, {}
+        try:
+            self._commit(batches, staged, sent, now, cursor)
+        except BaseException:
+            with self._state:  # recorded by the commit that next succeeds
+                for command_id, copies in sent.items():
+                    self._sent[command_id] = self._sent.get(command_id, 0) + copies
+            raise
+        return staged
+
+    def _commit(
+        self,
+        batches: list[IngestBatch],
+        staged: list[HostState],
+        sent: dict[str, int],
+        now: float,
+        cursor: duckdb.DuckDBPyConnection | None,
+    ) -> None:
         with self._transaction(cursor) as con:
             views: list[str] = []
             try:
@@ -673,12 +716,11 @@ class IngestWriter:
                 for b in batches:
                     if b.acks:
                         record_acks(con, b.host, b.acks, now)
-                record_deliveries(con, deliveries, now)
+                record_deliveries(con, sent, now)
             finally:
                 for view in views:
                     with contextlib.suppress(duckdb.Error):
                         con.unregister(view)
-        return staged
 
     @contextlib.contextmanager
     def _transaction(self, cursor: duckdb.DuckDBPyConnection | None) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -764,10 +806,9 @@ class IngestWriter:
             # A journaled batch was answered, with its host's commands, when it was accepted: nobody waits
             # for this answer, and its commands were counted as delivered then.
             answers = [
-                (p, duplicate, [] if p.journal_id is not None else self.commands.for_host(p.batch.host))
+                (p, duplicate, [] if p.journal_id is not None else self._send(p.batch.host, p.replies))
                 for p, duplicate in [*((p, False) for p in fresh), *((p, True) for p in duplicates)]
             ]
-            stats.commands_delivered += sum(len(c) for _, _, c in answers)
         for p in fresh:
             for hook in self.on_committed:
                 hook(p.batch)

@@ -51,9 +51,16 @@ PendingCommands = Callable[[], dict[str, list[HostCommand]]]
 class CommandPublisher:
     """Publishes the pending commands of the pool's NATS hosts; runs in the NATS consumer's event loop."""
 
-    def __init__(self, pool: str, pending: PendingCommands, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        pool: str,
+        pending: PendingCommands,
+        clock: Callable[[], float] = time.monotonic,
+        sent: Callable[[list[str]], None] | None = None,
+    ):
         self.pool = pool
         self._pending = pending
+        self._sent = sent  # told each command id published (the writer records its deliveries)
         self._clock = clock
         self.nats_hosts: set[str] = set()
         self._published: dict[str, tuple[float, int]] = {}  # pending command id -> (when, copies)
@@ -129,6 +136,8 @@ class CommandPublisher:
             self._published[command.command_id] = (now, copies + 1)
             self.published += 1
             sent += 1
+            if self._sent is not None:
+                self._sent([command.command_id])
         return sent
 
 

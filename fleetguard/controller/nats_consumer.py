@@ -80,7 +80,7 @@ class NatsConsumer:
     def __init__(
         self, login: NatsLogin, pool: str, stream: str, writer: IngestWriter, stats: ControllerStats
     ):
-        self.commands = CommandPublisher(pool, writer.pending_commands)
+        self.commands = CommandPublisher(pool, writer.pending_commands, sent=writer.sent_commands)
         self.login = login
         self.pool = pool
         self.stream = stream
@@ -223,7 +223,8 @@ class NatsConsumer:
         submitted: list[tuple[Msg, Pending]] = []
         for msg, batch in checked:
             try:
-                submitted.append((msg, self.writer.submit(batch)))
+                # NATS hosts get their commands from the publisher, not in answers
+                submitted.append((msg, self.writer.submit(batch, replies=False)))
             except BatchRefused as exc:
                 await self._refused(msg, exc)
         if not submitted:
@@ -246,7 +247,7 @@ class NatsConsumer:
             return
         now = time.time()
         items = [(batch, JournalEntry(batch.host, msg.data, True, now)) for msg, batch in checked]
-        answers = await asyncio.to_thread(self.writer.accept, items)
+        answers = await asyncio.to_thread(self.writer.accept, items, replies=False)
         for (msg, _), answer in zip(checked, answers, strict=True):
             if isinstance(answer, BatchRefused):
                 await self._refused(msg, answer)

@@ -89,6 +89,30 @@ def test_a_command_survives_a_lost_reply_and_runs_once(controller: Controller, t
     assert row == [("done", True)]
 
 
+def test_deliveries_count_the_answers_that_carried_the_command(controller: Controller) -> None:
+    command_id = _queue(controller, "node-a")
+    carried = 0
+    for reply in (
+        controller.ship(batch("node-a", 1)),
+        controller.ship(batch("node-a", 1)),  # a resend: answered "duplicate", with the command again
+        controller.ship(batch("node-a", 2)),
+    ):
+        carried += [c["id"] for c in reply.doc["commands"]] == [command_id]
+    assert carried == 3
+
+    def deliveries() -> int:
+        controller.ship(batch("node-b", int(time.monotonic() * 1000)))  # a commit that records them
+        (row,) = controller.get("/v1/commands?host=node-a").doc["commands"]
+        return int(row["deliveries"])
+
+    deadline = time.monotonic() + 30
+    while deliveries() != carried:
+        assert time.monotonic() < deadline, f"deliveries {deliveries()}, answers that carried it {carried}"
+        time.sleep(0.05)  # the commit that records them is the writer's, after the answers
+    for _ in range(3):  # other hosts' commits add nothing
+        assert deliveries() == carried
+
+
 def test_commands_need_an_operator_token(controller: Controller) -> None:
     body = b'{"host": "node-a", "kind": "cordon"}'
     assert controller.post("/v1/commands", body, None, encoding="identity").status == 401

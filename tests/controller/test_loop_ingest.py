@@ -254,9 +254,9 @@ def test_a_host_past_its_in_flight_cap_on_the_loop_is_answered_busy(tmp_path: Pa
     release = threading.Event()
     original = writer.accept
 
-    def held(items: Any) -> Any:
+    def held(items: Any, **options: Any) -> Any:
         release.wait(20)
-        return original(items)
+        return original(items, **options)
 
     writer.accept = held  # type: ignore[method-assign]
     try:
@@ -354,10 +354,10 @@ def test_a_connection_closed_while_its_batch_waits_leaves_no_count_and_the_batch
     release = threading.Event()
     original = writer.accept
 
-    def held(items: Any) -> Any:
+    def held(items: Any, **options: Any) -> Any:
         taken.set()
         release.wait(20)
-        return original(items)
+        return original(items, **options)
 
     writer.accept = held  # type: ignore[method-assign]
     body = encode(batch("node-a", 1))

@@ -202,6 +202,19 @@ def test_a_queued_restart_reaches_a_nats_agent_once_across_a_redelivery_and_an_a
     finally:
         first_life.stop()  # its ack (the outcome) dies with it, never shipped
 
+    # Batches of a1's while the command is pending: none of them carries it (a1 is sent it over NATS).
+    acked = consumer.stats.acked
+    for seq in (2, 3, 4):
+        asyncio.run(
+            _publish(
+                nats,
+                "a1",
+                encode(batch("a1", seq, boot_id="boot-1")),
+                msg_id(subject_for(POOL, "a1"), "boot-1", seq),
+            )
+        )
+    _wait(lambda: consumer.stats.acked >= acked + 3)
+
     # Restarted: the real shipper pulls again; JetStream redelivers the unacked command; the journal answers
     # it with the recorded outcome (not run again), and that ack rides the next batch to the controller.
     spool = Spool(tmp_path / "a1-spool", max_bytes=1 << 20)
@@ -223,6 +236,10 @@ def test_a_queued_restart_reaches_a_nats_agent_once_across_a_redelivery_and_an_a
     row = _command_row(running, operator, command_id)
     assert (row["outcome"], row["detail"]) == ("done", "restarted job-7")
     assert recorder.runs == [command_id]  # run once, in all
+    # Delivered as often as it was published (once: a republish waits 300 s), not once per batch of a1's
+    # committed while it was pending (a1's answers do not carry commands: it is sent them over NATS).
+    assert consumer.commands.published == 1
+    assert row["deliveries"] == 1
     assert asyncio.run(_stream_messages(nats)) == 0  # acked by a1's consumer: gone from the stream
 
 
