@@ -150,6 +150,25 @@ class _GpuNames(NamedTuple):
 # A steady GPU as the rules take it: the summary, its key, its kept counters, its names (None: not known
 # under the summary's index and address).
 _SteadyLook = tuple[SteadyGpu, tuple[str, str], Counters | None, _GpuNames | None]
+# What of a steady GPU a host's memo compares: all of `SteadyGpu` but the host and the time.
+_SIGNATURE = itemgetter(1, 2, 3, 5, 6, 7, 8, 9)
+
+
+class _HostMemo(NamedTuple):
+    """A steady host as the last round left it in the per-GPU state: while nothing else has touched that
+    state (no row or sample of the host since, no map emptied: `epoch`), a round whose summary of the host
+    says the same (`signature`) moves only each GPU's time (`Rules._keep_steady`): its names, addresses
+    and counters are those kept already."""
+
+    signature: tuple[tuple[Any, ...], ...]
+    keys: tuple[tuple[str, str], ...]  # each GPU's key into `previous`, in the summary's order
+    read_keys: tuple[tuple[str, str], ...]  # into `read_at`
+    epoch: int
+
+
+# A steady host as the rules take it: its looks (`_steady_looks`), or its memo when the summary says what
+# the memo does.
+_SteadyTake = tuple[str, list[SteadyGpu], list[_SteadyLook] | _HostMemo]
 
 
 @dataclass(slots=True)
@@ -174,6 +193,10 @@ class Rules:
     names: dict[tuple[str, str], _GpuNames] = field(default_factory=dict)
     # Called every PACE_ROWS sample rows: where the caller may let other threads run (fleetguard.pacing).
     pace: Callable[[], None] = field(default=_no_pause, repr=False, compare=False)
+    # Steady hosts as the last round left them (`_HostMemo`); `epoch` counts the times a per-GPU map was
+    # emptied (each memo holds the count it was made at).
+    memos: dict[str, _HostMemo] = field(default_factory=dict, repr=False, compare=False)
+    epoch: int = field(default=0, repr=False, compare=False)
 
     def observations(self, signals: Signals, busy: Collection[Component] | None = None) -> list[Observation]:
         """Every observation of the round, sorted by time (bursts and thresholds depend on the order).
@@ -242,12 +265,14 @@ class Rules:
 
     def _take_steady(
         self, steady: Sequence[SteadyGpu], busy: Collection[Component]
-    ) -> tuple[list[tuple[str, list[_SteadyLook]]], set[str]]:
-        """Each steady host's looks (`_steady_looks`; nothing changed yet), and the hosts whose rows the
-        rules need after all. The pacer is offered a pause every PACE_ROWS GPUs, between hosts."""
+    ) -> tuple[list[_SteadyTake], set[str]]:
+        """Each steady host's memo, when its summary says what the memo does and no GPU of it is busy, else
+        its looks (`_steady_looks`; nothing changed yet); and the hosts whose rows the rules need after all.
+        The pacer is offered a pause every PACE_ROWS GPUs, between hosts."""
         gpu = ComponentKind.GPU
         busy_hosts = {host for host, kind, _ in busy if kind is gpu}
-        taken: list[tuple[str, list[_SteadyLook]]] = []
+        memos, epoch = self.memos, self.epoch
+        taken: list[_SteadyTake] = []
         by_rows: set[str] = set()
         since_pause = 0
         for host, run in groupby(steady, key=itemgetter(0)):
@@ -256,23 +281,41 @@ class Rules:
             if since_pause >= PACE_ROWS:
                 self.pace()
                 since_pause = 0
-            looks = self._steady_looks(host, gpus, busy if host in busy_hosts else ())
+            hot = host in busy_hosts
+            memo = None if hot else memos.get(host)
+            if memo is not None and memo.epoch == epoch and memo.signature == tuple(map(_SIGNATURE, gpus)):
+                taken.append((host, gpus, memo))
+                continue
+            looks = self._steady_looks(host, gpus, busy if hot else ())
             if looks is None:
                 by_rows.add(host)
             else:
-                taken.append((host, looks))
+                taken.append((host, gpus, looks))
         return taken, by_rows
 
-    def _keep_steady(self, taken: list[tuple[str, list[_SteadyLook]]]) -> None:
-        """The per-GPU state and `heard` as the steady hosts' rows leave them. The pacer is offered a pause
-        every PACE_ROWS GPUs, between hosts."""
+    def _keep_steady(self, taken: list[_SteadyTake]) -> None:
+        """The per-GPU state and `heard` as the steady hosts' rows leave them, and each host's memo. The
+        pacer is offered a pause every PACE_ROWS GPUs, between hosts."""
         kept, uuids, read_at = self.previous, self.uuids, self.read_at
         since_pause = 0
-        for host, looks in taken:
-            since_pause += len(looks)
+        for host, gpus, looks in taken:
+            since_pause += len(gpus)
             if since_pause >= PACE_ROWS:
                 self.pace()
                 since_pause = 0
+            if isinstance(looks, _HostMemo):
+                # Names, addresses and counters are those kept (the memo's epoch and signature say so):
+                # of `_remember` and `_read_many`, only the times move.
+                for g, key, read_key in zip(gpus, looks.keys, looks.read_keys, strict=True):
+                    ts = g.ts
+                    if ts >= kept[key][0]:
+                        kept[key] = g[4:9]
+                    if ts > read_at[read_key]:
+                        read_at[read_key] = ts
+                if any(g.says_healthy for g in gpus):
+                    self.heard.add(host)
+                continue
+            epoch = self.epoch
             says = False
             for g, key, previous, names in looks:
                 says = says or g.says_healthy
@@ -291,15 +334,36 @@ class Rules:
                 uuids[names.by_index] = g.uuid
                 if len(uuids) > 2 * MAX_GPUS:
                     uuids.clear()
+                    self.epoch += 1  # every memo made before stands for state now gone
                 before = read_at.get(names.read_key)
                 if before is None:
                     if len(read_at) >= 2 * MAX_GPUS:
                         read_at.clear()
+                        self.epoch += 1  # every memo made before stands for state now gone
                     read_at[names.read_key] = ts
                 elif ts > before:
                     read_at[names.read_key] = ts
             if says:
                 self.heard.add(host)
+            # No map emptied while the host was taken (`_room_for` keeps a round that could from here): the
+            # state holds all of it.
+            if self.epoch == epoch:
+                self._memo(host, gpus)
+
+    def _memo(self, host: str, gpus: list[SteadyGpu]) -> None:
+        memos, known = self.memos, self.names
+        if host not in memos and len(memos) >= MAX_GPUS:
+            memos.clear()
+        keys = tuple((host, g.uuid) for g in gpus)
+        read_keys = tuple(known[key].read_key for key in keys)
+        memos[host] = _HostMemo(tuple(map(_SIGNATURE, gpus)), keys, read_keys, self.epoch)
+
+    def _forget(self, hosts: Iterable[str]) -> None:
+        """The memos of hosts whose rows or samples the rules took one by one: that may have moved state a
+        memo stands for (an address, which GPU an index names)."""
+        if self.memos:
+            for host in hosts:
+                self.memos.pop(host, None)
 
     def _steady_looks(
         self, host: str, gpus: list[SteadyGpu], busy: Collection[Component]
@@ -396,6 +460,8 @@ class Rules:
         quiet: _QuietRows,
     ) -> None:
         names = rows.names
+        if self.memos and rows.rows:
+            self._forget(set(map(itemgetter(names.index("host")), rows.rows)))
         if busy is None or names[: len(GPU_ROW_ORDER)] != GPU_ROW_ORDER:
             for row in rows.rows:
                 out.extend(self._gpu(_stored(GpuSample, names, row), busy is not None))
@@ -441,11 +507,13 @@ class Rules:
                     uuids[gpu_names.by_index] = uuid
                     if len(uuids) > 2 * MAX_GPUS:
                         uuids.clear()
+                        self.epoch += 1  # every memo made before stands for state now gone
                     read_key = gpu_names.read_key
                     before = read_at.get(read_key)
                     if before is None:
                         if len(read_at) >= 2 * MAX_GPUS:
                             read_at.clear()
+                            self.epoch += 1  # every memo made before stands for state now gone
                         read_at[read_key] = ts
                     elif ts > before:
                         read_at[read_key] = ts
@@ -489,6 +557,7 @@ class Rules:
         _route(looks, busy, out, quiet, lambda row, _: observe(row), observe)
 
     def _gpu(self, sample: GpuSample, defer: bool = False) -> Iterator[Observation | Deferred]:
+        self._forget((sample.host,))
         read: list[tuple[tuple[str, str], float]] = []
         previous = self._remember(
             sample.host, sample.uuid, sample.gpu_index, sample.pci_bus_id, LastCounters.of(sample), read
@@ -512,6 +581,7 @@ class Rules:
         previous = self.previous.get(key)
         if previous is None and len(self.previous) >= MAX_GPUS:
             self.previous.clear()
+            self.epoch += 1  # every memo made before stands for state now gone
         if previous is None or counters[0] >= previous[0]:
             # A late sample (older than the one kept) says nothing about what changed since: keeping it
             # would count the increase up to the newer one a second time.
@@ -520,6 +590,7 @@ class Rules:
         if names is None or names[0] != pci_bus_id or names[1] != gpu_index:
             if names is None and len(self.names) >= MAX_GPUS:
                 self.names.clear()
+                self.epoch += 1  # every memo made before stands for state now gone
             names = _GpuNames.of(host, uuid, gpu_index, pci_bus_id)
             self.names[key] = names
         read.append((names.read_key, counters[0]))
@@ -528,6 +599,7 @@ class Rules:
         self.uuids[names.by_index] = uuid
         if len(self.uuids) > 2 * MAX_GPUS:
             self.uuids.clear()
+            self.epoch += 1  # every memo made before stands for state now gone
         return previous
 
     def _read_many(self, reads: Iterable[tuple[tuple[str, str], float]]) -> None:
@@ -537,12 +609,14 @@ class Rules:
             before = read_at.get(component)
             if before is None and len(read_at) >= 2 * MAX_GPUS:
                 read_at.clear()
+                self.epoch += 1  # every memo made before stands for state now gone
             if ts > (float("-inf") if before is None else before):
                 read_at[component] = ts
 
     def _read(self, component: tuple[str, str], ts: float) -> None:
         if component not in self.read_at and len(self.read_at) >= 2 * MAX_GPUS:
             self.read_at.clear()
+            self.epoch += 1  # every memo made before stands for state now gone
         if ts > self.read_at.get(component, float("-inf")):
             self.read_at[component] = ts
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from diagnosis.model import ComponentKind
-from diagnosis.rules import GPU_ROW_ORDER, Rows, Rules, Signals, SteadyGpu
+from diagnosis.rules import GPU_ROW_ORDER, Reading, Rows, Rules, Signals, SteadyGpu
 from diagnosis.rules_gpu import may_fault
 from fleetguard.records.telemetry import Event, EventKind, GpuSample
 from fleetguard.settings.policy_files import load_policy
@@ -153,10 +153,21 @@ def _round(
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_steady_gpus_summed_up_leave_the_rules_where_their_rows_do(seed: int) -> None:
+def test_steady_gpus_summed_up_leave_the_rules_where_their_rows_do(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     rng = random.Random(seed)
     policy = load_policy()
     by_rows, summed = Rules(policy), Rules(policy)
+    remembered = 0  # steady hosts taken by their memo (`_HostMemo`): the previous round's state, unchanged
+    keep = Rules._keep_steady
+
+    def counted(rules: Rules, taken: Any) -> None:
+        nonlocal remembered
+        remembered += sum(isinstance(t[2], tuple) and hasattr(t[2], "epoch") for t in taken)
+        keep(rules, taken)
+
+    monkeypatch.setattr(Rules, "_keep_steady", counted)
     counters = {(h, g): [0, 0, 0, 0] for h in HOSTS for g in range(GPUS)}
     taken = sent_back = 0
     for r in range(60):
@@ -181,6 +192,7 @@ def test_steady_gpus_summed_up_leave_the_rules_where_their_rows_do(seed: int) ->
         taken += len(split.steady_hosts - asked)
         sent_back += len(asked)
     assert taken > 100 and sent_back > 10  # both ways a steady host can go were taken
+    assert 20 < remembered < taken  # and of the steady hosts taken, some by their memo, some looked at
 
 
 def test_without_busy_every_steady_host_goes_row_by_row() -> None:
@@ -219,3 +231,70 @@ def test_steady_gpus_offer_the_pacer_a_pause_between_hosts(monkeypatch: pytest.M
     kept = hosts_at_pause[judged:]
     assert kept and all(n % GPUS == 0 for n in kept)  # each at a host's edge
     assert len(kept) == 10 * GPUS // 6
+
+
+@pytest.mark.parametrize("emptied", ["read_at", "previous", "moved"])
+def test_a_memo_made_before_a_map_was_emptied_is_not_taken(
+    emptied: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A map at its cap is emptied (a hostile or broken feed): the memos made before stand for state that is
+    gone, and the host is looked at again, as its rows would be. Here the ports' readings fill `read_at`, or
+    another host's samples fill `previous`, between two rounds in which n1 says the same. And ("moved") a
+    sample of n1's own, at another address, moves the state its memo stands for."""
+    import diagnosis.rules
+
+    if emptied != "moved":
+        monkeypatch.setattr(diagnosis.rules, "MAX_GPUS", 4)
+    policy = load_policy()
+    by_rows, summed = Rules(policy), Rules(policy)
+    remembered: list[int] = []  # per round, the hosts taken by their memo
+    keep = Rules._keep_steady
+
+    def counted(rules: Rules, taken: Any) -> None:
+        remembered.append(sum(isinstance(t[2], tuple) and hasattr(t[2], "epoch") for t in taken))
+        keep(rules, taken)
+
+    monkeypatch.setattr(Rules, "_keep_steady", counted)
+    warn = policy.gpu.temperature_warn_celsius
+    for r in range(3):
+        now = T0 + 5 * r
+        samples = [
+            GpuSample(
+                ts=now,
+                host="n1",
+                gpu_index=g,
+                uuid=f"GPU-n1-{g}",
+                pci_bus_id=f"0000:{0x18 + g:02x}:00.0",
+                temperature_celsius=55.0,
+                clocks_event_reasons=0x4,
+                ecc_corrected_volatile=0,
+                ecc_uncorrected_volatile=0,
+                nvlink_crc_flit_errors=0,
+                pcie_replay_errors=0,
+                remapped_rows_pending=False,
+            )
+            for g in range(2)
+        ]
+        rows = [tuple(getattr(s, n) for n in NAMES) for s in samples]
+        others: dict[str, Any] = {}
+        if r == 1 and emptied == "read_at":  # ten ports read: past read_at's cap of 8
+            others["readings"] = [Reading("n9", f"port:mlx5_{p}/1", now) for p in range(10)]
+        if r == 1 and emptied == "previous":  # five more GPUs: past previous's cap of 4
+            others["gpu_samples"] = [
+                dataclasses.replace(s, host="n9", uuid=f"GPU-n9-{g}") for g, s in enumerate(samples * 3)
+            ][:5]
+        if r == 1 and emptied == "moved":  # n1's GPU 0 read once as a sample, at another address
+            others["gpu_samples"] = [dataclasses.replace(samples[0], pci_bus_id="0000:40:00.0")]
+            rows = []
+        split = Split(rows, set(), warn)
+        expected = by_rows.observations(Signals(gpu_rows=Rows(NAMES, rows), **others), set())
+        got = summed.observations(Signals(gpu_source=split, **others), set())
+        assert got == expected, f"round {r}"
+        assert (summed.previous, summed.uuids, summed.read_at, summed.names) == (
+            by_rows.previous,
+            by_rows.uuids,
+            by_rows.read_at,
+            by_rows.names,
+        ), f"round {r}"
+    # Taken while it stood (round 1 before the readings, in "read_at"), never after: looked at again.
+    assert remembered[-1] == 0
