@@ -27,14 +27,13 @@ import contextlib
 import json
 import logging
 import random
-import re
 import secrets
 import threading
 import time
-import zlib
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from fleetguard.shipping.batch_key import batch_key
 from fleetguard.shipping.channel import CommandChannel
 from fleetguard.shipping.commands import command_from_json
 from fleetguard.shipping.drain import Drain
@@ -77,21 +76,6 @@ COMMAND_FETCH = 16
 COMMAND_WAIT_SECONDS = 5.0  # a pull waits this long for a command (the next one starts right after)
 COMMAND_RETRY_SECONDS = 5.0  # no consumer yet (no command ever queued for this host), or NATS down
 MAX_ERRORS_SAID = 64
-# The wire format writes v, host, boot_id, seq first (fleetguard.shipping.wire); this much text holds them.
-_KEY_PREFIX_BYTES = 2048
-_KEY = re.compile(rb'^\{"v":1,"host":("(?:[^"\\]|\\.)*"),"boot_id":("(?:[^"\\]|\\.)*"),"seq":(\d+)[,}]')
-
-
-def batch_key(body: bytes) -> tuple[str, str, int]:
-    """(host, boot_id, seq) of a spooled batch, read from the start of its compressed body."""
-    try:
-        head = zlib.decompressobj(wbits=31).decompress(body, _KEY_PREFIX_BYTES)
-    except zlib.error as exc:
-        raise ValueError(f"not gzip: {exc}") from exc
-    match = _KEY.match(head)
-    if match is None:
-        raise ValueError("not a wire-format batch")
-    return json.loads(match[1]), json.loads(match[2]), int(match[3])
 
 
 class NatsTransport:

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fleetguard.config import ConfigError, load_config
-from fleetguard.shipping.nats_shipper import batch_key
+from fleetguard.shipping.batch_key import batch_key
 from fleetguard.shipping.nats_subjects import (
     host_from_subject,
     host_token,
