@@ -172,7 +172,7 @@ def open_shipping(
         agent.flush_interval_seconds,
         channel=channel,
         on_appended=shipper.wake,
-        wire=shipper.wire if isinstance(shipper, Shipper) else None,  # NATS: version 1
+        wire=shipper.wire,  # what the controller says it reads: its HTTP answers, or its NATS advertisement
     )
     buffers.append(buffer)
     return Shipping(spool, buffer, shipper, channel, ShippingMetrics(spool, buffer, shipper))
