@@ -212,6 +212,11 @@ class ShippingMetrics(PromCollector):
         yield CounterMetricFamily(
             "fleetguard_shipper_batches_committed", "Batches the controller committed", value=sh.committed
         )
+        yield GaugeMetricFamily(
+            "fleetguard_shipper_wire_version",
+            "The wire version new batches are encoded in: 2 while the controller says it reads it",
+            value=self.shipper.wire.version,
+        )
         yield CounterMetricFamily(
             "fleetguard_shipper_errors", "Sends that got no answer (controller unreachable)", value=sh.errors
         )

@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 import fleetguard.shipping.wire_advert as wire_advert
 from fleetguard.config import load_config
 from fleetguard.controller.nats_consumer import NatsConsumer, ensure_stream
 from fleetguard.controller.process import RunningController, start_controller
+from fleetguard.shipping.agent_side import ShippingMetrics
 from fleetguard.shipping.batch_key import batch_key
 from fleetguard.shipping.nats_connect import NatsLogin, connect
 from fleetguard.shipping.nats_shipper import NatsShipper
@@ -136,6 +138,9 @@ def test_an_agent_sends_v2_once_its_controller_says_it_reads_it_and_the_rows_lan
     try:
         consumer = _consumer(running)
         _wait(lambda: shipper.wire.version == WIRE_VERSION_2)
+        registry = CollectorRegistry()
+        registry.register(ShippingMetrics(shipper.spool, buffer, shipper))
+        assert registry.get_sample_value("fleetguard_shipper_wire_version") == 2
         for i in range(3):
             buffer.add(gpu_rows("a1", time.time() + i, gpus=4))
             buffer.flush()
