@@ -46,6 +46,7 @@ class NatsServer:
     hosts: dict[str, str]  # host -> pool
     port: int = field(default_factory=free_port)
     passwords: dict[str, str] = field(default_factory=dict)
+    advert_reads: bool = True  # False: host users as configured before the wire was negotiated over NATS
     proc: subprocess.Popen[bytes] | None = None
 
     def __post_init__(self) -> None:
@@ -85,8 +86,14 @@ class NatsServer:
                             f"$JS.API.CONSUMER.MSG.NEXT.{command_stream(pool)}.{command_consumer(host)}",
                             f"$JS.ACK.{command_stream(pool)}.{command_consumer(host)}.>",
                             # reading which wire versions the pool's controller reads
-                            f"$JS.API.STREAM.INFO.{advert_stream(pool)}",
-                            f"$JS.API.STREAM.MSG.GET.{advert_stream(pool)}",
+                            *(
+                                [
+                                    f"$JS.API.STREAM.INFO.{advert_stream(pool)}",
+                                    f"$JS.API.STREAM.MSG.GET.{advert_stream(pool)}",
+                                ]
+                                if self.advert_reads
+                                else []
+                            ),
                         ],
                         "subscribe": [f"_INBOX.{host_token(host)}.>"],
                     },

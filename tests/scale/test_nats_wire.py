@@ -241,3 +241,28 @@ def test_a_controller_told_nats_wire_1_keeps_its_agents_on_v1(tmp_path: Path, na
     finally:
         shipper.stop()
         running.stop()
+
+
+def test_a_host_not_allowed_to_read_the_advertisement_ships_v1(tmp_path: Path) -> None:
+    """A NATS server configured before the wire was negotiated over NATS costs its hosts version 2, nothing
+    else: the read is refused (and times out), the agent sends version 1, and its batches land."""
+    require_nats_server()
+    nats = NatsServer(tmp_path, {"a1": POOL}, advert_reads=False)
+    nats.start()
+    running = _start_controller(tmp_path, nats)
+    shipper = _agent(tmp_path, nats)
+    buffer = SpoolBuffer(shipper.spool, "a1", 1.0, on_appended=shipper.wake, wire=shipper.wire)
+    shipper.start()
+    try:
+        consumer = _consumer(running)
+        _wait(lambda: consumer.advertiser.puts >= 1)
+        _reads_after(shipper, 1)  # refused: nats-py's request times out (5 s)
+        assert shipper.wire.version == 1
+        buffer.add(gpu_rows("a1", time.time()))
+        buffer.flush()
+        _wait(lambda: consumer.stats.acked >= 1)
+        assert (consumer.stats.wire_v1, consumer.stats.wire_v2) == (1, 0)
+    finally:
+        shipper.stop()
+        running.stop()
+        nats.stop()
