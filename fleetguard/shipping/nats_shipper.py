@@ -117,6 +117,7 @@ class NatsTransport:
         # The wire version new batches are encoded in: what the pool's controller says it reads.
         self.wire = wire or WireChoice()
         self.wire_reads = 0  # reads of the controller's advertisement done (whatever they found)
+        self._advert = wire_advert.AdvertReader(pool)
         self._wire_watch: asyncio.Task[None] | None = None
         self._read_wire_now: asyncio.Event | None = None
         # Called (on the event loop) when a lost connection is back: the drain loop's backoff ends.
@@ -210,10 +211,12 @@ class NatsTransport:
         if self.channel is not None:
             self._commands = asyncio.create_task(self._pull_commands(self._js, self.channel))
         self._read_wire_now = asyncio.Event()
+        self._advert.recheck()
         self._wire_watch = asyncio.create_task(self._watch_wire(self._js, self._read_wire_now))
 
     def _back(self) -> None:
         if self._read_wire_now is not None:  # the controller may have changed while we were away
+            self._advert.recheck()
             self._read_wire_now.set()
         if self.on_back is not None:
             self.on_back()
@@ -227,7 +230,7 @@ class NatsTransport:
             read_now.clear()
             before = self.wire.version
             try:
-                versions = await wire_advert.read_advert(js, self.pool)
+                versions = await self._advert.read(js)
                 said_failing = False
             except asyncio.CancelledError:
                 raise

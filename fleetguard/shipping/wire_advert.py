@@ -23,6 +23,7 @@ ADVERT_KEY = "wire"
 ADVERT_TTL_SECONDS = 180.0  # three refreshes: one missed (a NATS blip, a busy controller) flips no agent
 ADVERT_REFRESH_SECONDS = 60.0  # how often the controller puts it, and each agent reads it
 MAX_TRUSTED_TTL_SECONDS = 600.0
+BUCKET_CHECK_EVERY = 10  # an agent checks the bucket's max age at least every this many reads
 MAX_ADVERT_BYTES = 256
 MAX_VERSIONS = 16
 # The headers a key-value delete or purge leaves in place of the value (nats.js.kv).
@@ -88,14 +89,14 @@ async def withdraw_advert(js: JetStreamContext, pool: str) -> None:
     await kv.delete(ADVERT_KEY)
 
 
-async def read_advert(js: JetStreamContext, pool: str) -> list[int] | None:
+async def read_advert(js: JetStreamContext, pool: str, *, check_bucket: bool = True) -> list[int] | None:
     """The agent's read: the versions the pool's controller says it reads, None when nothing (or nothing
-    trustworthy) says so. Raises what nats-py raises when NATS cannot answer (the caller: version 1)."""
+    trustworthy) says so. Raises what nats-py raises when NATS cannot answer (the caller: version 1).
+    `check_bucket=False` skips the bucket's max age (checked lately: `AdvertReader`)."""
     from nats.js.errors import NotFoundError
 
     try:
-        info = await js.stream_info(advert_stream(pool))
-        if not _expires(info.config.max_age):
+        if check_bucket and not _expires((await js.stream_info(advert_stream(pool))).config.max_age):
             return None  # a promise that never expires would outlive a downgraded controller
         msg = await js.get_msg(advert_stream(pool), subject=advert_subject(pool, ADVERT_KEY), direct=False)
     except NotFoundError:  # no bucket (no controller advertised), or its entry expired or was deleted
@@ -103,3 +104,26 @@ async def read_advert(js: JetStreamContext, pool: str) -> list[int] | None:
     if msg.headers and msg.headers.get(_KV_OPERATION) in _KV_REMOVED:
         return None
     return parse_advert(msg.data)
+
+
+class AdvertReader:
+    """An agent's reads, one each ADVERT_REFRESH_SECONDS: the bucket's max age is checked on the first read,
+    after a `recheck` (a reconnect), after any read that found no promise, and every BUCKET_CHECK_EVERY
+    reads; the reads between fetch the entry alone, one JetStream request rather than two (a fleet of
+    4,096 agents makes ~68 a second)."""
+
+    def __init__(self, pool: str) -> None:
+        self.pool = pool
+        self._unchecked_reads: int | None = None  # None: check the bucket at the next read
+
+    def recheck(self) -> None:
+        self._unchecked_reads = None
+
+    async def read(self, js: JetStreamContext) -> list[int] | None:
+        since = self._unchecked_reads
+        check = since is None or since >= BUCKET_CHECK_EVERY
+        self._unchecked_reads = None  # until this read finds a promise (one that raises: checked next time)
+        versions = await read_advert(js, self.pool, check_bucket=check)
+        if versions is not None:
+            self._unchecked_reads = 0 if check or since is None else since + 1
+        return versions

@@ -31,6 +31,7 @@ from tests.controller.helpers import batch, gpu_rows
 from tests.scale.natsd import CONTROLLER_USER, NatsServer, require_nats_server
 
 if TYPE_CHECKING:
+    from nats.js.api import StreamInfo
     from nats.js.client import JetStreamContext
 
 T = TypeVar("T")
@@ -266,3 +267,31 @@ def test_a_host_not_allowed_to_read_the_advertisement_ships_v1(tmp_path: Path) -
         shipper.stop()
         running.stop()
         nats.stop()
+
+
+def test_the_bucket_is_checked_on_the_first_read_every_tenth_and_after_a_recheck(nats: NatsServer) -> None:
+    """Reads between two checks of the bucket's max age fetch the entry alone: a fleet reads every minute."""
+
+    async def reads(js: JetStreamContext) -> list[int]:
+        await wire_advert.put_advert(js, POOL, [1, 2], 60.0)
+        infos: list[str] = []
+        real_info = js.stream_info
+
+        async def counted(name: str, subjects_filter: str | None = None) -> StreamInfo:
+            infos.append(name)
+            return await real_info(name, subjects_filter)
+
+        js.stream_info = counted  # type: ignore[method-assign]
+        reader = wire_advert.AdvertReader(POOL)
+        seen = []
+        for _ in range(2 * (wire_advert.BUCKET_CHECK_EVERY + 1)):
+            assert await reader.read(js) == [1, 2]
+            seen.append(len(infos))
+        reader.recheck()
+        assert await reader.read(js) == [1, 2]
+        seen.append(len(infos))
+        return seen
+
+    seen = asyncio.run(_as_controller(nats, reads))
+    every = wire_advert.BUCKET_CHECK_EVERY
+    assert seen == [1] * (every + 1) + [2] * (every + 1) + [3]
