@@ -14,8 +14,10 @@ the controller's ingest journal (the default), also journal time - flush time: w
 the POST or acked the NATS message (durable from then on); the commit makes the rows visible to readers.
 Loss = batches flushed whose (host, seq) never committed.
 
-`--wire 2` sends wire version 2 bodies (msgpack, gzip) on both paths, as agents do over HTTP once the
-controller says it reads them; the NATS consumer reads either version from the body itself.
+`--wire 2` sends wire version 2 bodies (msgpack, gzip) on both paths, as agents do once the controller says
+it reads them (in its HTTP answers; over NATS in its pool's key-value advertisement, which the controller
+here puts as in production, docs/scale-out.md). The simulated hosts read neither: `--wire` chooses for
+them. The NATS consumer reads either version from the body itself.
 
 Usage: python bench/nats_latency.py [--hosts 2048] [--seconds 30] [--interval 5] [--wire 1|2]
 """
@@ -101,7 +103,8 @@ def nats_config(root: Path, port: int, passwords: dict[str, str]) -> Path:
         {
             "user": "controller",
             "password": passwords["controller"],
-            "permissions": {"publish": ["$JS.API.>", "$JS.ACK.>"], "subscribe": ["_INBOX.>"]},
+            # $KV: the pool's wire advertisement (fleetguard.shipping.wire_advert)
+            "permissions": {"publish": ["$JS.API.>", "$JS.ACK.>", "$KV.>"], "subscribe": ["_INBOX.>"]},
         },
         {
             "user": "hosts",

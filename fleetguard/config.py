@@ -180,6 +180,10 @@ class ControllerConfig:
     nats_password_file: str = ""
     nats_creds_file: str = ""
     nats_stream: str = "FLEETGUARD"
+    # The newest wire version this controller tells its pool's NATS agents to send (fleetguard.shipping.
+    # wire_advert). 1 keeps the pool on version 1: set it, and let the stream drain, before replacing this
+    # controller with a release that reads version 1 only (it would terminate version-2 messages).
+    nats_wire: int = 2
 
 
 @dataclass(frozen=True)
@@ -577,6 +581,8 @@ def _check_nats_settings(config: Config) -> None:
             raise ConfigError("controller.nats_stream: 1-64 characters of A-Z a-z 0-9 _ -")
         if ctl.nats_password_file and ctl.nats_creds_file:
             raise ConfigError("controller.nats_creds_file: give a password file or a creds file, not both")
+        if ctl.nats_wire not in (1, 2):
+            raise ConfigError("controller.nats_wire: 1 or 2")
 
 
 def _check_nats_urls(key: str, urls: str) -> None:

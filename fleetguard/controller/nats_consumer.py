@@ -10,7 +10,9 @@ message whose Nats-Msg-Id is not its publisher's (subject/boot_id/seq of this ba
 stream's duplicate detection spans all subjects, so such an id is one host's try at having another host's
 batch dropped as a duplicate.
 
-On the same connection, the pool's hosts get their commands (fleetguard.controller.nats_commands).
+On the same connection, the pool's hosts get their commands (fleetguard.controller.nats_commands), and the
+controller tells them which wire versions it reads (fleetguard.controller.nats_wire): they send version 2
+only while it says so.
 
 The stream is created if missing (work-queue retention: a message leaves once acked; discard new when full,
 so a full stream pushes back to the agents' spools instead of losing the oldest batches; its size is bounded
@@ -30,6 +32,7 @@ from typing import TYPE_CHECKING
 from fleetguard.controller.ingest import IngestWriter, Pending
 from fleetguard.controller.journal import JournalEntry
 from fleetguard.controller.nats_commands import CommandPublisher
+from fleetguard.controller.nats_wire import WireAdvertiser
 from fleetguard.controller.stats import ControllerStats
 from fleetguard.controller.validate import BatchRefused, IngestBatch, Refusal, parse_batch
 from fleetguard.shipping.nats_connect import NatsLogin, add_stream_if_missing, connect, fetch, make_login
@@ -40,6 +43,7 @@ from fleetguard.shipping.nats_subjects import (
     msg_id_is_publishers,
     pool_filter,
 )
+from fleetguard.shipping.wire_v2 import is_v2
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -58,6 +62,7 @@ COMMIT_WAIT_SECONDS = 30.0
 ACK_WAIT_SECONDS = 60.0  # JetStream redelivers a message not acked this long after delivery
 MAX_ACK_PENDING = 4096
 NAK_DELAY_SECONDS = 2.0
+WITHDRAW_SECONDS = 5.0  # a clean stop waits this long at most to withdraw the wire advertisement
 RECONNECT_BACKOFF_SECONDS = (0.5, 1.0, 2.0, 5.0)
 # Stream settings used when the controller creates the stream (an operator may create it beforehand).
 DUPLICATE_WINDOW_SECONDS = 600.0
@@ -73,14 +78,23 @@ class ConsumerStats:
     redelivered: int = 0  # messages delivered more than once (a controller died before its ack, or a nak)
     terminated: int = 0  # refused for their content: never redelivered
     naked: int = 0  # the writer could not take them now: redelivered after a delay
+    wire_v1: int = 0  # messages that passed the checks, by wire version
+    wire_v2: int = 0
     connected: bool = False
 
 
 class NatsConsumer:
     def __init__(
-        self, login: NatsLogin, pool: str, stream: str, writer: IngestWriter, stats: ControllerStats
+        self,
+        login: NatsLogin,
+        pool: str,
+        stream: str,
+        writer: IngestWriter,
+        stats: ControllerStats,
+        newest_wire: int = 2,
     ):
         self.commands = CommandPublisher(pool, writer.pending_commands, sent=writer.sent_commands)
+        self.advertiser = WireAdvertiser(pool, newest_wire)
         self.login = login
         self.pool = pool
         self.stream = stream
@@ -105,6 +119,7 @@ class NatsConsumer:
             "naked": s.naked,
         }
         commands = "fleetguard_controller_nats_commands_published_total"
+        by_wire = "fleetguard_controller_nats_batches_by_wire_total"
         return [
             f"# HELP {commands} Commands published to this pool's hosts' command subjects.",
             f"# TYPE {commands} counter",
@@ -112,6 +127,10 @@ class NatsConsumer:
             f"# HELP {name} JetStream messages of this controller's pool, by what became of them.",
             f"# TYPE {name} counter",
             *(f'{name}{{pool="{self.pool}",outcome="{k}"}} {v}' for k, v in outcomes.items()),
+            f"# HELP {by_wire} JetStream messages of this pool that passed the checks, by wire version.",
+            f"# TYPE {by_wire} counter",
+            f'{by_wire}{{pool="{self.pool}",wire="1"}} {s.wire_v1}',
+            f'{by_wire}{{pool="{self.pool}",wire="2"}} {s.wire_v2}',
             "# HELP fleetguard_controller_nats_connected 1 while the pool's consumer is connected.",
             "# TYPE fleetguard_controller_nats_connected gauge",
             f'fleetguard_controller_nats_connected{{pool="{self.pool}"}} {int(self.connected())}',
@@ -175,6 +194,7 @@ class NatsConsumer:
         self.stats.connected = True
         log.info("ingesting pool %s from NATS stream %s", self.pool, self.stream)
         commands = asyncio.create_task(self.commands.run(js, self._stop.is_set))
+        advert = asyncio.create_task(self.advertiser.run(js, self._stop.is_set))
         # Groups waiting for their commit while the next pull goes on (as HTTP workers do): a slow commit
         # does not hold back the pull of what arrived meanwhile, which then joins the next commit.
         in_flight: set[asyncio.Task[None]] = set()
@@ -188,11 +208,15 @@ class NatsConsumer:
                 in_flight.add(asyncio.create_task(self.handle(msgs)))
                 in_flight = {t for t in in_flight if not t.done()}
         finally:
-            commands.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await commands
+            for task in (commands, advert):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
             if in_flight:
                 await asyncio.wait(in_flight)
+            if self._stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.advertiser.withdraw(js), WITHDRAW_SECONDS)
 
     async def handle(self, msgs: list[Msg]) -> None:
         """Check, submit and wait for the writer (or its journal); then ack, term or nak each message."""
@@ -215,6 +239,10 @@ class NatsConsumer:
                         f"message id {str(mid)[:200]!r} is not {msg.subject[:200]}'s for this batch",
                     )
                 checked.append((msg, batch))
+                if is_v2(msg.data):
+                    self.stats.wire_v2 += 1
+                else:
+                    self.stats.wire_v1 += 1
             except BatchRefused as exc:
                 await self._refused(msg, exc)
         if self.writer.journal is not None:
@@ -310,6 +338,6 @@ def start_consumer(config: Config, writer: IngestWriter, stats: ControllerStats)
     """The consumer for `controller.pool` (NatsSettingsError naming the key if its login is unusable)."""
     ctl = config.controller
     login = make_login("controller", ctl.nats_url, ctl.nats_user, ctl.nats_password_file, ctl.nats_creds_file)
-    consumer = NatsConsumer(login, ctl.pool, ctl.nats_stream, writer, stats)
+    consumer = NatsConsumer(login, ctl.pool, ctl.nats_stream, writer, stats, ctl.nats_wire)
     consumer.start()
     return consumer

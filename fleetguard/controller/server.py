@@ -22,17 +22,14 @@ from fleetguard.controller.journal import JournalEntry
 from fleetguard.controller.loop_ingest import LoopIngest
 from fleetguard.controller.stats import ControllerStats, render
 from fleetguard.controller.tokens import Identity, Role, TokenBook
-from fleetguard.controller.validate import BatchRefused, IngestBatch, Refusal, parse_batch
+from fleetguard.controller.validate import WIRE_VERSIONS, BatchRefused, IngestBatch, Refusal, parse_batch
 from fleetguard.httpserve import HttpError, Request, Response
 from fleetguard.shipping.commands import CommandKind
-from fleetguard.shipping.wire import WIRE_VERSION
-from fleetguard.shipping.wire_v2 import WIRE_VERSION_2
 from fleetguard.store import Store
 from fleetguard.store.repair_tables import MAX_SINCE_SECONDS, repairs_document
 
 COMMIT_WAIT_SECONDS = 30.0  # past this the agent is told 503 and re-sends; the ledger stores it once
 MAX_IN_FLIGHT_PER_HOST = 4
-WIRE_VERSIONS = (WIRE_VERSION, WIRE_VERSION_2)  # what POST /v1/ingest reads (the reply says so)
 DEFAULT_REPAIRS_SECONDS = 30 * 86400.0  # `fleetguard repairs --since`'s default
 
 

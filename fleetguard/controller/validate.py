@@ -37,6 +37,8 @@ MAX_DECOMPRESSED_BYTES = 16 << 20
 MAX_ROWS = 1_000_000  # per batch, all tables
 MAX_ACKS = 1000
 MAX_ID_CHARS = 256  # host, boot_id, agent_version
+# The wire versions parse_batch reads: the HTTP answer's "wire" list, and what NATS consumers advertise.
+WIRE_VERSIONS = (WIRE_VERSION, WIRE_VERSION_2)
 # Ahead of the controller's clock a record may be (clock skew). A record from the far future would stay the
 # newest of its kind for ever: an open finding no retention removes, a host's send time (its lag and its jobs'
 # analysis clock) stuck in the future, rollup buckets no one will close.

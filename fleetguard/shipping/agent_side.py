@@ -172,7 +172,7 @@ def open_shipping(
         agent.flush_interval_seconds,
         channel=channel,
         on_appended=shipper.wake,
-        wire=shipper.wire if isinstance(shipper, Shipper) else None,  # NATS: version 1
+        wire=shipper.wire,  # what the controller says it reads: its HTTP answers, or its NATS advertisement
     )
     buffers.append(buffer)
     return Shipping(spool, buffer, shipper, channel, ShippingMetrics(spool, buffer, shipper))
@@ -211,6 +211,11 @@ class ShippingMetrics(PromCollector):
         )
         yield CounterMetricFamily(
             "fleetguard_shipper_batches_committed", "Batches the controller committed", value=sh.committed
+        )
+        yield GaugeMetricFamily(
+            "fleetguard_shipper_wire_version",
+            "The wire version new batches are encoded in: 2 while the controller says it reads it",
+            value=self.shipper.wire.version,
         )
         yield CounterMetricFamily(
             "fleetguard_shipper_errors", "Sends that got no answer (controller unreachable)", value=sh.errors

@@ -13,6 +13,12 @@ equal jitter. A batch too large for the server's max_payload can never be publis
 counted, like a 413 over HTTP. nats-py is asyncio: the transport runs its own event-loop thread, which the
 drain loop's thread waits on for each connect and publish.
 
+Wire version: the shipper reads what the pool's controller says it reads (fleetguard.shipping.wire_advert)
+on connecting, every ADVERT_REFRESH_SECONDS and on each reconnect, into the WireChoice the spool buffer
+encodes new batches in. Over NATS no answer tells the agent that a controller refused a version-2 body (the
+consumer terminates it), so the promise is the only guard: a spooled version-2 batch is published as version
+1 whenever the latest read found no promise of version 2.
+
 Commands from the controller: with a command channel, the shipper also pulls this host's durable consumer
 `cmd-<host>` on the pool's command stream (fleetguard.controller.nats_commands), hands each command to the
 channel (which journals it before it runs, and never runs a journaled id again) and only then acks it to
@@ -27,14 +33,14 @@ import contextlib
 import json
 import logging
 import random
-import re
 import secrets
 import threading
 import time
-import zlib
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from fleetguard.shipping import wire_advert
+from fleetguard.shipping.batch_key import batch_key
 from fleetguard.shipping.channel import CommandChannel
 from fleetguard.shipping.commands import command_from_json
 from fleetguard.shipping.drain import Drain
@@ -56,6 +62,7 @@ from fleetguard.shipping.nats_subjects import (
     subject_for,
 )
 from fleetguard.shipping.spool import Spool
+from fleetguard.shipping.wire_v2 import WIRE_VERSION_2, WireChoice, is_v2, to_v1
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -77,21 +84,6 @@ COMMAND_FETCH = 16
 COMMAND_WAIT_SECONDS = 5.0  # a pull waits this long for a command (the next one starts right after)
 COMMAND_RETRY_SECONDS = 5.0  # no consumer yet (no command ever queued for this host), or NATS down
 MAX_ERRORS_SAID = 64
-# The wire format writes v, host, boot_id, seq first (fleetguard.shipping.wire); this much text holds them.
-_KEY_PREFIX_BYTES = 2048
-_KEY = re.compile(rb'^\{"v":1,"host":("(?:[^"\\]|\\.)*"),"boot_id":("(?:[^"\\]|\\.)*"),"seq":(\d+)[,}]')
-
-
-def batch_key(body: bytes) -> tuple[str, str, int]:
-    """(host, boot_id, seq) of a spooled batch, read from the start of its compressed body."""
-    try:
-        head = zlib.decompressobj(wbits=31).decompress(body, _KEY_PREFIX_BYTES)
-    except zlib.error as exc:
-        raise ValueError(f"not gzip: {exc}") from exc
-    match = _KEY.match(head)
-    if match is None:
-        raise ValueError("not a wire-format batch")
-    return json.loads(match[1]), json.loads(match[2]), int(match[3])
 
 
 class NatsTransport:
@@ -106,6 +98,7 @@ class NatsTransport:
         host: str,
         stats: ShipperStats,
         channel: CommandChannel | None = None,
+        wire: WireChoice | None = None,
     ) -> None:
         self.login = login
         self.subject = subject_for(pool, host)
@@ -121,6 +114,12 @@ class NatsTransport:
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
         self._commands: asyncio.Task[None] | None = None
+        # The wire version new batches are encoded in: what the pool's controller says it reads.
+        self.wire = wire or WireChoice()
+        self.wire_reads = 0  # reads of the controller's advertisement done (whatever they found)
+        self._advert = wire_advert.AdvertReader(pool)
+        self._wire_watch: asyncio.Task[None] | None = None
+        self._read_wire_now: asyncio.Event | None = None
         # Called (on the event loop) when a lost connection is back: the drain loop's backoff ends.
         self.on_back: Callable[[], None] | None = None
 
@@ -143,6 +142,13 @@ class NatsTransport:
         import nats.errors
         import nats.js.errors
 
+        if self.wire.version != WIRE_VERSION_2 and is_v2(body):
+            # Spooled while the controller said it reads version 2; it no longer says so (stopped, replaced,
+            # told to): one that cannot read it would terminate it unseen, so it goes as version 1.
+            try:
+                body = to_v1(body)
+            except ValueError as exc:
+                raise BatchRefused(f"a spooled batch cannot be read again: {exc}") from None
         try:
             _, boot_id, seq = batch_key(body)
         except ValueError as exc:
@@ -172,7 +178,7 @@ class NatsTransport:
         # Whatever did not close in time belongs to the loop just ended: never reused on the next one.
         self._loop = self._thread = None
         self._nc = self._js = None
-        self._commands = None
+        self._commands = self._wire_watch = self._read_wire_now = None
         self.connected = False
 
     def _call(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
@@ -204,10 +210,50 @@ class NatsTransport:
         log.info("connected to NATS %s", self._nc.connected_url)
         if self.channel is not None:
             self._commands = asyncio.create_task(self._pull_commands(self._js, self.channel))
+        self._read_wire_now = asyncio.Event()
+        self._advert.recheck()
+        self._wire_watch = asyncio.create_task(self._watch_wire(self._js, self._read_wire_now))
 
     def _back(self) -> None:
+        if self._read_wire_now is not None:  # the controller may have changed while we were away
+            self._advert.recheck()
+            self._read_wire_now.set()
         if self.on_back is not None:
             self.on_back()
+
+    async def _watch_wire(self, js: JetStreamContext, read_now: asyncio.Event) -> None:
+        """The controller's advertisement into the wire choice, now and then every ADVERT_REFRESH_SECONDS
+        or at `read_now` (a reconnect); a read that fails (NATS down, no permission to read it) is
+        version 1. Runs until cancelled (at close)."""
+        said_failing = False
+        while True:
+            read_now.clear()
+            before = self.wire.version
+            try:
+                versions = await self._advert.read(js)
+                said_failing = False
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # nats-py raises several unrelated types
+                versions = None
+                if not said_failing:
+                    log.info(
+                        "cannot read which wire versions the controller reads (%s: %s); sending version 1",
+                        type(exc).__name__,
+                        exc,
+                    )
+                said_failing = True
+            self.wire.controller_reads(versions)
+            self.wire_reads += 1
+            if self.wire.version != before:
+                log.info(
+                    "the controller of pool %s reads %s: sending wire version %d",
+                    self.pool,
+                    versions or "version 1 only",
+                    self.wire.version,
+                )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(read_now.wait(), wire_advert.ADVERT_REFRESH_SECONDS)
 
     async def _publish(self, body: bytes, boot_id: str, seq: int) -> None:
         import nats.js.errors
@@ -292,11 +338,13 @@ class NatsTransport:
             log.warning("NATS: %s", exc)
 
     async def _disconnect(self) -> None:
-        commands, self._commands = self._commands, None
-        if commands is not None:
-            commands.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await commands
+        tasks = (self._commands, self._wire_watch)
+        self._commands = self._wire_watch = None
+        for task in tasks:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         nc, self._nc, self._js = self._nc, None, None
         if nc is not None:
             try:
@@ -319,11 +367,13 @@ class NatsShipper:
         channel: CommandChannel | None = None,
         clock: Callable[[], float],
         rng: random.Random | None = None,
+        wire: WireChoice | None = None,
     ) -> None:
         self.spool = spool
         self.channel = channel
         self.stats = ShipperStats()
-        self.transport = NatsTransport(login, pool, host, self.stats, channel)
+        self.wire = wire or WireChoice()  # the spool buffer encodes new batches in this version
+        self.transport = NatsTransport(login, pool, host, self.stats, channel, self.wire)
         self._loop = DrainLoop(
             spool,
             self.transport,

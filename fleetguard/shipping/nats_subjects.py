@@ -62,6 +62,21 @@ def command_consumer(host: str) -> str:
     return f"cmd-{host_token(host)}"
 
 
+def advert_bucket(pool: str) -> str:
+    """The key-value bucket where a pool's controller says which wire versions it reads
+    (fleetguard.shipping.wire_advert); a pool name is a valid bucket name (config: A-Z a-z 0-9 _ -)."""
+    return f"FLEETGUARD_CTL_{pool}"
+
+
+def advert_stream(pool: str) -> str:
+    """The JetStream stream that holds `advert_bucket(pool)` (nats-py and the server name it so)."""
+    return f"KV_{advert_bucket(pool)}"
+
+
+def advert_subject(pool: str, key: str) -> str:
+    return f"$KV.{advert_bucket(pool)}.{key}"
+
+
 def msg_id(subject: str, boot_id: str, seq: int, retry: str = "") -> str:
     """JetStream drops a message whose id it has seen inside the stream's duplicate window, whoever published
     it; so the id starts with the publisher's subject (the controller refuses one that names another) and a

@@ -45,8 +45,8 @@ class SpoolBuffer:
         wire: WireChoice | None = None,
     ) -> None:
         self.spool = spool
-        # Which wire version new batches are encoded in (the HTTP shipper's: it learns what the controller
-        # reads); None: version 1 always (the NATS shipper reads a version-1 body's head).
+        # Which wire version new batches are encoded in (the shipper's: it learns what the controller reads,
+        # from its HTTP answers or its NATS advertisement); None: version 1 always.
         self.wire = wire
         self.host = host
         self.interval_seconds = interval_seconds

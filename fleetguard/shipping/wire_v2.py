@@ -17,8 +17,9 @@ others (runtime records, findings, events: few rows, read as records by the cont
 every column in "columns". An integer column holding a NULL, or a value its array type cannot hold, goes in
 "columns" too, where the controller checks it exactly as in version 1.
 
-An agent sends version 2 only to a controller whose reply to a version-1 batch said it reads it
-(`"wire": [1, 2]`): an older controller would refuse the body as malformed, and the agent would drop it.
+An agent sends version 2 only to a controller that said it reads it (`"wire": [1, 2]`: in its reply to a
+version-1 batch over HTTP, in its pool's advertisement over NATS, `wire_advert`): an older controller would
+refuse the body as malformed, and the agent would drop it (over NATS, never even hear of it).
 Encoded with the standard library only (`array`): the agent does not load numpy.
 """
 
@@ -175,8 +176,9 @@ def is_v2(body: bytes, compressed: bool = True) -> bool:
 
 
 class WireChoice:
-    """The wire version an agent encodes its new batches in: 1 until the controller's reply says it reads 2,
-    and 1 again if a controller refuses a version-2 body (one downgraded to a version before it)."""
+    """The wire version an agent encodes its new batches in: 1 until the controller says it reads 2 (its
+    HTTP reply, or its NATS advertisement), and 1 again if a controller refuses a version-2 body (one
+    downgraded to a version before it) or, over NATS, no longer says so."""
 
     def __init__(self) -> None:
         self._version = WIRE_VERSION
@@ -187,7 +189,8 @@ class WireChoice:
         return self._version
 
     def controller_reads(self, versions: object) -> None:
-        """What a controller's reply said it reads (its "wire" list; absent in replies before version 2)."""
+        """What a controller said it reads (its "wire" list; absent in replies before version 2, None when
+        no NATS advertisement was found)."""
         with self._lock:
             reads_v2 = isinstance(versions, list) and WIRE_VERSION_2 in versions
             self._version = WIRE_VERSION_2 if reads_v2 else WIRE_VERSION

@@ -3,6 +3,7 @@ nats-server, and the exactly-once checks on a controller's store."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -17,6 +18,8 @@ from typing import Any
 
 import duckdb
 
+from fleetguard.shipping.nats_connect import NatsLogin, connect
+from fleetguard.shipping.wire_advert import read_advert
 from tests.scale.natsd import CONTROLLER_USER, NatsServer, free_port
 
 FLEETGUARD = [sys.executable, "-m", "fleetguard"]
@@ -70,6 +73,25 @@ class PoolController:
                 time.sleep(0.1)  # polling a real controller process: it offers no event to wait on
         raise TimeoutError("controller did not start")
 
+    def wait_for_advert(self, timeout: float = 60) -> list[int]:
+        """Until the pool's wire advertisement is there (agents started after it read it on connecting)."""
+        deadline = time.monotonic() + timeout
+        while (versions := asyncio.run(_read_advert(self.nats, self.pool))) is None:
+            assert time.monotonic() < deadline, f"pool {self.pool}: no wire advertisement"
+            time.sleep(0.1)  # polling a real controller process: it offers no event to wait on
+        return versions
+
+    def wire_batches(self) -> dict[str, float]:
+        """fleetguard_controller_nats_batches_by_wire_total of this pool, by wire version."""
+        with urllib.request.urlopen(self.url + "/metrics", timeout=10) as response:
+            text = response.read().decode()
+        prefix = f'fleetguard_controller_nats_batches_by_wire_total{{pool="{self.pool}",wire="'
+        return {
+            line[len(prefix)]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(prefix)
+        }
+
     def hosts(self) -> dict[str, Any]:
         with urllib.request.urlopen(self.url + "/v1/hosts", timeout=10) as response:
             return {h["host"]: h for h in json.loads(response.read())["hosts"]}
@@ -88,6 +110,14 @@ class PoolController:
             time.sleep(0.2)  # polling a real controller process: it offers no event to wait on
         got = {h: hosts.get(h, {}).get("rows") for h in expected}
         raise TimeoutError(f"pool {self.pool}: expected rows {expected}, controller has {got}")
+
+
+async def _read_advert(nats: NatsServer, pool: str) -> list[int] | None:
+    nc = await connect(NatsLogin([nats.url], CONTROLLER_USER, nats.passwords[CONTROLLER_USER]), "test")
+    try:
+        return await read_advert(nc.jetstream(), pool)
+    finally:
+        await nc.close()
 
 
 def agent_config(root: Path, nats: NatsServer, host: str, pool: str, seed: int) -> Path:

@@ -1,6 +1,6 @@
 """A real nats-server with JetStream on loopback for the scale tests: a random port, a temporary store
-directory, one NATS user per host (publish only on its own subject, pull only its own command consumer) and
-one for the controllers."""
+directory, one NATS user per host (publish only on its own subject, pull only its own command consumer,
+read its pool's wire advertisement) and one for the controllers."""
 
 from __future__ import annotations
 
@@ -17,7 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from fleetguard.shipping.nats_subjects import command_consumer, command_stream, host_token, subject_for
+from fleetguard.shipping.nats_subjects import (
+    advert_stream,
+    command_consumer,
+    command_stream,
+    host_token,
+    subject_for,
+)
 
 NATS_SERVER = shutil.which("nats-server") or "/usr/sbin/nats-server"
 CONTROLLER_USER = "controller"
@@ -40,6 +46,7 @@ class NatsServer:
     hosts: dict[str, str]  # host -> pool
     port: int = field(default_factory=free_port)
     passwords: dict[str, str] = field(default_factory=dict)
+    advert_reads: bool = True  # False: host users as configured before the wire was negotiated over NATS
     proc: subprocess.Popen[bytes] | None = None
 
     def __post_init__(self) -> None:
@@ -62,7 +69,7 @@ class NatsServer:
                 "user": CONTROLLER_USER,
                 "password": self.passwords[CONTROLLER_USER],
                 "permissions": {
-                    "publish": ["$JS.API.>", "$JS.ACK.>", "fleetguard.*.cmd.*"],
+                    "publish": ["$JS.API.>", "$JS.ACK.>", "fleetguard.*.cmd.*", "$KV.>"],
                     "subscribe": ["_INBOX.>"],
                 },
             }
@@ -78,6 +85,15 @@ class NatsServer:
                             subject_for(pool, host),
                             f"$JS.API.CONSUMER.MSG.NEXT.{command_stream(pool)}.{command_consumer(host)}",
                             f"$JS.ACK.{command_stream(pool)}.{command_consumer(host)}.>",
+                            # reading which wire versions the pool's controller reads
+                            *(
+                                [
+                                    f"$JS.API.STREAM.INFO.{advert_stream(pool)}",
+                                    f"$JS.API.STREAM.MSG.GET.{advert_stream(pool)}",
+                                ]
+                                if self.advert_reads
+                                else []
+                            ),
                         ],
                         "subscribe": [f"_INBOX.{host_token(host)}.>"],
                     },

@@ -18,9 +18,10 @@ from fleetguard.controller.nats_consumer import NatsConsumer, ensure_stream
 from fleetguard.controller.process import RunningController, start_controller
 from fleetguard.shipping.nats_connect import NatsLogin, connect
 from fleetguard.shipping.nats_shipper import NatsShipper
-from fleetguard.shipping.nats_subjects import MSG_ID_HEADER, msg_id, subject_for
+from fleetguard.shipping.nats_subjects import MSG_ID_HEADER, advert_subject, msg_id, subject_for
 from fleetguard.shipping.spool import Spool
 from fleetguard.shipping.wire import encode
+from fleetguard.shipping.wire_advert import ADVERT_KEY, advert_bytes
 from tests.controller.helpers import batch
 from tests.scale.natsd import CONTROLLER_USER, NatsServer, require_nats_server
 
@@ -284,3 +285,15 @@ def test_the_connected_gauge_follows_the_nats_server(tmp_path: Path, nats: NatsS
         _wait(lambda: _connected_gauge(running) == 0)
     finally:
         running.stop()
+
+
+def test_a_host_cannot_promise_its_pool_wire_version_2(nats: NatsServer) -> None:
+    """The wire advertisement is the controller's word: a host may read its pool's, never write it (a forged
+    promise could have every host of the pool send version 2 to a controller that cannot read it)."""
+    acked, errors = asyncio.run(
+        _publish_as(
+            nats, "a1", advert_subject("red", ADVERT_KEY), advert_bytes([1, 2]), "forged", ack_timeout=3
+        )
+    )
+    assert not acked
+    assert any("permissions violation for publish" in e.lower() for e in errors), errors

@@ -58,6 +58,7 @@ def test_two_pools_a_controller_killed_every_batch_stored_once_in_its_pool(
 ) -> None:
     red, blue = PoolController(tmp_path, nats, "red"), PoolController(tmp_path, nats, "blue")
     controllers = {"red": red.start(), "blue": blue.start()}
+    assert red.wait_for_advert() == blue.wait_for_advert() == [1, 2]
     agents = {
         h: start_agent(tmp_path, nats, h, pool, seed, AGENT_CEILING_SECONDS)
         for seed, (h, pool) in enumerate(POOLS.items())
@@ -78,6 +79,8 @@ def test_two_pools_a_controller_killed_every_batch_stored_once_in_its_pool(
             assert extras["dropped_batches"] == 0, host
         red.wait_for_rows({h: n for h, n in written.items() if POOLS[h] == "red"})
         blue.wait_for_rows({"b1": written["b1"]})
+        # The agents read the advertisement on connecting: their batches went as wire version 2.
+        assert blue.wire_batches().get("2", 0) > 0 and red.wire_batches().get("2", 0) > 0
     finally:
         for proc in controllers.values():
             stop(proc)

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fleetguard.config import ConfigError, load_config
-from fleetguard.shipping.nats_shipper import batch_key
+from fleetguard.shipping.batch_key import batch_key
 from fleetguard.shipping.nats_subjects import (
     host_from_subject,
     host_token,
@@ -55,9 +55,15 @@ def test_batch_key_reads_host_boot_and_seq_from_the_compressed_body() -> None:
             {"controller.pool": "red", "controller.nats_url": "nats://x", "controller.nats_stream": "a b"},
             "stream",
         ),
+        (
+            {"controller.pool": "red", "controller.nats_url": "nats://x", "controller.nats_wire": 3},
+            "controller.nats_wire",
+        ),
     ],
 )
-def test_unusable_nats_settings_are_refused_naming_the_key(overrides: dict[str, str], message: str) -> None:
+def test_unusable_nats_settings_are_refused_naming_the_key(
+    overrides: dict[str, object], message: str
+) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(overrides=overrides)
 
