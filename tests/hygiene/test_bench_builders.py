@@ -52,3 +52,12 @@ def test_the_diagnosis_round_bench_runs_a_round_over_a_real_store(tmp_path: Path
     assert row, out
     records = int(row[0].split("|")[2].replace(",", ""))
     assert records >= 8 * 8 * (1 + 1 + 20)  # a second of 8 hosts: per GPU a sample, a port state, 20 counters
+
+
+def test_the_round_phases_bench_times_the_steps_of_a_round() -> None:
+    out = _bench(["bench/diagnosis_round_phases.py", "--hosts", "8", "--rounds", "2", "--warmup", "1"])
+    steps = {line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ")}
+    # Every step is still where the bench wraps it: a renamed one would silently drop out of its table.
+    wrapped = {"feed.read", "feed._gpu_split", "feed._counters", "feed._rows", "rules.observations"}
+    wrapped |= {"rules._take_steady", "rules._keep_steady", "rules._gpu_rows", "rules._port_rows"}
+    assert wrapped | {"store.persist"} <= steps, out
