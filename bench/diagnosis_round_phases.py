@@ -1,6 +1,8 @@
 """Where a diagnosis round's time goes: the rounds of bench/diagnosis_round.py (the same fleet, the same real
 store and the controller's `IncidentTask`), with the round's main steps timed by wrappers around them and the
-pacer's rests left out (each figure is the step's own wall time, DuckDB's threads included where it queries).
+pacer's rests left out: each step's wall time, and the CPU time of the thread that ran it (the Python the
+step ran under the interpreter's lock, and DuckDB's work on that thread; not DuckDB's other threads). On a
+shared machine the thread's CPU moves far less than the wall.
 
 The steps nest: `rules.observations` holds `rules._take_steady`, `rules._keep_steady`, `rules._gpu_rows`
 and `rules._port_rows`; `feed.read` holds `feed._gpu_split`, `feed._counters` and `feed._rows`. Compare two
@@ -50,19 +52,21 @@ STEPS: tuple[tuple[Any, str, str], ...] = (
 )
 
 
-def timed(spent: defaultdict[str, float]) -> None:
-    """Wrap each step present in this tree (an older tree may lack one) so that its wall time adds up."""
+def timed(spent: defaultdict[str, float], cpu: defaultdict[str, float]) -> None:
+    """Wrap each step present in this tree (an older tree may lack one) so that its wall and thread CPU
+    times add up."""
     for owner, name, label in STEPS:
         step = getattr(owner, name, None)
         if step is None:
             continue
 
         def wrapper(*args: Any, _step: Callable[..., Any] = step, _label: str = label, **kw: Any) -> Any:
-            started = time.perf_counter()
+            started, started_cpu = time.perf_counter(), time.thread_time()
             try:
                 return _step(*args, **kw)
             finally:
                 spent[_label] += time.perf_counter() - started
+                cpu[_label] += time.thread_time() - started_cpu
 
         setattr(owner, name, wrapper)
 
@@ -75,7 +79,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3)
     args = ap.parse_args()
     spent: defaultdict[str, float] = defaultdict(float)
-    timed(spent)
+    cpu: defaultdict[str, float] = defaultdict(float)
+    timed(spent, cpu)
     folder = Path(tempfile.mkdtemp(prefix="fg-phases-"))
     try:
         config = load_config(overrides={"store.path": str(folder / "round.duckdb")})
@@ -86,6 +91,7 @@ def main() -> None:
         collect_less()  # as the controller process runs
         t0 = 1_700_000_000.0
         walls: list[float] = []
+        cpus: list[float] = []
         with Store.open(folder / "round.duckdb") as store:
             for r in range(args.warmup + args.rounds):
                 now = t0
@@ -94,19 +100,22 @@ def main() -> None:
                     commit(store, round_columns(args.hosts, now, rng))
                 if r == args.warmup:
                     spent.clear()
-                started = time.perf_counter()
+                    cpu.clear()
+                started, started_cpu = time.perf_counter(), time.thread_time()
                 with store.transaction() as con:
                     task(con, now)
                 if r >= args.warmup:
                     walls.append(time.perf_counter() - started)
+                    cpus.append(time.thread_time() - started_cpu)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     n = len(walls)
-    print(f"| step ({args.hosts:,} hosts, {args.seconds_per_round} s a round) | ms a round |")
-    print("|---|---:|")
-    print(f"| the whole round (mean of {n}) | {sum(walls) / n * 1000:.0f} |")
+    step = f"step ({args.hosts:,} hosts, {args.seconds_per_round} s a round)"
+    print(f"| {step} | wall ms a round | thread CPU ms |")
+    print("|---|---:|---:|")
+    print(f"| the whole round (mean of {n}) | {sum(walls) / n * 1000:.0f} | {sum(cpus) / n * 1000:.0f} |")
     for label, seconds in sorted(spent.items(), key=lambda kv: -kv[1]):
-        print(f"| {label} | {seconds / n * 1000:.1f} |")
+        print(f"| {label} | {seconds / n * 1000:.1f} | {cpu[label] / n * 1000:.1f} |")
 
 
 if __name__ == "__main__":
