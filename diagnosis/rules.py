@@ -194,7 +194,7 @@ class Rules:
     # Called every PACE_ROWS sample rows: where the caller may let other threads run (fleetguard.pacing).
     pace: Callable[[], None] = field(default=_no_pause, repr=False, compare=False)
     # Steady hosts as the last round left them (`_HostMemo`); `epoch` counts the times a per-GPU map was
-    # emptied (each memo holds the count it was made at).
+    # emptied (each memo holds the count it was made at; `_emptied` drops them all).
     memos: dict[str, _HostMemo] = field(default_factory=dict, repr=False, compare=False)
     epoch: int = field(default=0, repr=False, compare=False)
 
@@ -209,11 +209,13 @@ class Rules:
         out: list[Observation | Deferred] = []
         quiet = _QuietRows()
         # Samples first: they teach which PCI address is which GPU before its events are keyed.
+        sampled: set[str] = set()
         for sample in signals.gpu_samples:
+            sampled.add(sample.host)
             out.extend(self._gpu(sample, defer))
         gpu_rows = signals.gpu_rows
         if signals.gpu_source is not None:
-            gpu_rows = self._steady_rows(signals.gpu_source, busy)
+            gpu_rows = self._steady_rows(signals.gpu_source, busy, sampled)
         self._gpu_rows(gpu_rows, busy, out, quiet)
         for event in signals.events:
             obs = event_observation(event, self.policy, self.uuids)
@@ -236,7 +238,9 @@ class Rules:
         built.sort(key=lambda o: o.ts)
         return built  # type: ignore[return-value]  # no Deferred is left in it
 
-    def _steady_rows(self, source: GpuRowSource, busy: Collection[Component] | None) -> Rows:
+    def _steady_rows(
+        self, source: GpuRowSource, busy: Collection[Component] | None, sampled: Collection[str] = ()
+    ) -> Rows:
         """The steady GPUs of `source` taken into the per-GPU state at once, as their rows one by one would
         leave it (equal counters never rise; the newest row is the one kept, its time the one read); the
         rows the rules still need: those of the other GPUs, and of the steady hosts `_steady_looks` sends
@@ -244,7 +248,7 @@ class Rules:
         steady = source.steady
         if busy is None or not steady:
             return source.rows({g.host for g in steady})
-        taken, by_rows = self._take_steady(steady, busy)
+        taken, by_rows = self._take_steady(steady, busy, sampled)
         rows = source.rows(by_rows)
         if not self._room_for(len(steady) + len(rows.rows)):
             # A map at its cap is emptied mid-round, and what it keeps depends on the order the rows come
@@ -264,11 +268,13 @@ class Rules:
         )
 
     def _take_steady(
-        self, steady: Sequence[SteadyGpu], busy: Collection[Component]
+        self, steady: Sequence[SteadyGpu], busy: Collection[Component], sampled: Collection[str] = ()
     ) -> tuple[list[_SteadyTake], set[str]]:
         """Each steady host's memo, when its summary says what the memo does and no GPU of it is busy, else
-        its looks (`_steady_looks`; nothing changed yet); and the hosts whose rows the rules need after all.
-        The pacer is offered a pause every PACE_ROWS GPUs, between hosts."""
+        its looks (`_steady_looks`; nothing changed yet); and the hosts whose rows the rules need after all,
+        among them every host `sampled` this round (a sample record may have faulted one of its GPUs, whose
+        quiet rows are then built, as an event's fault would). The pacer is offered a pause every PACE_ROWS
+        GPUs, between hosts."""
         gpu = ComponentKind.GPU
         busy_hosts = {host for host, kind, _ in busy if kind is gpu}
         memos, epoch = self.memos, self.epoch
@@ -281,6 +287,9 @@ class Rules:
             if since_pause >= PACE_ROWS:
                 self.pace()
                 since_pause = 0
+            if host in sampled:
+                by_rows.add(host)
+                continue
             hot = host in busy_hosts
             memo = None if hot else memos.get(host)
             if memo is not None and memo.epoch == epoch and memo.signature == tuple(map(_SIGNATURE, gpus)):
@@ -334,12 +343,12 @@ class Rules:
                 uuids[names.by_index] = g.uuid
                 if len(uuids) > 2 * MAX_GPUS:
                     uuids.clear()
-                    self.epoch += 1  # every memo made before stands for state now gone
+                    self._emptied()
                 before = read_at.get(names.read_key)
                 if before is None:
                     if len(read_at) >= 2 * MAX_GPUS:
                         read_at.clear()
-                        self.epoch += 1  # every memo made before stands for state now gone
+                        self._emptied()
                     read_at[names.read_key] = ts
                 elif ts > before:
                     read_at[names.read_key] = ts
@@ -349,6 +358,13 @@ class Rules:
             # state holds all of it.
             if self.epoch == epoch:
                 self._memo(host, gpus)
+
+    def _emptied(self) -> None:
+        """A per-GPU map was emptied: every memo made before stands for state now gone. Dropped with it, not
+        only outdated by `epoch`: kept, stale memos would pile up (MAX_GPUS hosts of however many GPUs each)
+        past the bound on the state itself."""
+        self.epoch += 1
+        self.memos.clear()
 
     def _memo(self, host: str, gpus: list[SteadyGpu]) -> None:
         memos, known = self.memos, self.names
@@ -507,13 +523,13 @@ class Rules:
                     uuids[gpu_names.by_index] = uuid
                     if len(uuids) > 2 * MAX_GPUS:
                         uuids.clear()
-                        self.epoch += 1  # every memo made before stands for state now gone
+                        self._emptied()
                     read_key = gpu_names.read_key
                     before = read_at.get(read_key)
                     if before is None:
                         if len(read_at) >= 2 * MAX_GPUS:
                             read_at.clear()
-                            self.epoch += 1  # every memo made before stands for state now gone
+                            self._emptied()
                         read_at[read_key] = ts
                     elif ts > before:
                         read_at[read_key] = ts
@@ -581,7 +597,7 @@ class Rules:
         previous = self.previous.get(key)
         if previous is None and len(self.previous) >= MAX_GPUS:
             self.previous.clear()
-            self.epoch += 1  # every memo made before stands for state now gone
+            self._emptied()
         if previous is None or counters[0] >= previous[0]:
             # A late sample (older than the one kept) says nothing about what changed since: keeping it
             # would count the increase up to the newer one a second time.
@@ -590,7 +606,7 @@ class Rules:
         if names is None or names[0] != pci_bus_id or names[1] != gpu_index:
             if names is None and len(self.names) >= MAX_GPUS:
                 self.names.clear()
-                self.epoch += 1  # every memo made before stands for state now gone
+                self._emptied()
             names = _GpuNames.of(host, uuid, gpu_index, pci_bus_id)
             self.names[key] = names
         read.append((names.read_key, counters[0]))
@@ -599,7 +615,7 @@ class Rules:
         self.uuids[names.by_index] = uuid
         if len(self.uuids) > 2 * MAX_GPUS:
             self.uuids.clear()
-            self.epoch += 1  # every memo made before stands for state now gone
+            self._emptied()
         return previous
 
     def _read_many(self, reads: Iterable[tuple[tuple[str, str], float]]) -> None:
@@ -609,14 +625,14 @@ class Rules:
             before = read_at.get(component)
             if before is None and len(read_at) >= 2 * MAX_GPUS:
                 read_at.clear()
-                self.epoch += 1  # every memo made before stands for state now gone
+                self._emptied()
             if ts > (float("-inf") if before is None else before):
                 read_at[component] = ts
 
     def _read(self, component: tuple[str, str], ts: float) -> None:
         if component not in self.read_at and len(self.read_at) >= 2 * MAX_GPUS:
             self.read_at.clear()
-            self.epoch += 1  # every memo made before stands for state now gone
+            self._emptied()
         if ts > self.read_at.get(component, float("-inf")):
             self.read_at[component] = ts
 

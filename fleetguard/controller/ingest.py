@@ -441,7 +441,8 @@ class IngestWriter:
         self._tasks_thread.start()
 
     def stop(self) -> None:
-        """Commit what is queued, write the hosts' state, then stop."""
+        """Commit what is queued, write the hosts' state and the copies of commands sent since the last
+        commit (the last answers' commands: no later commit records them), then stop."""
         self._stop.set()
         for hurry in self.on_stopping:
             hurry()
@@ -457,11 +458,15 @@ class IngestWriter:
         # A lane (or a task) still writing: the host state is not final (load_hosts recovers from the ledger).
         if any(t.is_alive() for t in [*self._threads, *filter(None, [self._tasks_thread])]):
             return
+        with self._state:
+            sent, self._sent = self._sent, {}
         try:
             with self.store.transaction() as con:
-                self.flush_hosts(con, self.clock.time())
+                now = self.clock.time()
+                self.flush_hosts(con, now)
+                record_deliveries(con, sent, now)
         except Exception:
-            log.exception("the hosts' state could not be written at shutdown")
+            log.exception("the hosts' state and commands' deliveries could not be written at shutdown")
 
     def flush_hosts(self, con: duckdb.DuckDBPyConnection, _now: float) -> None:
         """Write the state of the hosts heard since the last flush to fleet_hosts (inside a transaction).

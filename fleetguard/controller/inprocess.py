@@ -7,7 +7,8 @@ token check (`parse_batch`: every value checked against its column), then to the
 state, rollups, fleet runtime) and waits for the commit. A batch the writer could not commit (store failing,
 writer behind) is submitted again with the same key at the next flush, so the ledger stores it once whatever
 happens; a batch refused for its content is dropped and counted, as a shipping agent drops it. Commands in the
-replies run through the same command channel as a shipping agent's (the host's training runtime).
+replies run through the same command channel as a shipping agent's (the host's training runtime); only the
+host's own batches are answered with commands (a simulated host has no agent to run them).
 """
 
 from __future__ import annotations
@@ -188,7 +189,7 @@ class IngestBuffer:
         sent: list[_Sent] = []
         for i, batch in enumerate(batches):
             try:
-                sent.append(_Sent(batch, self.writer.submit(batch)))
+                sent.append(_Sent(batch, self.writer.submit(batch, replies=self._runs_commands(batch.host))))
             except BatchRefused:  # the writer's queue is full: this and the rest wait for the next flush
                 self.write_errors += 1
                 self._unsent.extend(batches[i:])
@@ -217,18 +218,18 @@ class IngestBuffer:
             for name, columns in s.batch.tables.items():
                 n = len(next(iter(columns.values())))
                 self.rows_written[name] = self.rows_written.get(name, 0) + n
-            if result.commands:
-                if self.channel is not None and s.batch.host == self.host:
-                    self.channel.deliver(result.commands)
-                else:
-                    log.warning(
-                        "%d commands for %s: no agent here runs them", len(result.commands), s.batch.host
-                    )
+            if result.commands and self.channel is not None:
+                self.channel.deliver(result.commands)
         if self._unsent:
             log.warning(
                 "%d batches wait for the next flush (the store or its writer is behind)", len(self._unsent)
             )
         return committed
+
+    def _runs_commands(self, host: str) -> bool:
+        """Whether an agent here runs `host`'s commands: only then do its answers carry them (and count as
+        copies sent, `host_commands.deliveries`); a simulated host's stay pending, delivered to nobody."""
+        return self.channel is not None and host == self.host
 
     def _refused(self, host: str, rows: int, exc: BatchRefused) -> None:
         self.rejected_rows += rows

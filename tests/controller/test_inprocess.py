@@ -13,6 +13,7 @@ from fleetguard.controller.ingest import IngestWriter
 from fleetguard.controller.inprocess import IngestBuffer
 from fleetguard.controller.stats import ControllerStats
 from fleetguard.records.findings import Finding, FindingKind, Severity
+from fleetguard.shipping.commands import CommandKind
 from fleetguard.store import Store
 from tests.controller.helpers import counter_rows, gpu_rows
 
@@ -95,3 +96,25 @@ def test_a_batch_the_checks_refuse_is_dropped_and_counted_and_the_rest_stored(st
     assert buffer.uncommitted_batches == 0
     assert _count(store, "SELECT count(*) FROM gpu_samples WHERE host = 'h2'") == 2
     assert _count(store, "SELECT count(*) FROM findings") == 0
+
+
+def test_commands_of_hosts_no_agent_here_runs_are_not_delivered(store: Store) -> None:
+    """A simulated host's answers carry none of its commands (no agent here runs them): they stay pending
+    with no delivery counted, not one copy "sent" per flush to nobody."""
+    clock = FakeClock()
+    writer = IngestWriter(store, clock, ControllerStats())
+    writer.start()
+    try:
+        buffer = IngestBuffer(writer, "h0", 1.0, clock)  # no channel: not even h0's own are run here
+        command = writer.queue_command("h1", CommandKind.CORDON, None, "test")
+        own = writer.queue_command("h0", CommandKind.CORDON, None, "test")
+        for _ in range(3):
+            buffer.add([*gpu_rows("h0", clock.time()), *gpu_rows("h1", clock.time())])
+            assert buffer.flush() == 4
+            clock.advance(1.0)
+    finally:
+        writer.stop()
+    deliveries = store.connection.execute(
+        "SELECT command_id, deliveries, acked_ts FROM host_commands ORDER BY command_id"
+    ).fetchall()
+    assert sorted(deliveries) == sorted([(command.command_id, 0, None), (own.command_id, 0, None)])

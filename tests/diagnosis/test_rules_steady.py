@@ -298,3 +298,247 @@ def test_a_memo_made_before_a_map_was_emptied_is_not_taken(
         ), f"round {r}"
     # Taken while it stood (round 1 before the readings, in "read_at"), never after: looked at again.
     assert remembered[-1] == 0
+
+
+# ---- adversarial rounds: the memo (`_HostMemo`) against the rows, case by case ----------------------------
+
+
+def _gpu(host: str, g: int, ts: float, **changes: Any) -> GpuSample:
+    """A calm GPU sample (nothing a rule calls a fault; says "healthy" of its throttling and rows)."""
+    base = GpuSample(
+        ts=ts,
+        host=host,
+        gpu_index=g,
+        uuid=f"GPU-{host}-{g}",
+        pci_bus_id=f"0000:{0x18 + g:02x}:00.0",
+        temperature_celsius=55.0,
+        clocks_event_reasons=0x4,
+        ecc_corrected_volatile=0,
+        ecc_uncorrected_volatile=0,
+        nvlink_crc_flit_errors=0,
+        pcie_replay_errors=0,
+        remapped_rows_pending=False,
+    )
+    return dataclasses.replace(base, **changes)
+
+
+class _Both:
+    """One `Rules` fed rows, one fed the same rows summed up (`Split`), round after round; every round both
+    must leave the same observations, per-GPU state and hosts heard from. `taken_by_memo` counts, per round,
+    the steady hosts the summed rules took by their memo (a case no memo is taken in tests nothing)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.policy = load_policy()
+        self.by_rows, self.summed = Rules(self.policy), Rules(self.policy)
+        self.taken_by_memo: list[int] = []
+        keep = Rules._keep_steady
+
+        def counted(rules: Rules, taken: Any) -> None:
+            if rules is self.summed:
+                self.taken_by_memo.append(sum(hasattr(t[2], "epoch") for t in taken))
+            keep(rules, taken)
+
+        monkeypatch.setattr(Rules, "_keep_steady", counted)
+
+    def round(
+        self,
+        rows: Sequence[GpuSample],
+        busy: Collection[tuple[str, ComponentKind, str]] = (),
+        samples: Sequence[GpuSample] = (),
+        events: Sequence[Event] = (),
+    ) -> None:
+        n = len(self.taken_by_memo)
+        as_rows = [tuple(getattr(s, name) for name in NAMES) for s in rows]
+        split = Split(as_rows, {e.host for e in events}, self.policy.gpu.temperature_warn_celsius)
+        expected = self.by_rows.observations(
+            Signals(gpu_samples=samples, gpu_rows=Rows(NAMES, as_rows), events=events), set(busy)
+        )
+        got = self.summed.observations(
+            Signals(gpu_samples=samples, gpu_source=split, events=events), set(busy)
+        )
+        assert got == expected, f"round {n}"
+        self.same_state(f"round {n}")
+        if len(self.taken_by_memo) == n:  # every host row by row: no `_keep_steady`
+            self.taken_by_memo.append(0)
+
+    def restore(self, samples: Sequence[GpuSample]) -> None:
+        self.by_rows.restore(samples, ())
+        self.summed.restore(samples, ())
+        self.same_state("restore")
+
+    def same_state(self, when: str) -> None:
+        a, b = self.summed, self.by_rows
+        assert (a.previous, a.uuids, a.read_at, a.names, a.heard) == (
+            b.previous,
+            b.uuids,
+            b.read_at,
+            b.names,
+            b.heard,
+        ), when
+        a.heard.clear()
+        b.heard.clear()
+
+
+def _host(host: str, ts: float, gpus: int = 2, **changes: Any) -> list[GpuSample]:
+    return [_gpu(host, g, ts, **changes) for g in range(gpus)]
+
+
+def test_a_memo_is_not_taken_after_two_gpus_of_its_host_swapped_index_and_address(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A and B swap index and address for a round (another summary: looked at), then swap back: the memo
+    of the first round must not stand, as which GPU each index and address names moved twice since."""
+    both = _Both(monkeypatch)
+    swapped = [
+        _gpu("n1", 0, 0, gpu_index=1, pci_bus_id="0000:19:00.0"),
+        _gpu("n1", 1, 0, gpu_index=0, pci_bus_id="0000:18:00.0"),
+    ]
+    both.round(_host("n1", T0))
+    both.round(_host("n1", T0 + 5))
+    both.round([dataclasses.replace(s, ts=T0 + 10) for s in swapped])
+    both.round(_host("n1", T0 + 15))
+    both.round(_host("n1", T0 + 20))
+    assert both.taken_by_memo == [0, 1, 0, 0, 1]
+
+
+def test_a_swap_seen_only_in_rows_forgets_the_memo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The swap comes in a round whose host is not steady (an event): its rows move the index and address
+    keys, and the next round's summary (as the memo's) is looked at, not taken by the memo."""
+    both = _Both(monkeypatch)
+    both.round(_host("n1", T0))
+    both.round(_host("n1", T0 + 5))
+    swapped = [
+        _gpu("n1", 0, T0 + 10, gpu_index=1, pci_bus_id="0000:19:00.0"),
+        _gpu("n1", 1, T0 + 10, gpu_index=0, pci_bus_id="0000:18:00.0"),
+    ]
+    event = Event(T0 + 10, "n1", EventKind.XID, "kmsg", "NVRM: Xid 79", code=79, pci_bus_id="0000:18:00")
+    both.round(swapped, events=[event])
+    both.round(_host("n1", T0 + 15))
+    both.round(_host("n1", T0 + 20))
+    assert both.taken_by_memo == [0, 1, 0, 0, 1]
+
+
+def test_a_gpu_that_leaves_its_host_and_comes_back_is_taken_as_its_rows_take_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    both = _Both(monkeypatch)
+    both.round(_host("n1", T0, gpus=3))
+    both.round(_host("n1", T0 + 5, gpus=2))  # GPU 2 gone: another summary
+    both.round(_host("n1", T0 + 10, gpus=2))
+    both.round(_host("n1", T0 + 15, gpus=3))  # back, its state as it left it
+    both.round(_host("n1", T0 + 20, gpus=3))
+    both.round([])  # the host silent for a round: its memo stays, and still stands
+    both.round(_host("n1", T0 + 30, gpus=3))
+    assert both.taken_by_memo == [0, 0, 1, 0, 1, 0, 1]
+
+
+def test_late_and_equal_times_move_the_memo_host_as_its_rows_move_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    both = _Both(monkeypatch)
+    both.round(_host("n1", T0))
+    both.round(_host("n1", T0 + 5))
+    both.round(_host("n1", T0 + 5))  # the same time again
+    both.round(_host("n1", T0 - 30))  # late: older than what is kept, neither kept nor read
+    both.round([*_host("n1", T0 - 1), *_host("n1", T0 + 7)])  # late and new rows of one round
+    both.round(_host("n1", T0 + 6))  # older than the newest kept (T0 + 7): neither kept nor read
+    assert both.taken_by_memo == [0, 1, 1, 1, 1, 1]
+
+
+def test_a_host_busy_one_round_and_not_the_next(monkeypatch: pytest.MonkeyPatch) -> None:
+    both = _Both(monkeypatch)
+    hot = {("n1", ComponentKind.GPU, "GPU-n1-0")}
+    other = {("n1", ComponentKind.GPU, "GPU-n1-9")}  # a GPU of the host the summary does not name
+    both.round(_host("n1", T0))
+    both.round(_host("n1", T0 + 5), busy=hot)  # its rows: the busy GPU's healthy observations are built
+    both.round(_host("n1", T0 + 10))
+    both.round(_host("n1", T0 + 15))
+    both.round(_host("n1", T0 + 20), busy=other)
+    both.round(_host("n1", T0 + 25))
+    assert both.taken_by_memo == [0, 0, 0, 1, 0, 1]
+
+
+def test_a_change_of_what_the_rows_say_healthy_is_another_summary(monkeypatch: pytest.MonkeyPatch) -> None:
+    both = _Both(monkeypatch)
+    quiet: dict[str, Any] = {"clocks_event_reasons": None, "remapped_rows_pending": None}  # says nothing
+    both.round(_host("n1", T0))
+    both.round(_host("n1", T0 + 5))
+    both.round(_host("n1", T0 + 10, **quiet))  # heard from no longer: not by the memo's say
+    both.round(_host("n1", T0 + 15, **quiet))
+    both.round(_host("n1", T0 + 20))
+    assert both.taken_by_memo == [0, 1, 0, 1, 0]
+
+
+def test_null_counters_and_addresses_are_taken_by_the_memo_as_by_the_rows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    both = _Both(monkeypatch)
+    nulls: dict[str, Any] = {
+        "pci_bus_id": None,
+        "nvlink_crc_flit_errors": None,
+        "ecc_corrected_volatile": None,
+    }
+    both.round(_host("n1", T0, **nulls))
+    both.round(_host("n1", T0 + 5, **nulls))
+    both.round(_host("n1", T0 + 10))  # counters read again: not those kept, so row by row
+    both.round(_host("n1", T0 + 15))
+    both.round(_host("n1", T0 + 20))
+    both.round(_host("n1", T0 + 25, pci_bus_id=None))
+    both.round(_host("n1", T0 + 30, pci_bus_id=None))
+    assert both.taken_by_memo == [0, 1, 0, 0, 1, 0, 1]
+
+
+def test_samples_of_the_memo_host_in_its_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sample record of the host beside the summary (taken first) moves its state, and the host goes row
+    by row that round; its memo is forgotten, and the next round's summary is looked at again."""
+    both = _Both(monkeypatch)
+    both.round(_host("n1", T0))
+    both.round(_host("n1", T0 + 5))
+    both.round(_host("n1", T0 + 10), samples=[_gpu("n1", 0, T0 + 9, pci_bus_id="0000:40:00.0")])
+    both.round(_host("n1", T0 + 15))
+    both.round(_host("n1", T0 + 20))
+    both.round(_host("n1", T0 + 25), samples=[_gpu("n1", 1, T0 + 30)])  # newer than the summary
+    both.round(_host("n1", T0 + 35))
+    both.round(_host("n1", T0 + 40))
+    assert both.taken_by_memo == [0, 1, 0, 0, 1, 0, 0, 1]
+
+
+def test_restore_forgets_the_memos_of_the_hosts_it_takes_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    both = _Both(monkeypatch)
+    both.round([*_host("n1", T0), *_host("n2", T0)])
+    both.round([*_host("n1", T0 + 5), *_host("n2", T0 + 5)])
+    both.restore([_gpu("n1", 0, T0 + 1, gpu_index=1, pci_bus_id="0000:19:00.0", ecc_corrected_volatile=4)])
+    # n1's counters are the restored sample's now: its rows, then looked at, then its memo again
+    both.round([*_host("n1", T0 + 10), *_host("n2", T0 + 10)])
+    both.round([*_host("n1", T0 + 15), *_host("n2", T0 + 15)])
+    both.round([*_host("n1", T0 + 20), *_host("n2", T0 + 20)])
+    assert both.taken_by_memo == [0, 2, 1, 1, 2]
+
+
+def test_memos_never_outlive_the_state_they_stand_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A map at its cap is emptied; the memos made before stand for nothing then, and must go with it:
+    kept, they would pile up (a GPU key each) past every bound on the per-GPU state (MAX_GPUS hosts of
+    however many GPUs a host's summary named), for a feed of new hosts with many GPUs each."""
+    import diagnosis.rules
+
+    monkeypatch.setattr(diagnosis.rules, "MAX_GPUS", 8)
+    both = _Both(monkeypatch)
+    for r in range(24):  # a new host of 4 GPUs a round: the maps fill and are emptied every other round
+        both.round(_host(f"h{r}", T0 + r, gpus=4))
+        memo_gpus = sum(len(m.keys) for m in both.summed.memos.values())
+        assert memo_gpus <= len(both.summed.previous), f"round {r}: memos of {memo_gpus} GPUs"
+
+
+def test_a_sample_record_that_faults_a_steady_hosts_gpu_has_its_rows_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A sample record beside the summary (`Signals` takes any mix) faults one of the host's GPUs: the
+    rows' healthy observations of that GPU are built in their places, as an event's fault would have them
+    built; a summary (or a memo) would leave them out."""
+    both = _Both(monkeypatch)
+    both.round(_host("n1", T0))
+    both.round(_host("n1", T0 + 5))
+    hot = _gpu("n1", 0, T0 + 9, temperature_celsius=99.0)
+    both.round(_host("n1", T0 + 10), samples=[hot])
+    both.round(_host("n1", T0 + 15), samples=[_gpu("n1", 1, T0 + 14)])  # a calm one: rows all the same
+    both.round(_host("n1", T0 + 20))
+    both.round(_host("n1", T0 + 25))
+    assert both.taken_by_memo == [0, 1, 0, 0, 0, 1]
