@@ -15,11 +15,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from fleetguard.controller.validate import WIRE_VERSIONS, BatchRefused, parse_batch
-from fleetguard.records.telemetry import GpuSample
 from fleetguard.shipping import wire_advert
 from fleetguard.shipping.nats_subjects import advert_bucket
-from fleetguard.shipping.wire import WIRE_VERSION, OutgoingBatch, columns_by_table
+from fleetguard.shipping.wire import WIRE_VERSION, Columns, OutgoingBatch
 from fleetguard.shipping.wire_v2 import WIRE_VERSION_2, encode_v2
+from fleetguard.store.schema import TABLES
 
 if TYPE_CHECKING:
     from nats.js.client import JetStreamContext
@@ -41,11 +41,12 @@ def readable_versions(newest: int) -> list[int]:
 
 def _reads_v2() -> bool:
     now = time.time()
-    rows = [
-        GpuSample(ts=now, host=_PROBE_HOST, gpu_index=i, uuid=f"GPU-probe-{i}", utilization_gpu_percent=u)
-        for i, u in enumerate((12.5, None))
-    ]
-    batch = OutgoingBatch(_PROBE_HOST, "probe", 1, now, 5.0, "probe", columns_by_table(rows))
+    # Two GPU rows as columns (GPU samples themselves are built by the sampler only: collectors.gpu_sampling),
+    # every column of the table present, NULL where the probe says nothing.
+    probe: Columns = {name: [None, None] for name in TABLES["gpu_samples"].column_names}
+    probe |= {"ts": [now, now], "host": [_PROBE_HOST] * 2, "gpu_index": [0, 1]}
+    probe |= {"uuid": ["GPU-probe-0", "GPU-probe-1"], "utilization_gpu_percent": [12.5, None]}
+    batch = OutgoingBatch(_PROBE_HOST, "probe", 1, now, 5.0, "probe", {"gpu_samples": probe})
     try:
         got = parse_batch(encode_v2(batch), _PROBE_HOST, compressed=True, now=now)
     except (BatchRefused, ValueError) as exc:
