@@ -258,23 +258,7 @@ def test_a_memo_made_before_a_map_was_emptied_is_not_taken(
     warn = policy.gpu.temperature_warn_celsius
     for r in range(3):
         now = T0 + 5 * r
-        samples = [
-            GpuSample(
-                ts=now,
-                host="n1",
-                gpu_index=g,
-                uuid=f"GPU-n1-{g}",
-                pci_bus_id=f"0000:{0x18 + g:02x}:00.0",
-                temperature_celsius=55.0,
-                clocks_event_reasons=0x4,
-                ecc_corrected_volatile=0,
-                ecc_uncorrected_volatile=0,
-                nvlink_crc_flit_errors=0,
-                pcie_replay_errors=0,
-                remapped_rows_pending=False,
-            )
-            for g in range(2)
-        ]
+        samples = [_gpu("n1", g, now) for g in range(2)]
         rows = [tuple(getattr(s, n) for n in NAMES) for s in samples]
         others: dict[str, Any] = {}
         if r == 1 and emptied == "read_at":  # ten ports read: past read_at's cap of 8

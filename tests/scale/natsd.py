@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -138,3 +139,16 @@ class NatsServer:
             except subprocess.TimeoutExpired:
                 self.kill()
         self.proc = None
+
+
+def wait_for(
+    condition: Callable[[], bool], timeout: float = 60, step: Callable[[], object] | None = None
+) -> None:
+    """Until `condition()` holds (`step()` between looks), or an AssertionError after `timeout` seconds.
+    Polling: a real NATS server and its clients offer no event to wait on."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition never held"
+        if step is not None:
+            step()
+        time.sleep(0.05)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -23,7 +23,7 @@ from fleetguard.shipping.spool import Spool
 from fleetguard.shipping.wire import encode
 from fleetguard.shipping.wire_advert import ADVERT_KEY, advert_bytes
 from tests.controller.helpers import batch
-from tests.scale.natsd import CONTROLLER_USER, NatsServer, require_nats_server
+from tests.scale.natsd import CONTROLLER_USER, NatsServer, require_nats_server, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -136,20 +136,11 @@ def _consumer(running: RunningController) -> NatsConsumer:
     return consumer
 
 
-def _wait(condition: Callable[[], bool], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)  # polling a real NATS server and its clients: it offers no event to wait on
-    raise TimeoutError("condition never held")
-
-
 def test_published_batches_go_through_the_ingest_checks(tmp_path: Path, nats: NatsServer) -> None:
     running = _controller(tmp_path, nats)
     consumer = _consumer(running)
     try:
-        _wait(lambda: consumer.stats.connected)
+        wait_for(lambda: consumer.stats.connected)
         # a1 may publish on its own subject, but the batch claims to be a2's: refused like a 403.
         lying = batch("a2", 1)
         good = batch("a1", 1)
@@ -160,7 +151,7 @@ def test_published_batches_go_through_the_ingest_checks(tmp_path: Path, nats: Na
         ):
             acked, _ = asyncio.run(_publish_as(nats, "a1", subject_for("red", "a1"), body, mid))
             assert acked
-        _wait(lambda: consumer.stats.acked == 1 and consumer.stats.terminated == 2)
+        wait_for(lambda: consumer.stats.acked == 1 and consumer.stats.terminated == 2)
         # Counted where HTTP refusals are (fleetguard_controller_batches_refused_total on /metrics).
         assert running.writer.stats.refused == {"wrong_host": 1, "malformed": 1}
         with urllib.request.urlopen(f"http://127.0.0.1:{running.port}/metrics", timeout=30) as response:
@@ -181,7 +172,7 @@ def test_published_batches_go_through_the_ingest_checks(tmp_path: Path, nats: Na
         con.close()
     # Terminated messages are gone for good; nothing is left to redeliver. The server applies the acks and
     # terms the consumer sent on its own connection after it answers this one: wait for them, not a guess.
-    _wait(lambda: asyncio.run(_stream_messages(nats)) == 0)
+    wait_for(lambda: asyncio.run(_stream_messages(nats)) == 0)
 
 
 def test_a_forged_message_id_cannot_make_another_hosts_batch_a_duplicate(
@@ -196,7 +187,7 @@ def test_a_forged_message_id_cannot_make_another_hosts_batch_a_duplicate(
     consumer = _consumer(running)
     shipper: NatsShipper | None = None
     try:
-        _wait(lambda: consumer.stats.connected)
+        wait_for(lambda: consumer.stats.connected)
         victim = batch("a1", 1, boot_id="boot-A")
         a1_subject = subject_for("red", "a1")
         for forged_id in (msg_id(a1_subject, "boot-A", 1), "a1/boot-A/1"):
@@ -204,16 +195,16 @@ def test_a_forged_message_id_cannot_make_another_hosts_batch_a_duplicate(
                 _publish_as(nats, "a2", subject_for("red", "a2"), encode(batch("a2", 1)), forged_id)
             )
             assert acked and not errors  # its own subject: the server stores it
-        _wait(lambda: consumer.stats.terminated == 2)
+        wait_for(lambda: consumer.stats.terminated == 2)
         assert running.writer.stats.refused == {"wrong_host": 2}
 
         spool = Spool(tmp_path / "a1-spool", max_bytes=1 << 20)
         spool.append(encode(victim))
         shipper = NatsShipper(spool, _login(nats, "a1", "a1"), "red", "a1", clock=time.monotonic)
         shipper.start()
-        _wait(lambda: spool.pending() == 0)
+        wait_for(lambda: spool.pending() == 0)
         assert shipper.stats.duplicates == 1  # the first answer was "duplicate": not trusted
-        _wait(lambda: consumer.stats.acked == 1)
+        wait_for(lambda: consumer.stats.acked == 1)
     finally:
         if shipper is not None:
             shipper.stop()
@@ -235,7 +226,7 @@ def test_a_lost_ack_republished_is_still_stored_once(tmp_path: Path, nats: NatsS
     consumer = _consumer(running)
     shipper: NatsShipper | None = None
     try:
-        _wait(lambda: consumer.stats.connected)
+        wait_for(lambda: consumer.stats.connected)
         own = batch("a1", 1, boot_id="boot-A")
         acked, _ = asyncio.run(
             _publish_as(
@@ -251,8 +242,8 @@ def test_a_lost_ack_republished_is_still_stored_once(tmp_path: Path, nats: NatsS
         spool.append(encode(own))  # still spooled: the first publish's ack never reached the agent
         shipper = NatsShipper(spool, _login(nats, "a1", "a1"), "red", "a1", clock=time.monotonic)
         shipper.start()
-        _wait(lambda: spool.pending() == 0)
-        _wait(lambda: consumer.stats.acked == 2)
+        wait_for(lambda: spool.pending() == 0)
+        wait_for(lambda: consumer.stats.acked == 2)
         assert shipper.stats.duplicates == 1
     finally:
         if shipper is not None:
@@ -280,9 +271,9 @@ def test_the_connected_gauge_follows_the_nats_server(tmp_path: Path, nats: NatsS
     while `fetch` only times out, so a flag set at subscribe time stayed 1 (the gauge now asks the client)."""
     running = _controller(tmp_path, nats)
     try:
-        _wait(lambda: _connected_gauge(running) == 1)
+        wait_for(lambda: _connected_gauge(running) == 1)
         nats.kill()
-        _wait(lambda: _connected_gauge(running) == 0)
+        wait_for(lambda: _connected_gauge(running) == 0)
     finally:
         running.stop()
 

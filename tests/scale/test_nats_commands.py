@@ -8,7 +8,7 @@ import asyncio
 import json
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,7 +34,7 @@ from fleetguard.shipping.spool import Spool
 from fleetguard.shipping.spool_buffer import SpoolBuffer
 from fleetguard.shipping.wire import encode
 from tests.controller.helpers import batch
-from tests.scale.natsd import CONTROLLER_USER, NatsServer, require_nats_server
+from tests.scale.natsd import CONTROLLER_USER, NatsServer, require_nats_server, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -88,17 +88,6 @@ def _consumer(running: RunningController) -> NatsConsumer:
     consumer = getattr(running.sources[0], "__self__", None)
     assert isinstance(consumer, NatsConsumer)
     return consumer
-
-
-def _wait(
-    condition: Callable[[], bool], timeout: float = 60, step: Callable[[], object] | None = None
-) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition never held"
-        if step is not None:
-            step()
-        time.sleep(0.1)  # polling a real NATS server and its clients: it offers no event to wait on
 
 
 def _login(nats: NatsServer, user: str) -> NatsLogin:
@@ -170,11 +159,11 @@ def test_a_queued_restart_reaches_a_nats_agent_once_across_a_redelivery_and_an_a
 ) -> None:
     running, operator = controller
     consumer = _consumer(running)
-    _wait(lambda: consumer.stats.connected)
+    wait_for(lambda: consumer.stats.connected)
     # a1 ships through NATS (so the controller knows to send it commands this way)
     first = batch("a1", 1, boot_id="boot-1")
     asyncio.run(_publish(nats, "a1", encode(first), msg_id(subject_for(POOL, "a1"), "boot-1", 1)))
-    _wait(lambda: "a1" in consumer.commands.nats_hosts)
+    wait_for(lambda: "a1" in consumer.commands.nats_hosts)
 
     queued = _api(running, operator, "/v1/commands", {"host": "a1", "kind": "restart", "job_id": "job-7"})
     assert isinstance(queued, dict)
@@ -198,7 +187,7 @@ def test_a_queued_restart_reaches_a_nats_agent_once_across_a_redelivery_and_an_a
         command = command_from_json(json.loads(body))
         assert (command.command_id, command.kind.value, command.job_id) == (command_id, "restart", "job-7")
         first_life.deliver([command])
-        _wait(lambda: recorder.runs == [command_id])
+        wait_for(lambda: recorder.runs == [command_id])
     finally:
         first_life.stop()  # its ack (the outcome) dies with it, never shipped
 
@@ -213,7 +202,7 @@ def test_a_queued_restart_reaches_a_nats_agent_once_across_a_redelivery_and_an_a
                 msg_id(subject_for(POOL, "a1"), "boot-1", seq),
             )
         )
-    _wait(lambda: consumer.stats.acked >= acked + 3)
+    wait_for(lambda: consumer.stats.acked >= acked + 3)
 
     # Restarted: the real shipper pulls again; JetStream redelivers the unacked command; the journal answers
     # it with the recorded outcome (not run again), and that ack rides the next batch to the controller.
@@ -224,7 +213,7 @@ def test_a_queued_restart_reaches_a_nats_agent_once_across_a_redelivery_and_an_a
     second_life.start()
     shipper.start()
     try:
-        _wait(
+        wait_for(
             lambda: _command_row(running, operator, command_id)["acked_ts"] is not None,
             step=buffer.flush,
         )
@@ -254,11 +243,11 @@ def test_an_outcome_lost_with_the_agent_is_answered_from_the_journal_when_the_co
     monkeypatch.setattr(nats_commands, "REPUBLISH_SECONDS", 1.0)  # 5 minutes in production
     running, operator = controller
     consumer = _consumer(running)
-    _wait(lambda: consumer.stats.connected)
+    wait_for(lambda: consumer.stats.connected)
     asyncio.run(
         _publish(nats, "a1", encode(batch("a1", 1, boot_id="b")), msg_id(subject_for(POOL, "a1"), "b", 1))
     )
-    _wait(lambda: "a1" in consumer.commands.nats_hosts)
+    wait_for(lambda: "a1" in consumer.commands.nats_hosts)
     queued = _api(running, operator, "/v1/commands", {"host": "a1", "kind": "checkpoint", "job_id": "j"})
     assert isinstance(queued, dict)
     command_id = str(queued["command"]["id"])
@@ -274,9 +263,9 @@ def test_an_outcome_lost_with_the_agent_is_answered_from_the_journal_when_the_co
         shipper.start()
         try:
             if life == 1:
-                _wait(lambda: recorder.runs == [command_id])  # then it dies: nothing flushed
+                wait_for(lambda: recorder.runs == [command_id])  # then it dies: nothing flushed
             else:
-                _wait(
+                wait_for(
                     lambda: _command_row(running, operator, command_id)["acked_ts"] is not None,
                     step=buffer.flush,
                 )
@@ -318,7 +307,7 @@ def test_an_unreadable_command_is_skipped_and_counted_and_the_next_one_runs(
     channel.start()
     shipper.start()
     try:
-        _wait(lambda: recorder.runs == ["c-good"])
+        wait_for(lambda: recorder.runs == ["c-good"])
         assert shipper.stats.bad_commands == 2
     finally:
         shipper.stop()

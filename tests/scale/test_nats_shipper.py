@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,18 +16,9 @@ from fleetguard.shipping.nats_shipper import NatsShipper
 from fleetguard.shipping.spool import Spool
 from fleetguard.shipping.wire import encode
 from tests.controller.helpers import batch
-from tests.scale.natsd import CONTROLLER_USER, NatsServer, require_nats_server
+from tests.scale.natsd import CONTROLLER_USER, NatsServer, require_nats_server, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
-
-
-def _wait(condition: Callable[[], bool], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)  # polling a real NATS server and its clients: it offers no event to wait on
-    raise TimeoutError("condition never held")
 
 
 async def _stream_messages(server: NatsServer, create: bool) -> int:
@@ -53,14 +43,14 @@ def test_batches_stay_spooled_until_jetstream_acks_them(tmp_path: Path) -> None:
     shipper = NatsShipper(spool, login, "red", "a1", clock=time.monotonic, rng=random.Random(1))
     shipper.start()
     try:
-        _wait(lambda: shipper.stats.errors >= 1)  # no server yet: connection attempts fail
+        wait_for(lambda: shipper.stats.errors >= 1)  # no server yet: connection attempts fail
         assert spool.pending() == 3 and not shipper.connected
         server.start()
-        _wait(lambda: shipper.connected)
+        wait_for(lambda: shipper.connected)
         time.sleep(1.5)  # connected, but no stream holds fleetguard.red.*: no ack, nothing deleted
         assert spool.pending() == 3 and shipper.stats.committed == 0
         assert asyncio.run(_stream_messages(server, create=True)) == 0
-        _wait(lambda: spool.pending() == 0)
+        wait_for(lambda: spool.pending() == 0)
         assert shipper.stats.committed == 3
         assert asyncio.run(_stream_messages(server, create=False)) == 3
     finally:
@@ -83,16 +73,16 @@ def test_a_server_back_from_an_outage_gets_the_backlog_at_once_not_after_the_bac
         assert asyncio.run(_stream_messages(server, create=True)) == 0
         spool.append(encode(batch("a1", 1)))
         shipper.start()
-        _wait(lambda: spool.pending() == 0)
+        wait_for(lambda: spool.pending() == 0)
         server.kill()  # JetStream's file store keeps the stream for the restart
         errors = shipper.stats.errors
         shipper.drain.failures = 10  # as after a long outage: the next wait is at its cap
         spool.append(encode(batch("a1", 2)))
         shipper.wake()
-        _wait(lambda: shipper.stats.errors > errors)  # the publish failed: the loop is in its backoff
+        wait_for(lambda: shipper.stats.errors > errors)  # the publish failed: the loop is in its backoff
         server.start()
         # Reconnected within about a second (the client's own pace); 30 s caps waited 15-30 s here.
-        _wait(lambda: spool.pending() == 0, timeout=12)
+        wait_for(lambda: spool.pending() == 0, timeout=12)
         # Both are in the stream (the publish that timed out may be there twice: the client sent it from its
         # buffer on reconnecting; the controller's ingest ledger stores a batch once).
         assert asyncio.run(_stream_messages(server, create=False)) >= 2

@@ -28,7 +28,7 @@ from fleetguard.shipping.spool import Spool
 from fleetguard.shipping.spool_buffer import SpoolBuffer
 from fleetguard.shipping.wire_v2 import WIRE_VERSION_2, encode_v2, is_v2
 from tests.controller.helpers import batch, gpu_rows
-from tests.scale.natsd import CONTROLLER_USER, NatsServer, require_nats_server
+from tests.scale.natsd import CONTROLLER_USER, NatsServer, require_nats_server, wait_for
 
 if TYPE_CHECKING:
     from nats.js.api import StreamInfo
@@ -83,21 +83,10 @@ def _agent(tmp_path: Path, nats: NatsServer) -> NatsShipper:
     return NatsShipper(spool, login, POOL, "a1", clock=time.monotonic, rng=random.Random(1))
 
 
-def _wait(
-    condition: Callable[[], bool], timeout: float = 30, step: Callable[[], object] | None = None
-) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition never held"
-        if step is not None:
-            step()
-        time.sleep(0.05)  # polling a real NATS server and its clients: it offers no event to wait on
-
-
 def _reads_after(shipper: NatsShipper, reads: int) -> None:
     """Until the agent has read the advertisement `reads` more times (what it found is its wire version)."""
     target = shipper.transport.wire_reads + reads
-    _wait(lambda: shipper.transport.wire_reads >= target)
+    wait_for(lambda: shipper.transport.wire_reads >= target)
 
 
 async def _as_controller(nats: NatsServer, work: Callable[[JetStreamContext], Awaitable[T]]) -> T:
@@ -138,14 +127,14 @@ def test_an_agent_sends_v2_once_its_controller_says_it_reads_it_and_the_rows_lan
     shipper.start()
     try:
         consumer = _consumer(running)
-        _wait(lambda: shipper.wire.version == WIRE_VERSION_2)
+        wait_for(lambda: shipper.wire.version == WIRE_VERSION_2)
         registry = CollectorRegistry()
         registry.register(ShippingMetrics(shipper.spool, buffer, shipper))
         assert registry.get_sample_value("fleetguard_shipper_wire_version") == 2
         for i in range(3):
             buffer.add(gpu_rows("a1", time.time() + i, gpus=4))
             buffer.flush()
-        _wait(lambda: consumer.stats.acked >= 3)
+        wait_for(lambda: consumer.stats.acked >= 3)
         assert (consumer.stats.wire_v2, consumer.stats.wire_v1) == (3, 0)
         assert _stored_gpu_rows(running) == 12
         assert shipper.spool.pending() == 0
@@ -161,12 +150,12 @@ def test_a_controller_stopping_withdraws_its_promise_and_the_agent_sends_v1(
     shipper = _agent(tmp_path, nats)
     shipper.start()
     try:
-        _wait(lambda: shipper.wire.version == WIRE_VERSION_2)
+        wait_for(lambda: shipper.wire.version == WIRE_VERSION_2)
         running.stop()
-        _wait(lambda: shipper.wire.version != WIRE_VERSION_2)
+        wait_for(lambda: shipper.wire.version != WIRE_VERSION_2)
         shipper.spool.append(encode_v2(batch("a1", 1)))  # spooled while the promise held
         shipper.wake()
-        _wait(lambda: shipper.stats.committed == 1)
+        wait_for(lambda: shipper.stats.committed == 1)
         body = _last_published(nats)
         assert not is_v2(body)
         assert batch_key(body) == ("a1", "boot-1", 1)
@@ -183,7 +172,7 @@ def test_with_no_controller_a_spooled_v2_batch_is_published_as_v1(tmp_path: Path
         assert shipper.wire.version == 1
         shipper.spool.append(encode_v2(batch("a1", 5)))
         shipper.wake()
-        _wait(lambda: shipper.stats.committed == 1)
+        wait_for(lambda: shipper.stats.committed == 1)
         body = _last_published(nats)
         assert not is_v2(body)
         assert batch_key(body) == ("a1", "boot-1", 5)
@@ -198,8 +187,8 @@ def test_an_advertisement_that_expires_unrefreshed_takes_the_agent_back_to_v1(
     shipper.start()
     try:
         asyncio.run(_as_controller(nats, lambda js: wire_advert.put_advert(js, POOL, [1, 2], 1.0)))
-        _wait(lambda: shipper.wire.version == WIRE_VERSION_2)
-        _wait(lambda: shipper.wire.version == 1, timeout=20)  # its entry lives 1 s; nobody puts it again
+        wait_for(lambda: shipper.wire.version == WIRE_VERSION_2)
+        wait_for(lambda: shipper.wire.version == 1, timeout=20)  # its entry lives 1 s; nobody puts it again
     finally:
         shipper.stop()
 
@@ -221,7 +210,7 @@ def test_a_promise_that_never_expires_is_not_taken(
     shipper = _agent(tmp_path, nats)
     shipper.start()
     try:
-        _wait(lambda: _consumer(running).advertiser.puts >= 2)
+        wait_for(lambda: _consumer(running).advertiser.puts >= 2)
         _reads_after(shipper, 2)
         assert shipper.wire.version == 1
         assert "agents take no promise from it" in caplog.text
@@ -236,7 +225,7 @@ def test_a_controller_told_nats_wire_1_keeps_its_agents_on_v1(tmp_path: Path, na
     shipper.start()
     try:
         consumer = _consumer(running)
-        _wait(lambda: consumer.advertiser.puts >= 1)
+        wait_for(lambda: consumer.advertiser.puts >= 1)
         _reads_after(shipper, 2)
         assert shipper.wire.version == 1
     finally:
@@ -256,12 +245,12 @@ def test_a_host_not_allowed_to_read_the_advertisement_ships_v1(tmp_path: Path) -
     shipper.start()
     try:
         consumer = _consumer(running)
-        _wait(lambda: consumer.advertiser.puts >= 1)
+        wait_for(lambda: consumer.advertiser.puts >= 1)
         _reads_after(shipper, 1)  # refused: nats-py's request times out (5 s)
         assert shipper.wire.version == 1
         buffer.add(gpu_rows("a1", time.time()))
         buffer.flush()
-        _wait(lambda: consumer.stats.acked >= 1)
+        wait_for(lambda: consumer.stats.acked >= 1)
         assert (consumer.stats.wire_v1, consumer.stats.wire_v2) == (1, 0)
     finally:
         shipper.stop()
