@@ -156,14 +156,13 @@ _SIGNATURE = itemgetter(1, 2, 3, 5, 6, 7, 8, 9)
 
 class _HostMemo(NamedTuple):
     """A steady host as the last round left it in the per-GPU state: while nothing else has touched that
-    state (no row or sample of the host since, no map emptied: `epoch`), a round whose summary of the host
-    says the same (`signature`) moves only each GPU's time (`Rules._keep_steady`): its names, addresses
-    and counters are those kept already."""
+    state (no row or sample of the host since; an emptied map drops every memo, `Rules._emptied`), a round
+    whose summary of the host says the same (`signature`) moves only each GPU's time (`Rules._keep_steady`):
+    its names, addresses and counters are those kept already."""
 
     signature: tuple[tuple[Any, ...], ...]
     keys: tuple[tuple[str, str], ...]  # each GPU's key into `previous`, in the summary's order
     read_keys: tuple[tuple[str, str], ...]  # into `read_at`
-    epoch: int
 
 
 # A steady host as the rules take it: its looks (`_steady_looks`), or its memo when the summary says what
@@ -193,8 +192,8 @@ class Rules:
     names: dict[tuple[str, str], _GpuNames] = field(default_factory=dict)
     # Called every PACE_ROWS sample rows: where the caller may let other threads run (fleetguard.pacing).
     pace: Callable[[], None] = field(default=_no_pause, repr=False, compare=False)
-    # Steady hosts as the last round left them (`_HostMemo`); `epoch` counts the times a per-GPU map was
-    # emptied (each memo holds the count it was made at; `_emptied` drops them all).
+    # Steady hosts as the last round left them (`_HostMemo`), all dropped when a per-GPU map is emptied;
+    # `epoch` counts those times (a host whose take saw one makes no memo: `_keep_steady`).
     memos: dict[str, _HostMemo] = field(default_factory=dict, repr=False, compare=False)
     epoch: int = field(default=0, repr=False, compare=False)
 
@@ -277,7 +276,7 @@ class Rules:
         GPUs, between hosts."""
         gpu = ComponentKind.GPU
         busy_hosts = {host for host, kind, _ in busy if kind is gpu}
-        memos, epoch = self.memos, self.epoch
+        memos = self.memos
         taken: list[_SteadyTake] = []
         by_rows: set[str] = set()
         since_pause = 0
@@ -292,7 +291,7 @@ class Rules:
                 continue
             hot = host in busy_hosts
             memo = None if hot else memos.get(host)
-            if memo is not None and memo.epoch == epoch and memo.signature == tuple(map(_SIGNATURE, gpus)):
+            if memo is not None and memo.signature == tuple(map(_SIGNATURE, gpus)):
                 taken.append((host, gpus, memo))
                 continue
             looks = self._steady_looks(host, gpus, busy if hot else ())
@@ -313,8 +312,8 @@ class Rules:
                 self.pace()
                 since_pause = 0
             if isinstance(looks, _HostMemo):
-                # Names, addresses and counters are those kept (the memo's epoch and signature say so):
-                # of `_remember` and `_read_many`, only the times move.
+                # Names, addresses and counters are those kept (no memo outlives an emptied map, and its
+                # signature says so): of `_remember` and `_read_many`, only the times move.
                 for g, key, read_key in zip(gpus, looks.keys, looks.read_keys, strict=True):
                     ts = g.ts
                     if ts >= kept[key][0]:
@@ -360,9 +359,8 @@ class Rules:
                 self._memo(host, gpus)
 
     def _emptied(self) -> None:
-        """A per-GPU map was emptied: every memo made before stands for state now gone. Dropped with it, not
-        only outdated by `epoch`: kept, stale memos would pile up (MAX_GPUS hosts of however many GPUs each)
-        past the bound on the state itself."""
+        """A per-GPU map was emptied: every memo made before stands for state now gone, and is dropped (kept,
+        stale memos would also pile up past the bound on the state itself)."""
         self.epoch += 1
         self.memos.clear()
 
@@ -372,7 +370,7 @@ class Rules:
             memos.clear()
         keys = tuple((host, g.uuid) for g in gpus)
         read_keys = tuple(known[key].read_key for key in keys)
-        memos[host] = _HostMemo(tuple(map(_SIGNATURE, gpus)), keys, read_keys, self.epoch)
+        memos[host] = _HostMemo(tuple(map(_SIGNATURE, gpus)), keys, read_keys)
 
     def _forget(self, hosts: Iterable[str]) -> None:
         """The memos of hosts whose rows or samples the rules took one by one: that may have moved state a

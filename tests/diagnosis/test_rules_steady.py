@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from diagnosis.model import ComponentKind
-from diagnosis.rules import GPU_ROW_ORDER, Reading, Rows, Rules, Signals, SteadyGpu
+from diagnosis.rules import GPU_ROW_ORDER, Reading, Rows, Rules, Signals, SteadyGpu, _HostMemo
 from diagnosis.rules_gpu import may_fault
 from fleetguard.records.telemetry import Event, EventKind, GpuSample
 from fleetguard.settings.policy_files import load_policy
@@ -164,7 +164,7 @@ def test_steady_gpus_summed_up_leave_the_rules_where_their_rows_do(
 
     def counted(rules: Rules, taken: Any) -> None:
         nonlocal remembered
-        remembered += sum(isinstance(t[2], tuple) and hasattr(t[2], "epoch") for t in taken)
+        remembered += sum(isinstance(t[2], _HostMemo) for t in taken)
         keep(rules, taken)
 
     monkeypatch.setattr(Rules, "_keep_steady", counted)
@@ -251,7 +251,7 @@ def test_a_memo_made_before_a_map_was_emptied_is_not_taken(
     keep = Rules._keep_steady
 
     def counted(rules: Rules, taken: Any) -> None:
-        remembered.append(sum(isinstance(t[2], tuple) and hasattr(t[2], "epoch") for t in taken))
+        remembered.append(sum(isinstance(t[2], _HostMemo) for t in taken))
         keep(rules, taken)
 
     monkeypatch.setattr(Rules, "_keep_steady", counted)
@@ -319,7 +319,7 @@ class _Both:
 
         def counted(rules: Rules, taken: Any) -> None:
             if rules is self.summed:
-                self.taken_by_memo.append(sum(hasattr(t[2], "epoch") for t in taken))
+                self.taken_by_memo.append(sum(isinstance(t[2], _HostMemo) for t in taken))
             keep(rules, taken)
 
         monkeypatch.setattr(Rules, "_keep_steady", counted)
