@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import random
@@ -219,6 +220,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     init_process_group(attempt)
+    train(args, attempt)
+    # DistributedDataParallel's reducer sits in a reference cycle and holds the process group: left to the
+    # cyclic collector, gloo may be torn down during interpreter shutdown, which aborts the rank (SIGABRT)
+    # after a clean run. train's locals are gone here; collect DDP now, then destroy the group.
+    gc.collect()
+    dist.destroy_process_group()
+    return 0
+
+
+def train(args: argparse.Namespace, attempt: int) -> None:
+    """Steps from the latest complete checkpoint to --steps (or a stop request), checkpointing as asked."""
     rank, world = dist.get_rank(), dist.get_world_size()
     events = Events(args.events, rank, attempt)
     fg.attach(heartbeat_interval_seconds=args.heartbeat_seconds)
@@ -294,8 +306,6 @@ def main(argv: list[str] | None = None) -> int:
     fg.step_end(last)
     events.emit("done", stopped=stopped)
     fg.close()
-    dist.destroy_process_group()
-    return 0
 
 
 if __name__ == "__main__":

@@ -53,7 +53,10 @@ def _train(ckpt: Path, trainer: str) -> None:
         for r in range(WORLD)
     ]
     outputs = [rank.communicate(timeout=90)[0].decode(errors="replace") for rank in ranks]
-    assert [rank.returncode for rank in ranks] == [0] * WORLD, outputs
+    if [rank.returncode for rank in ranks] != [0] * WORLD:  # each rank's whole tail: pytest cuts a long repr
+        pytest.fail(
+            "\n".join(f"rank {r} exited {ranks[r].returncode}:\n{outputs[r][-4000:]}" for r in range(WORLD))
+        )
 
 
 # Run in a child: importing torch into the pytest process would cost every collection of this module 1.7 s.
@@ -91,3 +94,41 @@ def test_the_plain_trainer_reaches_the_parameters_ddp_and_torch_optim_reach(tmp_
     # each rank draws its own batches: ranks equal after five steps means the gradients were averaged
     assert seen["ddp_ranks_equal"] is True
     assert seen["plain_close"] == seen["keys"]  # on every rank of the plain run
+
+
+# With automatic collection off, as when no collection happens to run before the interpreter shuts down.
+_TEARDOWN = """
+import gc, importlib.util, json, sys
+gc.disable()
+spec = importlib.util.spec_from_file_location("train_ddp", sys.argv[1])
+example = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(example)
+rc = example.main(sys.argv[2:])
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+alive = sum(isinstance(o, DistributedDataParallel) for o in gc.get_objects())
+print(json.dumps({"rc": rc, "ddp_alive": alive, "group": dist.is_initialized()}))
+"""
+
+
+def test_a_ddp_rank_frees_ddp_and_its_process_group_before_the_interpreter_shuts_down(tmp_path: Path) -> None:
+    """DDP's reducer sits in a reference cycle and holds the gloo process group. Left for the interpreter's
+    shutdown to collect, gloo's teardown there aborted a rank that had trained cleanly (SIGABRT in CI)."""
+    env = {
+        **os.environ,
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(_free_port()),
+        "WORLD_SIZE": "1",
+        "LOCAL_WORLD_SIZE": "1",
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "FLEETGUARD_AGENT_URL": f"127.0.0.1:{_free_port()}",  # nobody there: the client carries on
+        "FLEETGUARD_JOB_ID": "trainers-teardown",
+        "PYTHONPATH": str(REPO),
+        "OMP_NUM_THREADS": "1",
+    }
+    argv = [sys.executable, "-c", _TEARDOWN, str(EXAMPLE), f"--ckpt-dir={tmp_path}", "--steps=2"]
+    argv += ["--step-seconds=0", "--trainer=ddp"]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=90, cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"rc": 0, "ddp_alive": 0, "group": False}
