@@ -30,8 +30,9 @@ from diagnosis.model import ComponentKind, IncidentKey, Observation, RepairActio
 from diagnosis.pending import Pending
 from diagnosis.policy import Policy
 from diagnosis.rules import Rules, Signals
+from diagnosis.rules_events import FINDING_FLEET_HOST
 
-BREAKER_KEY = IncidentKey("fleet", ComponentKind.HOST, "fleet", "breaker:tripped")
+BREAKER_KEY = IncidentKey(FINDING_FLEET_HOST, ComponentKind.HOST, FINDING_FLEET_HOST, "breaker:tripped")
 MAX_PENDING = 200_000  # keys seen but below their threshold; the oldest go first beyond this
 MAX_EVIDENCE_OBSERVATIONS = 20
 _READ_RULES = ("gpu.", "counters.")  # faults read from GPU samples or port counters

@@ -82,6 +82,17 @@ def _xid(event: Event, policy: Policy, uuids: Mapping[tuple[str, str], str]) -> 
 
 # The host a finding without one is keyed to (readers that leave hosts out must leave this one out too).
 FINDING_FLEET_HOST = "fleet"
+# Host names no host may take: a host called "fleet" would share its incidents with the fleet-wide findings
+# and the breaker, and a fleet-wide incident's action would land on it. Refused where a name enters: the
+# agent's config, a token's issue, every ingested batch.
+RESERVED_HOST_NAMES = frozenset({FINDING_FLEET_HOST})
+
+
+def reserved_host_name(host: str) -> str | None:
+    """Why `host` may not name a host, or None when it may."""
+    if host in RESERVED_HOST_NAMES:
+        return f"host name {host!r} is reserved for fleet-wide incidents; give this host another name"
+    return None
 
 
 def finding_observation(finding: Finding, policy: Policy) -> Observation | None:

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from fleetguard import __version__, stop_signals
-from fleetguard.config_options import config_options, load
+from fleetguard.config_options import agent_host, config_options, load
 from fleetguard.read_client import token_option
 from fleetguard.startup import StartupError, one_line
 
@@ -172,6 +172,7 @@ def agent(
     from fleetguard.runtime.extension import runtime_extension
 
     config = load(config_path, **_daemon_overrides(store_path, metrics_port, simulate, no_faults, no_nvml))
+    agent_host(config)  # the name its rows, runtime findings and incidents are filed under
     try:
         sources = build_sources(config)
     except NoSources as exc:

@@ -480,6 +480,22 @@ def _validate_policy(config: Config) -> None:
         raise ConfigError(str(exc)) from exc
 
 
+def _check_agent_host(key: str, host: str) -> None:
+    from diagnosis.rules_events import reserved_host_name
+
+    reserved = reserved_host_name(host)
+    if reserved is not None:
+        raise ConfigError(f"{key}: {reserved}")
+
+
+def check_agent_host(config: Config) -> str:
+    """The name this host's agent goes by, or a ConfigError when no host may take it (a hostname is
+    checked here, at the agent's start, rather than in every command that loads a config)."""
+    key = "agent.host" if config.agent.host else "this machine's hostname (agent.host)"
+    _check_agent_host(key, config.host)
+    return config.host
+
+
 def _validate(config: Config) -> None:
     def need(ok: bool, key: str, why: str) -> None:
         if not ok:
@@ -490,6 +506,8 @@ def _validate(config: Config) -> None:
     need(rt.max_ranks_per_uid <= rt.max_ranks, "runtime.max_ranks_per_uid", "must be <= runtime.max_ranks")
 
     _validate_policy(config)
+    if config.agent.host:  # this machine's hostname, when it is the name, is checked where the agent starts
+        _check_agent_host("agent.host", config.agent.host)
 
     _check_bounds(config)
     _check_listen_address("agent.metrics_address", config.agent.metrics_address)

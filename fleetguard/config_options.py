@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from fleetguard.config import Config, ConfigError, load_config
+from fleetguard.config import Config, ConfigError, check_agent_host, load_config
 
 
 def config_options(fn: Any) -> Any:
@@ -29,5 +29,13 @@ def load(config_path: str | None, **overrides: Any) -> Config:
     """Load the config or exit non-zero with the key and the reason."""
     try:
         return load_config(config_path, overrides={k: v for k, v in overrides.items() if v is not None})
+    except ConfigError as exc:
+        raise click.ClickException(f"invalid configuration: {exc}") from exc
+
+
+def agent_host(config: Config) -> str:
+    """The name this host's agent goes by, or exit non-zero saying why no host may take it."""
+    try:
+        return check_agent_host(config)
     except ConfigError as exc:
         raise click.ClickException(f"invalid configuration: {exc}") from exc

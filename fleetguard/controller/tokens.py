@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from diagnosis.rules_events import reserved_host_name
 from fleetguard import secret_files
 
 FILE_VERSION = 1
@@ -93,8 +94,7 @@ def add_token(path: Path, host: str, role: Role = Role.AGENT, *, replace: bool =
     """Make a token for `host`, store its hash in `path` (created 0600), return the token (shown once).
 
     `replace` drops the host's earlier tokens (rotation); otherwise they stay valid beside the new one."""
-    if not host or len(host) > 256 or not host.isprintable():
-        raise TokenFileError(f"host {host[:64]!r}: expected 1-256 printable characters")
+    _check_host(host, role)
     entries = [e for e in _read(path) if not (replace and e.get("host") == host)]
     token = new_token()
     entries.append({"host": host, "role": role.value, "sha256": hash_token(token), "created_ts": time.time()})
@@ -102,8 +102,18 @@ def add_token(path: Path, host: str, role: Role = Role.AGENT, *, replace: bool =
     return token
 
 
+def _check_host(host: str, role: Role) -> None:
+    if not host or len(host) > 256 or not host.isprintable():
+        raise TokenFileError(f"host {host[:64]!r}: expected 1-256 printable characters")
+    reserved = reserved_host_name(host) if role is Role.AGENT else None
+    if reserved is not None:  # its batches would be refused (validate.check_batch): refuse the token first
+        raise TokenFileError(reserved)
+
+
 def add_tokens(path: Path, hosts: list[str]) -> dict[str, str]:
     """Tokens for many hosts in one write (provisioning a fleet, benchmarks); host -> token."""
+    for host in hosts:
+        _check_host(host, Role.AGENT)
     entries = _read(path)
     tokens = {host: new_token() for host in hosts}
     now = time.time()

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from diagnosis.rules_events import reserved_host_name
 from fleetguard.controller import wire_schema
 from fleetguard.controller.wire_schema import MAX_TEXT_CHARS, MAX_TS, MIN_TS
 from fleetguard.controller.wire_v2_schema import WireV2Refused, decode_v2, decode_v2_plain
@@ -188,6 +189,9 @@ def check_batch(
     host = _short_text("host", doc["host"])
     if host != authenticated_host:
         raise BatchRefused(Refusal.WRONG_HOST, f"batch.host {host[:64]!r} is not the host of this token")
+    reserved = reserved_host_name(host)
+    if reserved is not None:  # a token made before names were reserved, or a file edited by hand
+        raise BatchRefused(Refusal.WRONG_HOST, reserved)
     seq = doc["seq"]
     max_ts = MAX_TS if now is None else min(MAX_TS, now + MAX_FUTURE_SECONDS)
     if type(seq) is not int or not 1 <= seq <= INT64_MAX:

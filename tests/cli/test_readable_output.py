@@ -158,3 +158,35 @@ def test_policy_replay_prints_counts_as_words_and_json_for_scripts(fleet_store: 
     text = readable(run(*args, cwd=tmp_path))
     assert "incidents" in text and "{" not in text
     assert isinstance(json.loads(readable(run(*args, "--json", cwd=tmp_path))), dict)
+
+
+def _agent_refusal(
+    tmp_path: Path, prefix: list[str], env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    argv = [*prefix, FLEETGUARD, "agent", "--simulate", "1x1", "--duration", "5"]
+    argv += ["--store", str(tmp_path / "agent.duckdb"), "--metrics-port", "0", "--no-runtime"]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, env={**os.environ, **env})
+
+
+def test_an_agent_named_like_the_fleet_wide_incidents_refuses_to_start_in_one_line(tmp_path: Path) -> None:
+    named = _agent_refusal(tmp_path, [], {"FLEETGUARD_AGENT_HOST": "fleet"})
+    assert named.returncode == 1
+    assert named.stderr.strip().splitlines() == [
+        "Error: invalid configuration: agent.host: host name 'fleet' is reserved for fleet-wide incidents; "
+        "give this host another name"
+    ]
+    assert not (tmp_path / "agent.duckdb").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a hostname of its own needs a UTS namespace (root)")
+def test_an_agent_on_a_machine_whose_hostname_is_reserved_says_so_and_how_to_name_it(tmp_path: Path) -> None:
+    # Its own UTS namespace: the machine's hostname is "fleet" for this agent alone.
+    shell = ["unshare", "--uts", "sh", "-c", 'hostname fleet && exec "$@"', "sh"]
+    hostname = _agent_refusal(tmp_path, shell, {})
+    assert hostname.returncode == 1, hostname.stderr
+    (line,) = hostname.stderr.strip().splitlines()
+    assert line.startswith("Error: invalid configuration: this machine's hostname (agent.host): ")
+    assert line.endswith("'fleet' is reserved for fleet-wide incidents; give this host another name")
+    # with a name of its own the same machine's agent starts
+    ok = _agent_refusal(tmp_path, shell, {"FLEETGUARD_AGENT_HOST": "gpu-017"})
+    assert ok.returncode == 0, ok.stderr

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetguard.config import BOUNDS, ConfigError, load_config
+from fleetguard.config import BOUNDS, ConfigError, check_agent_host, load_config
 
 INTERVALS = [key for key in BOUNDS if key.endswith(("_seconds", "_days"))]
 
@@ -141,3 +141,17 @@ def test_a_nul_character_in_a_path_or_command_is_refused_at_load(tmp_path: Path,
     path.write_text(toml)
     with pytest.raises(ConfigError, match=f"{key}: contains a NUL character"):
         load_config(path, env={})
+
+
+def test_the_name_fleet_wide_incidents_are_filed_under_is_no_agents_host(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with pytest.raises(ConfigError, match=r"^agent\.host: host name 'fleet' is reserved"):
+        load_config(None, env={"FLEETGUARD_AGENT_HOST": "fleet"})
+    # A machine whose hostname is the name: every command still loads the config (a controller or a
+    # dashboard may run there); the agent, which files its rows under it, refuses at its start.
+    monkeypatch.setattr("socket.gethostname", lambda: "fleet")
+    config = load_config(None, env={})
+    with pytest.raises(ConfigError, match=r"^this machine's hostname \(agent\.host\): host name 'fleet'"):
+        check_agent_host(config)
+    assert check_agent_host(load_config(None, env={"FLEETGUARD_AGENT_HOST": "gpu-017"})) == "gpu-017"

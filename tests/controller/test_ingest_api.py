@@ -9,6 +9,7 @@ from pathlib import Path
 
 import duckdb
 
+from fleetguard.controller.tokens import hash_token, new_token
 from fleetguard.records.action_requests import ActionKind
 from fleetguard.records.findings import ActionOutcome, ActionRecord, Finding, FindingKind, Severity
 from fleetguard.shipping.wire import columns_by_table, encode
@@ -63,6 +64,29 @@ def test_a_batch_naming_another_host_than_its_token_is_403(controller: Controlle
     reply = controller.ship(batch("node-b", 1), token=controller.tokens["node-a"])
     assert reply.status == 403
     assert reply.doc["reason"] == "wrong_host"
+
+
+def test_a_host_named_like_the_fleet_wide_incidents_is_403_and_nothing_of_it_is_stored(
+    tmp_path: Path,
+) -> None:
+    """A token for "fleet" made before the name was reserved (add_token refuses it now), as it sits in the
+    file: its host's incidents would share keys with the fleet-wide findings and the breaker."""
+    c = start_test_controller(tmp_path)
+    path = c.config_overrides["store.path"]
+    try:
+        tokens_file = Path(c.config_overrides["controller.tokens_file"])
+        doc = json.loads(tokens_file.read_text())
+        token = new_token()
+        doc["tokens"].append({"host": "fleet", "role": "agent", "sha256": hash_token(token), "created_ts": 0})
+        tokens_file.write_text(json.dumps(doc))  # the file keeps its 0600
+        reply = c.ship(batch("fleet", 1), token=token)
+        assert (reply.status, reply.doc["reason"]) == (403, "wrong_host")
+        assert "reserved" in reply.doc["error"]
+        assert c.ship(batch("node-a", 1)).status == 200
+    finally:
+        c.running.stop()
+    assert _count(path, "SELECT count(*) FROM gpu_samples WHERE host = 'fleet'") == 0
+    assert _count(path, "SELECT count(*) FROM gpu_samples WHERE host = 'node-a'") == 2
 
 
 def test_rows_of_another_host_inside_a_batch_are_400_so_the_agent_sets_the_batch_aside(

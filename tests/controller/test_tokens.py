@@ -177,3 +177,15 @@ def test_while_a_due_look_at_the_file_is_under_way_known_still_says_look(
         finish.set()
         looking.join(10)
     assert book.known(f"Bearer {agent}") == Identity("node-a", Role.AGENT)
+
+
+def test_no_agent_token_is_made_for_the_name_fleet_wide_incidents_are_filed_under(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.json"
+    add_token(path, "node-a")
+    before = path.read_text()
+    with pytest.raises(TokenFileError, match="reserved"):
+        add_token(path, "fleet")
+    with pytest.raises(TokenFileError, match="reserved"):  # provisioning: none of the batch is written
+        tokens.add_tokens(path, ["node-b", "fleet"])
+    assert path.read_text() == before
+    assert tokens.add_tokens(path, ["node-b"]).keys() == {"node-b"}
