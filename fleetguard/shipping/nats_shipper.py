@@ -223,7 +223,8 @@ class NatsTransport:
 
     async def _watch_wire(self, js: JetStreamContext, read_now: asyncio.Event) -> None:
         """The controller's advertisement into the wire choice, now and then every ADVERT_REFRESH_SECONDS
-        or at `read_now` (a reconnect); a read that fails (NATS down, no permission to read it) is
+        or at `read_now` (a reconnect). A read that fails (NATS slow or down, no permission to read it)
+        keeps what the last read found until the entry it read lapses (`AdvertReader.held`), then is
         version 1. Runs until cancelled (at close)."""
         said_failing = False
         while True:
@@ -235,12 +236,15 @@ class NatsTransport:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # nats-py raises several unrelated types
-                versions = None
+                versions = self._advert.held(time.time())
                 if not said_failing:
                     log.info(
-                        "cannot read which wire versions the controller reads (%s: %s); sending version 1",
+                        "cannot read which wire versions the controller reads (%s: %s); %s",
                         type(exc).__name__,
                         exc,
+                        "sending version 1"
+                        if versions is None
+                        else "keeping what it last said until that lapses",
                     )
                 said_failing = True
             self.wire.controller_reads(versions)
@@ -252,8 +256,12 @@ class NatsTransport:
                     versions or "version 1 only",
                     self.wire.version,
                 )
+            wait = wire_advert.ADVERT_REFRESH_SECONDS
+            held_until, now = self._advert.held_until(), time.time()
+            if said_failing and held_until is not None and held_until > now:
+                wait = min(wait, held_until - now)  # read again by the time what is kept lapses
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(read_now.wait(), wire_advert.ADVERT_REFRESH_SECONDS)
+                await asyncio.wait_for(read_now.wait(), wait)
 
     async def _publish(self, body: bytes, boot_id: str, seq: int) -> None:
         import nats.js.errors

@@ -93,28 +93,55 @@ async def read_advert(js: JetStreamContext, pool: str, *, check_bucket: bool = T
     """The agent's read: the versions the pool's controller says it reads, None when nothing (or nothing
     trustworthy) says so. Raises what nats-py raises when NATS cannot answer (the caller: version 1).
     `check_bucket=False` skips the bucket's max age (checked lately: `AdvertReader`)."""
+    if check_bucket and not _expires(await _bucket_max_age(js, pool)):
+        return None  # a promise that never expires would outlive a downgraded controller
+    entry = await _entry(js, pool)
+    return None if entry is None else entry[0]
+
+
+async def _bucket_max_age(js: JetStreamContext, pool: str) -> float | None:
+    """How long the bucket keeps an entry; None for no bucket (nothing advertised)."""
     from nats.js.errors import NotFoundError
 
     try:
-        if check_bucket and not _expires((await js.stream_info(advert_stream(pool))).config.max_age):
-            return None  # a promise that never expires would outlive a downgraded controller
+        return (await js.stream_info(advert_stream(pool))).config.max_age
+    except NotFoundError:
+        return None
+
+
+async def _entry(js: JetStreamContext, pool: str) -> tuple[list[int], float | None] | None:
+    """The stored versions and when the controller put them (the server's clock, seconds), None when no
+    entry is there (none put, expired, or deleted) or it is not an advertisement."""
+    from nats.js.errors import NotFoundError
+
+    try:
         msg = await js.get_msg(advert_stream(pool), subject=advert_subject(pool, ADVERT_KEY), direct=False)
     except NotFoundError:  # no bucket (no controller advertised), or its entry expired or was deleted
         return None
     if msg.headers and msg.headers.get(_KV_OPERATION) in _KV_REMOVED:
         return None
-    return parse_advert(msg.data)
+    versions = parse_advert(msg.data)
+    if versions is None:
+        return None
+    return versions, None if msg.time is None else msg.time.timestamp()
 
 
 class AdvertReader:
     """An agent's reads, one each ADVERT_REFRESH_SECONDS: the bucket's max age is checked on the first read,
     after a `recheck` (a reconnect), after any read that found no promise, and every BUCKET_CHECK_EVERY
     reads; the reads between fetch the entry alone, one JetStream request rather than two (a fleet of
-    4,096 agents makes ~68 a second)."""
+    4,096 agents makes ~68 a second).
+
+    What the last read found is held until the entry it read lapses (`held`): a read that fails (NATS
+    slow to answer under load, a blip) says nothing about the promise, which the bucket keeps until then
+    whatever the agent can read. Sending version 1 at the first failed read would double the controller's
+    cost of this agent's batches just when NATS is loaded."""
 
     def __init__(self, pool: str) -> None:
         self.pool = pool
         self._unchecked_reads: int | None = None  # None: check the bucket at the next read
+        self._max_age: float | None = None  # the bucket's, from its last check
+        self._held: tuple[list[int], float] | None = None  # the last read's versions, until (wall clock)
 
     def recheck(self) -> None:
         self._unchecked_reads = None
@@ -123,7 +150,30 @@ class AdvertReader:
         since = self._unchecked_reads
         check = since is None or since >= BUCKET_CHECK_EVERY
         self._unchecked_reads = None  # until this read finds a promise (one that raises: checked next time)
-        versions = await read_advert(js, self.pool, check_bucket=check)
-        if versions is not None:
-            self._unchecked_reads = 0 if check or since is None else since + 1
+        if check:
+            max_age = await _bucket_max_age(js, self.pool)
+            if not _expires(max_age):
+                self._held = None
+                return None  # a promise that never expires would outlive a downgraded controller
+            self._max_age = max_age
+        entry = await _entry(js, self.pool)
+        if entry is None:
+            self._held = None
+            return None
+        versions, stored_ts = entry
+        self._unchecked_reads = 0 if check or since is None else since + 1
+        max_age = self._max_age
+        # No time said: nothing is held past this read (a failed read then means version 1, as before).
+        self._held = None if stored_ts is None or max_age is None else (versions, stored_ts + max_age)
         return versions
+
+    def held(self, now_ts: float) -> list[int] | None:
+        """The versions the last successful read found, while the entry it read has not lapsed (`now_ts`:
+        the wall clock, as the server stamps entries; NTP's skew is far inside an entry's minutes)."""
+        if self._held is None or now_ts >= self._held[1]:
+            return None
+        return self._held[0]
+
+    def held_until(self) -> float | None:
+        """When what is held lapses (wall clock), None when nothing is."""
+        return None if self._held is None else self._held[1]

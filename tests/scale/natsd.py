@@ -125,6 +125,13 @@ class NatsServer:
                 time.sleep(0.05)  # polling a real nats-server starting: it offers no event to wait on
         raise TimeoutError("nats-server did not start")
 
+    def reload(self) -> None:
+        """Write the config again (after a change to, say, `advert_reads`) and have the running server read
+        it (SIGHUP): its users' permissions change under their open connections."""
+        assert self.proc is not None
+        (self.root / "nats-server.conf").write_text(self.config_text())
+        self.proc.send_signal(signal.SIGHUP)
+
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGKILL)

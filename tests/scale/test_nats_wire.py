@@ -284,3 +284,34 @@ def test_the_bucket_is_checked_on_the_first_read_every_tenth_and_after_a_recheck
     seen = asyncio.run(_as_controller(nats, reads))
     every = wire_advert.BUCKET_CHECK_EVERY
     assert seen == [1] * (every + 1) + [2] * (every + 1) + [3]
+
+
+def test_a_failed_read_keeps_what_the_controller_said_until_the_entry_it_read_lapses(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reads that fail (NATS slow under load, a blip) say nothing of the promise, which the bucket keeps until
+    its entry lapses: an agent that went back to version 1 at once would double the controller's cost of its
+    batches just when NATS is loaded. Here the agent's reads are refused from some moment on (its server's
+    permissions reloaded); it keeps version 2 until the entry it read lapses, then sends version 1."""
+    require_nats_server()
+    nats = NatsServer(tmp_path, {"a1": POOL})
+    nats.start()
+    shipper = _agent(tmp_path, nats)
+    shipper.start()
+    ttl = 12.0
+    try:
+        caplog.set_level("INFO", logger="fleetguard.shipping.nats_shipper")
+        asyncio.run(_as_controller(nats, lambda js: wire_advert.put_advert(js, POOL, [1, 2], ttl)))
+        put_at = time.time()
+        wait_for(lambda: shipper.wire.version == WIRE_VERSION_2)
+        nats.advert_reads = False
+        nats.reload()
+        wait_for(lambda: "cannot read which wire versions" in caplog.text)  # a read refused (timed out)
+        assert time.time() < put_at + ttl  # within the entry's life: the case this test is about
+        assert shipper.wire.version == WIRE_VERSION_2
+        assert "keeping what it last said until that lapses" in caplog.text
+        wait_for(lambda: shipper.wire.version == 1)
+        assert time.time() >= put_at + ttl - 1.0  # not before the entry lapsed (1 s: the server's stamp)
+    finally:
+        shipper.stop()
+        nats.stop()
