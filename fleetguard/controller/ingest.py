@@ -243,15 +243,25 @@ class IngestWriter:
             return True
 
     def accept(
-        self, items: list[tuple[IngestBatch, JournalEntry]], *, replies: bool = True
+        self,
+        items: list[tuple[IngestBatch, JournalEntry]],
+        *,
+        replies: bool = True,
+        awaited: Callable[[int], bool] | None = None,
     ) -> list[IngestResult | BatchRefused]:
         """With a journal: each batch answered once its entry is on disk (one fdatasync for them all), then
         queued for its lane; a batch already committed or journaled is a duplicate, not journaled again. A
         full lane or journal refuses (503: the agent keeps it in its spool and sends it later), and so does a
         copy of a batch another call is still appending: answered "duplicate" it would be dropped by its
-        agent, and that append may yet fail (then neither copy is kept)."""
+        agent, and that append may yet fail (then neither copy is kept). `awaited(i)`: whether item i's
+        answer is still waited for, asked under _state as its commands are chosen; one nobody waits for
+        carries none, and none is counted as delivered (None: every answer is awaited)."""
         journal = self.journal
         assert journal is not None
+
+        def carries(i: int) -> bool:  # under _state, at the moment item i's commands are chosen
+            return replies and (awaited is None or awaited(i))
+
         received = time.monotonic()  # the latency histogram counts from here, the journal's append included
         answers: list[IngestResult | BatchRefused | None] = [None] * len(items)
         fresh: list[int] = []
@@ -268,7 +278,7 @@ class IngestWriter:
                 spills = planned.get(id(lane), 0) >= lane.room()  # past its checked capacity: a shell
                 if key in self.ledger or key in self._held_keys:
                     self.stats.duplicates += 1
-                    answers[i] = IngestResult(duplicate=True, commands=self._send(batch.host, replies))
+                    answers[i] = IngestResult(duplicate=True, commands=self._send(batch.host, carries(i)))
                 elif key in first:  # settled with its first copy: one append, taken or refused whole
                     copies.append((i, first[key]))
                 elif key in self._appending:
@@ -310,10 +320,14 @@ class IngestWriter:
                     self._appending.discard(batch.key)
                     self._held_keys.add(batch.key)
                 for i in fresh:
-                    answers[i] = IngestResult(duplicate=False, commands=self._send(items[i][0].host, replies))
+                    answers[i] = IngestResult(
+                        duplicate=False, commands=self._send(items[i][0].host, carries(i))
+                    )
                 for i, _ in copies:  # once each, under the lock: the stats and commands are the lanes' too
                     self.stats.duplicates += 1
-                    answers[i] = IngestResult(duplicate=True, commands=self._send(items[i][0].host, replies))
+                    answers[i] = IngestResult(
+                        duplicate=True, commands=self._send(items[i][0].host, carries(i))
+                    )
         finally:
             # On disk, so queued whatever failed above (the caller then answers 503; the agent's resend is
             # a duplicate): never left "being written", which would answer every resend 503 until a restart.

@@ -2,10 +2,12 @@
 NATS publish, noted when sent and written by the writer's next commit; none lost to a failed commit or to
 the writer's stop, and none for an answer to a NATS batch (its host is sent its commands over NATS), nor
 for an answer nobody was given: a waiter that gave up before its commit chose the commands (HTTP without a
-journal, `up`'s in-process flush)."""
+journal, `up`'s in-process flush), a loop request cancelled before the journal thread chose them."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -20,8 +22,10 @@ from fleetguard.controller.command_queue import record_deliveries
 from fleetguard.controller.ingest import IngestResult, IngestWriter, Pending
 from fleetguard.controller.inprocess import IngestBuffer
 from fleetguard.controller.journal import Journal, JournalEntry
+from fleetguard.controller.loop_ingest import JournalThread
 from fleetguard.controller.stats import ControllerStats
-from fleetguard.controller.validate import IngestBatch, parse_batch
+from fleetguard.controller.validate import BatchRefused, IngestBatch, parse_batch
+from fleetguard.httpserve import Response
 from fleetguard.shipping.channel import CommandChannel
 from fleetguard.shipping.commands import CommandKind, CommandOutcome, HostCommand
 from fleetguard.shipping.wire import encode
@@ -246,4 +250,51 @@ def test_an_in_process_flush_that_gave_up_counts_no_command_and_its_resubmission
         release.set()
         channel.stop()
         writer.stop()
+        store.close()
+
+
+def test_a_loop_request_cancelled_before_its_commands_were_chosen_counts_none(
+    tmp_path: Path, path: Path
+) -> None:
+    """A loop request whose future is cancelled (its task ended) before the journal thread hands it to the
+    writer: the batch is journaled, but its answer counts no copy; the resend's answer carries it."""
+    store = Store.open(str(path))
+    journal = Journal.open(tmp_path / "controller.duckdb.journal")
+    stats = ControllerStats()
+    writer = IngestWriter(store, SystemClock(), stats, journal=journal, lanes=1)
+    writer.start()
+    settled: list[str] = []
+
+    def answer(seq: int, result: IngestResult) -> Response:
+        return Response.json(
+            200, {"duplicate": result.duplicate, "ids": [c.command_id for c in result.commands]}
+        )
+
+    def refuse(exc: BatchRefused) -> Response:
+        return Response.json(exc.status, {"reason": exc.reason.value})
+
+    journal_thread = JournalThread(writer, answer, refuse, settled.append)
+    journal_thread.start()
+
+    async def cancelled_then_sent_again() -> Response:
+        gone = journal_thread.submit(*_checked("node-a", 1))
+        gone.cancel()  # in this turn, before the journal thread is handed the batch
+        deadline = time.monotonic() + 10
+        while not settled:
+            assert time.monotonic() < deadline, "the cancelled request's batch was settled"
+            await asyncio.sleep(0.01)
+        return await journal_thread.submit(*_checked("node-a", 1))
+
+    try:
+        command = writer.queue_command("node-a", CommandKind.CORDON, None, "test")
+        again = json.loads(asyncio.run(cancelled_then_sent_again()).body)
+        assert again == {"duplicate": True, "ids": [command.command_id]}, "journaled, and still pending"
+        assert writer.wait_committed(20)
+        writer.stop()
+        assert stats.commands_delivered == 1
+        assert _deliveries(store, command.command_id) == 1
+    finally:
+        journal_thread.stop()
+        writer.stop()
+        journal.close()
         store.close()
