@@ -68,6 +68,9 @@ STORE_RETRY_SECONDS = 0.5
 STORE_RETRY_CAP_SECONDS = 10.0
 # At start, how long the replay of the journal waits for a full lane to take a batch before giving up.
 REPLAY_WAIT_SECONDS = 120.0
+# How long a waiter that gave up still waits for an answer whose commands the commit chose first
+# (`wait_answer`): only the commit hooks (rollups, the fleet runtime's feed: milliseconds) come between.
+CHOSEN_ANSWER_WAIT_SECONDS = 10.0
 # With a journal, how many more batches than `max_queue` a lane may hold, past it as their journaled bodies
 # only (_Lane). ~7 KB each rather than ~45-140 KB checked: 4 x 1,024 of them ride out a 5 s store stall
 # at 4,096 hosts in ~30 MB.
@@ -110,8 +113,12 @@ class Pending:
     # the lane checks its journaled body again when it takes it (`_Lane.put`).
     parsed: bool = True
     # Whether the host is answered (HTTP, in process), so its commands go out with the answer; False for a
-    # batch read from NATS, whose host is sent its commands by the command publisher instead.
+    # batch read from NATS, whose host is sent its commands by the command publisher instead, and for one
+    # whose waiter gave up before its commit chose them (`IngestWriter.abandon`: nobody reads that answer).
     replies: bool = True
+    # The commit chose the commands of this batch's answer and noted them as sent (under the writer's
+    # _state): from then on the answer is on its way and can no longer be abandoned.
+    chosen: bool = False
 
     def finish(self, result: IngestResult | None = None, error: BatchRefused | None = None) -> None:
         self.result, self.error = result, error
@@ -212,16 +219,49 @@ class IngestWriter:
             raise BatchRefused(Refusal.OVERLOADED, "the controller is behind; retry later") from None
         return pending
 
+    def wait_answer(self, pending: Pending, timeout: float) -> bool:
+        """Wait up to `timeout` for a submitted batch's commit; whether its answer (result or refusal) came.
+        A waiter that gives up first abandons it (`abandon`): the commit then chooses and counts no command
+        for an answer nobody reads. Unless the commit chose them already: that answer is on its way (the
+        commit hooks run between the choice and `done`), so it is waited for and given rather than a 503."""
+        if pending.done.wait(timeout):
+            return True
+        if self.abandon(pending):
+            return False
+        # Past this, given up all the same: its copies were counted, as for an answer lost on the wire.
+        return pending.done.wait(CHOSEN_ANSWER_WAIT_SECONDS)
+
+    def abandon(self, pending: Pending) -> bool:
+        """Give up waiting for a submitted batch: True if its commit had not chosen its answer's commands
+        yet, and now chooses none (`Pending.replies` off: no copy is counted as delivered to nobody; the
+        batch itself is still committed, and a resend is answered "duplicate" with the commands). False if
+        it had, or the batch is settled already: then the caller waits for `done` and gives that answer."""
+        with self._state:  # the lock under which the commit chooses (`_choose`): one or the other is first
+            if pending.chosen or pending.done.is_set():
+                return False
+            pending.replies = False
+            return True
+
     def accept(
-        self, items: list[tuple[IngestBatch, JournalEntry]], *, replies: bool = True
+        self,
+        items: list[tuple[IngestBatch, JournalEntry]],
+        *,
+        replies: bool = True,
+        awaited: Callable[[int], bool] | None = None,
     ) -> list[IngestResult | BatchRefused]:
         """With a journal: each batch answered once its entry is on disk (one fdatasync for them all), then
         queued for its lane; a batch already committed or journaled is a duplicate, not journaled again. A
         full lane or journal refuses (503: the agent keeps it in its spool and sends it later), and so does a
         copy of a batch another call is still appending: answered "duplicate" it would be dropped by its
-        agent, and that append may yet fail (then neither copy is kept)."""
+        agent, and that append may yet fail (then neither copy is kept). `awaited(i)`: whether item i's
+        answer is still waited for, asked under _state as its commands are chosen; one nobody waits for
+        carries none, and none is counted as delivered (None: every answer is awaited)."""
         journal = self.journal
         assert journal is not None
+
+        def carries(i: int) -> bool:  # under _state, at the moment item i's commands are chosen
+            return replies and (awaited is None or awaited(i))
+
         received = time.monotonic()  # the latency histogram counts from here, the journal's append included
         answers: list[IngestResult | BatchRefused | None] = [None] * len(items)
         fresh: list[int] = []
@@ -238,7 +278,7 @@ class IngestWriter:
                 spills = planned.get(id(lane), 0) >= lane.room()  # past its checked capacity: a shell
                 if key in self.ledger or key in self._held_keys:
                     self.stats.duplicates += 1
-                    answers[i] = IngestResult(duplicate=True, commands=self._send(batch.host, replies))
+                    answers[i] = IngestResult(duplicate=True, commands=self._send(batch.host, carries(i)))
                 elif key in first:  # settled with its first copy: one append, taken or refused whole
                     copies.append((i, first[key]))
                 elif key in self._appending:
@@ -280,10 +320,14 @@ class IngestWriter:
                     self._appending.discard(batch.key)
                     self._held_keys.add(batch.key)
                 for i in fresh:
-                    answers[i] = IngestResult(duplicate=False, commands=self._send(items[i][0].host, replies))
+                    answers[i] = IngestResult(
+                        duplicate=False, commands=self._send(items[i][0].host, carries(i))
+                    )
                 for i, _ in copies:  # once each, under the lock: the stats and commands are the lanes' too
                     self.stats.duplicates += 1
-                    answers[i] = IngestResult(duplicate=True, commands=self._send(items[i][0].host, replies))
+                    answers[i] = IngestResult(
+                        duplicate=True, commands=self._send(items[i][0].host, carries(i))
+                    )
         finally:
             # On disk, so queued whatever failed above (the caller then answers 503; the agent's resend is
             # a duplicate): never left "being written", which would answer every resend 503 until a restart.
@@ -416,6 +460,16 @@ class IngestWriter:
         for command in commands:
             self._note_sent(command.command_id)
         return commands
+
+    def _choose(self, p: Pending) -> list[HostCommand]:
+        """The commands of the answer a commit gives `p`, noted as sent. Under _state, so a waiter that gives
+        up (`abandon`) does so either before this (none chosen, none counted) or after (the answer is
+        given). A journaled batch was answered, with its host's commands, when it was accepted: nobody
+        waits for this answer, and its commands were counted then."""
+        if p.journal_id is not None:
+            return []
+        p.chosen = True
+        return self._send(p.batch.host, p.replies)
 
     def _note_sent(self, command_id: str) -> None:
         self._sent[command_id] = self._sent.get(command_id, 0) + 1
@@ -808,10 +862,8 @@ class IngestWriter:
                 stats.batches_committed += len(fresh)
                 stats.observe_commit(seconds)  # stats.lock is a leaf: taken under ours, never the reverse
             stats.duplicates += len(duplicates)
-            # A journaled batch was answered, with its host's commands, when it was accepted: nobody waits
-            # for this answer, and its commands were counted as delivered then.
             answers = [
-                (p, duplicate, [] if p.journal_id is not None else self._send(p.batch.host, p.replies))
+                (p, duplicate, self._choose(p))
                 for p, duplicate in [*((p, False) for p in fresh), *((p, True) for p in duplicates)]
             ]
         for p in fresh:

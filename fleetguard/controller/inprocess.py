@@ -196,8 +196,10 @@ class IngestBuffer:
                 break
         committed = 0
         for s in sent:
-            if not s.pending.done.wait(self.commit_wait_seconds):
-                # Still queued: it commits later, and its key makes a second submission a duplicate.
+            if not self.writer.wait_answer(s.pending, self.commit_wait_seconds):
+                # Still queued: it commits later, and its key makes a second submission a duplicate. Given up
+                # before the commit chose its commands, so none is counted for it; the resubmission's answer
+                # carries them.
                 self.write_errors += 1
                 self._unsent.append(s.batch)
                 continue

@@ -117,6 +117,12 @@ class JournalThread:
         return group
 
     def _run(self) -> None:
+        # A batch whose future was cancelled (its request's task ended: the server's loop shutting down with
+        # it in flight) is still journaled, but its answer carries no command and none is counted delivered:
+        # `accept` asks each future, under the writer's lock, as it chooses that batch's commands (done() is
+        # one attribute read, safe from this thread). A cancel after that choice still counts its copies;
+        # that window is the one every answer has after it is chosen (written to a peer that is gone, lost
+        # on the wire): the count is of copies sent, at least once, and the command rides on the next answer.
         while True:
             group = self._take()
             if group is None:
@@ -125,7 +131,7 @@ class JournalThread:
                 self._settle(group, [self._refuse(_STOPPING) for _ in group])
                 continue
             try:
-                results = self._writer.accept([(w.batch, w.entry) for w in group])
+                results = self._writer.accept([(w.batch, w.entry) for w in group], awaited=_awaited(group))
                 answers = [
                     self._refuse(r) if isinstance(r, BatchRefused) else self._answer(w.batch.seq, r)
                     for w, r in zip(group, results, strict=True)
@@ -160,13 +166,18 @@ class JournalThread:
     def _set(self, pairs: list[tuple[_Waiting, Response]]) -> None:
         # Every answer first: a release that raised must not leave the rest of the group unanswered.
         for w, a in pairs:
-            if not w.answer.done():  # cancelled: its connection closed while it waited
+            if not w.answer.done():  # cancelled: its request's task ended (the loop shut down meanwhile)
                 w.answer.set_result(a)
         for w, _ in pairs:
             try:
                 self._settled(w.batch.host)
             except Exception:
                 log.exception("ingest: releasing %s's count of batches in flight failed", w.batch.host[:64])
+
+
+def _awaited(group: list[_Waiting]) -> Callable[[int], bool]:
+    """Whether the request of the group's item i still waits for its answer (its future not cancelled)."""
+    return lambda i: not group[i].answer.done()
 
 
 _STOPPING = BatchRefused(Refusal.OVERLOADED, "the controller is stopping; retry later")

@@ -190,7 +190,9 @@ class ControllerApi:
                     raise answer
                 return _committed_reply(batch.seq, answer)
             pending = self.writer.submit(batch)
-            if not pending.done.wait(COMMIT_WAIT_SECONDS):
+            # Given up exactly (under the writer's lock): a 503 carries no command, so the commit then
+            # counts none; an answer whose commands the commit chose first is given, not a 503.
+            if not self.writer.wait_answer(pending, COMMIT_WAIT_SECONDS):
                 raise BatchRefused(Refusal.OVERLOADED, "the controller is behind; retry later")
             if pending.error is not None:
                 raise pending.error

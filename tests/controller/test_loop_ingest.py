@@ -124,7 +124,9 @@ class _HeldWriter:
         self.calls: list[int] = []
         self.fail = fail
 
-    def accept(self, items: list[tuple[IngestBatch, JournalEntry]]) -> list[IngestResult | BatchRefused]:
+    def accept(
+        self, items: list[tuple[IngestBatch, JournalEntry]], **_options: object
+    ) -> list[IngestResult | BatchRefused]:
         self.entered.set()
         self.release.wait(10)
         self.calls.append(len(items))
