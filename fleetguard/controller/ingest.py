@@ -68,6 +68,10 @@ STORE_RETRY_SECONDS = 0.5
 STORE_RETRY_CAP_SECONDS = 10.0
 # At start, how long the replay of the journal waits for a full lane to take a batch before giving up.
 REPLAY_WAIT_SECONDS = 120.0
+# A host whose journaled batches the store refused (each set aside, never dropped) this many times has its
+# next batches refused before the journal (503 `held`, kept in its spool): one host, a compromised agent or a
+# bug the edge checks miss, cannot fill the journal's bound with refusals and have every host answered 503.
+MAX_SET_ASIDE_PER_HOST = 16
 # How long a waiter that gave up still waits for an answer whose commands the commit chose first
 # (`wait_answer`): only the commit hooks (rollups, the fleet runtime's feed: milliseconds) come between.
 CHOSEN_ANSWER_WAIT_SECONDS = 10.0
@@ -271,6 +275,7 @@ class IngestWriter:
         planned: dict[int, int] = {}
         first: dict[tuple[str, str, int], int] = {}
         lanes = [self._lane_of(batch.host) for batch, _ in items]  # before the lock: the lanes wait on it
+        held = self._held_hosts(journal, {batch.host for batch, _ in items})  # may read the directory
         with self._state:
             for i, (batch, entry) in enumerate(items):
                 key = batch.key
@@ -279,6 +284,13 @@ class IngestWriter:
                 if key in self.ledger or key in self._held_keys:
                     self.stats.duplicates += 1
                     answers[i] = IngestResult(duplicate=True, commands=self._send(batch.host, carries(i)))
+                elif batch.host in held:
+                    answers[i] = BatchRefused(
+                        Refusal.HELD,
+                        f"{journal.set_aside_of(batch.host)} batches of this host were refused by the store "
+                        "and set aside in the controller's journal; its batches wait until an operator has "
+                        "looked at them",
+                    )
                 elif key in first:  # settled with its first copy: one append, taken or refused whole
                     copies.append((i, first[key]))
                 elif key in self._appending:
@@ -335,6 +347,18 @@ class IngestWriter:
                 batch, entry = items[i]
                 lanes[i].put(Pending(batch, received, journal_id=entry_id, entry=entry))
         return [a for a in answers if a is not None]
+
+    @staticmethod
+    def _held_hosts(journal: Journal, hosts: set[str]) -> set[str]:
+        """Those of `hosts` held back for the batches of theirs set aside (MAX_SET_ASIDE_PER_HOST). When
+        one is, the directory is counted again first (at most every journal.RECOUNT_SECONDS): the files an
+        operator has removed free their host without a restart."""
+        if not journal.set_aside_by_host:  # nearly always: no entry set aside at all
+            return set()
+        if not any(journal.set_aside_of(h) >= MAX_SET_ASIDE_PER_HOST for h in hosts):
+            return set()
+        journal.recount_set_aside()
+        return {h for h in hosts if journal.set_aside_of(h) >= MAX_SET_ASIDE_PER_HOST}
 
     def wait_committed(self, timeout: float) -> bool:
         """Until every batch answered from the journal so far is committed (and its commit hooks have run);

@@ -49,6 +49,9 @@ MAX_HOST_BYTES = 1024
 # A queued append that has heard nothing this long looks whether anyone leads, and leads if not.
 LEAD_CHECK_SECONDS = 1.0
 SYNC_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)  # seconds
+# How often the entries set aside are counted again from the directory while some host is held for them
+# (`recount_set_aside`): an operator who has looked at them and removed them frees the host without a restart.
+RECOUNT_SECONDS = 10.0
 MAX_BODY_BYTES = 64 << 20  # a record claiming more is damage, not a body (ingest bodies are at most 8 MB)
 # No file longer than this is read as a segment (a segment holds SEGMENT_BYTES, or one larger record alone).
 MAX_SEGMENT_FILE_BYTES = SEGMENT_BYTES + MAX_BODY_BYTES + (1 << 20)
@@ -180,6 +183,15 @@ class Journal:
         # `iter_replay` (holding every body at once could take the whole bound, 2 GiB, in memory).
         self._to_replay: list[tuple[Path, frozenset[int]]] = []
         self.bytes_on_disk = 0
+        # The entries set aside (`set_aside`), per host, and their files' bytes (in bytes_on_disk too): a
+        # host's count holds its batches back (`IngestWriter`), so that one host whose batches the store
+        # refuses cannot fill the bound for every host. Under _cond; read without it (a dict lookup).
+        self.set_aside_by_host: dict[str, int] = {}
+        self._set_aside_bytes = 0
+        self._recounted_at = float("-inf")  # time.monotonic()
+        # One set-aside or recount at a time: a recount must not miss a file written while it reads the
+        # directory and then overwrite the count that file added.
+        self._set_aside_lock = threading.Lock()
         self.syncs = 0
         # fdatasync's wall time: the floor under every answer, and what a disk shared with the store's
         # checkpoints stretches (per SYNC_BUCKETS bound, the last one +Inf; under no lock: one leader syncs)
@@ -201,8 +213,7 @@ class Journal:
     # ---- start: what a previous run left -----------------------------------------------------------
 
     def _load(self) -> None:
-        for kept in self.directory.glob("*" + SUFFIX + REFUSED_SUFFIX):
-            self.bytes_on_disk += kept.lstat().st_size  # set aside by a run before: still in the bound
+        self._recount_set_aside()  # set aside by a run before: still in the bound, still the host's
         for path in sorted(self.directory.glob("*" + SUFFIX), key=_first_id_of):
             first = _first_id_of(path)
             if first < 0:
@@ -236,6 +247,44 @@ class Journal:
             self._to_replay.append((path, frozenset(i for i, _ in records)))
             self._add_segment(_Segment(records[0][0], path, len(data), held={i for i, _ in records}))
             self.bytes_on_disk += len(data)  # taken off again when it goes: counted as it comes
+
+    def set_aside_of(self, host: str) -> int:
+        """How many of `host`'s entries are set aside (their files still in the journal directory)."""
+        return self.set_aside_by_host.get(host, 0)
+
+    def recount_set_aside(self) -> None:
+        """Count the entries set aside again from the directory, at most once every RECOUNT_SECONDS: the
+        files an operator removed stop counting, in the bound and against their host."""
+        with self._cond:
+            if time.monotonic() - self._recounted_at < RECOUNT_SECONDS:
+                return
+            self._recounted_at = time.monotonic()  # one caller counts; the others take what it finds
+        try:
+            self._recount_set_aside()
+        except OSError as exc:
+            log.error("the journal's entries set aside could not be counted again: %s", exc)
+
+    def _recount_set_aside(self) -> None:
+        with self._set_aside_lock:
+            self._recount_set_aside_locked()
+
+    def _recount_set_aside_locked(self) -> None:
+        by_host: dict[str, int] = {}
+        total = 0
+        for path in self.directory.glob("*" + SUFFIX + REFUSED_SUFFIX):
+            try:
+                size = path.lstat().st_size
+                host = _set_aside_host(path)
+            except OSError:
+                continue  # gone meanwhile (an operator's removal), or unreadable: not counted
+            total += size
+            if host is not None:
+                by_host[host] = by_host.get(host, 0) + 1
+        with self._cond:
+            self._recounted_at = time.monotonic()
+            self.bytes_on_disk += total - self._set_aside_bytes
+            self._set_aside_bytes = total
+            self.set_aside_by_host = by_host
 
     def _set_aside(self, path: Path, why: str) -> None:
         damaged = path.with_name(path.name + DAMAGED_SUFFIX)
@@ -450,14 +499,19 @@ class Journal:
         then release it: it was acknowledged, so it is never dropped; `entries_in` reads it back."""
         path = self.directory / f"{entry_id:020d}{SUFFIX}{REFUSED_SUFFIX}"
         data = MAGIC + encode(entry_id, entry)
-        try:  # set aside before (a replayed entry refused again): the same bytes, counted once
-            before = path.lstat().st_size
-        except FileNotFoundError:
-            before = 0
-        _write_durably(path, data, exclusive=False)
-        _sync_directory(self.directory)
-        with self._cond:  # counted in the bound until an operator removes it: refusals cannot fill the disk
-            self.bytes_on_disk += len(data) - before
+        with self._set_aside_lock:
+            try:  # set aside before (a replayed entry refused again): the same bytes, counted once
+                before = path.lstat().st_size
+            except FileNotFoundError:
+                before = 0
+            _write_durably(path, data, exclusive=False)
+            _sync_directory(self.directory)
+            # counted in the bound until an operator removes it: refusals cannot fill the disk
+            with self._cond:
+                self.bytes_on_disk += len(data) - before
+                self._set_aside_bytes += len(data) - before
+                if not before:  # a replayed entry refused again is the same file: counted once for its host
+                    self.set_aside_by_host[entry.host] = self.set_aside_by_host.get(entry.host, 0) + 1
         log.error("journal entry %d from %s set aside in %s: %s", entry_id, entry.host, path, why)
         self.release([entry_id])
         return path
@@ -632,6 +686,26 @@ def _read_private(path: Path) -> bytes:
         if st.st_size > limit:
             raise OSError(errno.EFBIG, f"longer than a segment can be ({st.st_size} bytes)", str(path))
         return f.read(limit + 1)
+
+
+def _set_aside_host(path: Path) -> str | None:
+    """The host of the one entry a set-aside file holds, read from its head (None: not one of ours). As a
+    segment is read: no link followed, nothing but a regular file (a FIFO would block)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return None
+        head = f.read(len(MAGIC) + _HEAD.size + MAX_HOST_BYTES)
+    if not head.startswith(MAGIC) or len(head) < len(MAGIC) + _HEAD.size:
+        return None
+    host_len = _HEAD.unpack_from(head, len(MAGIC))[5]
+    start = len(MAGIC) + _HEAD.size
+    if host_len > MAX_HOST_BYTES or len(head) < start + host_len:
+        return None
+    try:
+        return head[start : start + host_len].decode()
+    except UnicodeDecodeError:
+        return None
 
 
 def entries_in(directory: Path, suffix: str = SUFFIX) -> Iterator[tuple[int, JournalEntry]]:

@@ -28,6 +28,7 @@ from fleetguard.shipping.commands import CommandKind
 from fleetguard.store import Store
 from fleetguard.store.repair_tables import MAX_SINCE_SECONDS, repairs_document
 
+HELD_RETRY_SECONDS = 60  # Retry-After of a host held for its batches set aside (503 `held`)
 COMMIT_WAIT_SECONDS = 30.0  # past this the agent is told 503 and re-sends; the ledger stores it once
 MAX_IN_FLIGHT_PER_HOST = 4
 DEFAULT_REPAIRS_SECONDS = 30 * 86400.0  # `fleetguard repairs --since`'s default
@@ -205,8 +206,11 @@ class ControllerApi:
         self.stats.refuse(exc.reason.value)
         headers: tuple[tuple[str, str], ...] = ()
         if exc.status in (429, 503):
-            # Spread the retries of many agents; more when the queue is long.
+            # Spread the retries of many agents; more when the queue is long. A held host waits for an
+            # operator: asking every second or two would only cost the controller.
             wait = 1 + self.stats.queue_depth // 500 + random.randint(0, 2)
+            if exc.reason is Refusal.HELD:
+                wait = HELD_RETRY_SECONDS + random.randint(0, 10)
             headers = (("Retry-After", str(wait)),)
         doc = {"error": exc.message, "reason": exc.reason.value}
         return Response(exc.status, Response.json(exc.status, doc).body, "application/json", headers)

@@ -57,6 +57,9 @@ class Refusal(StrEnum):
     BUSY = "busy"  # 429: this host already has batches in flight
     OVERLOADED = "overloaded"  # 503: the writer is behind
     STORE_FAILED = "store_failed"  # 503: the store cannot be written
+    # 503: the store refused this host's journaled batches (set aside) MAX_SET_ASIDE_PER_HOST times; its
+    # batches wait in its spool until an operator has looked at them
+    HELD = "held"
 
 
 STATUS = {
@@ -68,6 +71,7 @@ STATUS = {
     Refusal.BUSY: 429,
     Refusal.OVERLOADED: 503,
     Refusal.STORE_FAILED: 503,
+    Refusal.HELD: 503,
 }
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from fleetguard.controller import journal as journal_module
 from fleetguard.controller.journal import (
     DAMAGED_SUFFIX,
     MAGIC,
@@ -341,3 +342,30 @@ def test_an_entry_set_aside_twice_is_counted_in_the_bound_once(tmp_path: Path) -
     journal.set_aside(entry_id, entry, "refused again after a replay")
     assert journal.bytes_on_disk == once
     journal.close()
+
+
+def test_entries_set_aside_are_counted_per_host_across_a_restart_and_an_operators_removal_frees_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal = Journal.open(tmp_path / "j")
+    entries = [JournalEntry(h, b"x" * 300, True, 0.0) for h in ("a", "a", "b")]
+    ids = journal.append_many(entries)
+    for entry_id, entry in zip(ids, entries, strict=True):
+        journal.set_aside(entry_id, entry, "refused by the store")
+    journal.set_aside(ids[0], entries[0], "refused again after a replay")  # the same file: counted once
+    assert (journal.set_aside_of("a"), journal.set_aside_of("b"), journal.set_aside_of("c")) == (2, 1, 0)
+    journal.close()
+    again = Journal.open(tmp_path / "j")
+    assert (again.set_aside_of("a"), again.set_aside_of("b")) == (2, 1)
+    held = again.bytes_on_disk
+    removed = tmp_path / "j" / f"{ids[0]:020d}{SUFFIX}.refused"
+    size = removed.stat().st_size
+    removed.unlink()  # an operator has looked at it
+    monkeypatch.setattr(journal_module, "RECOUNT_SECONDS", 3600.0)
+    again.recount_set_aside()  # counted at the start just now: not again within RECOUNT_SECONDS
+    assert again.set_aside_of("a") == 2
+    monkeypatch.setattr(journal_module, "RECOUNT_SECONDS", 0.0)
+    again.recount_set_aside()
+    assert (again.set_aside_of("a"), again.set_aside_of("b")) == (1, 1)
+    assert held - again.bytes_on_disk == size  # out of the bound as well
+    again.close()

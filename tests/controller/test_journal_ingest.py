@@ -17,6 +17,7 @@ import pytest
 
 from fleetguard.clock import SystemClock
 from fleetguard.controller import ingest
+from fleetguard.controller import journal as journal_module
 from fleetguard.controller.ingest import SPILL_FACTOR, IngestResult, IngestWriter, Pending
 from fleetguard.controller.journal import SUFFIX, Journal, JournalEntry
 from fleetguard.controller.stats import ControllerStats
@@ -393,4 +394,38 @@ def test_a_failure_after_the_append_still_queues_what_was_journaled(
         writer.stop()
         journal.close()
         store.close()
+    assert _stored(tmp_path / "controller.duckdb", "node-a") == 1
+
+
+def test_a_host_with_too_many_batches_set_aside_is_held_alone_until_an_operator_removes_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batches the store refuses after they were acknowledged are set aside, never dropped, and count in
+    the journal's bound: one host repeating them (a compromised agent, a hole in the edge checks) would fill
+    it and every host would be answered 503. Past MAX_SET_ASIDE_PER_HOST that host alone is answered 503
+    `held` (a long Retry-After, its batches kept in its spool) until an operator removes the files."""
+    directory = tmp_path / "controller.duckdb.journal"
+    directory.mkdir(mode=0o700)
+    earlier = Journal.open(directory)  # what an earlier run set aside for node-a
+    refused = [JournalEntry("node-a", encode(batch("node-a", 900 + i)), True, time.time()) for i in range(16)]
+    for entry_id, entry in zip(earlier.append_many(refused), refused, strict=True):
+        earlier.set_aside(entry_id, entry, "refused by the store")
+    earlier.close()
+    assert len(refused) == ingest.MAX_SET_ASIDE_PER_HOST
+    controller = start_test_controller(tmp_path)
+    try:
+        held = controller.ship(batch("node-a", 1))
+        assert (held.status, held.doc["reason"]) == (503, "held")
+        assert "16 batches of this host were refused by the store" in held.doc["error"]
+        assert int(held.headers["Retry-After"]) >= 60
+        assert controller.ship(batch("node-b", 1)).status == 200  # the other hosts are not held
+        metrics = controller.metrics()
+        assert 'fleetguard_controller_batches_refused_total{reason="held"} 1' in metrics
+        for path in directory.glob("*.refused"):  # an operator has looked at them
+            path.unlink()
+        monkeypatch.setattr(journal_module, "RECOUNT_SECONDS", 0.0)
+        taken = controller.ship(batch("node-a", 1))
+        assert (taken.status, taken.doc["duplicate"]) == (200, False)
+    finally:
+        controller.running.stop()
     assert _stored(tmp_path / "controller.duckdb", "node-a") == 1
