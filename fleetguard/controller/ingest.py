@@ -348,6 +348,14 @@ class IngestWriter:
                 lanes[i].put(Pending(batch, received, journal_id=entry_id, entry=entry))
         return [a for a in answers if a is not None]
 
+    def held_hosts(self) -> list[str]:
+        """The hosts whose batches are held for those of theirs set aside (sorted; none without a
+        journal): what `fleetguard status` and the read API name."""
+        if self.journal is None:
+            return []
+        counts = self.journal.set_aside_by_host
+        return sorted(h for h, n in counts.items() if n >= MAX_SET_ASIDE_PER_HOST)
+
     @staticmethod
     def _held_hosts(journal: Journal, hosts: set[str]) -> set[str]:
         """Those of `hosts` held back for the batches of theirs set aside (MAX_SET_ASIDE_PER_HOST). When

@@ -5,6 +5,7 @@ them."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import duckdb
@@ -48,6 +49,7 @@ def fleet(
     silent_after: float,
     *,
     queue_batches: int = 0,
+    held_hosts: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The fleet at a glance, with the one health model's verdict per host (diagnosis.health): the counts
     `fleetguard status` prints, the worst open incidents, the breaker, the at-risk GPUs with their jobs and
@@ -89,6 +91,10 @@ def fleet(
             "lag_seconds": max((max(0.0, h.last_seen - h.last_sent) for h in live), default=0.0),
             "newest_commit_age_seconds": min((now - h.last_seen for h in hosts), default=None),
             "queue_batches": queue_batches,
+            # Hosts whose batches wait (503 `held`): the store refused too many of theirs, set aside in the
+            # journal (IngestWriter.held_hosts); named up to WORST_LISTED, all counted.
+            "held_hosts": list(held_hosts[:WORST_LISTED]),
+            "held_hosts_count": len(held_hosts),
         },
     }
 

@@ -260,6 +260,7 @@ class ControllerApi:
             self.clock.time(),
             self._silent,
             queue_batches=self.writer.queue_depth,
+            held_hosts=self.writer.held_hosts(),
         )
         return Response.json(200, doc)
 

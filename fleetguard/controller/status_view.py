@@ -142,6 +142,15 @@ def render_status(status: dict[str, Any]) -> str:
             f"{_ago(ingest.get('newest_commit_age_seconds'))} ago, "
             f"{ingest.get('queue_batches', 0)} batches queued"
         )
+        held = ingest.get("held_hosts") or []
+        if held:
+            count = int(ingest.get("held_hosts_count") or len(held))
+            rest = f" and {count - len(held)} more" if count > len(held) else ""
+            hosts_word = "host" if count == 1 else "hosts"
+            lines.append(
+                f"held      {count} {hosts_word} whose batches the store refused (set aside in the "
+                f"controller's journal; their batches wait): {', '.join(map(str, held))}{rest}"
+            )
     lines.append(f"findings  {fleet['open_findings']} in the last hour, {fleet['at_risk_gpus']} at-risk GPUs")
     if hosts:
         lines += ["", "hosts, worst first:"]

@@ -21,6 +21,7 @@ from fleetguard.controller import journal as journal_module
 from fleetguard.controller.ingest import SPILL_FACTOR, IngestResult, IngestWriter, Pending
 from fleetguard.controller.journal import SUFFIX, Journal, JournalEntry
 from fleetguard.controller.stats import ControllerStats
+from fleetguard.controller.status_view import render_status
 from fleetguard.controller.validate import BatchRefused, Refusal, parse_batch
 from fleetguard.shipping.wire import encode
 from fleetguard.store import Store
@@ -421,11 +422,17 @@ def test_a_host_with_too_many_batches_set_aside_is_held_alone_until_an_operator_
         assert controller.ship(batch("node-b", 1)).status == 200  # the other hosts are not held
         metrics = controller.metrics()
         assert 'fleetguard_controller_batches_refused_total{reason="held"} 1' in metrics
+        fleet = controller.get("/v1/fleet", controller.tokens["operator"]).doc
+        assert (fleet["ingest"]["held_hosts"], fleet["ingest"]["held_hosts_count"]) == (["node-a"], 1)
+        said = render_status({"fleet": fleet, "hosts": [], "findings": []})
+        assert "held      1 host whose batches the store refused" in said
+        assert said.split("held      ")[1].splitlines()[0].endswith("their batches wait): node-a")
         for path in directory.glob("*.refused"):  # an operator has looked at them
             path.unlink()
         monkeypatch.setattr(journal_module, "RECOUNT_SECONDS", 0.0)
         taken = controller.ship(batch("node-a", 1))
         assert (taken.status, taken.doc["duplicate"]) == (200, False)
+        assert controller.get("/v1/fleet", controller.tokens["operator"]).doc["ingest"]["held_hosts"] == []
     finally:
         controller.running.stop()
     assert _stored(tmp_path / "controller.duckdb", "node-a") == 1
