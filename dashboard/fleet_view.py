@@ -10,12 +10,14 @@ import functools
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 from dashboard.health import SILENT_AFTER_SECONDS, GpuSignals, PortSignals, gpu_health, port_health
 from dashboard.queries.events import EventCount
 from dashboard.queries.gpus import GpuState
 from dashboard.queries.network import PortCounters, PortState
 from diagnosis.health import (
+    HEALTHY,
     Health,
     Liveness,
     OpenIncident,
@@ -110,6 +112,14 @@ def _faults_by_gpu(events: Iterable[EventCount]) -> dict[tuple[str, int | str], 
     return {k: _GpuFaults(v[0] > 0, v[1], v[2], v[3]) for k, v in acc.items()}
 
 
+_NO_FAULTS: Final = _GpuFaults()
+
+
+def _verdict(health: Health, reason: str) -> Verdict:
+    """What a part's own sample shows, the one HEALTHY verdict for the fleet's many healthy parts."""
+    return HEALTHY if health is Health.HEALTHY and not reason else Verdict(health, reason)
+
+
 def _merge(a: _GpuFaults | None, b: _GpuFaults | None) -> _GpuFaults:
     if a is None or b is None:
         return a or b or _GpuFaults()
@@ -128,9 +138,11 @@ def gpu_views(
     """`incidents` the open ones (those of a GPU name its uuid); `liveness` each host's (hosts_liveness)."""
     faults = _faults_by_gpu(events)
     mine = _by_component(incidents, "gpu")
+    live = liveness or {}
     out = []
     for s in states:
-        f = _merge(faults.get((s.host, s.gpu_index)), faults.get((s.host, s.pci_bus_id or "")))
+        by_index, by_bus = faults.get((s.host, s.gpu_index)), faults.get((s.host, s.pci_bus_id or ""))
+        f = _NO_FAULTS if by_index is None and by_bus is None else _merge(by_index, by_bus)
         risk = risk_by_uuid.get(s.uuid)
         signals = GpuSignals(
             age_seconds=now - s.last_ts,
@@ -145,9 +157,7 @@ def gpu_views(
             risk=risk,
             risk_threshold=threshold,
         )
-        verdict = judge(
-            (liveness or {}).get(s.host), mine.get((s.host, s.uuid), []), Verdict(*gpu_health(signals))
-        )
+        verdict = judge(live.get(s.host), mine.get((s.host, s.uuid), ()), _verdict(*gpu_health(signals)))
         out.append(GpuView(s, verdict.health, verdict.reason, risk, f.all_xids))
     return out
 
@@ -161,6 +171,7 @@ def port_views(
 ) -> list[PortView]:
     by_port = {(c.host, c.device, c.port): c for c in counters}
     mine = _by_component(incidents, "port")
+    live = liveness or {}
     out = []
     for s in states:
         c = by_port.get((s.host, s.device, s.port))
@@ -172,8 +183,8 @@ def port_views(
                 error_delta=c.errors if c else 0,
             )
         )
-        part = mine.get((s.host, f"{s.device}/{s.port}"), [])
-        verdict = judge((liveness or {}).get(s.host), part, Verdict(*observed))
+        part = mine.get((s.host, f"{s.device}/{s.port}"), ()) if mine else ()
+        verdict = judge(live.get(s.host), part, _verdict(*observed))
         out.append(PortView(s, c, verdict.health, verdict.reason))
     return out
 

@@ -105,7 +105,7 @@ def judge(
             reason += f" ({len(incidents)} open incident{'s' if len(incidents) > 1 else ''})"
         return Verdict(Health.SILENT, reason)
     verdict = HEALTHY
-    ordered = worst_first(incidents)
+    ordered = worst_first(incidents) if incidents else ()  # the fleet's parts: nearly all have none
     if ordered:
         worst = ordered[0]
         health = Health.FAILED if worst.severity is Severity.CRITICAL else Health.DEGRADED
