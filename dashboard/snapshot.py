@@ -93,13 +93,19 @@ _NEVER = float("-inf")
 # first visitor after a quiet spell is shown a model at most this old (the page says how old) while the
 # next one is built.
 IDLE_REBUILD_SECONDS: Final = 60.0
+# At most this share of the wall clock goes to building models while someone watches: a model stays fresh
+# for at least its last build's time divided by this. The dashboard runs in the controller's process, whose
+# one interpreter also answers the fleet's agents; a build is ~0.5 s at 2,048 hosts (every refresh period,
+# 5 s: unchanged) but grows with the fleet, and at 8,192 hosts every 5 s would be half a core.
+MAX_BUILD_SHARE: Final = 0.15
 
 
 class SnapshotCache:
     """Stale-while-rebuilding: `get` returns the model at hand and has a new one built when it is too old.
 
     Started (`start`, by `serve_dashboard`), a keeper thread builds the first model at once and the next one
-    every `max_age_seconds` while someone looks (every `idle_seconds` while no one does), so no request waits
+    every `max_age_seconds` while someone looks (every `idle_seconds` while no one does; never more often
+    than MAX_BUILD_SHARE of the time, however long a build takes), so no request waits
     for a build: at 2,048 hosts a build is ~0.5 s, the whole budget of a first render. A request never builds
     while one is under way (one build at a time, bounded work); only before the first model exists does it
     wait, for that build. Not started (an app without its server: tests), the first request builds and a
@@ -122,6 +128,7 @@ class SnapshotCache:
         # Clock time; minus infinity means "stale now". Not 0.0: the monotonic clock counts from boot, so
         # in a machine's first `max_age` seconds a model "built at 0.0" would still look young.
         self._built_at = _NEVER
+        self._build_seconds = 0.0  # the last build's (the clock's seconds): it paces the next
         self._viewed_at = _NEVER
         self._rebuilding = False
         self._keeper: threading.Thread | None = None
@@ -137,7 +144,7 @@ class SnapshotCache:
             model = self._model
             if model is None:
                 self._rebuilding = True  # this request builds it (no keeper, or its build failed)
-            elif self._clock() - self._built_at > self._max_age:
+            elif self._clock() - self._built_at > self._fresh_for():
                 if self._keeper is not None and not self._rebuilding:
                     self._wake = True  # back from a quiet spell: the keeper builds now, not in a minute
                     self._cond.notify_all()
@@ -150,6 +157,11 @@ class SnapshotCache:
                 target=self._rebuild_quietly, name="fleetguard-dashboard-model", daemon=True
             ).start()
         return model
+
+    def _fresh_for(self) -> float:
+        """How long a model counts as fresh while watched: the refresh period, or longer when builds take
+        more than MAX_BUILD_SHARE of it (under _cond)."""
+        return max(self._max_age, self._build_seconds / MAX_BUILD_SHARE)
 
     def at_hand(self) -> FleetModel | None:
         """The model built last, if any, without waiting for one or asking for a rebuild: for a page that
@@ -206,13 +218,16 @@ class SnapshotCache:
             self._rebuild_quietly()
             with self._cond:
                 watched = self._clock() - self._viewed_at <= self._idle
+                fresh_for = self._fresh_for()
                 self._cond.wait_for(
-                    lambda: self._stopping or self._wake, timeout=self._max_age if watched else self._idle
+                    lambda: self._stopping or self._wake,
+                    timeout=fresh_for if watched else max(self._idle, fresh_for),
                 )
                 self._wake = False
 
     def _rebuild(self) -> FleetModel:
         """Build a model; the caller has set `_rebuilding`, cleared here whatever happens."""
+        started = self._clock()
         try:
             model = self._build()
         except BaseException:
@@ -222,6 +237,7 @@ class SnapshotCache:
             raise
         with self._cond:
             self._model, self._built_at, self._rebuilding = model, self._clock(), False
+            self._build_seconds = max(0.0, self._built_at - started)
             self._cond.notify_all()
         return model
 

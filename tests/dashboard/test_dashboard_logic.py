@@ -29,7 +29,7 @@ from dashboard.queries.gpus import GpuSeries, bucket_seconds, gpu_series, latest
 from dashboard.queries.jobs import jobs, step_grid
 from dashboard.queries.network import port_counters, port_states
 from dashboard.queries.predictions import risk_by_device
-from dashboard.snapshot import FleetModel, SnapshotCache, health_inputs
+from dashboard.snapshot import MAX_BUILD_SHARE, FleetModel, SnapshotCache, health_inputs
 from fleetguard.config import ConfigError, load_config
 from fleetguard.store import Store
 from tests.dashboard.fleet_store import JOB_ID, SLOW_RANK, BuiltFleet
@@ -449,3 +449,36 @@ def test_the_gpu_figure_has_no_risk_row_without_scores() -> None:
     layout = gpu_over_time(_series(3), [])["layout"]
     assert len([k for k in layout if k.startswith("yaxis")]) == 8
     assert layout["annotations"][-1]["text"].startswith("remapped rows")
+
+
+def test_a_model_that_takes_long_to_build_stays_fresh_longer_so_builds_keep_to_their_share() -> None:
+    """The dashboard shares the controller's interpreter with ingest: a build of 3 s (a large fleet, a busy
+    machine) every 5 s refresh would take 60% of it. A model stays fresh for its build's time divided by
+    MAX_BUILD_SHARE when that is longer than the refresh period."""
+    now = [10.0]
+    took = [3.0]
+    built: list[float] = []
+
+    def build() -> FleetModel:
+        now[0] += took[0]  # the build's time passes on the clock the cache reads
+        built.append(now[0])
+        return FleetModel(now[0], [], [], [], [])
+
+    cache = SnapshotCache(build, max_age_seconds=5.0, clock=lambda: now[0])
+    first = cache.get()
+    fresh_for = took[0] / MAX_BUILD_SHARE
+    assert fresh_for > 5.0
+    now[0] += fresh_for - 1.0  # past the refresh period, within the paced one: no rebuild
+    assert cache.get() is first and len(built) == 1
+    now[0] += 2.0
+    assert cache.get() is first  # stale now: served at once, rebuilt beside
+    _wait_until_rebuilt(cache, built[0] + fresh_for + 1.0 + took[0])
+    assert len(built) == 2
+    took[0] = 0.5  # quick builds again: the refresh period paces them
+    cache.invalidate()
+    cache.get()
+    _wait_until_rebuilt(cache, built[1] + took[0])
+    now[0] += 6.0  # past the 5 s refresh period (0.5 s / MAX_BUILD_SHARE is less)
+    cache.get()
+    _wait_until_rebuilt(cache, built[2] + 6.0 + took[0])
+    assert len(built) == 4
