@@ -105,6 +105,13 @@ def journal_exposition(journal: Journal, writer: IngestWriter) -> list[str]:
     rows = [
         ("entries", "gauge", "Batches answered and not yet committed to the store.", journal.held),
         ("bytes", "gauge", "Bytes of the journal's segments on disk.", journal.bytes_on_disk),
+        ("max_bytes", "gauge", "The journal's bound: batches are answered 503 past it.", journal.max_bytes),
+        (
+            "hosts_held",
+            "gauge",
+            "Hosts whose batches wait (503 held): the store refused 16 of theirs, set aside in the journal.",
+            len(writer.held_hosts()),
+        ),
         ("appended_total", "counter", "Batches written to the journal.", journal.appended),
         (
             "syncs_total",

@@ -1,6 +1,6 @@
 """The shipped Prometheus alert rules and Grafana dashboard: promtool accepts the rules and their unit tests
 pass, the dashboard is a well-formed Grafana model, every query parses as PromQL, and every metric that a rule
-or a panel names is one a simulated agent's real /metrics exposes."""
+or a panel names is one a simulated agent's real /metrics exposes (or, for a rule, a real controller's)."""
 
 from __future__ import annotations
 
@@ -62,8 +62,7 @@ def exposed_names(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
             text = resp.read().decode()
     finally:
         daemon.stop()
-    names = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}
-    names |= {re.split(r"[{ ]", line, maxsplit=1)[0] for line in text.splitlines() if line and line[0] != "#"}
+    names = _names(text)
     assert "fleetguard_gpu_up" in names  # the scrape is what the checks below compare against
     return names
 
@@ -130,13 +129,38 @@ def test_every_query_parses_as_promql(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.fixture(scope="module")
+def controller_names(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
+    """Every metric name on the /metrics of a real controller (journal on) that one host has shipped to."""
+    from tests.controller.helpers import batch, start_test_controller
+
+    controller = start_test_controller(tmp_path_factory.mktemp("controller"))
+    try:
+        assert controller.ship(batch("node-a", 1)).status == 200
+        text = controller.metrics()
+    finally:
+        controller.running.stop()
+    names = _names(text)
+    assert "fleetguard_controller_journal_hosts_held" in names  # the scrape is of a journaling controller
+    return names
+
+
+def _names(text: str) -> set[str]:
+    lines = text.splitlines()
+    names = {line.split()[2] for line in lines if line.startswith("# TYPE ")}
+    return names | {re.split(r"[{ ]", line, maxsplit=1)[0] for line in lines if line and line[0] != "#"}
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("source", ["dashboard", "alerts"])
-def test_every_metric_named_is_one_the_agent_exports(exposed_names: set[str], source: str) -> None:
+def test_every_metric_named_is_one_the_agent_or_the_controller_exports(
+    exposed_names: set[str], controller_names: set[str], source: str
+) -> None:
     queries = dashboard_queries() if source == "dashboard" else alert_queries()
     named = {m for q in queries for m in METRIC.findall(q)}
     assert named, "no fleetguard metric named at all"
-    assert named <= exposed_names, sorted(named - exposed_names)
+    exported = exposed_names if source == "dashboard" else exposed_names | controller_names
+    assert named <= exported, sorted(named - exported)
     assert all(METRIC.search(q) for q in queries)  # no query watches nothing of fleetguard's
 
 
