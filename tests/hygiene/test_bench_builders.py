@@ -61,3 +61,14 @@ def test_the_round_phases_bench_times_the_steps_of_a_round() -> None:
     wrapped = {"feed.read", "feed._gpu_split", "feed._counters", "feed._rows", "rules.observations"}
     wrapped |= {"rules._take_steady", "rules._keep_steady", "rules._gpu_rows", "rules._port_rows"}
     assert wrapped | {"store.persist"} <= steps, out
+
+
+def test_the_model_build_bench_times_every_step_of_a_build(tmp_path: Path) -> None:
+    path = tmp_path / "dbench.duckdb"
+    _bench(["bench/dashboard_store.py", str(path)], {"FLEETGUARD_BENCH_HOSTS": "8"})
+    out = _bench(["bench/dashboard_model_build.py", "--store", str(path), "--runs", "2", "--warmup", "1"])
+    steps = {line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ")}
+    # Every step is still one the build calls by that name: a renamed one would drop out of the table.
+    assert {"the whole build", "latest_gpu_states", "gpu_views", "port_views", "host_views"} <= steps, out
+    gpus = int(out.split("| step (", 1)[1].split(" GPUs", 1)[0].replace(",", ""))
+    assert gpus > 0, out  # the model was built of the store's live GPUs
