@@ -200,7 +200,7 @@ def test_an_agent_on_a_machine_whose_hostname_is_reserved_says_so_and_how_to_nam
     assert ok.returncode == 0, ok.stderr
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="a hostname of its own needs a UTS namespace (root)")
+@pytest.mark.skipif(not _own_uts_namespace(), reason="a hostname of its own needs a UTS namespace (root)")
 def test_up_on_a_machine_whose_hostname_is_reserved_refuses_to_start_too(tmp_path: Path) -> None:
     """`up` is an agent too (its rows, runtime findings and repairs go by this host's name): on a machine
     called "fleet" every batch of its own would be refused at its in-process ingest and dropped, flush after

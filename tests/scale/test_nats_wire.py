@@ -313,8 +313,8 @@ def test_a_failed_read_keeps_what_the_controller_said_until_the_entry_it_read_la
         wait_for(lambda: shipper.wire.version == 1)
         assert time.time() >= put_at + ttl - 1.0  # not before the entry lapsed (1 s: the server's stamp)
         # Nor long after, though each refused read takes nats-py's request timeout (5 s) to fail: one under
-        # way when the entry lapses is given up then (0.5 s: this test's polling and the stamp's rounding)
-        assert time.time() <= put_at + ttl + 0.5
+        # way when the entry lapses is given up then (1 s: this test's polling, a loaded machine's timers)
+        assert time.time() <= put_at + ttl + 1.0
     finally:
         shipper.stop()
         nats.stop()
@@ -341,8 +341,12 @@ def test_a_host_whose_clock_is_behind_the_servers_keeps_no_promise_past_the_entr
         wait_for(lambda: shipper.wire.version == WIRE_VERSION_2)
         nats.advert_reads = False
         nats.reload()
+        refused_from = real_time()  # no read succeeds after this (the server applies it at once)
         wait_for(lambda: shipper.wire.version == 1, timeout=3 * ttl)
-        assert real_time() <= put_at + ttl + 0.5
+        # The last read that succeeded came before `refused_from`: what it found lapses within a max age of
+        # it, whatever this host's clock says (1 s: this test's polling, a loaded machine's timers).
+        assert refused_from < put_at + ttl  # refused while the entry lived: the case this test is about
+        assert real_time() <= refused_from + ttl + 1.0
     finally:
         shipper.stop()
         nats.stop()
