@@ -125,10 +125,12 @@ class SnapshotCache:
         self._clock = clock
         self._cond = threading.Condition()
         self._model: FleetModel | None = None
-        # Clock time; minus infinity means "stale now". Not 0.0: the monotonic clock counts from boot, so
-        # in a machine's first `max_age` seconds a model "built at 0.0" would still look young.
-        self._built_at = _NEVER
-        self._build_seconds = 0.0  # the last build's (the clock's seconds): it paces the next
+        # When the last build ended, good or failed (a failed one, tried again at once by every request that
+        # finds the model stale, would run builds back to back whatever MAX_BUILD_SHARE says). Clock time;
+        # minus infinity means "stale now". Not 0.0: the monotonic clock counts from boot, so in a machine's
+        # first `max_age` seconds a model "built at 0.0" would still look young.
+        self._tried_at = _NEVER
+        self._build_seconds = 0.0  # the last build's (the clock's seconds), good or failed: it paces the next
         self._viewed_at = _NEVER
         self._rebuilding = False
         self._keeper: threading.Thread | None = None
@@ -144,7 +146,7 @@ class SnapshotCache:
             model = self._model
             if model is None:
                 self._rebuilding = True  # this request builds it (no keeper, or its build failed)
-            elif self._clock() - self._built_at > self._fresh_for():
+            elif self._clock() - self._tried_at > self._fresh_for():
                 if self._keeper is not None and not self._rebuilding:
                     self._wake = True  # back from a quiet spell: the keeper builds now, not in a minute
                     self._cond.notify_all()
@@ -171,7 +173,7 @@ class SnapshotCache:
 
     def invalidate(self) -> None:
         with self._cond:
-            self._built_at = _NEVER
+            self._tried_at = _NEVER
 
     def start(self) -> None:
         """Build the first model now, off the caller's thread, and keep it fresh until `close`."""
@@ -232,12 +234,13 @@ class SnapshotCache:
             model = self._build()
         except BaseException:
             with self._cond:
-                self._rebuilding = False
+                self._rebuilding, self._tried_at = False, self._clock()
+                self._build_seconds = max(0.0, self._tried_at - started)
                 self._cond.notify_all()
             raise
         with self._cond:
-            self._model, self._built_at, self._rebuilding = model, self._clock(), False
-            self._build_seconds = max(0.0, self._built_at - started)
+            self._model, self._tried_at, self._rebuilding = model, self._clock(), False
+            self._build_seconds = max(0.0, self._tried_at - started)
             self._cond.notify_all()
         return model
 

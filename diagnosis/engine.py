@@ -227,9 +227,10 @@ class IncidentEngine:
         return [i for i in self.incidents.values() if i.state in ACTIVE_STATES]
 
     def heard(self, hosts: Iterable[str], at: float) -> None:
-        """These hosts were heard from at `at` (a later time never moves back)."""
+        """These hosts were heard from at `at` (a later time never moves back). The name fleet-wide
+        incidents are filed under is no host's: counted, it would make the breaker's fleet one larger."""
         for host in hosts:
-            if self.hosts.get(host, -math.inf) < at:
+            if host != FINDING_FLEET_HOST and self.hosts.get(host, -math.inf) < at:
                 self.hosts[host] = at
 
     def fleet_size(self, now: float) -> int:

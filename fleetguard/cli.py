@@ -249,6 +249,7 @@ def up(
 
     overrides = _daemon_overrides(store_path, metrics_port, simulate, no_faults, no_nvml)
     config = load(config_path, **overrides, **{"dashboard.port": dashboard_port})
+    agent_host(config)  # up is this host's agent: its rows, runtime findings and repairs go by this name
     with startup_errors():
         code = run_embedded(config, duration_seconds=duration, runtime=not no_runtime, predict=not no_predict)
     stop_signals.exit_stopped(code)  # everything is stored and closed: skip the interpreter's teardown

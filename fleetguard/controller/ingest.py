@@ -72,6 +72,9 @@ REPLAY_WAIT_SECONDS = 120.0
 # next batches refused before the journal (503 `held`, kept in its spool): one host, a compromised agent or a
 # bug the edge checks miss, cannot fill the journal's bound with refusals and have every host answered 503.
 MAX_SET_ASIDE_PER_HOST = 16
+# How long a held host is told to wait before it sends again (HTTP Retry-After, a NATS nak's delay), plus up
+# to 10 s of jitter: it waits for an operator, and each try costs the controller a full check of the batch.
+HELD_RETRY_SECONDS = 60
 # How long a waiter that gave up still waits for an answer whose commands the commit chose first
 # (`wait_answer`): only the commit hooks (rollups, the fleet runtime's feed: milliseconds) come between.
 CHOSEN_ANSWER_WAIT_SECONDS = 10.0

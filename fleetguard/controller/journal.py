@@ -213,7 +213,11 @@ class Journal:
     # ---- start: what a previous run left -----------------------------------------------------------
 
     def _load(self) -> None:
-        self._recount_set_aside()  # set aside by a run before: still in the bound, still the host's
+        # Set aside by a run before: still in the bound, still the host's. A file named like one that is not
+        # one (a link, a FIFO, another program's, longer than an entry can be) is the journal's neither to
+        # count nor to remove.
+        for path in self._recount_set_aside():
+            log.warning("%s is named like an entry set aside but is not one: left alone, not counted", path)
         for path in sorted(self.directory.glob("*" + SUFFIX), key=_first_id_of):
             first = _first_id_of(path)
             if first < 0:
@@ -264,27 +268,32 @@ class Journal:
         except OSError as exc:
             log.error("the journal's entries set aside could not be counted again: %s", exc)
 
-    def _recount_set_aside(self) -> None:
+    def _recount_set_aside(self) -> list[Path]:
         with self._set_aside_lock:
-            self._recount_set_aside_locked()
+            return self._recount_set_aside_locked()
 
-    def _recount_set_aside_locked(self) -> None:
+    def _recount_set_aside_locked(self) -> list[Path]:
+        """Count the set-aside files again; the paths named like one that are not one (left uncounted)."""
         by_host: dict[str, int] = {}
         total = 0
+        foreign: list[Path] = []
         for path in self.directory.glob("*" + SUFFIX + REFUSED_SUFFIX):
             try:
-                size = path.lstat().st_size
-                host = _set_aside_host(path)
+                found = _set_aside_file(path)
             except OSError:
                 continue  # gone meanwhile (an operator's removal), or unreadable: not counted
+            if found is None:
+                foreign.append(path)
+                continue
+            host, size = found
             total += size
-            if host is not None:
-                by_host[host] = by_host.get(host, 0) + 1
+            by_host[host] = by_host.get(host, 0) + 1
         with self._cond:
             self._recounted_at = time.monotonic()
             self.bytes_on_disk += total - self._set_aside_bytes
             self._set_aside_bytes = total
             self.set_aside_by_host = by_host
+        return foreign
 
     def _set_aside(self, path: Path, why: str) -> None:
         damaged = path.with_name(path.name + DAMAGED_SUFFIX)
@@ -501,9 +510,11 @@ class Journal:
         data = MAGIC + encode(entry_id, entry)
         with self._set_aside_lock:
             try:  # set aside before (a replayed entry refused again): the same bytes, counted once
-                before = path.lstat().st_size
+                ours = _set_aside_file(path)
             except FileNotFoundError:
-                before = 0
+                ours = None
+            # Anything else under that name was not counted (`_recount_set_aside`): replaced, and this counted
+            before = 0 if ours is None else ours[1]
             _write_durably(path, data, exclusive=False)
             _sync_directory(self.directory)
             # counted in the bound until an operator removes it: refusals cannot fill the disk
@@ -651,8 +662,11 @@ def _own_directory(directory: Path) -> None:
 
 
 def _write_durably(path: Path, data: bytes, exclusive: bool) -> None:
-    """`path` (0600, never through a link) holding `data`, synced; `exclusive`: an existing one is kept."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_EXCL if exclusive else os.O_TRUNC)
+    """`path` (0600, never through a link) holding `data`, synced; `exclusive`: an existing one is kept.
+    Non-blocking: a FIFO under that name fails the open (no reader) rather than wait for one."""
+    flags = (
+        os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | (os.O_EXCL if exclusive else os.O_TRUNC)
+    )
     try:
         fd = os.open(path, flags, 0o600)
     except FileExistsError:
@@ -688,12 +702,16 @@ def _read_private(path: Path) -> bytes:
         return f.read(limit + 1)
 
 
-def _set_aside_host(path: Path) -> str | None:
-    """The host of the one entry a set-aside file holds, read from its head (None: not one of ours). As a
-    segment is read: no link followed, nothing but a regular file (a FIFO would block)."""
+def _set_aside_file(path: Path) -> tuple[str, int] | None:
+    """The host of the one entry a set-aside file holds, read from its head, and the file's size; None for a
+    file that is not one: not a regular file (no link followed, no FIFO or device opened: a FIFO would block,
+    a device may act on an open), longer than one entry can be, or not our format."""
+    if not stat.S_ISREG(path.lstat().st_mode):
+        return None
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+        st = os.fstat(f.fileno())  # the file opened, whatever the name held at the lstat
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_SEGMENT_FILE_BYTES:
             return None
         head = f.read(len(MAGIC) + _HEAD.size + MAX_HOST_BYTES)
     if not head.startswith(MAGIC) or len(head) < len(MAGIC) + _HEAD.size:
@@ -703,7 +721,7 @@ def _set_aside_host(path: Path) -> str | None:
     if host_len > MAX_HOST_BYTES or len(head) < start + host_len:
         return None
     try:
-        return head[start : start + host_len].decode()
+        return head[start : start + host_len].decode(), st.st_size
     except UnicodeDecodeError:
         return None
 

@@ -17,7 +17,7 @@ from fleetguard.controller import model_api, read_api
 from fleetguard.controller.command_queue import CommandRefused
 from fleetguard.controller.edge_pool import Edge, InProcessEdge
 from fleetguard.controller.export_api import ExportRefused, ExportSnapshots
-from fleetguard.controller.ingest import IngestResult, IngestWriter
+from fleetguard.controller.ingest import HELD_RETRY_SECONDS, IngestResult, IngestWriter
 from fleetguard.controller.journal import JournalEntry
 from fleetguard.controller.loop_ingest import LoopIngest
 from fleetguard.controller.stats import ControllerStats, render
@@ -28,7 +28,6 @@ from fleetguard.shipping.commands import CommandKind
 from fleetguard.store import Store
 from fleetguard.store.repair_tables import MAX_SINCE_SECONDS, repairs_document
 
-HELD_RETRY_SECONDS = 60  # Retry-After of a host held for its batches set aside (503 `held`)
 COMMIT_WAIT_SECONDS = 30.0  # past this the agent is told 503 and re-sends; the ledger stores it once
 MAX_IN_FLIGHT_PER_HOST = 4
 DEFAULT_REPAIRS_SECONDS = 30 * 86400.0  # `fleetguard repairs --since`'s default

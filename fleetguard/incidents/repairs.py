@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from diagnosis.incident import ActionEntry, ActionOutcome
 from diagnosis.model import IncidentKey, RepairAction
+from diagnosis.rules_events import FINDING_FLEET_HOST
 from fleetguard.actions.slurm import SlurmNodes, SlurmOutcome
 from fleetguard.argv import REPAIR_PLACEHOLDERS, CommandResult, render_argv, run_argv
 from fleetguard.settings.actions import SlurmConfig
@@ -25,6 +26,13 @@ class RepairExecutor:
     slurm: SlurmConfig | None = None
 
     def carry_out(self, entry: ActionEntry, key: IncidentKey, summary: str = "") -> tuple[ActionOutcome, str]:
+        if key.host == FINDING_FLEET_HOST:
+            # No host's name (refused at token issue, agent start and ingest), yet one a command or Slurm
+            # could resolve to a machine: `ssh fleet` through a search domain, a case-blind node name.
+            return (
+                ActionOutcome.SKIPPED,
+                "a fleet-wide incident names no host to repair: alerted for a person",
+            )
         if entry.action in (RepairAction.DRAIN, RepairAction.DOWN) and self.slurm and self.slurm.enabled:
             return self._slurm(entry, key, summary)
         if entry.action is RepairAction.RESTART_APP:

@@ -225,18 +225,29 @@ class NatsTransport:
         """The controller's advertisement into the wire choice, now and then every ADVERT_REFRESH_SECONDS
         or at `read_now` (a reconnect). A read that fails (NATS slow or down, no permission to read it)
         keeps what the last read found until the entry it read lapses (`AdvertReader.held`), then is
-        version 1. Runs until cancelled (at close)."""
+        version 1: the next read is made by then, and a read that has not answered by then is one that
+        failed. Runs until cancelled (at close)."""
         said_failing = False
         while True:
             read_now.clear()
             before = self.wire.version
+            wait = wire_advert.ADVERT_REFRESH_SECONDS
+            # What failed reads keep is kept no longer than the entry lapses, a read under way included:
+            # nats-py waits its whole request timeout (5 s) for an answer that may never come.
+            kept = self._advert.held(time.monotonic()) if said_failing else None
+            if said_failing and kept is None:
+                self.wire.controller_reads(None)  # lapsed: version 1 while the next read is made
             try:
-                versions = await self._advert.read(js)
+                read = self._advert.read(js)
+                versions = await asyncio.wait_for(read, None if kept is None else kept.seconds_left)
                 said_failing = False
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # nats-py raises several unrelated types
-                versions = self._advert.held(time.time())
+                held = self._advert.held(time.monotonic())
+                versions = None
+                if held is not None:  # read again by the time what is kept lapses, from the same instant
+                    versions, wait = held.versions, min(wait, held.seconds_left)
                 if not said_failing:
                     log.info(
                         "cannot read which wire versions the controller reads (%s: %s); %s",
@@ -256,10 +267,6 @@ class NatsTransport:
                     versions or "version 1 only",
                     self.wire.version,
                 )
-            wait = wire_advert.ADVERT_REFRESH_SECONDS
-            held_until, now = self._advert.held_until(), time.time()
-            if said_failing and held_until is not None and held_until > now:
-                wait = min(wait, held_until - now)  # read again by the time what is kept lapses
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(read_now.wait(), wait)
 

@@ -12,7 +12,8 @@ anything else it finds is "version 1".
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+import time
+from typing import TYPE_CHECKING, NamedTuple
 
 from fleetguard.shipping.nats_subjects import advert_bucket, advert_stream, advert_subject
 
@@ -126,6 +127,13 @@ async def _entry(js: JetStreamContext, pool: str) -> tuple[list[int], float | No
     return versions, None if msg.time is None else msg.time.timestamp()
 
 
+class Held(NamedTuple):
+    """What the last successful read found, while the entry it read may still be in the bucket."""
+
+    versions: list[int]
+    seconds_left: float  # until that entry lapses at the latest (> 0)
+
+
 class AdvertReader:
     """An agent's reads, one each ADVERT_REFRESH_SECONDS: the bucket's max age is checked on the first read,
     after a `recheck` (a reconnect), after any read that found no promise, and every BUCKET_CHECK_EVERY
@@ -135,13 +143,20 @@ class AdvertReader:
     What the last read found is held until the entry it read lapses (`held`): a read that fails (NATS
     slow to answer under load, a blip) says nothing about the promise, which the bucket keeps until then
     whatever the agent can read. Sending version 1 at the first failed read would double the controller's
-    cost of this agent's batches just when NATS is loaded."""
+    cost of this agent's batches just when NATS is loaded.
+
+    The lapse is the server's stamp plus the bucket's max age, on the server's clock; this host's clock may
+    be behind it by any amount (no NTP, a clock stepped back), and a promise held past the lapse is one a
+    downgraded controller terminates batches under. So the time left is reckoned once, at the read, and
+    never taken as more than the max age (the entry was stamped before the read, so it lapses within a
+    max age of it whatever the clocks say); from then on it runs on the monotonic clock, which no step of
+    the wall clock moves."""
 
     def __init__(self, pool: str) -> None:
         self.pool = pool
         self._unchecked_reads: int | None = None  # None: check the bucket at the next read
         self._max_age: float | None = None  # the bucket's, from its last check
-        self._held: tuple[list[int], float] | None = None  # the last read's versions, until (wall clock)
+        self._held: tuple[list[int], float] | None = None  # the last read's versions, until (monotonic)
 
     def recheck(self) -> None:
         self._unchecked_reads = None
@@ -162,18 +177,23 @@ class AdvertReader:
             return None
         versions, stored_ts = entry
         self._unchecked_reads = 0 if check or since is None else since + 1
-        max_age = self._max_age
-        # No time said: nothing is held past this read (a failed read then means version 1, as before).
-        self._held = None if stored_ts is None or max_age is None else (versions, stored_ts + max_age)
+        self._held = _hold(versions, stored_ts, self._max_age)
         return versions
 
-    def held(self, now_ts: float) -> list[int] | None:
-        """The versions the last successful read found, while the entry it read has not lapsed (`now_ts`:
-        the wall clock, as the server stamps entries; NTP's skew is far inside an entry's minutes)."""
-        if self._held is None or now_ts >= self._held[1]:
+    def held(self, now: float) -> Held | None:
+        """The versions the last successful read found and how long they may still be kept, while the entry
+        it read has not lapsed (`now`: time.monotonic())."""
+        if self._held is None or now >= self._held[1]:
             return None
-        return self._held[0]
+        return Held(self._held[0], self._held[1] - now)
 
-    def held_until(self) -> float | None:
-        """When what is held lapses (wall clock), None when nothing is."""
-        return None if self._held is None else self._held[1]
+
+def _hold(
+    versions: list[int], stored_ts: float | None, max_age: float | None
+) -> tuple[list[int], float] | None:
+    """What a read found, and until when (monotonic) its entry may still be there; None: nothing to hold (no
+    time said, or the entry lapsed already by this host's clock)."""
+    if stored_ts is None or max_age is None:
+        return None  # a failed read then means version 1, as before promises were held
+    left = min(max_age, stored_ts + max_age - time.time())
+    return (versions, time.monotonic() + left) if left > 0 else None

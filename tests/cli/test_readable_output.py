@@ -198,3 +198,24 @@ def test_an_agent_on_a_machine_whose_hostname_is_reserved_says_so_and_how_to_nam
     # with a name of its own the same machine's agent starts
     ok = _agent_refusal(tmp_path, shell, {"FLEETGUARD_AGENT_HOST": "gpu-017"})
     assert ok.returncode == 0, ok.stderr
+
+
+@pytest.mark.skipif(not _own_uts_namespace(), reason="a hostname of its own needs a UTS namespace (root)")
+def test_up_on_a_machine_whose_hostname_is_reserved_refuses_to_start_too(tmp_path: Path) -> None:
+    """`up` is an agent too (its rows, runtime findings and repairs go by this host's name): on a machine
+    called "fleet" every batch of its own would be refused at its in-process ingest and dropped, flush after
+    flush, while the banner said all was well."""
+    shell = ["unshare", "--uts", "sh", "-c", 'hostname fleet && exec "$@"', "sh"]
+    argv = [*shell, FLEETGUARD, "up", "--simulate", "1x1", "--duration", "5", "--no-predict", "--no-runtime"]
+    argv += ["--store", str(tmp_path / "up.duckdb"), "--metrics-port", "0", "--dashboard-port", "0"]
+    env = {
+        **os.environ,
+        "FLEETGUARD_DASHBOARD_ENABLED": "false",
+        "FLEETGUARD_CONTROLLER_LISTEN": "127.0.0.1:0",
+    }
+    up = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    assert up.returncode == 1, up.stdout + up.stderr
+    (line,) = up.stderr.strip().splitlines()
+    assert line.startswith("Error: invalid configuration: this machine's hostname (agent.host): ")
+    assert line.endswith("'fleet' is reserved for fleet-wide incidents; give this host another name")
+    assert not (tmp_path / "up.duckdb").exists()

@@ -4,6 +4,8 @@ with an error or a file set aside, never a wrong replay."""
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -369,3 +371,76 @@ def test_entries_set_aside_are_counted_per_host_across_a_restart_and_an_operator
     assert (again.set_aside_of("a"), again.set_aside_of("b")) == (1, 1)
     assert held - again.bytes_on_disk == size  # out of the bound as well
     again.close()
+
+
+def test_files_planted_under_set_aside_names_neither_block_nor_fill_the_bound_nor_hold_a_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The directory is read at every start and, while a host is held, every RECOUNT_SECONDS: a FIFO must
+    not block that read, a link must not be followed, and a file that is not one set-aside entry (a sparse
+    10 GiB file, another program's) is not the journal's to count: counted, it alone filled the 2 GiB bound
+    and every host's batch was answered 503."""
+    directory = tmp_path / "j"
+    journal = Journal.open(directory)
+    (entry_id,) = journal.append_many([JournalEntry("a", b"x" * 100, True, 0.0)])
+    journal.set_aside(entry_id, JournalEntry("a", b"x" * 100, True, 0.0), "refused by the store")
+    journal.close()
+    (ours,) = directory.glob("*.refused")
+
+    def planted(n: int) -> Path:
+        return directory / f"{n:020d}{SUFFIX}.refused"
+
+    os.mkfifo(planted(900))
+    os.symlink("/dev/zero", planted(901))
+    os.symlink(ours, planted(902))  # a link to a real entry: not followed, so not counted twice
+    planted(903).mkdir()
+    with planted(904).open("wb") as f:
+        f.truncate(10 << 30)  # sparse: 10 GiB long, nothing on disk
+    with planted(905).open("wb") as f:  # one of ours by its head, longer than any entry can be
+        f.write(ours.read_bytes())
+        f.truncate(journal_module.MAX_SEGMENT_FILE_BYTES + 1)
+    again = Journal.open(directory)
+    assert again.bytes_on_disk == ours.stat().st_size
+    assert again.set_aside_by_host == {"a": 1}
+    monkeypatch.setattr(journal_module, "RECOUNT_SECONDS", 0.0)
+    again.recount_set_aside()
+    assert (again.bytes_on_disk, again.set_aside_by_host) == (ours.stat().st_size, {"a": 1})
+    assert len(again.append_many([JournalEntry("a", b"y" * 100, True, 0.0)])) == 1  # not full
+    again.close()
+
+
+def test_an_entry_set_aside_over_a_file_planted_under_its_name_is_counted_and_a_fifo_blocks_nothing(
+    tmp_path: Path,
+) -> None:
+    """Setting an entry aside writes `<id>.fgj.refused`. A FIFO there would block a writer's open until some
+    reader came (the lane, and with it every set-aside and recount, stuck); a file there that is not one of
+    ours (uncounted at the start) must not be taken for the same entry set aside before: it is replaced,
+    and the entry counted, in the bound and against its host."""
+    journal = Journal.open(tmp_path / "j")
+    first, second = journal.append_many([JournalEntry("a", b"x" * 100, True, 0.0) for _ in range(2)])
+    fifo = tmp_path / "j" / f"{first:020d}{SUFFIX}.refused"
+    os.mkfifo(fifo)
+    errors: list[BaseException] = []
+
+    def set_aside() -> None:
+        try:
+            journal.set_aside(first, JournalEntry("a", b"x" * 100, True, 0.0), "refused by the store")
+        except BaseException as exc:
+            errors.append(exc)
+
+    writer = threading.Thread(target=set_aside, daemon=True)
+    writer.start()
+    writer.join(10)
+    if writer.is_alive():  # let it go before failing: open the FIFO's other end
+        os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+        writer.join(10)
+        pytest.fail("setting an entry aside blocked on a FIFO under its name")
+    assert [type(e) for e in errors] == [OSError]  # it stays in the journal (the caller logs it)
+    assert journal.set_aside_of("a") == 0
+    foreign = tmp_path / "j" / f"{second:020d}{SUFFIX}.refused"
+    foreign.write_bytes(b"not an entry " * 1000)
+    before = journal.bytes_on_disk
+    path = journal.set_aside(second, JournalEntry("a", b"x" * 100, True, 0.0), "refused by the store")
+    assert journal.bytes_on_disk - before == path.stat().st_size
+    assert journal.set_aside_of("a") == 1
+    journal.close()

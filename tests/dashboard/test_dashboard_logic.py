@@ -482,3 +482,44 @@ def test_a_model_that_takes_long_to_build_stays_fresh_longer_so_builds_keep_to_t
     cache.get()
     _wait_until_rebuilt(cache, built[2] + 6.0 + took[0])
     assert len(built) == 4
+
+
+def test_a_build_that_fails_is_tried_again_no_sooner_than_a_good_one_would_be() -> None:
+    """A failing build (the store locked, a query timing out) leaves the model stale; were every request to
+    start another, builds would run back to back at the pages' polling rate, whatever MAX_BUILD_SHARE says.
+    A failed build paces the next try as a good one paces the next refresh."""
+    now = [10.0]
+    failing = [False]
+    tries: list[float] = []
+
+    def build() -> FleetModel:
+        now[0] += 3.0  # the build's time passes on the clock the cache reads, good or not
+        tries.append(now[0])
+        if failing[0]:
+            raise RuntimeError("the store is locked")
+        return FleetModel(now[0], [], [], [], [])
+
+    cache = SnapshotCache(build, max_age_seconds=5.0, clock=lambda: now[0])
+    first = cache.get()
+    fresh_for = 3.0 / MAX_BUILD_SHARE
+    failing[0] = True
+    now[0] += fresh_for + 1.0
+    assert cache.get() is first  # stale: served, and a build tried beside (it fails)
+    _wait_no_rebuild()
+    assert len(tries) == 2
+    for _ in range(5):  # the pages poll: the model is still the old one, but a try was just made
+        assert cache.get() is first
+        _wait_no_rebuild()
+    assert len(tries) == 2
+    now[0] += fresh_for + 1.0
+    failing[0] = False
+    assert cache.get() is first  # tried again, paced, and this time it is built
+    _wait_no_rebuild()
+    assert len(tries) == 3 and cache.get().now == tries[-1]
+
+
+def _wait_no_rebuild() -> None:
+    deadline = time.monotonic() + 60
+    while any(t.name == "fleetguard-dashboard-model" for t in threading.enumerate()):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)

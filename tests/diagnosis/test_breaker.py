@@ -11,6 +11,7 @@ from diagnosis.incident import ActionOutcome, IncidentState
 from diagnosis.model import RepairAction
 from diagnosis.policy import BreakerPolicy
 from diagnosis.rules import Signals
+from fleetguard.records.findings import Finding, FindingKind, Severity
 from fleetguard.settings.policy_files import load_policy
 from tests.diagnosis.records import T0, xid
 
@@ -263,3 +264,18 @@ def test_the_fleet_a_round_is_weighed_against_does_not_depend_on_the_order_of_it
         outcomes.append(sorted(e.outcome.value for e in eng.actions.values()))
         assert len(held) == 2 and any("3 of 4 hosts" in e.detail for e in held)
     assert outcomes[0] == outcomes[1]
+
+
+def test_a_fleet_wide_finding_adds_no_host_to_the_fleet_the_breaker_weighs() -> None:
+    """A finding about the fleet is filed under the name "fleet", which is no host's: counted as one, it
+    made the fleet one host larger than it is, and the breaker's fractions are of that fleet."""
+    hosts = [f"n{i}" for i in range(4)]
+    fleet_wide = Finding(
+        T0, "ff-1", FindingKind.FLEET_FAULT, Severity.CRITICAL, "fleet/xid:79", "XID 79 on 4 hosts"
+    )
+    policy = {"findings": {"fleet_fault": {"severity": "critical", "action": "inspect"}}}
+    eng = IncidentEngine(
+        load_policy(overrides={**policy, "breaker": {"max_host_fraction": 0.5, "min_hosts": 2}})
+    )
+    eng.observe(Signals(events=[xid(43, T0, host=h) for h in hosts], findings=[fleet_wide]), T0)
+    assert eng.fleet_size(T0) == 4 and "fleet" not in eng.hosts

@@ -16,6 +16,7 @@ from fleetguard.incidents.feed import StoreFeed
 from fleetguard.incidents.incident_store import EvidenceRow, IncidentStore
 from fleetguard.incidents.repairs import RepairExecutor
 from fleetguard.incidents.service import IncidentService
+from fleetguard.records.findings import Finding, FindingKind, Severity
 from fleetguard.settings.alerts import WebhookConfig, WebhookKind
 from fleetguard.settings.diagnosis import DiagnosisConfig
 from fleetguard.settings.policy_files import load_policy
@@ -175,3 +176,28 @@ def test_a_round_that_fails_half_way_leaves_nothing_behind(store: Store) -> None
     # the connection is usable again: the failed transaction was rolled back, not left open
     IncidentStore(store.cursor()).persist(changes, (), (), service.engine.breaker.state, T0)
     assert con.execute("SELECT count(*) FROM incidents").fetchall() == [(1,)]
+
+
+def test_a_fleet_wide_incident_runs_no_host_repair_for_it_names_no_host(store: Store) -> None:
+    """A finding about the fleet (a fault on many hosts) is filed under the host name "fleet", which no host
+    may take. A policy that gives its kind a host repair must still not hand that name to a command or to
+    Slurm: `ssh fleet`, a resolver's search domain or a case-blind node name would find a machine called
+    FLEET or fleet.example.com (names an agent may take) and drain or reboot it."""
+    seen: list[list[str]] = []
+
+    def runner(argv: Sequence[str], timeout: float) -> CommandResult:
+        seen.append(list(argv))
+        return CommandResult(tuple(argv), 0, "")
+
+    config = DiagnosisConfig(drain_command=["drain", "{host}"])
+    policy = load_policy(overrides={"findings": {"fleet_fault": {"severity": "critical", "action": "drain"}}})
+    service = IncidentService.open(
+        store.cursor(), policy, T0, webhooks=[HOOK], executor=RepairExecutor(config, runner)
+    )
+    fleet_wide = Finding(
+        T0, "ff-1", FindingKind.FLEET_FAULT, Severity.CRITICAL, "fleet/xid:79", "XID 79 on 9 hosts"
+    )
+    service.round(Signals(findings=[fleet_wide]), T0)
+    assert seen == []
+    rows = store.connection.execute("SELECT host, action, outcome FROM incident_actions").fetchall()
+    assert rows == [("fleet", "drain", "skipped")]

@@ -14,6 +14,9 @@ import duckdb
 import pytest
 
 from fleetguard.config import load_config
+from fleetguard.controller import nats_consumer
+from fleetguard.controller.ingest import MAX_SET_ASIDE_PER_HOST
+from fleetguard.controller.journal import Journal, JournalEntry
 from fleetguard.controller.nats_consumer import NatsConsumer, ensure_stream
 from fleetguard.controller.process import RunningController, start_controller
 from fleetguard.shipping.nats_connect import NatsLogin, connect
@@ -288,3 +291,36 @@ def test_a_host_cannot_promise_its_pool_wire_version_2(nats: NatsServer) -> None
     )
     assert not acked
     assert any("permissions violation for publish" in e.lower() for e in errors), errors
+
+
+def test_a_held_hosts_messages_wait_for_an_operator_not_redelivered_every_few_seconds(
+    tmp_path: Path, nats: NatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host with MAX_SET_ASIDE_PER_HOST batches set aside is held until an operator looks at them. Over
+    HTTP it is told to come back in a minute; over NATS its message is nak'ed, and a nak with the busy
+    writer's short delay would have the controller gunzip, decode and check it again every few seconds for
+    as long as the host is held (each of its messages: they pile up in the stream meanwhile)."""
+    monkeypatch.setattr(nats_consumer, "NAK_DELAY_SECONDS", 0.1)  # a busy writer's retry: quick here
+    directory = tmp_path / "controller.duckdb.journal"
+    directory.mkdir(mode=0o700)
+    earlier = Journal.open(directory)  # what an earlier run set aside for a1
+    refused = [JournalEntry("a1", encode(batch("a1", 900 + i)), True, time.time()) for i in range(16)]
+    for entry_id, entry in zip(earlier.append_many(refused), refused, strict=True):
+        earlier.set_aside(entry_id, entry, "refused by the store")
+    earlier.close()
+    assert len(refused) == MAX_SET_ASIDE_PER_HOST
+    running = _controller(tmp_path, nats)
+    consumer = _consumer(running)
+    try:
+        wait_for(lambda: consumer.stats.connected)
+        for user in ("a1", "a2"):
+            subject = subject_for("red", user)
+            mid = msg_id(subject, "boot-1", 1)
+            acked, _ = asyncio.run(_publish_as(nats, user, subject, encode(batch(user, 1)), mid))
+            assert acked
+        wait_for(lambda: consumer.stats.acked == 1 and consumer.stats.naked == 1)  # a2 stored, a1 held
+        assert running.writer.stats.refused == {"held": 1}
+        time.sleep(1.0)  # ten of the short delays: nothing may come back meanwhile
+        assert (consumer.stats.delivered, consumer.stats.redelivered, consumer.stats.naked) == (2, 0, 1)
+    finally:
+        running.stop()

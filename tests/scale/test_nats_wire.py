@@ -312,6 +312,41 @@ def test_a_failed_read_keeps_what_the_controller_said_until_the_entry_it_read_la
         assert "keeping what it last said until that lapses" in caplog.text
         wait_for(lambda: shipper.wire.version == 1)
         assert time.time() >= put_at + ttl - 1.0  # not before the entry lapsed (1 s: the server's stamp)
+        # Nor long after, though each refused read takes nats-py's request timeout (5 s) to fail: one under
+        # way when the entry lapses is given up then (1 s: this test's polling, a loaded machine's timers)
+        assert time.time() <= put_at + ttl + 1.0
+    finally:
+        shipper.stop()
+        nats.stop()
+
+
+def test_a_host_whose_clock_is_behind_the_servers_keeps_no_promise_past_the_entrys_lapse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The entry lapses at the server's stamp plus the bucket's max age, on the server's clock. An agent whose
+    clock is an hour behind (no NTP, a clock stepped back) must not read that as an hour left: the entry was
+    stamped before the read, so it is gone a max age after it at the latest. Holding the promise for the
+    hour would have this agent send version 2 to a controller downgraded meanwhile, which terminates it."""
+    require_nats_server()
+    real_time = time.time
+    monkeypatch.setattr(time, "time", lambda: real_time() - 3600.0)  # this process is the agent's host
+    nats = NatsServer(tmp_path, {"a1": POOL})
+    nats.start()
+    shipper = _agent(tmp_path, nats)
+    shipper.start()
+    ttl = 6.0
+    try:
+        asyncio.run(_as_controller(nats, lambda js: wire_advert.put_advert(js, POOL, [1, 2], ttl)))
+        put_at = real_time()
+        wait_for(lambda: shipper.wire.version == WIRE_VERSION_2)
+        nats.advert_reads = False
+        nats.reload()
+        refused_from = real_time()  # no read succeeds after this (the server applies it at once)
+        wait_for(lambda: shipper.wire.version == 1, timeout=3 * ttl)
+        # The last read that succeeded came before `refused_from`: what it found lapses within a max age of
+        # it, whatever this host's clock says (1 s: this test's polling, a loaded machine's timers).
+        assert refused_from < put_at + ttl  # refused while the entry lived: the case this test is about
+        assert real_time() <= refused_from + ttl + 1.0
     finally:
         shipper.stop()
         nats.stop()
