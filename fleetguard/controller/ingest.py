@@ -255,6 +255,7 @@ class IngestWriter:
         *,
         replies: bool = True,
         awaited: Callable[[int], bool] | None = None,
+        hold: bool = True,
     ) -> list[IngestResult | BatchRefused]:
         """With a journal: each batch answered once its entry is on disk (one fdatasync for them all), then
         queued for its lane; a batch already committed or journaled is a duplicate, not journaled again. A
@@ -278,7 +279,11 @@ class IngestWriter:
         planned: dict[int, int] = {}
         first: dict[tuple[str, str, int], int] = {}
         lanes = [self._lane_of(batch.host) for batch, _ in items]  # before the lock: the lanes wait on it
-        held = self._held_hosts(journal, {batch.host for batch, _ in items})  # may read the directory
+        # `hold` False (NATS): a held host's message would wait in the stream, nak'ed again and again, and
+        # count in the pool consumer's messages awaiting an ack until, hours on, the whole pool stalled. The
+        # agent let it go once JetStream stored it, so it is taken; a refusal sets it aside as before.
+        hosts = {batch.host for batch, _ in items} if hold else set()
+        held = self._held_hosts(journal, hosts)  # may read the directory
         with self._state:
             for i, (batch, entry) in enumerate(items):
                 key = batch.key

@@ -24,13 +24,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from fleetguard.controller.ingest import HELD_RETRY_SECONDS, IngestWriter, Pending
+from fleetguard.controller.ingest import IngestWriter, Pending
 from fleetguard.controller.journal import JournalEntry
 from fleetguard.controller.nats_commands import CommandPublisher
 from fleetguard.controller.nats_wire import WireAdvertiser
@@ -276,7 +275,7 @@ class NatsConsumer:
             return
         now = time.time()
         items = [(batch, JournalEntry(batch.host, msg.data, True, now)) for msg, batch in checked]
-        answers = await asyncio.to_thread(self.writer.accept, items, replies=False)
+        answers = await asyncio.to_thread(self.writer.accept, items, replies=False, hold=False)
         for (msg, _), answer in zip(checked, answers, strict=True):
             if isinstance(answer, BatchRefused):
                 await self._refused(msg, answer)
@@ -292,10 +291,7 @@ class NatsConsumer:
             await msg.term()
             self.stats.terminated += 1  # counted once sent, as acks are
         else:
-            # A held host waits for an operator: its messages redelivered every NAK_DELAY_SECONDS would each
-            # be checked again (gunzip, decode, every value) every 2 s, for as long as it is held.
-            held = exc.reason is Refusal.HELD
-            await msg.nak(delay=HELD_RETRY_SECONDS + random.uniform(0, 10) if held else NAK_DELAY_SECONDS)
+            await msg.nak(delay=NAK_DELAY_SECONDS)
             self.stats.naked += 1
 
 
