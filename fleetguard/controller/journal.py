@@ -192,6 +192,9 @@ class Journal:
         # One set-aside or recount at a time: a recount must not miss a file written while it reads the
         # directory and then overwrite the count that file added.
         self._set_aside_lock = threading.Lock()
+        # Per set-aside file name, as the last count found it: (inode, size, mtime) and (host, size) or None
+        # for a file not ours. Under _set_aside_lock.
+        self._set_aside_seen: dict[str, tuple[tuple[int, int, int], tuple[str, int] | None]] = {}
         self.syncs = 0
         # fdatasync's wall time: the floor under every answer, and what a disk shared with the store's
         # checkpoints stretches (per SYNC_BUCKETS bound, the last one +Inf; under no lock: one leader syncs)
@@ -277,17 +280,25 @@ class Journal:
         by_host: dict[str, int] = {}
         total = 0
         foreign: list[Path] = []
+        seen: dict[str, tuple[tuple[int, int, int], tuple[str, int] | None]] = {}
         for path in self.directory.glob("*" + SUFFIX + REFUSED_SUFFIX):
             try:
-                found = _set_aside_file(path)
+                st = path.lstat()
+                # A file read at an earlier count, unchanged since, is not opened again: while hosts are
+                # held this runs every RECOUNT_SECONDS on the path that accepts batches.
+                same = (st.st_ino, st.st_size, st.st_mtime_ns)
+                known = self._set_aside_seen.get(path.name)
+                found = known[1] if known is not None and known[0] == same else _set_aside_file(path)
             except OSError:
                 continue  # gone meanwhile (an operator's removal), or unreadable: not counted
+            seen[path.name] = (same, found)
             if found is None:
                 foreign.append(path)
                 continue
             host, size = found
             total += size
             by_host[host] = by_host.get(host, 0) + 1
+        self._set_aside_seen = seen
         with self._cond:
             self._recounted_at = time.monotonic()
             self.bytes_on_disk += total - self._set_aside_bytes

@@ -444,3 +444,35 @@ def test_an_entry_set_aside_over_a_file_planted_under_its_name_is_counted_and_a_
     assert journal.bytes_on_disk - before == path.stat().st_size
     assert journal.set_aside_of("a") == 1
     journal.close()
+
+
+def test_a_recount_reads_only_the_set_aside_files_new_or_changed_since_the_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # While hosts are held the directory is counted every RECOUNT_SECONDS on the path that accepts batches:
+    # hundreds of files set aside must not be opened and read each time.
+    journal = Journal.open(tmp_path / "j")
+    entries = [JournalEntry(f"h{i % 3}", b"x" * 200, True, 0.0) for i in range(12)]
+    for entry_id, one in zip(journal.append_many(entries), entries, strict=True):
+        journal.set_aside(entry_id, one, "refused by the store")
+    opened: list[str] = []
+    real = journal_module._set_aside_file
+
+    def counted(path: Path) -> tuple[str, int] | None:
+        opened.append(path.name)
+        return real(path)
+
+    monkeypatch.setattr(journal_module, "_set_aside_file", counted)
+    monkeypatch.setattr(journal_module, "RECOUNT_SECONDS", 0.0)
+    journal.recount_set_aside()
+    assert len(opened) == 12  # the first count after the set-asides: every file read once
+    journal.recount_set_aside()
+    assert len(opened) == 12, "an unchanged file is not read again"
+    files = sorted((tmp_path / "j").glob("*.refused"))
+    files[0].unlink()
+    mtime = files[1].stat().st_mtime_ns
+    os.utime(files[1], ns=(mtime, mtime + 10**9))  # changed since (an operator's touch, an edit)
+    journal.recount_set_aside()
+    assert opened[12:] == [files[1].name]
+    assert sum(journal.set_aside_by_host.values()) == 11
+    journal.close()
