@@ -361,6 +361,8 @@ class IngestWriter:
         journal): what `fleetguard status` and the read API name."""
         if self.journal is None:
             return []
+        if any(n >= MAX_SET_ASIDE_PER_HOST for n in self.journal.set_aside_by_host.values()):
+            self.journal.recount_set_aside()  # a host an operator freed is not named until it sends again
         counts = self.journal.set_aside_by_host
         return sorted(h for h, n in counts.items() if n >= MAX_SET_ASIDE_PER_HOST)
 

@@ -430,6 +430,8 @@ def test_a_host_with_too_many_batches_set_aside_is_held_alone_until_an_operator_
         for path in directory.glob("*.refused"):  # an operator has looked at them
             path.unlink()
         monkeypatch.setattr(journal_module, "RECOUNT_SECONDS", 0.0)
+        # named no longer as soon as the files are gone, before node-a sends again
+        assert controller.get("/v1/fleet", controller.tokens["operator"]).doc["ingest"]["held_hosts"] == []
         taken = controller.ship(batch("node-a", 1))
         assert (taken.status, taken.doc["duplicate"]) == (200, False)
         assert controller.get("/v1/fleet", controller.tokens["operator"]).doc["ingest"]["held_hosts"] == []
