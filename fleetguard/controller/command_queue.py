@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import duckdb
 
+from diagnosis.rules_events import reserved_host_name
 from fleetguard.shipping.commands import CommandAck, CommandKind, HostCommand
 
 MAX_PENDING_PER_HOST = 64
@@ -46,6 +47,9 @@ class CommandBook:
         return list(self.pending.get(host, ()))
 
     def prepare(self, host: str, kind: CommandKind, job_id: str | None, reason: str) -> HostCommand:
+        reserved = reserved_host_name(host)
+        if reserved is not None:  # no agent may ship as it: a command for it would wait for ever
+            raise CommandRefused(reserved)
         if host not in self.pending and len(self.pending) >= MAX_HOSTS_WITH_PENDING:
             # a host may be named before it first ships (a cordon queued ahead), but invented names must
             # not grow the queue without bound

@@ -165,3 +165,15 @@ def test_acks_for_unknown_ids_are_counted_as_such_and_acknowledge_nothing(contro
     assert listed[theirs]["acked_ts"] is None  # still pending for node-b
     assert [c["id"] for c in controller.ship(batch("node-b", 1)).doc["commands"]] == [theirs]
     assert listed[mine]["outcome"] == "done"
+
+
+def test_no_command_is_queued_for_the_name_fleet_wide_incidents_are_filed_under(
+    controller: Controller,
+) -> None:
+    # No agent may ship as "fleet" (refused at token issue, agent start and ingest): a command for it would
+    # stay pending for ever, counted against the hosts that may have unacknowledged commands.
+    body = b'{"host": "fleet", "kind": "cordon", "reason": "test"}'
+    reply = controller.post("/v1/commands", body, controller.tokens["operator"], encoding="identity")
+    assert reply.status == 409
+    assert "reserved" in str(reply.doc)
+    assert controller.get("/v1/commands?host=fleet").doc["commands"] == []
