@@ -10,8 +10,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
+
+import pytest
 
 from fleetguard.clock import FakeClock, SystemClock
+from fleetguard.jobcontrol import procfs
 from fleetguard.jobcontrol.trust import job_key
 from fleetguard.records.findings import Finding
 from fleetguard.runtime.crashes import CRASH_SETTLE_SECONDS
@@ -133,7 +137,14 @@ raise ValueError("loss is nan")
 """
 
 
-def test_a_real_rank_that_raises_and_takes_seconds_to_exit_is_dead_with_its_exception_not_hung() -> None:
+def test_a_real_rank_that_raises_and_takes_seconds_to_exit_is_dead_with_its_exception_not_hung(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def slow_read_stat(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.5)  # the watcher as late as a loaded machine makes it (CI once reaped before it read)
+        return procfs.read_stat(*args, **kwargs)
+
+    monkeypatch.setattr("fleetguard.runtime.pid_watcher.read_stat", slow_read_stat)
     sink = Sink()
     service = RuntimeService(
         RuntimeServiceConfig(host="node1", port=0, tick_interval_seconds=0.1), SystemClock(), sink
@@ -145,9 +156,14 @@ def test_a_real_rank_that_raises_and_takes_seconds_to_exit_is_dead_with_its_exce
             [sys.executable, "-c", SLOW_EXIT, service.endpoint], env=env, stderr=subprocess.PIPE
         )
         started = time.monotonic()
-        assert proc.wait(timeout=60) == 1
+        # Exited, not yet reaped: the agent reads a rank's exit code from its zombie's /proc entry, and a
+        # parent that reaped it first (this test's wait did, under load) leaves it unknown. A launcher
+        # reaps on its own schedule; here the reaping waits until the finding is in.
+        exited = wait_until(lambda: _exited_unreaped(proc.pid), 60, "the rank's exit")
+        assert (exited.si_code, exited.si_status) == (os.CLD_EXITED, 1)
         assert time.monotonic() - started > 6.0
         [dead] = wait_until(lambda: sink.findings("dead_rank"), 30, "the dead_rank finding")
+        assert proc.wait(timeout=10) == 1
         evidence = json.loads(dead.evidence_json)
         assert (dead.job_id, evidence["exit_code"]) == (job_key(os.getuid(), "slow-exit"), 1)
         assert evidence["error"] == "ValueError: loss is nan"
@@ -156,3 +172,8 @@ def test_a_real_rank_that_raises_and_takes_seconds_to_exit_is_dead_with_its_exce
         service.stop()
         if proc.stderr is not None:
             proc.stderr.close()
+
+
+def _exited_unreaped(pid: int) -> os.waitid_result | None:
+    """The child's exit, once it has exited, leaving it a zombie (WNOWAIT); None while it runs."""
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG)
