@@ -4,7 +4,9 @@ Ranks are torchrun's children, not ours, so waitpid() cannot be used; /proc and 
 
 from __future__ import annotations
 
+import fcntl
 import os
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +56,29 @@ def decode_wait_status(status: int) -> int:
     """waitpid()-style status -> exit code, or -signal when a signal ended it (as subprocess reports it)."""
     signal_number = status & 0x7F
     return -signal_number if signal_number else (status >> 8) & 0xFF
+
+
+# PIDFD_GET_INFO (Linux >= 6.15): _IOWR(0xFF, 11, struct pidfd_info), the first published struct's 64 bytes.
+# Asked with PIDFD_INFO_EXIT, it gives a process's wait status once it has exited, reaped or not: the only
+# way for a process that is not the parent to learn the exit of one whose parent reaped it first.
+_PIDFD_GET_INFO = 0xC040FF0B
+_PIDFD_INFO_EXIT = 1 << 3
+_PIDFD_INFO_BYTES = 64
+_PIDFD_INFO_EXIT_CODE_AT = 60  # mask, cgroupid (u64 each), eleven u32 ids, then the s32 exit_code
+
+
+def pidfd_exit_code(pidfd: int) -> int | None:
+    """The exit code (-signal when a signal ended it) of the exited process `pidfd` names, even once its
+    parent has reaped it; None while it runs, or on a kernel without PIDFD_INFO_EXIT."""
+    info = bytearray(_PIDFD_INFO_BYTES)
+    struct.pack_into("<Q", info, 0, _PIDFD_INFO_EXIT)
+    try:
+        fcntl.ioctl(pidfd, _PIDFD_GET_INFO, info)
+    except OSError:  # ENOTTY/EINVAL before 6.15; ESRCH and the like: nothing to say
+        return None
+    if not struct.unpack_from("<Q", info, 0)[0] & _PIDFD_INFO_EXIT:
+        return None  # still running
+    return decode_wait_status(struct.unpack_from("<i", info, _PIDFD_INFO_EXIT_CODE_AT)[0])
 
 
 def is_alive(pid: int, proc_root: str = "/proc") -> bool:

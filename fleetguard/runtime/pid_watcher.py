@@ -2,7 +2,9 @@
 
 A pidfd (Linux >= 5.3) wakes the watcher the moment a process exits, so the first rank to die is reported
 before torchrun tears down the others; where pidfds are unavailable /proc is polled every
-`poll_interval_seconds`. A zombie counts as exited (its parent has simply not reaped it yet)."""
+`poll_interval_seconds`. A zombie counts as exited (its parent has simply not reaped it yet). Its exit code
+comes from the pidfd where the kernel keeps it (Linux >= 6.15: even once the parent reaped it), else from
+the zombie's /proc entry."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fleetguard.jobcontrol.procfs import read_stat
+from fleetguard.jobcontrol.procfs import pidfd_exit_code, read_stat
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +26,8 @@ log = logging.getLogger(__name__)
 class ProcessExit:
     pid: int
     key: tuple[str, int]  # (job_id, rank)
-    exit_code: int | None  # None when the process was reaped before /proc could say
+    # None when the process was reaped before /proc could say and the kernel keeps no exit for its pidfd
+    exit_code: int | None
 
 
 @dataclass
@@ -131,6 +134,12 @@ class PidWatcher:
                 if state is not None and not reused and state.state not in ("Z", "X"):
                     continue
                 exit_code = state.exit_code if state is not None and not reused else None
+                if watched.pidfd is not None:
+                    # Its parent (torchrun, on its own schedule) may have reaped it before this look at
+                    # /proc: the pidfd still says how it ended (Linux >= 6.15), and names this process
+                    # whatever became of its pid since.
+                    told = pidfd_exit_code(watched.pidfd)
+                    exit_code = told if told is not None else exit_code
                 exits.append(ProcessExit(pid, watched.key, exit_code))
                 del self._watched[pid]
                 if watched.pidfd is not None:

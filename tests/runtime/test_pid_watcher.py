@@ -8,7 +8,9 @@ import subprocess
 import sys
 import time
 
-from fleetguard.jobcontrol.procfs import decode_wait_status, is_alive, parse_stat
+import pytest
+
+from fleetguard.jobcontrol.procfs import decode_wait_status, is_alive, parse_stat, pidfd_exit_code
 from fleetguard.runtime.pid_watcher import PidWatcher, ProcessExit
 from tests.runtime.helpers import sleeper
 
@@ -127,3 +129,34 @@ def test_in_one_round_a_sigterm_teardown_is_reported_after_the_failure_it_follow
     exits = watcher._collect_exits()
     bystander.wait()
     assert [e.key for e in exits] == [("job", 1), ("job", 0)]
+
+
+def _kernel_keeps_exits() -> bool:
+    """Whether pidfds tell a reaped process's exit here (PIDFD_INFO_EXIT, Linux >= 6.15)."""
+    proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(7)"])
+    pidfd = os.pidfd_open(proc.pid)
+    try:
+        proc.wait()
+        return pidfd_exit_code(pidfd) == 7
+    finally:
+        os.close(pidfd)
+
+
+@pytest.mark.skipif(not _kernel_keeps_exits(), reason="the kernel keeps no exit for a pidfd (Linux < 6.15)")
+def test_a_rank_its_parent_reaped_before_the_watcher_looked_still_has_its_exit_code() -> None:
+    # torchrun reaps its workers on its own schedule (every --monitor-interval): on a loaded machine it may
+    # do so before the watcher reads the zombie's /proc entry, which then says nothing.
+    exited = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3); raise SystemExit(3)"])
+    killed = sleeper()
+    watcher = PidWatcher(lambda e: None)
+    assert watcher.watch(exited.pid, ("job", 0)) and watcher.watch(killed.pid, ("job", 1))
+    pidfd = os.pidfd_open(killed.pid)
+    try:
+        assert pidfd_exit_code(pidfd) is None  # running: nothing to say yet
+        killed.kill()
+        assert (exited.wait(timeout=30), killed.wait(timeout=30)) == (3, -signal.SIGKILL)  # reaped first
+        assert pidfd_exit_code(pidfd) == -signal.SIGKILL
+    finally:
+        os.close(pidfd)
+    exits = watcher.check_once(timeout_seconds=0.0)
+    assert sorted((e.key[1], e.exit_code) for e in exits) == [(0, 3), (1, -signal.SIGKILL)]
