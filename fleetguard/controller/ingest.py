@@ -72,8 +72,9 @@ REPLAY_WAIT_SECONDS = 120.0
 # next batches refused before the journal (503 `held`, kept in its spool): one host, a compromised agent or a
 # bug the edge checks miss, cannot fill the journal's bound with refusals and have every host answered 503.
 MAX_SET_ASIDE_PER_HOST = 16
-# How long a held host is told to wait before it sends again (HTTP Retry-After, a NATS nak's delay), plus up
-# to 10 s of jitter: it waits for an operator, and each try costs the controller a full check of the batch.
+# How long a held host is told to wait before it sends again (HTTP Retry-After), plus up to 10 s of jitter: it
+# waits for an operator, and each try costs the controller a full check of the batch. (NATS hosts are never
+# held: see `accept`'s `hold`.)
 HELD_RETRY_SECONDS = 60
 # How long a waiter that gave up still waits for an answer whose commands the commit chose first
 # (`wait_answer`): only the commit hooks (rollups, the fleet runtime's feed: milliseconds) come between.
@@ -361,10 +362,8 @@ class IngestWriter:
         journal): what `fleetguard status` and the read API name."""
         if self.journal is None:
             return []
-        if any(n >= MAX_SET_ASIDE_PER_HOST for n in self.journal.set_aside_by_host.values()):
-            self.journal.recount_set_aside()  # a host an operator freed is not named until it sends again
-        counts = self.journal.set_aside_by_host
-        return sorted(h for h, n in counts.items() if n >= MAX_SET_ASIDE_PER_HOST)
+        # Recounted first (as a batch's check does): a host an operator freed is not named until it sends.
+        return sorted(self._held_hosts(self.journal, set(self.journal.set_aside_by_host)))
 
     @staticmethod
     def _held_hosts(journal: Journal, hosts: set[str]) -> set[str]:
